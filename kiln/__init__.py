@@ -1,0 +1,44 @@
+"""kiln: Keras-style deep learning on a static graph compiler with JIT-compiled kernels.
+
+Example:
+    >>> import kiln
+    >>> model = kiln.Sequential([kiln.Input((784,)), kiln.layers.Dense(10, "softmax")])
+    >>> model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from kiln import config
+from kiln.core import Function, Variable, function, grad, placeholder
+from kiln.core.ir import Graph, Node, TensorType
+
+Tensor = Node
+
+__version__ = "0.1.0"
+
+# Heavier parts load on first use, so that `import kiln` stays fast and the core stays usable
+# on its own.
+_LAZY_MODULES = {"ops", "layers", "models", "optimizers", "callbacks", "losses", "metrics",
+                 "activations", "initializers", "regularizers", "saving", "datasets", "utils"}
+_LAZY_ATTRS = {
+    "Input": ("kiln.layers", "Input"),
+    "Sequential": ("kiln.models", "Sequential"),
+    "Model": ("kiln.models", "Model"),
+    "load_model": ("kiln.models", "load_model"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f"kiln.{name}")
+    if name in _LAZY_ATTRS:
+        module, attr = _LAZY_ATTRS[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'kiln' has no attribute {name!r}")
+
+
+__all__ = ["config", "Function", "Variable", "function", "grad", "placeholder", "Graph", "Node",
+           "Tensor", "TensorType", *sorted(_LAZY_MODULES), *sorted(_LAZY_ATTRS)]

@@ -1,0 +1,158 @@
+"""Compiled functions: ``kiln.function(inputs, outputs, updates)``.
+
+A :class:`Function` owns one graph (outputs plus the new values of updated Variables), runs the
+optimization pipeline on it, and hands it to a backend. Calling it checks the fed arrays against
+the placeholders' types, runs the program, applies the updates (all computed from the old
+values, then written in place) and returns the outputs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kiln import config
+from kiln.core.ir import Graph, Node
+from kiln.core.ops._rules import as_node, fmt
+from kiln.core.variable import Variable
+
+
+def check_feed(fn_name: str, index: int, ph: Node, value: Any) -> np.ndarray:
+    """Converts a fed value to the placeholder's dtype, or raises naming the input."""
+    label = f"input {index}" + (f" ({ph.name!r})" if ph.name else "")
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # pragma: no cover - exotic inputs
+        raise TypeError(f"{fn_name}: {label} could not be converted to an array: {exc}") from exc
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{fn_name}: {label} must be numeric, received dtype {arr.dtype}")
+    want = ph.type
+    if arr.ndim != want.ndim or any(d is not None and d != a for d, a in zip(want.shape,
+                                                                             arr.shape)):
+        raise ValueError(f"{fn_name}: {label} expected shape {fmt(want.shape)}, received "
+                         f"{fmt(arr.shape)}")
+    if arr.dtype.name != want.dtype:
+        kind_ok = (want.dtype.startswith("float") or arr.dtype.kind in "biu"
+                   and want.dtype.startswith("int") or want.dtype == "bool"
+                   and arr.dtype.kind == "b")
+        if not kind_ok:
+            raise TypeError(f"{fn_name}: {label} expected dtype {want.dtype}, received "
+                            f"{arr.dtype} (cast it explicitly)")
+        arr = arr.astype(want.dtype)
+    return arr
+
+
+class Function:
+    """A compiled graph function. Create with :func:`function`.
+
+    Attributes:
+        graph: the graph as built (before optimization).
+        optimized_graph: the graph the backend runs.
+        report: the optimization report (passes, kernels, planned memory), when available.
+    """
+
+    def __init__(self, inputs: Sequence[Node], outputs: Any, updates: Any = None,
+                 backend: str | None = None, optimize: bool = True, name: str = "function",
+                 memory_budget: Any = None):
+        self.name = name
+        self.inputs = [as_node(i) for i in inputs]
+        for i, ph in enumerate(self.inputs):
+            if ph.op != "placeholder":
+                raise TypeError(f"{name}: input {i} must be a placeholder, received a "
+                                f"{ph.op} node {ph.type}")
+        self._single = not isinstance(outputs, list | tuple)
+        outs = [outputs] if self._single else list(outputs)
+        self.outputs = [as_node(o) for o in outs]
+        self.updates: list[tuple[Variable, Node]] = []
+        for pair in updates or []:
+            var, value = pair
+            if not isinstance(var, Variable):
+                raise TypeError(f"{name}: updates must be (Variable, tensor) pairs, received "
+                                f"{type(var).__name__}")
+            node = as_node(value, var.dtype)
+            if len(node.shape) != len(var.shape) or any(
+                    d is not None and d != v for d, v in zip(node.shape, var.shape)):
+                raise ValueError(f"{name}: update of {var.name!r} has shape {fmt(node.shape)}, "
+                                 f"the variable has {fmt(var.shape)}")
+            if node.dtype != var.dtype:
+                node = _cast(node, var.dtype)
+            self.updates.append((var, node))
+        self.graph = Graph(self.inputs, self.outputs + [v for _, v in self.updates])
+        self.backend_name = backend or config.default_backend()
+        self.report = None
+        t0 = time.perf_counter()
+        graph = self.graph
+        if optimize:
+            graph, self.report = _optimize(graph, memory_budget)
+        self.optimized_graph = graph
+        from kiln.core.backends import get_backend
+
+        self.program = get_backend(self.backend_name).compile_graph(graph)
+        self.compile_seconds = time.perf_counter() - t0
+        self.calls = 0
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) == 1 and len(self.inputs) != 1 and isinstance(args[0], list | tuple):
+            args = tuple(args[0])
+        if len(args) != len(self.inputs):
+            raise TypeError(f"{self.name}: expected {len(self.inputs)} inputs, received "
+                            f"{len(args)}")
+        feeds = [check_feed(self.name, i, ph, a) for i, (ph, a) in enumerate(zip(self.inputs,
+                                                                                  args))]
+        results = self.program.run(feeds)
+        n = len(self.outputs)
+        outs = [np.array(r, copy=True) for r in results[:n]]
+        new_values = results[n:]
+        for (var, _), value in zip(self.updates, new_values):
+            if value is not var.value:
+                var.value[...] = value
+        self.calls += 1
+        return outs[0] if self._single else outs
+
+    def profile(self, *args: Any) -> Any:
+        """Runs once and prints time per kernel (needs a backend with a profiler)."""
+        if hasattr(self.program, "profile"):
+            feeds = [check_feed(self.name, i, ph, a)
+                     for i, (ph, a) in enumerate(zip(self.inputs, args))]
+            return self.program.profile(feeds)
+        raise NotImplementedError(f"the {self.backend_name} backend has no profiler")
+
+
+def _cast(node: Node, dtype: str) -> Node:
+    from kiln.core.ops.elementwise import cast
+
+    return cast(node, dtype)
+
+
+def _optimize(graph: Graph, memory_budget: Any) -> tuple[Graph, Any]:
+    try:
+        from kiln.core.passes import optimize
+    except ImportError:
+        return graph, None
+    return optimize(graph, memory_budget=memory_budget)
+
+
+def function(inputs: Sequence[Any], outputs: Any, updates: Any = None,
+             backend: str | None = None, **kwargs: Any) -> Function:
+    """Compiles a callable from placeholders to outputs.
+
+    Args:
+        inputs: the placeholders, in call order.
+        outputs: a tensor (the call returns an array) or a list of tensors (returns a list).
+        updates: optional list of ``(variable, new_value)`` pairs applied after each call; all
+            new values are computed from the values before the call.
+        backend: "cpu" (numba, default) or "reference" (NumPy interpreter).
+
+    Returns:
+        A :class:`Function`; call it with NumPy arrays.
+
+    Example:
+        >>> x = kiln.placeholder((None, 3)); w = kiln.Variable(np.ones((3, 1)))
+        >>> f = kiln.function([x], x @ w, updates=[(w, w * 0.5)])
+        >>> f(np.ones((2, 3)))
+        array([[3.], [3.]], dtype=float32)
+    """
+    return Function(inputs, outputs, updates, backend, **kwargs)

@@ -1,0 +1,16 @@
+"""All ops, by family; importing this package registers every op."""
+
+from kiln.core.ops import (  # noqa: F401  (registration side effects)
+    elementwise,
+    linalg,
+    movement,
+    nn,
+    nn_conv,
+    random,
+    reduce,
+    source,
+)
+from kiln.core.ops import _overloads  # noqa: F401
+from kiln.core.ops.registry import KERNELS, Example, OpDef, all_ops, apply, get_op, register
+
+__all__ = ["OpDef", "Example", "KERNELS", "register", "get_op", "all_ops", "apply"]

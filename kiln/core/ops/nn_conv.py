@@ -1,0 +1,1 @@
+"""Convolution and pooling (channels-last). Filled in by the conv/pool work."""

@@ -1,0 +1,108 @@
+"""The op registry: every op is declared exactly once, as an :class:`OpDef`.
+
+An OpDef carries everything the rest of kiln derives from:
+
+* ``infer(*input_types, **attrs) -> TensorType``: the shape/dtype rule; it raises a clear error
+  naming the op and the shapes received;
+* ``ref(*arrays, **attrs) -> ndarray``: the NumPy reference. It is the specification, the
+  constant folder and the test oracle;
+* ``vjp(ct, out, *inputs, **attrs) -> [grad or None per input]``: the gradient as graph nodes,
+  or ``differentiable=False`` as an explicit decision;
+* ``scalar``: for elementwise ops, the body of the scalar loop (``"math.exp({0})"``) that the
+  CPU and CUDA kernels are generated from;
+* ``examples(rng, dtype)``: concrete inputs for the registry-driven forward and gradient tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kiln.core.ir import Node, TensorType, make_node
+
+ELEMENTWISE = "elementwise"
+REDUCE = "reduce"
+MOVEMENT = "movement"
+LINALG = "linalg"
+NN = "nn"
+RANDOM = "random"
+SOURCE = "source"
+SHAPE = "shape"
+KINDS = (ELEMENTWISE, REDUCE, MOVEMENT, LINALG, NN, RANDOM, SOURCE, SHAPE)
+
+
+@dataclass(frozen=True)
+class Example:
+    """Concrete inputs for registry-driven tests.
+
+    Args:
+        inputs: NumPy arrays fed to the op, in order.
+        attrs: attributes of the op.
+        wrt: indices of inputs whose gradient is checked (default: every float input).
+        fd_eps: step of the central finite difference for this example.
+    """
+
+    inputs: tuple[np.ndarray, ...]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    wrt: tuple[int, ...] | None = None
+    fd_eps: float = 1e-6
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    kind: str
+    infer: Callable[..., TensorType]
+    ref: Callable[..., np.ndarray]
+    vjp: Callable[..., Sequence[Node | None]] | None = None
+    differentiable: bool = True
+    scalar: str | None = None
+    examples: Callable[[np.random.Generator, str], list[Example]] | None = None
+    doc: str = ""
+    nondiff_reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"op {self.name}: unknown kind {self.kind!r}")
+        if self.differentiable and self.vjp is None:
+            raise ValueError(f"op {self.name}: differentiable ops need a vjp")
+
+    @property
+    def infer_fn(self) -> Callable[..., TensorType]:
+        return self.infer
+
+    def __call__(self, *inputs: Node, **attrs: Any) -> Node:
+        return make_node(self.name, inputs, attrs, self.infer)
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+# backend name -> op names with a kernel registered by that backend (filled by the backends).
+KERNELS: dict[str, set[str]] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    if op.name in _REGISTRY:
+        raise ValueError(f"op {op.name!r} registered twice")
+    _REGISTRY[op.name] = op
+    return op
+
+
+def get_op(name: str) -> OpDef:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown op {name!r}") from None
+
+
+def all_ops() -> dict[str, OpDef]:
+    return dict(_REGISTRY)
+
+
+def apply(name: str, *inputs: Node, **attrs: Any) -> Node:
+    """Builds (or finds) the node ``name(*inputs, **attrs)``."""
+    op = get_op(name)
+    return make_node(name, inputs, attrs, op.infer)

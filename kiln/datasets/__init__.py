@@ -1,0 +1,17 @@
+"""Keras-compatible datasets: ``mnist`` and ``fashion_mnist``.
+
+Each module has ``load_data(path=None)`` returning ``((x_train, y_train), (x_test, y_test))``
+as ``uint8`` arrays. ``mnist.load_sample()`` returns a 10,000/2,000 sample shipped with kiln.
+
+Example:
+    >>> from kiln.datasets import mnist
+    >>> (x_train, y_train), (x_test, y_test) = mnist.load_sample()
+    >>> x_train.dtype, len(y_test)
+    (dtype('uint8'), 2000)
+"""
+
+from kiln.datasets import fashion_mnist, mnist
+from kiln.datasets._fetch import DownloadError
+from kiln.datasets._source import DatasetNotFoundError
+
+__all__ = ["DatasetNotFoundError", "DownloadError", "fashion_mnist", "mnist"]
