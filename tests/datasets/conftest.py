@@ -17,6 +17,7 @@ import pytest
 from kiln.datasets import _idx, fashion_mnist, mnist
 
 REAL_HOME = Path.home()
+FASHION_SYSTEM_DIRS = fashion_mnist.SYSTEM_DIRS  # before the autouse fixture blanks it
 STEMS = (
     "train-images-idx3-ubyte",
     "train-labels-idx1-ubyte",
@@ -92,6 +93,8 @@ def helpers() -> SimpleNamespace:
     """The helper functions above, for the test modules."""
     return SimpleNamespace(
         STEMS=STEMS,
+        REAL_HOME=REAL_HOME,
+        FASHION_SYSTEM_DIRS=FASHION_SYSTEM_DIRS,
         make_splits=make_splits,
         file_name=file_name,
         write_idx_set=write_idx_set,
@@ -113,7 +116,7 @@ def mirror(tmp_path: Path) -> Iterator[SimpleNamespace]:
     root.mkdir()
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Handler, directory=root))
     server.requests = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield SimpleNamespace(

@@ -154,7 +154,7 @@ _unary("relu", lambda x: np.maximum(x, 0).astype(np.asarray(x).dtype),
        _unary_any("relu"), _unary_examples(avoid=0.0))
 _unary("softplus", _softplus_ref, "(max({0}, 0.0) + np.log1p(np.exp(-abs({0}))))",
        lambda ct, out, x: [ct * apply("sigmoid", x)])
-_unary("erf", lambda x: _erf(x).astype(np.asarray(x).dtype), "math.erf({0})",
+_unary("erf", lambda x: np.asarray(_erf(x), dtype=np.asarray(x).dtype), "math.erf({0})",
        lambda ct, out, x: [ct * _c(2 / math.sqrt(math.pi), x) * apply("exp", -(x * x))])
 for _name, _ref, _body in [("floor", np.floor, "np.floor({0})"), ("ceil", np.ceil,
                                                                    "np.ceil({0})"),
@@ -256,7 +256,7 @@ def _cast_scalar(dtype: str) -> str:
 def _cast_examples(rng, dtype):
     x = rng.normal(size=(3, 4)) * 3
     other = "float32" if dtype == "float64" else "float64"
-    return [Example((x.astype(dtype),), {"dtype": other}),
+    return [Example((x.astype(other),), {"dtype": dtype}, fd_eps=0.25),
             Example((x.astype(dtype),), {"dtype": "int32"}, wrt=()),
             Example((x.astype(dtype),), {"dtype": "bool"}, wrt=()),
             Example((x > 0,), {"dtype": dtype}, wrt=())]
@@ -348,3 +348,15 @@ __all__ = ["BUILDERS", "where", "cast", "clip", "ones_like", "zeros_like", "_c",
 register(OpDef("stop_gradient", ELEMENTWISE, lambda x: x, lambda x: np.array(x, copy=True),
                differentiable=False, scalar="{0}", examples=_unary_examples(),
                nondiff_reason="blocks gradients by definition"))
+register(OpDef("identity", ELEMENTWISE, lambda x, *, uid: x,
+               lambda x, *, uid: np.array(x, copy=True), lambda ct, out, x, *, uid: [ct],
+               scalar="{0}", examples=lambda rng, dt: [Example((rng.normal(size=(3, 2)).astype(dt),),
+                                                              {"uid": 1})]))
+
+
+def identity(x: Any) -> Node:
+    """A distinct node with the value of ``x`` (the functional API tags layer outputs so each
+    layer call has its own tensors); optimization removes it."""
+    from kiln.core.ir import fresh_uid
+
+    return apply("identity", as_node(x), uid=fresh_uid())

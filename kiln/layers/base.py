@@ -1,0 +1,405 @@
+"""The Layer base class, to Keras' contract: ``__init__`` stores config, ``build`` creates
+weights with ``add_weight``, ``call`` is pure ``kiln.ops``, ``get_config`` returns the
+constructor arguments.
+
+Calling a layer on symbolic tensors builds it once and adds its nodes to the graph (and
+records the call, so the functional API can find the layer graph). Calling it on NumPy arrays
+runs it: the layer is traced once per input signature and compiled.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+import kiln.config
+from kiln.core.ir import Node
+from kiln.core.ops._rules import fmt
+from kiln.core.variable import Variable
+from kiln.layers.context import current, trace
+
+# Symbolic tensor -> (layer, call index, output index): the functional API's layer graph.
+HISTORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+_NAME_COUNTS: dict[str, int] = {}
+
+
+def snake_case(name: str) -> str:
+    s = re.sub(r"(.)([A-Z][a-z0-9]+)", r"\1_\2", name)
+    s = re.sub(r"([a-z])([A-Z])", r"\1_\2", s).lower()
+    return s.replace("2_d", "2d").replace("1_d", "1d").replace("3_d", "3d")
+
+
+def unique_name(base: str) -> str:
+    """``dense``, then ``dense_1``, ``dense_2`` ... (per process, like Keras)."""
+    n = _NAME_COUNTS.get(base, 0)
+    _NAME_COUNTS[base] = n + 1
+    return base if n == 0 else f"{base}_{n}"
+
+
+def reset_names() -> None:
+    """Restarts the automatic name counters (Keras' ``clear_session`` equivalent)."""
+    _NAME_COUNTS.clear()
+
+
+def flatten(x: Any) -> list:
+    if isinstance(x, dict):
+        return [v for k in x for v in flatten(x[k])]
+    if isinstance(x, list | tuple):
+        return [v for item in x for v in flatten(item)]
+    return [x]
+
+
+def map_structure(fn: Any, x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: map_structure(fn, v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return type(x)(map_structure(fn, v) for v in x)
+    return fn(x)
+
+
+def is_symbolic(x: Any) -> bool:
+    return any(isinstance(v, Node) for v in flatten(x))
+
+
+def shape_of(x: Any) -> Any:
+    return map_structure(lambda t: tuple(t.shape), x)
+
+
+class CallRecord:
+    """One call of a layer on symbolic tensors (a Keras "node")."""
+
+    __slots__ = ("inputs", "outputs", "kwargs")
+
+    def __init__(self, inputs: Any, outputs: Any, kwargs: dict):
+        self.inputs = inputs
+        self.outputs = outputs
+        self.kwargs = kwargs
+
+
+class Layer:
+    """Base class of all layers.
+
+    Args:
+        name: unique name; generated from the class name when omitted (``dense``, ``dense_1``).
+        trainable: whether the layer's weights are trained (takes effect at the next compile).
+        dtype: the dtype of weights and computations (default ``kiln.config.floatx()``).
+        input_shape: for a layer that starts a Sequential model, the shape of one sample.
+
+    Example:
+        >>> class Scale(kiln.layers.Layer):
+        ...     def build(self, input_shape):
+        ...         self.s = self.add_weight("s", (input_shape[-1],), initializer="ones")
+        ...     def call(self, x):
+        ...         return x * self.s
+    """
+
+    def __init__(self, name: str | None = None, trainable: bool = True, dtype: Any = None,
+                 input_shape: Any = None, input_dim: int | None = None, **kwargs: Any):
+        if kwargs.pop("batch_input_shape", None) is not None and input_shape is None:
+            pass
+        kwargs.pop("autocast", None)
+        if kwargs:
+            raise TypeError(f"{type(self).__name__}: unexpected keyword argument(s) "
+                            f"{sorted(kwargs)}")
+        if isinstance(dtype, dict):  # Keras DTypePolicy config
+            dtype = dtype.get("config", {}).get("name", None)
+        self.name = name or unique_name(snake_case(type(self).__name__))
+        self._trainable = bool(trainable)
+        self.dtype = dtype or kiln.config.floatx()
+        if input_dim is not None and input_shape is None:
+            input_shape = (input_dim,)
+        self._input_shape_arg = tuple(input_shape) if input_shape is not None else None
+        self.built = False
+        self._weights: list[Variable] = []
+        self._regularizers: list[tuple[Variable, Any]] = []
+        self._inbound: list[CallRecord] = []
+        self._eager_cache: dict = {}
+        self.build_input_shape: Any = None
+
+    # ---- weights -------------------------------------------------------------------------
+    def add_weight(self, name: str | None = None, shape: Sequence[int] = (),
+                   initializer: Any = "glorot_uniform", regularizer: Any = None,
+                   trainable: bool = True, dtype: Any = None, constraint: Any = None) -> Variable:
+        """Creates a weight Variable owned by this layer.
+
+        Args:
+            name: the weight's name (``kernel``, ``bias`` ...).
+            shape: its shape.
+            initializer: a name (``"glorot_uniform"``), an Initializer or a callable
+                ``(shape, dtype) -> array``.
+            regularizer: a name, Regularizer or callable ``w -> scalar tensor``; its penalty
+                joins the loss inside the training graph.
+            trainable: whether optimizers update it.
+
+        Returns:
+            The new :class:`kiln.Variable`.
+        """
+        from kiln import initializers, regularizers
+
+        shape = tuple(int(d) for d in shape)
+        dtype = dtype or self.dtype
+        init = initializers.get(initializer)
+        value = np.asarray(init(shape, dtype=dtype), dtype=dtype)
+        if value.shape != shape:
+            raise ValueError(f"{self.name}: initializer for {name!r} returned shape "
+                             f"{value.shape}, expected {shape}")
+        var = Variable(value, name=f"{self.name}/{name or 'weight'}", trainable=trainable,
+                       dtype=dtype)
+        var._layer_trainable = trainable
+        var.short_name = name or "weight"
+        self._weights.append(var)
+        if regularizer is not None:
+            self._regularizers.append((var, regularizers.get(regularizer)))
+        return var
+
+    def _sublayers(self) -> list[Layer]:
+        found: list[Layer] = []
+        seen: set[int] = set()
+        for key, value in vars(self).items():
+            if key.startswith("_inbound") or key == "_eager_cache":
+                continue
+            for v in (value if isinstance(value, list | tuple) else
+                      value.values() if isinstance(value, dict) else [value]):
+                if isinstance(v, Layer) and v is not self and id(v) not in seen:
+                    seen.add(id(v))
+                    found.append(v)
+        return found
+
+    @property
+    def layers(self) -> list[Layer]:
+        return self._sublayers()
+
+    @property
+    def trainable(self) -> bool:
+        return self._trainable
+
+    @trainable.setter
+    def trainable(self, value: bool) -> None:
+        self._trainable = bool(value)
+        for layer in self._sublayers():
+            layer.trainable = value
+
+    @property
+    def weights(self) -> list[Variable]:
+        """All weights: this layer's own, then its sublayers' (trainable first per layer)."""
+        return self.trainable_weights + self.non_trainable_weights
+
+    def _all_weights(self) -> list[tuple[Variable, bool]]:
+        out = [(w, self._trainable and w._layer_trainable) for w in self._weights]
+        for layer in self._sublayers():
+            out += [(w, t and self._trainable) for w, t in layer._all_weights()]
+        seen: set[int] = set()
+        uniq = []
+        for w, t in out:
+            if id(w) not in seen:
+                seen.add(id(w))
+                uniq.append((w, t))
+        return uniq
+
+    @property
+    def trainable_weights(self) -> list[Variable]:
+        return [w for w, t in self._all_weights() if t]
+
+    @property
+    def non_trainable_weights(self) -> list[Variable]:
+        return [w for w, t in self._all_weights() if not t]
+
+    trainable_variables = trainable_weights
+    non_trainable_variables = non_trainable_weights
+
+    @property
+    def variables(self) -> list[Variable]:
+        return self.weights
+
+    def get_weights(self) -> list[np.ndarray]:
+        """Copies of the weights' values, in ``weights`` order."""
+        return [w.numpy() for w in self.weights]
+
+    def set_weights(self, weights: Sequence[Any]) -> None:
+        """Sets all weights from a list of arrays (checked completely before any change)."""
+        own = self.weights
+        if len(weights) != len(own):
+            raise ValueError(f"{self.name}: set_weights expected {len(own)} arrays, received "
+                             f"{len(weights)}")
+        arrays = [np.asarray(a) for a in weights]
+        for w, a in zip(own, arrays):
+            if a.shape != w.shape:
+                raise ValueError(f"{self.name}: weight {w.name!r} has shape {w.shape}, "
+                                 f"received {a.shape}")
+        for w, a in zip(own, arrays):
+            w.assign(a)
+
+    def count_params(self) -> int:
+        if not self.built:
+            raise ValueError(f"{self.name}: count_params() needs a built layer; call it on "
+                             "an input or build(input_shape) first")
+        return int(sum(np.prod(w.shape, dtype=np.int64) for w in self.weights))
+
+    def regularization_losses(self) -> list[Node]:
+        """The penalty nodes of this layer's and its sublayers' weight regularizers."""
+        out = []
+        if self._trainable:
+            out = [reg(w) for w, reg in self._regularizers]
+        for layer in self._sublayers():
+            out += layer.regularization_losses()
+        return out
+
+    @property
+    def losses(self) -> list[Node]:
+        return self.regularization_losses()
+
+    def add_loss(self, loss: Node) -> None:
+        """Adds a loss term (a scalar tensor) computed inside ``call`` to the training loss."""
+        ctx = current()
+        if ctx is not None:
+            ctx.losses.append(loss)
+
+    def add_update(self, variable: Variable, value: Node) -> None:
+        """Schedules ``variable <- value`` as part of the training step (e.g. moving means)."""
+        ctx = current()
+        if ctx is not None and ctx.training:
+            ctx.updates.append((variable, value))
+
+    # ---- build / call ----------------------------------------------------------------------
+    def build(self, input_shape: Any) -> None:
+        """Creates the weights for inputs of ``input_shape`` (batch dim None)."""
+        self.built = True
+
+    def call(self, inputs: Any, training: bool | None = None) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement call()")
+
+    def _call_accepts(self, name: str) -> bool:
+        try:
+            params = inspect.signature(self.call).parameters
+        except (TypeError, ValueError):
+            return False
+        return name in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
+
+    def _maybe_build(self, inputs: Any) -> None:
+        if not self.built:
+            shapes = shape_of(inputs)
+            self.build_input_shape = shapes
+            self.build(shapes)
+            self.built = True
+
+    def __call__(self, inputs: Any, *args: Any, training: bool | None = None,
+                 **kwargs: Any) -> Any:
+        if not is_symbolic(inputs) and not any(is_symbolic(a) for a in args):
+            return self._call_eager(inputs, *args, training=training, **kwargs)
+        self._check_inputs(inputs)
+        self._maybe_build(inputs)
+        if training is not None or self._call_accepts("training"):
+            if self._call_accepts("training"):
+                kwargs["training"] = training
+        outputs = self.call(inputs, *args, **kwargs)
+        if current() is None:
+            # Functional construction: give this call its own output tensors, even when the
+            # layer returns its input or hash-consing finds an equal node elsewhere.
+            from kiln.core.ops.elementwise import identity
+
+            outputs = map_structure(lambda t: identity(t) if isinstance(t, Node) else t,
+                                    outputs)
+        index = len(self._inbound)
+        self._inbound.append(CallRecord(inputs, outputs, {k: v for k, v in kwargs.items()
+                                                          if k != "training"}))
+        for i, out in enumerate(flatten(outputs)):
+            if isinstance(out, Node) and out not in HISTORY:
+                HISTORY[out] = (self, index, i)
+        return outputs
+
+    def _check_inputs(self, inputs: Any) -> None:
+        """Hook for input checks that name the layer and the shape received."""
+
+    def _call_eager(self, inputs: Any, *args: Any, training: bool | None = None,
+                    **kwargs: Any) -> Any:
+        from kiln.core.executor import function
+        from kiln.core.ops.source import placeholder
+
+        arrays = map_structure(lambda a: np.asarray(a), inputs)
+        flat = flatten(arrays)
+        for a in flat:
+            if a.dtype.kind not in "biuf":
+                raise TypeError(f"{self.name}: expected numeric arrays, received dtype "
+                                f"{a.dtype}")
+        key = (tuple((a.shape[1:], a.dtype.str) for a in flat), bool(training), repr(args),
+               repr(sorted(kwargs.items())))
+        fn = self._eager_cache.get(key)
+        if fn is None:
+            def to_ph(a: np.ndarray) -> Node:
+                dtype = self.dtype if a.dtype.kind == "f" else (
+                    "int64" if a.dtype.itemsize > 4 else "int32") if a.dtype.kind in "iu" else \
+                    "bool"
+                return placeholder((None,) + a.shape[1:], dtype)
+            phs = map_structure(to_ph, arrays)
+            with trace(training=bool(training)):
+                out = self(phs, *args, training=training, **kwargs)
+            fn = (function(flatten(phs), flatten(out)), out)
+            self._eager_cache[key] = fn
+        compiled, out_structure = fn
+        results = iter(compiled(*flat))
+        return map_structure(lambda _: next(results), out_structure)
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        """The output shape for ``input_shape`` (found by tracing on placeholders)."""
+        from kiln.core.ops.source import placeholder
+
+        def to_ph(s: Any) -> Node:
+            return placeholder(tuple(s), self.dtype)
+        if isinstance(input_shape, list) and input_shape and isinstance(input_shape[0], list
+                                                                        | tuple):
+            phs: Any = [to_ph(s) for s in input_shape]
+        else:
+            phs = to_ph(input_shape)
+        out = self(phs)
+        return map_structure(lambda t: tuple(t.shape), out)
+
+    # ---- config -------------------------------------------------------------------------------
+    def get_config(self) -> dict:
+        """The constructor arguments (JSON-serializable) that recreate this layer."""
+        config = {"name": self.name, "trainable": self.trainable, "dtype": self.dtype}
+        if self._input_shape_arg is not None:
+            config["input_shape"] = self._input_shape_arg
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict) -> Layer:
+        return cls(**config)
+
+    def get_build_config(self) -> dict | None:
+        if self.build_input_shape is None:
+            return None
+        return {"input_shape": self.build_input_shape}
+
+    def build_from_config(self, config: dict | None) -> None:
+        if config and config.get("input_shape") is not None and not self.built:
+            shape = config["input_shape"]
+            self.build(tuple(shape) if not isinstance(shape, dict) else shape)
+            self.build_input_shape = shape
+            self.built = True
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r} built={self.built}>"
+
+
+def check_rank(layer: Layer, x: Node, rank: int | Sequence[int], what: str = "input") -> None:
+    """Raises ValueError naming the layer when ``x`` has the wrong rank."""
+    ranks = (rank,) if isinstance(rank, int) else tuple(rank)
+    if x.ndim not in ranks:
+        want = " or ".join(str(r) for r in ranks)
+        raise ValueError(f"Input 0 of layer '{layer.name}' is incompatible with the layer: "
+                         f"expected ndim={want}, found ndim={x.ndim}. Full shape received: "
+                         f"{fmt(x.shape)}")
+
+
+def check_last_dim(layer: Layer, x: Node, dim: int) -> None:
+    """Raises ValueError naming the layer when the last axis of ``x`` is not ``dim``."""
+    if x.shape[-1] is not None and x.shape[-1] != dim:
+        raise ValueError(f"Input 0 of layer '{layer.name}' is incompatible with the layer: "
+                         f"expected axis -1 of input shape to have value {dim}, but received "
+                         f"input with shape {fmt(x.shape)}")
