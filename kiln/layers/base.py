@@ -74,12 +74,13 @@ def shape_of(x: Any) -> Any:
 class CallRecord:
     """One call of a layer on symbolic tensors (a Keras "node")."""
 
-    __slots__ = ("inputs", "outputs", "kwargs")
+    __slots__ = ("inputs", "outputs", "kwargs", "args")
 
-    def __init__(self, inputs: Any, outputs: Any, kwargs: dict):
+    def __init__(self, inputs: Any, outputs: Any, kwargs: dict, args: tuple = ()):
         self.inputs = inputs
         self.outputs = outputs
         self.kwargs = kwargs
+        self.args = args
 
 
 class Layer:
@@ -101,8 +102,9 @@ class Layer:
 
     def __init__(self, name: str | None = None, trainable: bool = True, dtype: Any = None,
                  input_shape: Any = None, input_dim: int | None = None, **kwargs: Any):
-        if kwargs.pop("batch_input_shape", None) is not None and input_shape is None:
-            pass
+        batch_input_shape = kwargs.pop("batch_input_shape", None)
+        if batch_input_shape is not None and input_shape is None:
+            input_shape = tuple(batch_input_shape)[1:]
         kwargs.pop("autocast", None)
         if kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected keyword argument(s) "
@@ -298,16 +300,18 @@ class Layer:
             if self._call_accepts("training"):
                 kwargs["training"] = training
         outputs = self.call(inputs, *args, **kwargs)
-        if current() is None:
-            # Functional construction: give this call its own output tensors, even when the
-            # layer returns its input or hash-consing finds an equal node elsewhere.
-            from kiln.core.ops.elementwise import identity
+        if current() is not None:
+            # Inside a model trace (training step, eager call): nothing to record; recording
+            # here would keep every traced graph alive in ``_inbound``.
+            return outputs
+        # Functional construction: give this call its own output tensors, even when the
+        # layer returns its input or hash-consing finds an equal node elsewhere.
+        from kiln.core.ops.elementwise import identity
 
-            outputs = map_structure(lambda t: identity(t) if isinstance(t, Node) else t,
-                                    outputs)
+        outputs = map_structure(lambda t: identity(t) if isinstance(t, Node) else t, outputs)
         index = len(self._inbound)
         self._inbound.append(CallRecord(inputs, outputs, {k: v for k, v in kwargs.items()
-                                                          if k != "training"}))
+                                                          if k != "training"}, tuple(args)))
         for i, out in enumerate(flatten(outputs)):
             if isinstance(out, Node) and out not in HISTORY:
                 HISTORY[out] = (self, index, i)
@@ -337,9 +341,11 @@ class Layer:
                     "bool"
                 return placeholder((None,) + a.shape[1:], dtype)
             phs = map_structure(to_ph, arrays)
-            with trace(training=bool(training)):
+            with trace(training=bool(training)) as ctx:
                 out = self(phs, *args, training=training, **kwargs)
-            fn = (function(flatten(phs), flatten(out)), out)
+            # Updates recorded in training (BatchNormalization's moving statistics) apply on
+            # each eager call, as in Keras.
+            fn = (function(flatten(phs), flatten(out), updates=ctx.updates), out)
             self._eager_cache[key] = fn
         compiled, out_structure = fn
         results = iter(compiled(*flat))
@@ -356,7 +362,8 @@ class Layer:
             phs: Any = [to_ph(s) for s in input_shape]
         else:
             phs = to_ph(input_shape)
-        out = self(phs)
+        with trace():  # a shape query, not a functional call: leaves no call record
+            out = self(phs)
         return map_structure(lambda t: tuple(t.shape), out)
 
     # ---- config -------------------------------------------------------------------------------

@@ -1,0 +1,242 @@
+"""Activation functions (Keras 3 names and defaults), built from ``kiln.ops``.
+
+Each function takes a tensor (a symbolic node, a Variable or a NumPy array) and returns a
+symbolic node. ``get`` resolves a name (``"relu"``), ``None`` (linear) or a callable;
+``serialize`` gives the name stored in layer configs.
+
+Example:
+    >>> act = kiln.activations.get("gelu")
+    >>> y = act(x)
+    >>> kiln.activations.serialize(act)
+    'gelu'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import kiln.ops as K
+from kiln.core.ir import Node
+from kiln.core.ops._rules import as_node
+
+
+def _c(value: float, x: Node) -> Node:
+    return K.constant(value, x.dtype)
+
+
+def relu(x: Any, negative_slope: float = 0.0, max_value: float | None = None,
+         threshold: float = 0.0) -> Node:
+    """Rectified linear unit: ``max(x, 0)``, with Keras' optional extras.
+
+    Args:
+        x: input tensor.
+        negative_slope: slope for values below ``threshold`` (default 0).
+        max_value: saturation value (default: none).
+        threshold: values below it are damped or zeroed (default 0).
+
+    Returns:
+        ``x`` for ``threshold <= x < max_value``; ``negative_slope * (x - threshold)`` below.
+
+    Example:
+        >>> kiln.activations.relu(x, max_value=6.0)   # relu6
+    """
+    x = as_node(x)
+    if negative_slope == 0.0 and max_value is None and threshold == 0.0:
+        return K.relu(x)
+    if threshold != 0.0:
+        below = negative_slope * (x - _c(threshold, x))
+        y = K.where(K.greater_equal(x, _c(threshold, x)), x, below)
+    elif negative_slope != 0.0:
+        y = K.where(K.greater_equal(x, _c(0.0, x)), x, x * _c(negative_slope, x))
+    else:
+        y = K.relu(x)
+    if max_value is not None:
+        y = K.minimum(y, _c(max_value, x))
+    return y
+
+
+def relu6(x: Any) -> Node:
+    """``min(max(x, 0), 6)``."""
+    return relu(x, max_value=6.0)
+
+
+def leaky_relu(x: Any, negative_slope: float = 0.2) -> Node:
+    """``x`` for ``x >= 0``, ``negative_slope * x`` below (Keras 3 default slope 0.2)."""
+    x = as_node(x)
+    return K.where(K.greater_equal(x, _c(0.0, x)), x, x * _c(negative_slope, x))
+
+
+def sigmoid(x: Any) -> Node:
+    """``1 / (1 + exp(-x))`` (numerically stable)."""
+    return K.sigmoid(x)
+
+
+def tanh(x: Any) -> Node:
+    """Hyperbolic tangent."""
+    return K.tanh(x)
+
+
+def softmax(x: Any, axis: int = -1) -> Node:
+    """``exp(x) / sum(exp(x))`` along ``axis`` (numerically stable)."""
+    return K.softmax(x, axis=axis)
+
+
+def log_softmax(x: Any, axis: int = -1) -> Node:
+    """``x - logsumexp(x)`` along ``axis`` (numerically stable)."""
+    return K.log_softmax(x, axis=axis)
+
+
+def linear(x: Any) -> Node:
+    """The identity (the activation of a layer given ``activation=None``)."""
+    return as_node(x)
+
+
+def elu(x: Any, alpha: float = 1.0) -> Node:
+    """``x`` for ``x > 0``, ``alpha * (exp(x) - 1)`` otherwise."""
+    x = as_node(x)
+    # expm1 of min(x, 0): the unused branch never overflows, so its zero gradient is not NaN.
+    neg = _c(alpha, x) * K.expm1(K.minimum(x, _c(0.0, x)))
+    return K.where(K.greater(x, _c(0.0, x)), x, neg)
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(x: Any) -> Node:
+    """Scaled ELU: ``scale * elu(x, alpha)`` with the self-normalizing constants."""
+    x = as_node(x)
+    return _c(_SELU_SCALE, x) * elu(x, _SELU_ALPHA)
+
+
+def gelu(x: Any, approximate: bool = False) -> Node:
+    """Gaussian error linear unit.
+
+    Args:
+        x: input tensor.
+        approximate: False (Keras' default for the activation): ``0.5 x (1 + erf(x / sqrt 2))``;
+            True: the tanh form ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
+    """
+    x = as_node(x)
+    half, one = _c(0.5, x), _c(1.0, x)
+    if approximate:
+        inner = _c(math.sqrt(2.0 / math.pi), x) * (x + _c(0.044715, x) * x * x * x)
+        return half * x * (one + K.tanh(inner))
+    return half * x * (one + K.erf(x * _c(1.0 / math.sqrt(2.0), x)))
+
+
+def silu(x: Any) -> Node:
+    """``x * sigmoid(x)`` (also called swish)."""
+    x = as_node(x)
+    return x * K.sigmoid(x)
+
+
+swish = silu
+
+
+def hard_silu(x: Any) -> Node:
+    """``x * hard_sigmoid(x)`` (also called hard_swish)."""
+    x = as_node(x)
+    return x * hard_sigmoid(x)
+
+
+hard_swish = hard_silu
+
+
+def softplus(x: Any) -> Node:
+    """``log(1 + exp(x))`` (numerically stable)."""
+    return K.softplus(x)
+
+
+def softsign(x: Any) -> Node:
+    """``x / (|x| + 1)``."""
+    x = as_node(x)
+    return x / (K.abs(x) + _c(1.0, x))
+
+
+def mish(x: Any) -> Node:
+    """``x * tanh(softplus(x))``."""
+    x = as_node(x)
+    return x * K.tanh(K.softplus(x))
+
+
+def log_sigmoid(x: Any) -> Node:
+    """``log(sigmoid(x)) = -softplus(-x)`` (numerically stable)."""
+    x = as_node(x)
+    return -K.softplus(-x)
+
+
+def exponential(x: Any) -> Node:
+    """``exp(x)``."""
+    return K.exp(x)
+
+
+def hard_sigmoid(x: Any) -> Node:
+    """Piecewise-linear sigmoid, as in Keras 3: ``relu6(x + 3) / 6 = clip(x / 6 + 0.5, 0, 1)``."""
+    x = as_node(x)
+    return K.clip(x * _c(1.0 / 6.0, x) + _c(0.5, x), _c(0.0, x), _c(1.0, x))
+
+
+_ALL: dict[str, Callable[..., Node]] = {
+    "relu": relu, "relu6": relu6, "leaky_relu": leaky_relu, "sigmoid": sigmoid, "tanh": tanh,
+    "softmax": softmax, "log_softmax": log_softmax, "linear": linear, "elu": elu, "selu": selu,
+    "gelu": gelu, "silu": silu, "swish": swish, "hard_silu": hard_silu, "hard_swish": hard_swish,
+    "softplus": softplus, "softsign": softsign, "mish": mish, "log_sigmoid": log_sigmoid,
+    "exponential": exponential, "hard_sigmoid": hard_sigmoid,
+}
+
+
+def serialize(activation: Callable[..., Any] | None) -> str:
+    """The name under which ``activation`` is stored in a layer config (``"relu"``).
+
+    Aliases serialize to their canonical name (``swish`` -> ``"silu"``). A custom callable
+    serializes to its ``__name__``; loading such a config fails with a clear error unless the
+    name is a built-in one.
+    """
+    if activation is None:
+        return "linear"
+    for name, fn in _ALL.items():  # first (canonical) name wins
+        if fn is activation:
+            return name
+    return getattr(activation, "__name__", type(activation).__name__)
+
+
+def deserialize(config: Any) -> Callable[..., Node]:
+    """The activation function named by ``config`` (a name or Keras' function dict)."""
+    if isinstance(config, dict):
+        config = config.get("config", config.get("class_name"))
+    if not isinstance(config, str):
+        raise TypeError(f"activations.deserialize: expected a name or a dict, received "
+                        f"{type(config).__name__}")
+    try:
+        return _ALL[config]
+    except KeyError:
+        raise ValueError(f"Unknown activation {config!r}; valid names: "
+                         f"{', '.join(sorted(_ALL))}") from None
+
+
+def get(identifier: Any) -> Callable[..., Node]:
+    """Resolves an activation: ``None`` -> ``linear``, a name -> the function, a callable ->
+    itself.
+
+    Raises:
+        ValueError: for an unknown name (the message lists the valid names).
+        TypeError: for anything else.
+
+    Example:
+        >>> kiln.activations.get("relu") is kiln.activations.relu
+        True
+    """
+    if identifier is None:
+        return linear
+    if isinstance(identifier, str | dict):
+        return deserialize(identifier)
+    if callable(identifier):
+        return identifier
+    raise TypeError(f"Could not interpret activation identifier {identifier!r} (expected a "
+                    f"name, None or a callable)")
+
+
+__all__ = [*_ALL, "get", "serialize", "deserialize"]

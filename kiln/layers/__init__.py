@@ -1,0 +1,59 @@
+"""Keras-style layers (Keras 3 names, arguments and defaults), channels-last.
+
+Example:
+    >>> import kiln
+    >>> x = kiln.layers.Input((28, 28, 1))
+    >>> y = kiln.layers.Conv2D(32, 3, activation="relu")(x)
+    >>> y = kiln.layers.MaxPooling2D()(y)
+    >>> y = kiln.layers.Dense(10, activation="softmax")(kiln.layers.Flatten()(y))
+"""
+
+from kiln.layers.base import Layer
+from kiln.layers.convolutional import Conv1D, Conv2D, Conv2DTranspose
+from kiln.layers.core import Activation, Dense, Dropout, Embedding, Lambda
+from kiln.layers.input_layer import Input, InputLayer
+from kiln.layers.merging import Add, Average, Concatenate, Maximum, Minimum, Multiply, Subtract
+from kiln.layers.normalization import BatchNormalization, LayerNormalization
+from kiln.layers.pooling import (
+    AveragePooling1D,
+    AveragePooling2D,
+    AvgPool1D,
+    AvgPool2D,
+    GlobalAveragePooling1D,
+    GlobalAveragePooling2D,
+    GlobalAvgPool1D,
+    GlobalAvgPool2D,
+    GlobalMaxPool1D,
+    GlobalMaxPool2D,
+    GlobalMaxPooling1D,
+    GlobalMaxPooling2D,
+    MaxPool1D,
+    MaxPool2D,
+    MaxPooling1D,
+    MaxPooling2D,
+)
+from kiln.layers.reshaping import (
+    Flatten,
+    Permute,
+    RepeatVector,
+    Reshape,
+    UpSampling2D,
+    ZeroPadding2D,
+)
+
+Convolution1D, Convolution2D, Convolution2DTranspose = Conv1D, Conv2D, Conv2DTranspose
+
+__all__ = [
+    "Layer", "Input", "InputLayer",
+    "Dense", "Activation", "Dropout", "Embedding", "Lambda",
+    "Flatten", "Reshape", "Permute", "RepeatVector", "ZeroPadding2D", "UpSampling2D",
+    "Conv1D", "Conv2D", "Conv2DTranspose",
+    "Convolution1D", "Convolution2D", "Convolution2DTranspose",
+    "MaxPooling1D", "MaxPooling2D", "AveragePooling1D", "AveragePooling2D",
+    "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalMaxPooling1D",
+    "GlobalMaxPooling2D",
+    "MaxPool1D", "MaxPool2D", "AvgPool1D", "AvgPool2D", "GlobalAvgPool1D", "GlobalAvgPool2D",
+    "GlobalMaxPool1D", "GlobalMaxPool2D",
+    "BatchNormalization", "LayerNormalization",
+    "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate",
+]

@@ -1,0 +1,118 @@
+"""Argument normalization and input checks shared by the layer zoo."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import kiln.ops as K
+from kiln.core.ir import Node
+from kiln.core.ops._rules import fmt
+from kiln.layers.base import Layer
+from kiln.layers.context import current
+
+
+def layer_label(layer: Layer) -> str:
+    return f"{type(layer).__name__} layer '{layer.name}'"
+
+
+def normalize_tuple(layer_or_name: Any, value: Any, n: int, arg: str,
+                    allow_zero: bool = False) -> tuple[int, ...]:
+    """An int or a sequence of ``n`` ints as a tuple of ``n`` ints (positive, or >= 0)."""
+    who = layer_or_name if isinstance(layer_or_name, str) else type(layer_or_name).__name__
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        out = (int(value),) * n
+    else:
+        try:
+            out = tuple(int(v) for v in value)
+        except TypeError:
+            raise TypeError(f"{who}: `{arg}` must be an int or a tuple of {n} ints, received "
+                            f"{arg}={value!r}") from None
+    low = 0 if allow_zero else 1
+    if len(out) != n or any(v < low for v in out):
+        what = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{who}: `{arg}` must be a {what} int or a tuple of {n} {what} ints, "
+                         f"received {arg}={value!r}")
+    return out
+
+
+def normalize_data_format(cls_name: str, data_format: Any) -> str:
+    """kiln is channels-last only: ``None`` and ``"channels_last"`` pass, anything else fails."""
+    if data_format is None:
+        return "channels_last"
+    value = str(data_format).lower()
+    if value == "channels_last":
+        return value
+    if value == "channels_first":
+        raise ValueError(f"{cls_name}: data_format='channels_first' is not supported; kiln "
+                         "layers are channels_last only (batch, ..., channels). Transpose the "
+                         "data (e.g. with a Permute layer) or use data_format='channels_last'")
+    raise ValueError(f"{cls_name}: data_format must be 'channels_last' (or None), received "
+                     f"{data_format!r}")
+
+
+def normalize_padding(cls_name: str, padding: Any, allowed: tuple[str, ...] = ("valid", "same")
+                      ) -> str:
+    value = padding.lower() if isinstance(padding, str) else padding
+    if value not in allowed:
+        raise ValueError(f"{cls_name}: padding must be one of {', '.join(map(repr, allowed))}, "
+                         f"received padding={padding!r}")
+    return value
+
+
+def no_constraint(cls_name: str, **constraints: Any) -> None:
+    for key, value in constraints.items():
+        if value is not None:
+            raise ValueError(f"{cls_name}: weight constraints are not supported by kiln yet; "
+                             f"received {key}={value!r} (use None)")
+
+
+def drop_keras_extras(cls_name: str, kwargs: dict) -> None:
+    """Removes the LoRA / quantization keys newer Keras configs carry (unused by kiln); a
+    non-default value is refused rather than silently ignored."""
+    for key in ("lora_rank", "lora_alpha", "quantization_config"):
+        value = kwargs.pop(key, None)
+        if value is not None:
+            raise ValueError(f"{cls_name}: {key} is not supported by kiln, received "
+                             f"{key}={value!r}")
+
+
+def check_min_rank(layer: Layer, x: Node, min_rank: int) -> None:
+    """Raises ValueError naming the layer when ``x`` has rank below ``min_rank``."""
+    if x.ndim < min_rank:
+        raise ValueError(f"Input 0 of layer '{layer.name}' is incompatible with the layer: "
+                         f"expected min_ndim={min_rank}, found ndim={x.ndim}. Full shape "
+                         f"received: {fmt(x.shape)}")
+
+
+def check_static(layer: Layer, x: Node, axes: Any, what: str) -> None:
+    """Raises ValueError naming the layer when a needed dimension of ``x`` is unknown."""
+    for a in axes:
+        if x.shape[a] is None:
+            raise ValueError(f"Layer '{layer.name}' ({type(layer).__name__}) needs a known "
+                             f"{what} (axis {a % x.ndim}), received input of shape "
+                             f"{fmt(x.shape)}")
+
+
+def single_input(layer: Layer, inputs: Any) -> Node:
+    if isinstance(inputs, list | tuple):
+        if len(inputs) != 1:
+            raise ValueError(f"Layer '{layer.name}' ({type(layer).__name__}) expects one input "
+                             f"tensor, received {len(inputs)}")
+        inputs = inputs[0]
+    if not isinstance(inputs, Node):
+        raise TypeError(f"Layer '{layer.name}' ({type(layer).__name__}) expects a tensor, "
+                        f"received {type(inputs).__name__}")
+    return inputs
+
+
+def add_activity_loss(layer: Layer, regularizer: Any, outputs: Node) -> None:
+    """Adds ``regularizer(outputs) / batch_size`` to the trace's losses (as Keras does)."""
+    if regularizer is None or current() is None:
+        return
+    penalty = regularizer(outputs)
+    batch = K.size_of(outputs, axis=0) if outputs.ndim else None
+    if batch is not None:
+        penalty = penalty / K.cast(batch, penalty.dtype)
+    layer.add_loss(penalty)

@@ -1,0 +1,98 @@
+"""``Input`` and ``InputLayer``: the symbolic entry points of a functional model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln.core.ir import Node, canonical_dtype
+from kiln.core.ops.source import placeholder
+from kiln.layers.base import HISTORY, CallRecord, Layer
+
+
+class InputLayer(Layer):
+    """Holds the placeholder that feeds a model (``layer.output``).
+
+    Args:
+        shape: the shape of one sample (without the batch dimension), e.g. ``(784,)``.
+        batch_size: optional fixed batch size (default: any, ``None``).
+        dtype: the input's dtype (default ``kiln.config.floatx()``; use ``"int32"`` for
+            token ids).
+        batch_shape: the full shape including the batch dimension, instead of ``shape`` and
+            ``batch_size``.
+        name: optional name.
+
+    Example:
+        >>> layer = kiln.layers.InputLayer(shape=(28, 28, 1))
+        >>> layer.output.shape
+        (None, 28, 28, 1)
+    """
+
+    def __init__(self, shape: Any = None, batch_size: int | None = None, dtype: Any = None,
+                 batch_shape: Any = None, name: str | None = None, sparse: Any = None,
+                 **kwargs: Any):
+        for key in ("ragged", "optional"):
+            if kwargs.pop(key, None):
+                raise ValueError(f"InputLayer: {key}=True is not supported by kiln")
+        legacy = kwargs.pop("batch_input_shape", None)  # Keras 2 configs
+        if legacy is not None and batch_shape is None and shape is None:
+            batch_shape = legacy
+        kwargs.pop("input_shape", None)
+        if kwargs.pop("input_tensor", None) is not None:
+            raise ValueError("InputLayer: input_tensor is not supported by kiln")
+        if kwargs:
+            raise TypeError(f"InputLayer: unexpected keyword argument(s) {sorted(kwargs)}")
+        if sparse:
+            raise ValueError("InputLayer: sparse inputs are not supported by kiln")
+        if shape is not None and batch_shape is not None:
+            raise ValueError("InputLayer: pass either `shape` or `batch_shape`, not both; "
+                             f"received shape={shape!r} and batch_shape={batch_shape!r}")
+        if batch_shape is None:
+            if shape is None:
+                raise ValueError("InputLayer: pass `shape` (the shape of one sample, e.g. "
+                                 "(784,)) or `batch_shape`")
+            if isinstance(shape, int):
+                shape = (shape,)
+            batch_shape = (batch_size,) + tuple(shape)
+        batch_shape = tuple(None if d is None else int(d) for d in batch_shape)
+        super().__init__(name=name, dtype=canonical_dtype(dtype) if dtype else None)
+        self.batch_shape = batch_shape
+        self.output: Node = placeholder(batch_shape, self.dtype, name=self.name)
+        self.built = True
+        self.build_input_shape = batch_shape
+        self._inbound.append(CallRecord([], self.output, {}))
+        HISTORY[self.output] = (self, 0, 0)
+
+    @property
+    def shape(self) -> tuple:
+        return self.batch_shape
+
+    def call(self, inputs: Any) -> Any:
+        return inputs
+
+    def get_config(self) -> dict:
+        return {"batch_shape": self.batch_shape, "dtype": self.dtype, "sparse": False,
+                "ragged": False, "name": self.name, "optional": False}
+
+
+def Input(shape: Any = None, batch_size: int | None = None, dtype: Any = None,  # noqa: N802
+          name: str | None = None, batch_shape: Any = None, sparse: Any = None) -> Node:
+    """A symbolic input tensor for the functional API (the output of a new ``InputLayer``).
+
+    Args:
+        shape: the shape of one sample, e.g. ``(784,)`` or ``(28, 28, 1)``.
+        batch_size: optional fixed batch size (default: any).
+        dtype: the dtype (default ``kiln.config.floatx()``; ``"int32"`` for token ids).
+        name: optional name.
+        batch_shape: the full shape including the batch dimension, instead of ``shape``.
+
+    Returns:
+        A placeholder of shape ``(batch_size,) + shape``, registered to its ``InputLayer``.
+
+    Example:
+        >>> x = kiln.Input((784,))
+        >>> y = kiln.layers.Dense(10, activation="softmax")(x)
+        >>> model = kiln.Model(x, y)
+    """
+    layer = InputLayer(shape=shape, batch_size=batch_size, dtype=dtype, batch_shape=batch_shape,
+                       name=name, sparse=sparse)
+    return layer.output

@@ -1,0 +1,237 @@
+"""Reshaping layers: Flatten, Reshape, Permute, RepeatVector, ZeroPadding2D, UpSampling2D."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import kiln.ops as K
+from kiln.core.ir import Node
+from kiln.core.ops._rules import fmt
+from kiln.layers._utils import check_static, normalize_data_format, normalize_tuple
+from kiln.layers.base import Layer, check_rank
+
+
+class Flatten(Layer):
+    """Flattens each sample: ``(batch, d1, d2, ...)`` -> ``(batch, d1 * d2 * ...)``.
+
+    A rank-1 input ``(batch,)`` becomes ``(batch, 1)``. The non-batch dimensions must be
+    known.
+
+    Args:
+        data_format: ``None`` or ``"channels_last"`` (channels_first is refused).
+
+    Example:
+        >>> kiln.layers.Flatten()(kiln.Input((28, 28, 1))).shape
+        (None, 784)
+    """
+
+    def __init__(self, data_format: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.data_format = normalize_data_format("Flatten", data_format)
+
+    def call(self, inputs: Node) -> Node:
+        check_static(self, inputs, range(1, inputs.ndim), "size for every non-batch dimension")
+        size = int(np.prod(inputs.shape[1:], dtype=np.int64))
+        return K.reshape(inputs, (-1, size))
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config["data_format"] = self.data_format
+        return config
+
+
+class Reshape(Layer):
+    """Reshapes each sample to ``target_shape`` (the batch dimension is kept).
+
+    Args:
+        target_shape: the new shape of one sample; one entry may be -1 (inferred).
+
+    Example:
+        >>> kiln.layers.Reshape((7, 7, 16))(kiln.Input((784,))).shape
+        (None, 7, 7, 16)
+    """
+
+    def __init__(self, target_shape: Any, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.target_shape = tuple(int(d) for d in target_shape)
+        if sum(1 for d in self.target_shape if d == -1) > 1 or any(
+                d < -1 or d == 0 for d in self.target_shape):
+            raise ValueError(f"Reshape: target_shape must be positive ints with at most one -1, "
+                             f"received {self.target_shape}")
+
+    def _resolve(self, x: Node) -> tuple[int, ...]:
+        target = self.target_shape
+        sample = x.shape[1:]
+        known = int(np.prod([d for d in target if d != -1], dtype=np.int64))
+        if any(d is None for d in sample):
+            if -1 in target:
+                raise ValueError(f"Layer '{self.name}' (Reshape): cannot infer the -1 in "
+                                 f"target_shape {target} from input shape {fmt(x.shape)} "
+                                 "with unknown dimensions")
+            return target
+        size = int(np.prod(sample, dtype=np.int64))
+        if -1 in target:
+            if known == 0 or size % known:
+                raise ValueError(f"Layer '{self.name}' (Reshape): total size of the new array "
+                                 f"must be unchanged, input_shape = {fmt(x.shape)}, "
+                                 f"target_shape = {target}")
+            return tuple(size // known if d == -1 else d for d in target)
+        if known != size:
+            raise ValueError(f"Layer '{self.name}' (Reshape): total size of the new array must "
+                             f"be unchanged, input_shape = {fmt(x.shape)} ({size} values per "
+                             f"sample), target_shape = {target} ({known} values)")
+        return target
+
+    def call(self, inputs: Node) -> Node:
+        return K.reshape(inputs, (-1,) + self._resolve(inputs))
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config["target_shape"] = self.target_shape
+        return config
+
+
+class Permute(Layer):
+    """Permutes the non-batch axes; ``dims`` is 1-indexed, like Keras.
+
+    Args:
+        dims: a permutation of ``1..rank-1``, e.g. ``(2, 1)`` swaps the two sample axes.
+
+    Example:
+        >>> kiln.layers.Permute((2, 1))(kiln.Input((10, 64))).shape
+        (None, 64, 10)
+    """
+
+    def __init__(self, dims: Any, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.dims = tuple(int(d) for d in dims)
+        if sorted(self.dims) != list(range(1, len(self.dims) + 1)):
+            raise ValueError(f"Permute: dims must be a permutation of 1..{len(self.dims)} "
+                             f"(1-indexed, the batch axis excluded), received dims={self.dims}")
+
+    def _check_inputs(self, inputs: Any) -> None:
+        if isinstance(inputs, Node):
+            check_rank(self, inputs, len(self.dims) + 1)
+
+    def call(self, inputs: Node) -> Node:
+        return K.transpose(inputs, (0,) + self.dims)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config["dims"] = self.dims
+        return config
+
+
+class RepeatVector(Layer):
+    """Repeats a vector ``n`` times: ``(batch, features)`` -> ``(batch, n, features)``.
+
+    Args:
+        n: the number of repetitions.
+    """
+
+    def __init__(self, n: int, **kwargs: Any):
+        super().__init__(**kwargs)
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ValueError(f"RepeatVector: n must be a positive int, received n={n!r}")
+        self.n = int(n)
+
+    def _check_inputs(self, inputs: Any) -> None:
+        if isinstance(inputs, Node):
+            check_rank(self, inputs, 2)
+
+    def call(self, inputs: Node) -> Node:
+        row = K.expand_dims(inputs, 1)
+        return K.concatenate([row] * self.n, axis=1)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config["n"] = self.n
+        return config
+
+
+class ZeroPadding2D(Layer):
+    """Pads images with zeros: ``(batch, h, w, c)`` -> ``(batch, h + top + bottom,
+    w + left + right, c)``.
+
+    Args:
+        padding: an int (same on all sides), a pair ``(symmetric_h, symmetric_w)`` or
+            ``((top, bottom), (left, right))``.
+        data_format: ``None`` or ``"channels_last"``.
+    """
+
+    def __init__(self, padding: Any = (1, 1), data_format: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.data_format = normalize_data_format("ZeroPadding2D", data_format)
+        if isinstance(padding, int | np.integer):
+            pads = ((int(padding),) * 2,) * 2
+        elif len(padding) == 2 and all(isinstance(p, int | np.integer) for p in padding):
+            pads = ((int(padding[0]),) * 2, (int(padding[1]),) * 2)
+        elif len(padding) == 2:
+            pads = tuple(normalize_tuple("ZeroPadding2D", p, 2, "padding", allow_zero=True)
+                         for p in padding)
+        else:
+            raise ValueError(f"ZeroPadding2D: padding must be an int, a pair of ints or a pair "
+                             f"of (before, after) pairs, received padding={padding!r}")
+        if any(v < 0 for p in pads for v in p):
+            raise ValueError(f"ZeroPadding2D: padding must be non-negative, received {padding!r}")
+        self.padding = pads
+
+    def _check_inputs(self, inputs: Any) -> None:
+        if isinstance(inputs, Node):
+            check_rank(self, inputs, 4)
+
+    def call(self, inputs: Node) -> Node:
+        (top, bottom), (left, right) = self.padding
+        return K.pad(inputs, ((0, 0), (top, bottom), (left, right), (0, 0)))
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update({"padding": self.padding, "data_format": self.data_format})
+        return config
+
+
+class UpSampling2D(Layer):
+    """Repeats rows and columns (nearest-neighbour upsampling): ``(batch, h, w, c)`` ->
+    ``(batch, h * size_h, w * size_w, c)``.
+
+    Built from reshapes and concatenations, so it is differentiable (each input pixel gets the
+    sum of the gradients of its copies).
+
+    Args:
+        size: an int or a pair ``(size_h, size_w)``.
+        data_format: ``None`` or ``"channels_last"``.
+        interpolation: ``"nearest"`` (the only mode supported).
+    """
+
+    def __init__(self, size: Any = (2, 2), data_format: str | None = None,
+                 interpolation: str = "nearest", **kwargs: Any):
+        super().__init__(**kwargs)
+        self.size = normalize_tuple("UpSampling2D", size, 2, "size")
+        self.data_format = normalize_data_format("UpSampling2D", data_format)
+        if interpolation != "nearest":
+            raise ValueError(f"UpSampling2D: only interpolation='nearest' is supported, "
+                             f"received {interpolation!r}")
+        self.interpolation = interpolation
+
+    def _check_inputs(self, inputs: Any) -> None:
+        if isinstance(inputs, Node):
+            check_rank(self, inputs, 4)
+
+    def call(self, inputs: Node) -> Node:
+        check_static(self, inputs, (1, 2, 3), "height, width and channels")
+        _, h, w, c = inputs.shape
+        sh, sw = self.size
+        x = K.reshape(inputs, (-1, h, 1, w, 1, c))
+        if sh > 1:
+            x = K.concatenate([x] * sh, axis=2)
+        if sw > 1:
+            x = K.concatenate([x] * sw, axis=4)
+        return K.reshape(x, (-1, h * sh, w * sw, c))
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update({"size": self.size, "data_format": self.data_format,
+                       "interpolation": self.interpolation})
+        return config
