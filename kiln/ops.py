@@ -9,6 +9,8 @@ Example:
 
 from __future__ import annotations
 
+# This module re-exports the op builders: unused-import warnings do not apply.
+# ruff: noqa: F401
 from kiln.core.autodiff import grad
 from kiln.core.ops.elementwise import BUILDERS as _EW
 from kiln.core.ops.elementwise import cast, clip, ones_like, where, zeros_like
@@ -91,7 +93,7 @@ argmin = _RED["argmin"]
 
 def stop_gradient(x):
     """``x`` in the forward pass; no gradient flows through it."""
-    from kiln.core.ops.registry import apply
     from kiln.core.ops._rules import as_node
+    from kiln.core.ops.registry import apply
 
     return apply("stop_gradient", as_node(x))

@@ -331,5 +331,5 @@ class Graph:
 
 
 def _short(v: Any) -> str:
-    s = repr(v) if not hasattr(v, "name") or not isinstance(getattr(v, "name"), str) else v.name
+    s = repr(v) if not hasattr(v, "name") or not isinstance(v.name, str) else v.name
     return s if len(s) <= 60 else s[:57] + "..."

@@ -138,8 +138,8 @@ def test_gradient_matches_finite_differences(name):
         fn = kiln.function(phs, grads, backend="reference", optimize=False)
         analytic = fn(*inputs)
 
-        def f() -> float:
-            return float(np.sum(np.asarray(op.ref(*inputs, **example.attrs)) * weights))
+        def f(inputs=inputs, attrs=example.attrs, weights=weights) -> float:
+            return float(np.sum(np.asarray(op.ref(*inputs, **attrs)) * weights))
 
         for k, i in enumerate(wrt):
             numeric = _numeric_grad(f, inputs[i], example.fd_eps)

@@ -1,6 +1,7 @@
 """All ops, by family; importing this package registers every op."""
 
 from kiln.core.ops import (  # noqa: F401  (registration side effects)
+    _overloads,  # noqa: F401
     elementwise,
     fused,
     linalg,
@@ -11,7 +12,6 @@ from kiln.core.ops import (  # noqa: F401  (registration side effects)
     reduce,
     source,
 )
-from kiln.core.ops import _overloads  # noqa: F401
 from kiln.core.ops.registry import KERNELS, Example, OpDef, all_ops, apply, get_op, register
 
 __all__ = ["OpDef", "Example", "KERNELS", "register", "get_op", "all_ops", "apply"]

@@ -12,7 +12,8 @@ from kiln.core.ir import FLOAT_DTYPES, INT_DTYPES, Dim, Node, Shape, TensorType,
 
 def fmt(shape: Shape) -> str:
     """Formats a shape the way NumPy prints it, with None for unknown dims."""
-    return "(" + ", ".join("None" if d is None else str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+    dims = ", ".join("None" if d is None else str(d) for d in shape)
+    return "(" + dims + ("," if len(shape) == 1 else "") + ")"
 
 
 def broadcast_shapes(op: str, *shapes: Shape) -> Shape:

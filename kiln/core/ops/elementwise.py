@@ -203,7 +203,7 @@ _CMP = {"equal": (np.equal, "=="), "not_equal": (np.not_equal, "!="), "less": (n
         "less_equal": (np.less_equal, "<="), "greater": (np.greater, ">"),
         "greater_equal": (np.greater_equal, ">=")}
 for _name, (_ref, _sym) in _CMP.items():
-    _bin(_name, _ref, "({0} %s {1})" % _sym, None, _binary(_name, out_dtype="bool"),
+    _bin(_name, _ref, f"({{0}} {_sym} {{1}})", None, _binary(_name, out_dtype="bool"),
          differentiable=False, nondiff_reason="boolean output")
 
 register(OpDef("logical_and", ELEMENTWISE, _logical("logical_and"), np.logical_and,
@@ -350,8 +350,9 @@ register(OpDef("stop_gradient", ELEMENTWISE, lambda x: x, lambda x: np.array(x, 
                nondiff_reason="blocks gradients by definition"))
 register(OpDef("identity", ELEMENTWISE, lambda x, *, uid: x,
                lambda x, *, uid: np.array(x, copy=True), lambda ct, out, x, *, uid: [ct],
-               scalar="{0}", examples=lambda rng, dt: [Example((rng.normal(size=(3, 2)).astype(dt),),
-                                                              {"uid": 1})]))
+               scalar="{0}",
+               examples=lambda rng, dt: [Example((rng.normal(size=(3, 2)).astype(dt),),
+                                                 {"uid": 1})]))
 
 
 def identity(x: Any) -> Node:

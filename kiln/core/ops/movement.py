@@ -27,7 +27,7 @@ def _ex(*inputs, wrt=None, **attrs) -> Example:
     return Example(tuple(inputs), attrs, wrt=wrt)
 
 
-# ---- reshape ----------------------------------------------------------------------------------
+# ---- reshape ------------------------------------------------------------------------------------
 def _reshape_infer(x: TensorType, *, shape: tuple) -> TensorType:
     if sum(1 for d in shape if d == -1) > 1:
         raise ValueError(f"reshape: at most one -1 allowed in target shape {shape}")
@@ -78,7 +78,7 @@ register(OpDef("reshape_like", MOVEMENT, _reshape_like_infer,
                                              np.zeros((2, 6), dt), wrt=(0,))]))
 
 
-# ---- transpose ---------------------------------------------------------------------------------
+# ---- transpose ----------------------------------------------------------------------------------
 def _transpose_infer(x: TensorType, *, perm: tuple) -> TensorType:
     if sorted(perm) != list(range(x.ndim)):
         raise ValueError(f"transpose: perm {perm} is not a permutation of the axes of "
@@ -95,7 +95,7 @@ register(OpDef("transpose", MOVEMENT, _transpose_infer,
                                              perm=(2, 0, 1))]))
 
 
-# ---- broadcasting --------------------------------------------------------------------------------
+# ---- broadcasting -------------------------------------------------------------------------------
 def _bto_infer(x: TensorType, *, shape: tuple) -> TensorType:
     out = broadcast_shapes("broadcast_to", x.shape, shape)
     if out != tuple(shape):
@@ -198,7 +198,7 @@ register(OpDef("concatenate", MOVEMENT, _concat_infer,
                    _ex(*(rng.normal(size=(1, 3)).astype(dt) for _ in range(3)), axis=0)]))
 
 
-# ---- slice ----------------------------------------------------------------------------------------
+# ---- slice --------------------------------------------------------------------------------------
 def _slices(spec: tuple) -> tuple[slice, ...]:
     return tuple(slice(*s) for s in spec)
 
@@ -241,7 +241,7 @@ register(OpDef("slice_grad", MOVEMENT, _slice_grad_infer, _slice_grad_ref,
                        spec=((1, 4, 1), (None, None, 2)))]))
 
 
-# ---- pad ------------------------------------------------------------------------------------------
+# ---- pad ----------------------------------------------------------------------------------------
 def _pad_infer(x: TensorType, *, pads: tuple, value: float) -> TensorType:
     if len(pads) != x.ndim or any(lo < 0 or hi < 0 for lo, hi in pads):
         raise ValueError(f"pad: pads {pads} do not fit a tensor of shape {fmt(x.shape)} "
@@ -304,7 +304,7 @@ register(OpDef("take_grad", MOVEMENT, _take_grad_infer, _take_grad_ref,
                                              np.zeros((5, 3), dt), axis=0, wrt=(0,))]))
 
 
-# ---- one_hot ---------------------------------------------------------------------------------------
+# ---- one_hot ------------------------------------------------------------------------------------
 def _one_hot_infer(idx: TensorType, *, depth: int, dtype: str) -> TensorType:
     require_int("one_hot", idx)
     return TensorType(idx.shape + (depth,), dtype)
@@ -321,7 +321,7 @@ register(OpDef("one_hot", MOVEMENT, _one_hot_infer, _one_hot_ref, differentiable
                                              dtype=dt)]))
 
 
-# ---- builders --------------------------------------------------------------------------------------
+# ---- builders -----------------------------------------------------------------------------------
 def reshape(x: Any, shape: Any) -> Node:
     """Reshapes ``x``; one entry of ``shape`` may be -1 (inferred)."""
     x = as_node(x)

@@ -97,7 +97,8 @@ def _examples(positive: bool = False):
     return examples
 
 
-for _name, _fn, _vjp, _pos in [("sum", np.sum, _sum_vjp, False), ("mean", np.mean, _mean_vjp, False),
+for _name, _fn, _vjp, _pos in [("sum", np.sum, _sum_vjp, False),
+                              ("mean", np.mean, _mean_vjp, False),
                               ("max", np.max, _extreme_vjp, False),
                               ("min", np.min, _extreme_vjp, False),
                               ("prod", np.prod, _prod_vjp, True)]:
