@@ -13,6 +13,7 @@ Example:
     ...     kiln.callbacks.ReduceLROnPlateau(factor=0.5, patience=2)])
 """
 
+from kiln.callbacks.backup import BackupAndRestore
 from kiln.callbacks.callback import Callback
 from kiln.callbacks.callback_list import CallbackList
 from kiln.callbacks.early_stopping import EarlyStopping
@@ -22,6 +23,6 @@ from kiln.callbacks.model_checkpoint import ModelCheckpoint
 from kiln.callbacks.progbar_logger import ProgbarLogger
 from kiln.callbacks.reduce_lr_on_plateau import ReduceLROnPlateau
 
-__all__ = ["Callback", "CallbackList", "History", "ProgbarLogger", "EarlyStopping",
-           "ModelCheckpoint", "ReduceLROnPlateau", "LearningRateScheduler", "CSVLogger",
+__all__ = ["BackupAndRestore", "Callback", "CallbackList", "History", "ProgbarLogger",
+           "EarlyStopping", "ModelCheckpoint", "ReduceLROnPlateau", "LearningRateScheduler", "CSVLogger",
            "TerminateOnNaN", "LambdaCallback"]

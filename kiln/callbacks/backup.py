@@ -124,6 +124,7 @@ class BackupAndRestore(Callback):
             gen = random_state._state.get("rng")
             if gen is not None:
                 gen.bit_generator.state = epoch_start
+            self._epoch_start_rng = epoch_start  # for later mid-epoch backups of this epoch
         self._restore_callback_states(siblings, info["callbacks"])
         self._epoch, self._step = info["epoch"], info["step"]
         self.model._initial_epoch = info["epoch"]

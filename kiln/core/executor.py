@@ -56,7 +56,7 @@ class Function:
 
     def __init__(self, inputs: Sequence[Node], outputs: Any, updates: Any = None,
                  backend: str | None = None, optimize: bool = True, name: str = "function",
-                 memory_budget: Any = None):
+                 memory_budget: Any = None, batch_size: int | None = None):
         self.name = name
         self.inputs = [as_node(i) for i in inputs]
         for i, ph in enumerate(self.inputs):
@@ -86,7 +86,7 @@ class Function:
         t0 = time.perf_counter()
         graph = self.graph
         if optimize:
-            graph, self.report = _optimize(graph, memory_budget)
+            graph, self.report = _optimize(graph, memory_budget, batch_size)
         self.optimized_graph = graph
         from kiln.core.backends import get_backend
 
@@ -127,12 +127,13 @@ def _cast(node: Node, dtype: str) -> Node:
     return cast(node, dtype)
 
 
-def _optimize(graph: Graph, memory_budget: Any) -> tuple[Graph, Any]:
+def _optimize(graph: Graph, memory_budget: Any,
+              batch_size: int | None = None) -> tuple[Graph, Any]:
     try:
         from kiln.core.passes import optimize
     except ImportError:
         return graph, None
-    return optimize(graph, memory_budget=memory_budget)
+    return optimize(graph, memory_budget=memory_budget, batch_size=batch_size)
 
 
 def function(inputs: Sequence[Any], outputs: Any, updates: Any = None,

@@ -1,0 +1,192 @@
+"""fuse: elementwise fusion into ``fused`` nodes (format: kiln/core/ops/fused.py).
+
+Groups are grown backwards from a root, visiting candidate producers in decreasing
+topological position (so every user of a candidate has been decided before the candidate):
+
+* a root is an elementwise node, or a reduction (sum, mean, max, min, prod, logsumexp) whose
+  input is absorbed: the reduction epilogue, always the last instruction;
+* a producer joins the group when it is elementwise, not a graph output, has the group's
+  iteration shape (the root's shape, or the reduced input's shape), and every one of its
+  users is already in the group; so each group has exactly one output, its root;
+* a *cheap* producer (one non-constant input, and a non-transcendental op: neg, abs, relu,
+  cast, square, sign, floor, ceil, round, logical_not, or add/sub/mul/maximum/minimum with
+  a constant) with several users, all fusible and of its shape, is duplicated into each of
+  its users' groups instead, and so is never materialized;
+* broadcasts (``broadcast_to`` / ``broadcast_like``) stay outside, as producers: a group reads
+  broadcast inputs through NumPy broadcasting in the generated loop, and simplify already
+  removed the broadcasts that only fed elementwise ops. Smaller-shaped producers (a scalar
+  learning-rate expression, a bias) are kept outside too, so they are computed once and not
+  once per element of the loop;
+* groups stop growing at :data:`MAX_INSTRUCTIONS` instructions.
+
+No cycle can appear: a group's members other than its root have no users outside it (cheap
+duplicates read their own input), so every external input of a group is an ancestor of its
+root, as before. Groups of one op stay plain nodes (the backends run plain elementwise ops).
+
+Example:
+    >>> g = fuse(Graph([x], [kiln.ops.relu(x * 2.0 + 1.0)]))
+    >>> g.outputs[0].op, len(g.outputs[0].attrs["program"])
+    ('fused', 3)
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+from kiln.core.ir import Graph, Node
+from kiln.core.ops.fused import fused
+from kiln.core.passes._util import (
+    TRANSCENDENTAL,
+    is_const,
+    is_elementwise,
+    is_source,
+    rebuild,
+    with_outputs,
+)
+
+REDUCTIONS = frozenset({"sum", "mean", "max", "min", "prod", "logsumexp"})
+CHEAP_UNARY = frozenset({"neg", "abs", "relu", "cast", "square", "sign", "floor", "ceil",
+                         "round", "logical_not"})
+CHEAP_BINARY = frozenset({"add", "sub", "mul", "maximum", "minimum"})
+MAX_INSTRUCTIONS = 64
+
+
+def is_cheap(node: Node) -> bool:
+    """One cheap, non-transcendental op on a single non-constant input."""
+    if node.op in TRANSCENDENTAL:
+        return False
+    if node.op in CHEAP_UNARY:
+        return True
+    return node.op in CHEAP_BINARY and sum(1 for i in node.inputs if not is_const(i)) == 1
+
+
+def _fusible(node: Node) -> bool:
+    return not is_source(node) and is_elementwise(node)
+
+
+def find_groups(graph: Graph) -> list[list[Node]]:
+    """The fusion groups of ``graph``: lists of member nodes in topological order, the root
+    last. Only groups of two or more instructions are returned."""
+    nodes = graph.nodes
+    index = {id(n): k for k, n in enumerate(nodes)}
+    users = graph.users()
+    outputs = {id(o) for o in graph.outputs}
+    assigned: set[int] = set()
+
+    def consumer_ok(u: Node) -> bool:
+        return _fusible(u) or (u.op in REDUCTIONS and _fusible(u.inputs[0]))
+
+    inlinable = {id(n) for n in nodes
+                 if _fusible(n) and is_cheap(n) and id(n) not in outputs
+                 and len({id(u) for u in users[id(n)]}) > 1
+                 and all(consumer_ok(u) and (u.shape == n.shape or u.op in REDUCTIONS)
+                         for u in users[id(n)])}
+
+    groups: list[list[Node]] = []
+    for root in reversed(nodes):
+        if id(root) in assigned or id(root) in inlinable:
+            continue
+        if _fusible(root):
+            shape = root.shape
+        elif root.op in REDUCTIONS and _fusible(root.inputs[0]):
+            shape = root.inputs[0].shape
+        else:
+            continue
+        assigned.add(id(root))
+        members = {id(root): root}
+        heap: list[tuple[int, int]] = []
+        _push(heap, root, members, index)
+        while heap and len(members) < MAX_INSTRUCTIONS:
+            neg_k, pid = heapq.heappop(heap)
+            p = nodes[-neg_k]
+            if pid in members or id(p) in assigned or not _fusible(p) or pid in outputs:
+                continue
+            if p.shape != shape:
+                continue
+            # internal: read only inside this group, and not by a duplicated cheap op (whose
+            # copies in other groups would read it too)
+            internal = all(id(u) in members and id(u) not in inlinable for u in users[pid])
+            if not internal and pid not in inlinable:
+                continue
+            members[pid] = p
+            if internal and pid not in inlinable:
+                assigned.add(pid)
+            _push(heap, p, members, index)
+        if len(members) > 1:
+            groups.append(sorted(members.values(), key=lambda n: index[id(n)]))
+    return groups
+
+
+def _push(heap: list[tuple[int, int]], node: Node, members: dict[int, Node],
+          index: dict[int, int]) -> None:
+    """Queues ``node``'s inputs as candidates, latest in topological order first."""
+    for i in node.inputs:
+        if id(i) not in members:
+            heapq.heappush(heap, (-index[id(i)], id(i)))
+
+
+def build_fused(members: list[Node], map_input: Callable[[Node], Node] | None = None) -> Node:
+    """The fused node computing ``members`` (topological order, root last); ``map_input``
+    gives the node to read for each external input (default: the input itself)."""
+    position = {id(m): j for j, m in enumerate(members)}
+    externals: list[Node] = []
+    ext_index: dict[int, int] = {}
+    program = []
+    for m in members:
+        args = []
+        for i in m.inputs:
+            if id(i) in position:
+                args.append(position[id(i)])
+                continue
+            if id(i) not in ext_index:
+                ext_index[id(i)] = len(externals)
+                externals.append(i)
+            args.append(-(ext_index[id(i)] + 1))
+        program.append((m.op, tuple(args), tuple(sorted(m.attrs.items()))))
+    if map_input is not None:
+        externals = [map_input(e) for e in externals]
+    node = fused(externals, program)
+    if node.type != members[-1].type:
+        raise RuntimeError(f"fuse: fused group of {len(members)} ops has type {node.type}, "
+                           f"its root {members[-1].op} has {members[-1].type}")
+    return node
+
+
+def fuse(graph: Graph) -> Graph:
+    """Returns ``graph`` with maximal elementwise groups collapsed into ``fused`` nodes."""
+    groups = find_groups(graph)
+    if not groups:
+        return graph
+    root_of = {id(g[-1]): g for g in groups}
+    internal = {id(m) for g in groups for m in g[:-1]}
+    new: dict[int, Node] = {}
+    for node in graph.nodes:
+        group = root_of.get(id(node))
+        if group is not None:
+            new[id(node)] = build_fused(group, lambda e: _get(new, e))
+        elif id(node) in internal:
+            continue  # computed inside its group(s); rebuilt below only if still referenced
+        elif is_source(node):
+            new[id(node)] = node
+        else:
+            new[id(node)] = rebuild(node, [_get(new, i) for i in node.inputs])
+    return with_outputs(graph, [_get(new, o) for o in graph.outputs])
+
+
+def _get(new: dict[int, Node], node: Node) -> Node:
+    """The rebuilt ``node``; internal members are rebuilt on demand (a cheap duplicate that
+    some consumer still reads, e.g. through a group that hit the size limit)."""
+    if id(node) in new:
+        return new[id(node)]
+    stack = [node]
+    while stack:
+        n = stack[-1]
+        missing = [i for i in n.inputs if id(i) not in new]
+        if missing:
+            stack.extend(missing)
+            continue
+        stack.pop()
+        if id(n) not in new:
+            new[id(n)] = rebuild(n, [new[id(i)] for i in n.inputs])
+    return new[id(node)]

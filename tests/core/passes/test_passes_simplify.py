@@ -1,0 +1,166 @@
+"""simplify: algebraic identities and stabilization rewrites, by structure and by value."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.ops as K
+from kiln.core.backends.reference import evaluate
+from kiln.core.ir import Graph
+from kiln.core.ops.registry import apply
+from kiln.core.passes import optimize
+from kiln.core.passes.simplify import simplify
+
+RNG = np.random.default_rng(0)
+X = kiln.placeholder((None, 2, 3), "float64", name="x")
+Y = kiln.placeholder((None, 2, 3), "float64", name="y")
+FEEDS = {X: RNG.normal(size=(4, 2, 3)), Y: RNG.uniform(0.1, 1.0, size=(4, 2, 3))}
+
+
+def one(fn):
+    """simplify(Graph([X, Y], [fn()])) and its only output; values are checked too."""
+    node = fn()
+    g = Graph([X, Y], [node])
+    out = simplify(g)
+    (a,) = evaluate(g.outputs, FEEDS)
+    (b,) = evaluate(out.outputs, FEEDS)
+    np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12)
+    assert out.outputs[0].type == node.type
+    return out.outputs[0]
+
+
+@pytest.mark.parametrize("build", [
+    lambda: X * 1.0, lambda: 1.0 * X, lambda: X + 0.0, lambda: 0.0 + X, lambda: X - 0.0,
+    lambda: X / 1.0, lambda: K.neg(-X), lambda: K.transpose(K.transpose(X, (1, 0, 2)), (1, 0, 2)),
+    lambda: apply("reshape", X, shape=(-1, 2, 3)), lambda: apply("cast", X, dtype="float64"),
+    lambda: K.reshape(K.reshape(X, (-1, 6)), (-1, 2, 3)),
+    lambda: K.squeeze(K.expand_dims(X, 1), 1),
+    lambda: K.sum(K.expand_dims(X, 2), axis=2) * 1.0 - 0.0,
+    lambda: (X * K.constant(np.ones(3))) + K.constant(np.zeros((2, 3))),
+], ids=["x*1", "1*x", "x+0", "0+x", "x-0", "x/1", "neg-neg", "transpose-twice",
+        "reshape-same", "cast-same", "reshape-reshape", "squeeze-expand", "sum-size1",
+        "broadcast-constants"])
+def test_identities_return_the_operand(build):
+    assert one(build) is X
+
+
+def test_identity_that_would_change_the_type_does_not_fire():
+    out = one(lambda: X * K.constant(np.ones((5, 1, 1, 1))))  # result is (5, ?, 2, 3)
+    assert out.op == "mul"
+
+
+def test_zero_minus_x_is_neg():
+    assert one(lambda: 0.0 - X).op == "neg"
+
+
+def test_transposes_compose():
+    out = one(lambda: K.transpose(K.transpose(X, (2, 0, 1)), (2, 0, 1)))
+    assert out.op == "transpose" and out.inputs[0] is X
+    assert out.attrs["perm"] == (1, 2, 0)
+
+
+def test_reshape_chain_becomes_one_reshape():
+    out = one(lambda: K.reshape(K.expand_dims(K.reshape(X, (-1, 6)), 1), (-1, 3, 2)))
+    assert out.op == "reshape" and out.inputs[0] is X
+
+
+def test_sum_over_size_one_axes_is_squeeze():
+    out = one(lambda: K.sum(K.expand_dims(X, 3), axis=3))
+    assert out is X
+    out = one(lambda: K.max(K.reshape(X, (-1, 1, 6)), axis=1))
+    assert out.op in ("reshape", "squeeze") and "max" not in Graph([], [out]).count_ops()
+
+
+def test_broadcast_of_scalar_constant_is_dropped_before_elementwise():
+    b = K.broadcast_like(K.constant(np.float64(2.0)), X)
+    out = one(lambda: X * b)
+    assert out.op == "mul" and out.inputs[1].op == "constant" and out.inputs[1].shape == ()
+    # kept where the broadcast decides the result shape
+    out = one(lambda: K.constant(np.float64(3.0)) * b)
+    assert "broadcast_like" in Graph([], [out]).count_ops()
+
+
+# ---- stabilization ---------------------------------------------------------------------------
+def test_log_softmax():
+    out = one(lambda: K.log(K.softmax(X, axis=1)))
+    assert out.op == "log_softmax" and out.attrs["axis"] == 1 and out.inputs[0] is X
+
+
+def test_log_sigmoid_is_minus_softplus_of_minus_x():
+    out = one(lambda: K.log(K.sigmoid(X)))
+    assert out.op == "neg" and out.inputs[0].op == "softplus"
+    assert out.inputs[0].inputs[0].op == "neg" and out.inputs[0].inputs[0].inputs[0] is X
+
+
+@pytest.mark.parametrize("build", [lambda: K.log(1.0 + Y), lambda: K.log(Y + 1.0)])
+def test_log1p(build):
+    out = one(build)
+    assert out.op == "log1p" and out.inputs[0] is Y
+
+
+def test_log1p_not_when_the_one_broadcasts():
+    out = one(lambda: K.log(Y + K.constant(np.ones((3, 1, 1, 1)))))
+    assert out.op == "log"
+
+
+def test_expm1():
+    assert one(lambda: K.exp(X) - 1.0).op == "expm1"
+    assert one(lambda: K.exp(X) + (-1.0)).op == "expm1"
+
+
+def _logits_labels():
+    z = kiln.placeholder((None, 5), "float64", name="z")
+    t = kiln.placeholder((None, 5), "float64", name="t")
+    feeds = {z: RNG.normal(size=(3, 5)), t: np.eye(5)[[0, 3, 1]]}
+    return z, t, feeds
+
+
+CE_FORMS = {
+    "neg-sum": lambda z, t: -K.sum(t * K.log(K.softmax(z)), axis=-1),
+    "sum-neg": lambda z, t: K.sum(-(t * K.log(K.softmax(z))), axis=-1),
+    "neg-label": lambda z, t: K.sum(-t * K.log(K.softmax(z)), axis=1),
+    "neg-log": lambda z, t: K.sum(t * -K.log(K.softmax(z)), axis=-1),
+    "swapped": lambda z, t: -K.sum(K.log(K.softmax(z)) * t, axis=-1),
+    "mean-neg": lambda z, t: K.mean(-K.sum(t * K.log(K.softmax(z)), axis=-1)),
+    "neg-mean": lambda z, t: -K.mean(K.sum(t * K.log(K.softmax(z)), axis=-1)),
+    "times-minus-one": lambda z, t: K.sum(t * K.log(K.softmax(z)), axis=-1) * -1.0,
+    "keepdims": lambda z, t: -K.sum(t * K.log(K.softmax(z)), axis=-1, keepdims=True),
+}
+
+
+@pytest.mark.parametrize("form", sorted(CE_FORMS))
+def test_hand_written_cross_entropy_becomes_softmax_cross_entropy(form):
+    z, t, feeds = _logits_labels()
+    loss = CE_FORMS[form](z, t)
+    g = Graph([z, t], [loss])
+    out, _ = optimize(g, exclude=("fuse",))
+    ops = out.count_ops()
+    assert ops.get("softmax_cross_entropy") == 1, out.dump()
+    assert "log" not in ops and "softmax" not in ops and "log_softmax" not in ops
+    np.testing.assert_allclose(evaluate(out.outputs, feeds)[0], evaluate(g.outputs, feeds)[0],
+                               rtol=1e-12)
+
+
+def test_cross_entropy_not_matched_over_the_wrong_axis_or_broadcast_labels():
+    z, t, feeds = _logits_labels()
+    wrong_axis = -K.sum(t * K.log(K.softmax(z)), axis=0)
+    t_row = kiln.placeholder((5,), "float64")
+    broadcast = -K.sum(t_row * K.log(K.softmax(z)), axis=-1)
+    out = simplify(Graph([z, t, t_row], [wrong_axis, broadcast]))
+    assert "softmax_cross_entropy" not in out.count_ops()
+
+
+def test_gradient_division_by_probability_cancels():
+    z, t, feeds = _logits_labels()
+    s = K.sigmoid(z)
+    loss = K.sum(t * K.log(s))
+    (g,) = kiln.grad(loss, [z])
+    out = simplify(Graph([z, t], [g]))
+    assert "div" not in out.count_ops()
+    big = {z: feeds[z] * 1e4, t: feeds[t]}
+    assert np.isfinite(evaluate(out.outputs, big)[0]).all()
+    assert not np.isfinite(evaluate([g], big)[0]).all()
+    np.testing.assert_allclose(evaluate(out.outputs, feeds)[0], evaluate([g], feeds)[0],
+                               rtol=1e-12)
