@@ -24,5 +24,5 @@ from kiln.callbacks.progbar_logger import ProgbarLogger
 from kiln.callbacks.reduce_lr_on_plateau import ReduceLROnPlateau
 
 __all__ = ["BackupAndRestore", "Callback", "CallbackList", "History", "ProgbarLogger",
-           "EarlyStopping", "ModelCheckpoint", "ReduceLROnPlateau", "LearningRateScheduler", "CSVLogger",
-           "TerminateOnNaN", "LambdaCallback"]
+           "EarlyStopping", "ModelCheckpoint", "ReduceLROnPlateau", "LearningRateScheduler",
+           "CSVLogger", "TerminateOnNaN", "LambdaCallback"]
