@@ -1,0 +1,401 @@
+"""``Model``: a Layer that groups layers and knows how to train (see :mod:`.trainer`).
+
+Three ways to make one, as in Keras:
+
+* functional: ``Model(inputs, outputs)`` (returns a :class:`~kiln.models.functional.Functional`);
+* subclassing: define ``__init__`` (layers as attributes) and ``call``;
+* :class:`~kiln.models.sequential.Sequential`.
+
+Layer classes are found by name for ``from_config`` through :func:`resolve_class`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kiln.core.ops.source import placeholder
+from kiln.layers.base import Layer, is_symbolic, map_structure
+from kiln.layers.context import trace
+from kiln.models.data import TensorSpec, spec_from_shapes, structure_of
+from kiln.models.trainer import Trainer
+
+# ---- the class registry ------------------------------------------------------------------------
+#: name -> class; ``kiln.saving.register_serializable`` (or :func:`register_class`) adds to it.
+REGISTRY: dict[str, type] = {}
+
+
+def register_class(cls: type, name: str | None = None) -> type:
+    """Makes ``cls`` findable by :func:`resolve_class` under ``name`` (default: its class
+    name; also ``"package>Name"`` style names work)."""
+    REGISTRY[name or cls.__name__] = cls
+    return cls
+
+
+def _all_subclasses(base: type) -> list[type]:
+    out, stack = [], [base]
+    while stack:
+        c = stack.pop()
+        for sub in c.__subclasses__():
+            out.append(sub)
+            stack.append(sub)
+    return out
+
+
+def resolve_class(name: str, custom_objects: dict[str, Any] | None = None) -> type:
+    """The class registered under ``name``: ``custom_objects`` first, then
+    :data:`REGISTRY`, then kiln's layers and models, then any subclass of ``Layer`` defined so
+    far (so user layers reload without registration when their module is imported).
+
+    Raises:
+        ValueError: naming the unknown class and how to make it known.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"resolve_class: expected a class name, received {name!r}")
+    candidates = [name]
+    if ">" in name:
+        candidates.append(name.split(">")[-1])
+    for key in candidates:
+        if custom_objects and key in custom_objects:
+            return custom_objects[key]
+        if key in REGISTRY:
+            return REGISTRY[key]
+    import kiln.layers
+    from kiln.models import functional, sequential
+
+    builtins: dict[str, type] = {"Functional": functional.Functional,
+                                 "Sequential": sequential.Sequential, "Model": Model}
+    for key in candidates:
+        if key in builtins:
+            return builtins[key]
+        obj = getattr(kiln.layers, key, None)
+        if isinstance(obj, type) and issubclass(obj, Layer):
+            return obj
+    found = [c for c in _all_subclasses(Layer) if c.__name__ in candidates]
+    if found:
+        return found[-1]
+    raise ValueError(f"Unknown layer or model class {name!r}. Pass it in "
+                     f"custom_objects={{'{candidates[-1]}': {candidates[-1]}}}, register it "
+                     "with kiln.saving.register_serializable(), or import the module that "
+                     "defines it before loading")
+
+
+def deserialize_layer(config: dict, custom_objects: dict[str, Any] | None = None) -> Layer:
+    """Builds a layer (or model) from ``{"class_name", "config", ...}``."""
+    if not isinstance(config, dict) or "class_name" not in config:
+        raise TypeError(f"expected a layer config with 'class_name' and 'config', received "
+                        f"{config!r}")
+    cls = resolve_class(config.get("registered_name") or config["class_name"], custom_objects)
+    if config.get("registered_name") and cls is None:  # pragma: no cover
+        cls = resolve_class(config["class_name"], custom_objects)
+    inner = dict(config.get("config", {}))
+    if isinstance(cls, type) and issubclass(cls, Model):
+        layer = cls.from_config(inner, custom_objects=custom_objects)
+    else:
+        layer = cls.from_config(inner)
+    build = config.get("build_config")
+    if build and not layer.built and hasattr(layer, "build_from_config"):
+        try:
+            layer.build_from_config(build)
+        except Exception:  # noqa: BLE001 - building early is an optimization only
+            pass
+    return layer
+
+
+def serialize_layer(layer: Layer) -> dict:
+    """``{"module", "class_name", "config", "registered_name", "build_config"}``."""
+    import kiln.layers
+
+    cls = type(layer)
+    builtin = getattr(kiln.layers, cls.__name__, None) is cls or cls.__module__.startswith(
+        "kiln.")
+    out = {"module": "kiln.layers" if builtin and not isinstance(layer, Model) else
+           cls.__module__, "class_name": cls.__name__, "config": layer.get_config(),
+           "registered_name": None if builtin else cls.__name__}
+    build = layer.get_build_config() if hasattr(layer, "get_build_config") else None
+    if build is not None:
+        out["build_config"] = _jsonable(build)
+    return out
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def _is_jsonable(x: Any) -> bool:
+    if x is None or isinstance(x, bool | int | float | str):
+        return True
+    if isinstance(x, list | tuple):
+        return all(_is_jsonable(v) for v in x)
+    if isinstance(x, dict):
+        return all(isinstance(k, str) and _is_jsonable(v) for k, v in x.items())
+    return False
+
+
+def is_input_layer(layer: Any) -> bool:
+    return type(layer).__name__ == "InputLayer" and hasattr(layer, "output")
+
+
+# ---- Model -------------------------------------------------------------------------------------
+class Model(Trainer, Layer):
+    """A group of layers with training and inference (``compile``/``fit``/``evaluate``/
+    ``predict``).
+
+    Functional: ``Model(inputs, outputs, name=None)``, with ``inputs``/``outputs`` a tensor,
+    a list or a dict of tensors made from ``kiln.Input``. Subclassed: override ``__init__``
+    (call ``super().__init__()``, assign layers as attributes) and ``call(inputs,
+    training=None)``.
+
+    Example:
+        >>> x = kiln.Input((784,))
+        >>> y = kiln.layers.Dense(10, activation="softmax")(kiln.layers.Dense(64, "relu")(x))
+        >>> model = kiln.Model(x, y)
+        >>> model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+
+        >>> class MLP(kiln.Model):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.hidden = kiln.layers.Dense(64, activation="relu")
+        ...         self.out = kiln.layers.Dense(10)
+        ...     def call(self, x):
+        ...         return self.out(self.hidden(x))
+    """
+
+    _is_graph_network = False
+    _init_args: tuple = ((), {})
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is Model and (args or "inputs" in kwargs or "outputs" in kwargs):
+            from kiln.models.functional import Functional
+
+            return object.__new__(Functional)
+        obj = object.__new__(cls)
+        obj._init_args = (args, dict(kwargs))
+        return obj
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        if args or "inputs" in kwargs or "outputs" in kwargs:
+            from kiln.models.functional import init_functional
+
+            init_functional(self, *args, **kwargs)
+            return
+        self._init_model(**kwargs)
+
+    def _init_model(self, name: str | None = None, trainable: bool = True, dtype: Any = None,
+                    **kwargs: Any) -> None:
+        Layer.__init__(self, name=name, trainable=trainable, dtype=dtype, **kwargs)
+        self._init_trainer()
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for missing attributes: explain the usual cause.
+        if name in ("_weights", "_inbound", "_trainable", "_regularizers", "_eager_cache",
+                    "built", "name", "dtype") and "_inbound" not in self.__dict__:
+            raise RuntimeError(f"{type(self).__name__}: it looks like you are subclassing "
+                               "Model and forgot to call super().__init__() in __init__")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    # ---- structure ------------------------------------------------------------------------
+    @property
+    def layers(self) -> list[Layer]:
+        """The model's layers (functional: in graph order, InputLayers first)."""
+        return self._sublayers()
+
+    def get_layer(self, name: str | None = None, index: int | None = None) -> Layer:
+        """A layer by ``name`` or by ``index`` into :attr:`layers`.
+
+        Raises:
+            ValueError: when neither or both are given, or no such layer exists.
+        """
+        if name is not None and index is not None:
+            raise ValueError("get_layer: provide only a layer name or a layer index, received "
+                             f"name={name!r} and index={index!r}")
+        layers = self.layers
+        if index is not None:
+            if not isinstance(index, int | np.integer):
+                raise TypeError(f"get_layer: index must be an int, received {index!r}")
+            if not -len(layers) <= index < len(layers):
+                raise ValueError(f"Was asked to retrieve layer at index {index} but model "
+                                 f"{self.name!r} only has {len(layers)} layers.")
+            return layers[index]
+        if name is not None:
+            for layer in layers:
+                if layer.name == name:
+                    return layer
+            raise ValueError(f"No such layer: {name}. Existing layers are: "
+                             f"{[layer.name for layer in layers]}.")
+        raise ValueError("get_layer: provide either a layer name or a layer index")
+
+    def summary(self, line_length: int | None = None, positions: Any = None,
+                print_fn: Callable | None = None, expand_nested: bool = False,
+                show_trainable: bool = False, layer_range: Any = None) -> None:
+        """Prints the layers, their output shapes and parameter counts, with Total /
+        Trainable / Non-trainable params (like Keras).
+
+        Args:
+            line_length: total width of the table.
+            positions: relative or absolute column boundaries.
+            print_fn: called with each line (default ``print``).
+            expand_nested: also list the layers of nested models.
+            show_trainable: add a column telling whether each layer is trainable.
+            layer_range: ``[first_name, last_name]`` to print a slice of the layers.
+        """
+        from kiln.models.summary import print_summary
+
+        print_summary(self, line_length=line_length, positions=positions, print_fn=print_fn,
+                      expand_nested=expand_nested, show_trainable=show_trainable,
+                      layer_range=layer_range)
+
+    # ---- building -------------------------------------------------------------------------
+    def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        was_built = self.built
+        try:
+            out = Layer.__call__(self, inputs, *args, **kwargs)
+        except BaseException:
+            if not was_built:
+                self.built = False
+            raise
+        if not was_built and self.built:
+            self._after_build()
+        return out
+
+    def _call_eager(self, inputs: Any, *args: Any, training: bool | None = None,
+                    **kwargs: Any) -> Any:
+        # ``model(arrays)`` in inference: the cached predict function, with the same input
+        # conversion (dtypes, dict keys) as predict().
+        if not training and not args and not kwargs:
+            return self.predict_on_batch(inputs)  # builds an unbuilt model from the data
+        return Layer._call_eager(self, inputs, *args, training=training, **kwargs)
+
+    def _maybe_build(self, inputs: Any) -> None:
+        # A model builds its sublayers by running call(); only record what it was built on.
+        if not self.built:
+            self.build_input_shape = map_structure(lambda t: tuple(t.shape), inputs)
+            self._build_input_spec = map_structure(TensorSpec.of, inputs)
+            self.built = True
+
+    def build(self, input_shape: Any = None) -> None:
+        """Builds the model's weights for inputs of ``input_shape`` (batch dim None) by
+        tracing ``call`` on placeholders. A tuple for one input; a list or dict of tuples for
+        several."""
+        if self.built and not self._is_graph_network:
+            return
+        if self._is_graph_network:
+            return
+        if input_shape is None:
+            raise ValueError(f"{self.name}: build() needs an input_shape (a tuple with the "
+                             "batch dimension, e.g. (None, 784))")
+        self._symbolic_build(spec_from_shapes(input_shape, self.dtype))
+
+    def _symbolic_build(self, spec: Any) -> Any:
+        """Calls the model on placeholders of ``spec`` (a structure of TensorSpec) outside
+        any trace, so sublayers are built and their calls recorded (for ``summary``)."""
+        phs = map_structure(lambda s: placeholder(s.shape, s.dtype or self.dtype), spec)
+        out = self(phs)
+        self._output_structure_cache = structure_of(out)
+        return out
+
+    def _after_build(self) -> None:
+        """Hook run once the model is built (the trainer builds the optimizer here)."""
+        self._build_optimizer_if_ready()
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        phs = map_structure(lambda s: placeholder(s.shape, s.dtype or self.dtype),
+                            spec_from_shapes(input_shape, self.dtype))
+        with trace(training=False):
+            out = self(phs)
+        return map_structure(lambda t: tuple(t.shape), out)
+
+    def call(self, inputs: Any, training: bool | None = None) -> Any:
+        if self._is_graph_network:  # a subclass that called Model.__init__(inputs, outputs)
+            from kiln.models.functional import run_graph
+
+            return run_graph(self, inputs, training)
+        raise NotImplementedError(
+            f"Model {type(self).__name__} has no call(): subclass Model and define "
+            "call(inputs, training=None), or create a functional model with "
+            "kiln.Model(inputs, outputs)")
+
+    # ---- config ---------------------------------------------------------------------------
+    def get_config(self) -> dict:
+        """Subclassed models: ``name``, ``trainable`` and the ``__init__`` arguments that are
+        JSON-serializable (override for the rest)."""
+        config: dict[str, Any] = {"name": self.name, "trainable": self.trainable}
+        args, kwargs = self._init_args
+        try:
+            bound = inspect.signature(type(self).__init__).bind_partial(None, *args, **kwargs)
+            bound.apply_defaults()
+        except TypeError:
+            return config
+        for key, value in list(bound.arguments.items())[1:]:
+            param = inspect.signature(type(self).__init__).parameters[key]
+            if param.kind == param.VAR_KEYWORD and isinstance(value, dict):
+                for k, v in value.items():
+                    if _is_jsonable(v):
+                        config[k] = v
+            elif param.kind != param.VAR_POSITIONAL and _is_jsonable(value):
+                config[key] = value
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict, custom_objects: dict[str, Any] | None = None) -> Model:
+        """Recreates a model from :meth:`get_config` (functional configs work on ``Model``)."""
+        from kiln.models.functional import Functional, functional_from_config
+
+        config = dict(config)
+        if "layers" in config and "input_layers" in config and "output_layers" in config:
+            target = cls if cls is not Model and issubclass(cls, Functional) else Functional
+            return functional_from_config(target, config, custom_objects)
+        try:
+            params = inspect.signature(cls.__init__).parameters
+        except (TypeError, ValueError):  # pragma: no cover
+            params = {}
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            config = {k: v for k, v in config.items() if k in params}
+        try:
+            return cls(**config)
+        except TypeError as exc:
+            raise TypeError(f"Unable to revive model {cls.__name__} from config {config}: "
+                            f"{exc}. Override get_config()/from_config() in {cls.__name__}"
+                            ) from exc
+
+    def to_json(self, **kwargs: Any) -> str:
+        import json
+
+        return json.dumps({"class_name": type(self).__name__ if not self._is_graph_network
+                           else "Functional", "config": _jsonable(self.get_config())},
+                          **kwargs)
+
+    # ---- saving (implemented by kiln.saving) ----------------------------------------------
+    def save(self, filepath: Any, *args: Any, **kwargs: Any) -> Any:
+        """Saves the model (``.keras``, ``.h5``): see ``kiln.saving``."""
+        from kiln import saving
+
+        return saving.save_model(self, filepath, *args, **kwargs)
+
+    def save_weights(self, filepath: Any, *args: Any, **kwargs: Any) -> Any:
+        """Saves the weights (``.weights.h5``, ``.h5``): see ``kiln.saving``."""
+        from kiln import saving
+
+        return saving.save_weights(self, filepath, *args, **kwargs)
+
+    def load_weights(self, filepath: Any, *args: Any, **kwargs: Any) -> Any:
+        """Loads weights saved by ``save_weights`` or Keras: see ``kiln.saving``."""
+        from kiln import saving
+
+        return saving.load_weights(self, filepath, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r} built={self.built}>"
+
+
+__all__ = ["Model", "REGISTRY", "register_class", "resolve_class", "deserialize_layer",
+           "serialize_layer", "is_symbolic"]
