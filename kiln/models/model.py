@@ -108,13 +108,14 @@ def deserialize_layer(config: dict, custom_objects: dict[str, Any] | None = None
 def serialize_layer(layer: Layer) -> dict:
     """``{"module", "class_name", "config", "registered_name", "build_config"}``."""
     import kiln.layers
+    from kiln.saving.registration import get_registered_name
 
     cls = type(layer)
     builtin = getattr(kiln.layers, cls.__name__, None) is cls or cls.__module__.startswith(
         "kiln.")
     out = {"module": "kiln.layers" if builtin and not isinstance(layer, Model) else
            cls.__module__, "class_name": cls.__name__, "config": layer.get_config(),
-           "registered_name": None if builtin else cls.__name__}
+           "registered_name": None if builtin else (get_registered_name(cls) or cls.__name__)}
     build = layer.get_build_config() if hasattr(layer, "get_build_config") else None
     if build is not None:
         out["build_config"] = _jsonable(build)
