@@ -56,7 +56,8 @@ class Function:
 
     def __init__(self, inputs: Sequence[Node], outputs: Any, updates: Any = None,
                  backend: str | None = None, optimize: bool = True, name: str = "function",
-                 memory_budget: Any = None, batch_size: int | None = None):
+                 memory_budget: Any = None, batch_size: int | None = None,
+                 device: str | None = None):
         self.name = name
         self.inputs = [as_node(i) for i in inputs]
         for i, ph in enumerate(self.inputs):
@@ -81,7 +82,7 @@ class Function:
                 node = _cast(node, var.dtype)
             self.updates.append((var, node))
         self.graph = Graph(self.inputs, self.outputs + [v for _, v in self.updates])
-        self.backend_name = backend or config.default_backend()
+        self.backend_name = backend or backend_for_device(device or config.device())
         self.report = None
         t0 = time.perf_counter()
         graph = self.graph
@@ -91,6 +92,9 @@ class Function:
         from kiln.core.backends import get_backend
 
         self.program = get_backend(self.backend_name).compile_graph(graph)
+        bind = getattr(self.program, "bind_updates", None)
+        if bind is not None:  # device backends keep the updated Variables on the device
+            bind([var for var, _ in self.updates])
         self.compile_seconds = time.perf_counter() - t0
         self.calls = 0
 
@@ -105,10 +109,11 @@ class Function:
         results = self.program.run(feeds)
         n = len(self.outputs)
         outs = [np.array(r, copy=True) for r in results[:n]]
-        new_values = results[n:]
-        for (var, _), value in zip(self.updates, new_values):
-            if value is not var.value:
-                var.value[...] = value
+        if not getattr(self.program, "updates_on_device", False):
+            for (var, _), value in zip(self.updates, results[n:]):
+                if value is not var.value:
+                    var.value[...] = value
+                var._version += 1  # device copies of `var` are stale now
         self.calls += 1
         return outs[0] if self._single else outs
 
@@ -119,6 +124,20 @@ class Function:
                      for i, (ph, a) in enumerate(zip(self.inputs, args))]
             return self.program.profile(feeds)
         raise NotImplementedError(f"the {self.backend_name} backend has no profiler")
+
+
+def backend_for_device(device: str) -> str:
+    """The backend for ``device`` (``device=`` or KILN_DEVICE): "cpu" -> the default backend,
+    "cuda" -> "cuda", "auto" -> "cuda" when a real GPU is usable, else the default."""
+    if device == "cuda":
+        return "cuda"
+    if device == "auto":
+        from kiln.core.backends.cuda import real_gpu_available  # does not import numba.cuda
+
+        return "cuda" if real_gpu_available() else config.default_backend()
+    if device != "cpu":
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', received {device!r}")
+    return config.default_backend()
 
 
 def _cast(node: Node, dtype: str) -> Node:

@@ -121,6 +121,15 @@ def _freeze(value: Any) -> Any:
 _node_cache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
+def _key_part(value: Any) -> Any:
+    """An attribute as part of a cache key. Objects hashed by identity (a Variable behind a
+    param node) enter by id, so the cache never keeps them alive: the node holds them, and the
+    node's entry disappears with the node."""
+    if type(value).__hash__ is object.__hash__:
+        return ("__id__", id(value))
+    return value
+
+
 class Node:
     """One value in the graph: ``op(inputs, **attrs)`` with a static :class:`TensorType`.
 
@@ -189,7 +198,8 @@ def make_node(op: str, inputs: Sequence[Node], attrs: dict[str, Any] | None,
     """Returns the unique node for ``op(inputs, **attrs)``, checking types with ``infer``."""
     attrs = {k: _freeze(v) for k, v in (attrs or {}).items()}
     inputs = tuple(inputs)
-    key = (op, tuple(id(i) for i in inputs), tuple(sorted(attrs.items())))
+    key = (op, tuple(id(i) for i in inputs),
+           tuple(sorted((k, _key_part(v)) for k, v in attrs.items())))
     try:
         found = _node_cache.get(key)
     except TypeError as exc:

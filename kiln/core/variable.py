@@ -30,6 +30,12 @@ class Variable:
         >>> w.assign(np.ones((3, 2)))
     """
 
+    # Device backends (kiln.core.backends.cuda) keep copies of the value: `_version` counts
+    # host-side writes (assign, the executor's update writes); `_device_pull`, while set, copies
+    # a newer device value back into `_value` before the host buffer is read.
+    _version: int = 0
+    _device_pull: Any = None
+
     def __init__(self, value: Any, name: str | None = None, trainable: bool = True,
                  dtype: str | None = None):
         arr = np.asarray(value)
@@ -51,12 +57,17 @@ class Variable:
 
     @property
     def value(self) -> np.ndarray:
-        """The live buffer (compiled functions update it in place); do not resize it."""
+        """The live host buffer (compiled functions update it in place); do not resize it.
+
+        A newer copy on a device is copied back first. Write through :meth:`assign` (which
+        bumps ``_version``) so that device copies see the change."""
+        if self._device_pull is not None:
+            self._device_pull(self)
         return self._value
 
     def numpy(self) -> np.ndarray:
         """A copy of the current value."""
-        return self._value.copy()
+        return self.value.copy()
 
     def assign(self, value: Any) -> Variable:
         """Overwrites the value in place; the shape must match."""
@@ -66,7 +77,9 @@ class Variable:
             if arr.shape != self._value.shape:
                 raise ValueError(f"Variable {self.name!r}: cannot assign a value of shape "
                                  f"{arr.shape} to a variable of shape {self._value.shape}")
+        self._device_pull = None  # the host value now wins over any device copy
         self._value[...] = arr
+        self._version += 1
         return self
 
     def __kiln_node__(self) -> Node:
@@ -77,7 +90,8 @@ class Variable:
         return self._node
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return self._value if dtype is None else self._value.astype(dtype)
+        value = self.value
+        return value if dtype is None else value.astype(dtype)
 
     def __repr__(self) -> str:
         return f"<kiln.Variable {self.name!r} shape={self.shape} dtype={self.dtype}>"

@@ -88,21 +88,21 @@ def _positive_int(name: str, value: Any, allow_none: bool = True) -> int | None:
 
 
 def _backend_for(device: Any) -> str | None:
-    if device is None or device == "cpu":
-        return None
-    if device == "auto":
-        try:
-            from numba import cuda
+    """The backend for ``compile(device=...)`` (None: KILN_DEVICE, default "cpu"); None means
+    the default backend."""
+    from kiln import config
+    from kiln.core.executor import backend_for_device
 
-            return "cuda" if cuda.is_available() else None
-        except Exception:  # noqa: BLE001 - no CUDA support installed
-            return None
-    if device in ("cuda", "gpu"):
-        return "cuda"
+    device = config.device() if device is None else device
     if device == "reference":
         return "reference"
-    raise ValueError(f"compile: device must be None, 'cpu', 'cuda', 'auto' or 'reference', "
-                     f"received {device!r}")
+    if device == "gpu":
+        device = "cuda"
+    if device not in ("cpu", "cuda", "auto"):
+        raise ValueError(f"compile: device must be None, 'cpu', 'cuda', 'auto' or "
+                         f"'reference', received {device!r}")
+    name = backend_for_device(device)
+    return None if name == config.default_backend() else name
 
 
 class Trainer:

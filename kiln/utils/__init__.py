@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kiln.random_state import set_seed as _set_seed
+from kiln.utils.plot import plot_history, plot_model
 
 
 def set_random_seed(seed: int) -> None:
@@ -16,4 +17,4 @@ def set_random_seed(seed: int) -> None:
     _set_seed(seed)
 
 
-__all__ = ["set_random_seed"]
+__all__ = ["set_random_seed", "plot_model", "plot_history"]

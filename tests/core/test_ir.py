@@ -124,3 +124,17 @@ def test_core_imports_nothing_above_it():
         text = path.read_text()
         for pkg in ("layers", "models", "optimizers", "callbacks"):
             assert f"kiln.{pkg}" not in text, f"{path} mentions kiln.{pkg}"
+
+
+def test_graphs_do_not_keep_variables_alive():
+    import gc
+    import weakref
+
+    v = kiln.Variable(np.ones(3))
+    ref = weakref.ref(v)
+    x = kiln.placeholder((3,))
+    f = kiln.function([x], x * v, backend="reference")
+    np.testing.assert_array_equal(f(np.ones(3)), np.ones(3))
+    del v, f
+    gc.collect()
+    assert ref() is None

@@ -1,0 +1,179 @@
+"""Per-call overhead of the CPU backend: what a step costs besides the kernels' own work.
+
+Measures, on this machine:
+
+1. calling one compiled kernel (5 array arguments, trivial body) through numba's dispatcher,
+   through its compiled entry point (what the executor calls), with a NumPy scalar argument
+   instead of an array, and ``np.matmul(out=)`` on tiny matrices;
+2. for the tiny MLP training step (32-64-64-1, batch 32; ~40 kernels): the whole
+   ``kiln.function`` call, ``program.run`` alone, the plan's Python loop of kernel calls, and the
+   same calls from a generated straight-line driver (one Python function with every call
+   written out), which is the alternative the executor could use;
+3. (``--parallel``) generated elementwise loops serial vs on all threads, by size: a 2-array
+   loop (``relu(2x - 1)``) and the merged momentum update (5 arrays: g, v, p in; v, p out), to
+   set ``elementwise.PARALLEL_MIN_ELEMENTS``.
+
+Usage::
+
+    python benchmarks/bench_overhead.py [--parallel]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def per_call_us(fn: Callable[[], None], n: int = 20000, repeat: int = 7) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        times.append((time.perf_counter() - t0) / n)
+    return min(times) * 1e6
+
+
+def kernel_call_costs() -> dict:
+    from kiln.core.backends.cpu import jit
+
+    src = "def touch(o, a, b, c, p):\n    o[0] = a[0] + b[0] + c[0] + p[0]\n"
+    k = jit.load(src, "touch", signature="bench")
+    arrays = [np.ones(16, np.float32) for _ in range(4)]
+    p = np.ones(4, np.int64)
+    args = (*arrays, p)
+    entry = k.specialize(args)
+    disp = k.dispatcher
+    src2 = "def touch_scalar(o, a, b, c, s):\n    o[0] = a[0] + b[0] + c[0] + s\n"
+    k2 = jit.load(src2, "touch_scalar", signature="bench")
+    args2 = (*arrays, np.int64(1))
+    entry2 = k2.specialize(args2)
+    x = np.ones((32, 32), np.float32)
+    out = np.empty((32, 32), np.float32)
+    return {
+        "dispatcher_us": per_call_us(lambda: disp(*args)),
+        "entry_point_us": per_call_us(lambda: entry(*args)),
+        "entry_point_numpy_scalar_arg_us": per_call_us(lambda: entry2(*args2)),
+        "matmul_32x32_out_us": per_call_us(lambda: np.matmul(x, x, out)),
+    }
+
+
+def straight_line_driver(calls: list) -> Callable[[], None]:
+    """One generated Python function calling every kernel in order (no loop, no unpacking of
+    (fn, args) pairs)."""
+    env: dict = {}
+    lines = ["def drive():"]
+    for k, (fn, args) in enumerate(calls):
+        env[f"f{k}"] = fn
+        names = []
+        for j, a in enumerate(args):
+            env[f"a{k}_{j}"] = a
+            names.append(f"a{k}_{j}")
+        lines.append(f"    f{k}({', '.join(names)})")
+    if len(lines) == 1:
+        lines.append("    pass")
+    exec(compile("\n".join(lines), "<kiln driver>", "exec"), env)
+    return env["drive"]
+
+
+def step_overheads() -> dict:
+    from benchmarks.bench_cpu import batches, kiln_case, make_data
+
+    step, info = kiln_case("tiny_train")
+    fn = info["function"]
+    x, y = make_data("tiny_train")
+    for xb, yb in batches(x[:3200], y[:3200], 32):
+        step(xb, yb)
+    xb, yb = x[:32], y[:32]
+    feeds = [xb, yb]
+    prog = fn.program
+    plan = prog.plan(feeds)
+    calls = list(plan.calls)
+
+    def loop() -> None:
+        for f, a in calls:
+            f(*a)
+
+    drive = straight_line_driver(calls)
+    res = {
+        "kernels": len(calls),
+        "function_call_us": per_call_us(lambda: fn(xb, yb), n=2000),
+        "program_run_us": per_call_us(lambda: prog.run(feeds), n=2000),
+        "python_loop_us": per_call_us(loop, n=2000),
+        "straight_line_driver_us": per_call_us(drive, n=2000),
+    }
+    times = [0.0] * (len(calls) + 1)
+    reps = 2000
+    for _ in range(reps):
+        plan.run_profiled(feeds, times)
+    res["sum_of_kernel_times_us"] = sum(times[1:]) / reps * 1e6
+    res["per_kernel_us"] = {}
+    for s, t in zip(plan.steps, times[1:]):
+        res["per_kernel_us"].setdefault(s.kind, []).append(t / reps * 1e6)
+    res["per_kernel_us"] = {k: round(statistics.fmean(v), 2)
+                            for k, v in res["per_kernel_us"].items()}
+    return res
+
+
+def parallel_threshold() -> dict:
+    import kiln
+    import kiln.ops as K
+    from kiln.core.backends.cpu import elementwise
+
+    res = {}
+    saved = elementwise.PARALLEL_MIN_ELEMENTS
+    try:
+        for n in (1 << 14, 1 << 16, 1 << 17, 1 << 18, 1 << 19, 1 << 20, 1 << 22):
+            x = kiln.placeholder((n,))
+            xv = np.random.default_rng(0).random(n, dtype=np.float32)
+            row = {}
+            for mode, threshold in (("serial", 1 << 62), ("parallel", 0)):
+                elementwise.PARALLEL_MIN_ELEMENTS = threshold
+                f = kiln.function([x], K.relu(x * 2.0 - 1.0), backend="cpu")
+                row[f"relu_{mode}_us"] = per_call_us(
+                    lambda f=f, xv=xv: f.program.run([xv]), n=200)
+                p = kiln.Variable(np.zeros(n))
+                v = kiln.Variable(np.zeros(n))
+                nv = 0.9 * v - 0.01 * x
+                g = kiln.function([x], [], updates=[(v, nv), (p, p + nv)], backend="cpu")
+                row[f"momentum_{mode}_us"] = per_call_us(
+                    lambda g=g, xv=xv: g.program.run([xv]), n=200)
+            res[n] = row
+    finally:
+        elementwise.PARALLEL_MIN_ELEMENTS = saved
+    return res
+
+
+def main() -> int:
+    if "--parallel" in sys.argv:
+        res = parallel_threshold()
+        print(f"{'elements':>10}" + "".join(f"{k:>22}" for k in next(iter(res.values()))))
+        for n, row in res.items():
+            print(f"{n:>10}" + "".join(f"{v:>22.1f}" for v in row.values()))
+        print("JSON " + json.dumps(res))
+        return 0
+    costs = kernel_call_costs()
+    steps = step_overheads()
+    print("one kernel call (us):")
+    for k, v in costs.items():
+        print(f"  {k:<36}{v:8.3f}")
+    print(f"tiny MLP training step ({steps['kernels']} kernel calls), us per step:")
+    for k in ("function_call_us", "program_run_us", "python_loop_us",
+              "straight_line_driver_us", "sum_of_kernel_times_us"):
+        print(f"  {k:<36}{steps[k]:8.1f}")
+    print("  mean time per call by kind (profiled):", steps["per_kernel_us"])
+    print("JSON " + json.dumps({"kernel_call": costs, "tiny_step": steps}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""Code generation of elementwise and fused kernels (with an optional reduction epilogue).
+
+A kernel is generated from a *program* in the format of :mod:`kiln.core.ops.fused` (a plain
+elementwise or reduction node is a one-instruction program) and the ops' ``scalar`` bodies. It
+is specialized on dtypes, on the loop rank and on a class per operand, never on sizes:
+
+* ``"S"``: the operand is a single element (every stride 0): loaded once;
+* ``"Z"``: its innermost stride is 0 (broadcast along the inner loop): loaded once per row;
+* ``"N"``: anything else: loaded per element, strides are run-time values;
+* ``"O"``: the operand IS the output (an in-place update: same storage, same layout): loaded
+  through the output array at the output's index, so LLVM sees one array read then written
+  element by element, and vectorizes (with two arrays that overlap, its run-time alias check
+  fails and the scalar loop runs); ``"E0"``, ``"E1"`` ...: the same for a side output.
+
+A loop without reduction may store side outputs (``extra``: instruction indices) besides its
+result, all with the result's shape and layout: chains like a momentum update (``v`` then
+``p + v``) run as one pass over memory.
+
+Every array argument is a flat (1-D, C-contiguous) storage root; offsets, strides and sizes come
+in one int64 array ``p`` (scalar arguments would cost ~1 us each). Indices are cast to uint64 so
+numba emits no negative-index wraparound, which lets LLVM vectorize the inner loop (it versions
+the loop on unit strides).
+
+The output of a reduction has stride 0 along reduced dims; with class ``"Z"`` the inner loop
+accumulates in a register (vectorized with fastmath reassociation), otherwise in memory.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from kiln.core.ir import TensorType
+from kiln.core.ops.registry import ELEMENTWISE, REDUCE, get_op
+
+CTOR = {"float32": "np.float32", "float64": "np.float64", "int32": "np.int32",
+        "int64": "np.int64", "bool": "np.bool_"}
+
+_LITERAL = re.compile(r"(?<![\w.{])(\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+|\d+(?:[eE][-+]?\d+)?)"
+                      r"(?![\w.}])")
+
+REDUCE_OPS = ("sum", "mean", "max", "min", "prod")
+
+_IDENTITY = {
+    "sum": {"f": "0.0", "i": "0"},
+    "mean": {"f": "0.0", "i": "0"},
+    "prod": {"f": "1.0", "i": "1"},
+    "max": {"f": "-np.inf", "int32": "-2147483648", "int64": "-9223372036854775808"},
+    "min": {"f": "np.inf", "int32": "2147483647", "int64": "9223372036854775807"},
+}
+
+_COMBINE = {
+    "sum": "{a} + {b}",
+    "mean": "{a} + {b}",
+    "prod": "{a} * {b}",
+    "max": "({b} if ({b} > {a} or {b} != {b}) else {a})",
+    "min": "({b} if ({b} < {a} or {b} != {b}) else {a})",
+}
+
+
+class CodegenError(ValueError):
+    """The program cannot be generated (the executor then uses the reference)."""
+
+
+def scalar_body(op_name: str, attrs: tuple) -> str:
+    op = get_op(op_name)
+    if op.kind != ELEMENTWISE or op.scalar is None:
+        raise CodegenError(f"op {op_name} has no scalar body")
+    body = op.scalar(**dict(attrs)) if callable(op.scalar) else op.scalar
+    if not isinstance(body, str):
+        raise CodegenError(f"op {op_name}: scalar body must be a string, got {body!r}")
+    return body
+
+
+def type_literals(body: str, dtype: str) -> str:
+    """Wraps numeric literals in ``np.float32(...)`` so float32 math stays float32."""
+    if dtype != "float32":
+        return body
+    return _LITERAL.sub(lambda m: f"np.float32({m.group(1)})", body)
+
+
+def program_dtypes(program: tuple, in_dtypes: tuple[str, ...]) -> list[str]:
+    """The dtype of each instruction's result."""
+    out: list[str] = []
+    for op_name, args, attrs in program:
+        types = [TensorType((), in_dtypes[-a - 1] if a < 0 else out[a]) for a in args]
+        out.append(get_op(op_name).infer(*types, **dict(attrs)).dtype)
+    return out
+
+
+@dataclass(frozen=True)
+class LoopSpec:
+    """What a generated loop kernel is specialized on (its cache identity)."""
+
+    program: tuple            # elementwise instructions (the reduction split off)
+    reduce: str | None        # sum / mean / max / min / prod, or None
+    in_dtypes: tuple[str, ...]
+    out_dtype: str
+    rank: int
+    classes: tuple[str, ...]  # per input: S / Z / N / O / E<k>
+    out_class: str            # N, or Z for a reduction along the innermost loop
+    extra: tuple[int, ...] = ()       # side outputs: instruction indices
+    extra_dtypes: tuple[str, ...] = ()
+    parallel: bool = False            # chunks of the inner loop over threads (prange)
+
+    def signature(self) -> str:
+        side = f" extra={self.extra}:{','.join(self.extra_dtypes)}" if self.extra else ""
+        par = " parallel" if self.parallel else ""
+        return (f"in={','.join(self.in_dtypes)} out={self.out_dtype} rank={self.rank} "
+                f"classes={'.'.join(self.classes)}.{self.out_class} reduce={self.reduce}{side}"
+                f"{par}")
+
+
+def split_program(program: tuple) -> tuple[tuple, str | None, tuple]:
+    """(elementwise part, reduction op or None, reduction attrs)."""
+    last_op, last_args, last_attrs = program[-1]
+    if get_op(last_op).kind == REDUCE:
+        if last_op not in REDUCE_OPS:
+            raise CodegenError(f"reduction epilogue {last_op} is not generated")
+        if len(program) == 1:
+            # a plain reduction: the elementwise part is the identity on the input
+            return (("stop_gradient", last_args, ()),), last_op, last_attrs
+        # the reduced value is the result of instruction last_args[0] (or an input)
+        head = program[:-1]
+        src = last_args[0]
+        if src != len(head) - 1:
+            head = head + (("stop_gradient", (src,), ()),)
+        return head, last_op, last_attrs
+    return program, None, ()
+
+
+def _params_index(rank: int, n_in: int) -> dict[str, Any]:
+    base_in = 2 * rank + 1
+    return {"sizes": 0, "out": rank, "inputs": [base_in + k * (rank + 1) for k in range(n_in)],
+            "extra": base_in + n_in * (rank + 1)}
+
+
+def params_length(rank: int, n_in: int, n_extra: int = 0) -> int:
+    return _params_index(rank, n_in)["extra"] + 2 + n_extra
+
+
+def generate(spec: LoopSpec) -> str:
+    """The source of ``kernel(o, a0, a1, ..., p)`` for ``spec``."""
+    rank, n_in = spec.rank, len(spec.in_dtypes)
+    idx = _params_index(rank, n_in)
+    dtypes = program_dtypes(spec.program, spec.in_dtypes)
+    value_dtype = dtypes[-1]
+    n_extra = len(spec.extra)
+    if (n_extra or spec.parallel) and spec.reduce is not None:
+        raise CodegenError("side outputs and threads need a loop without reduction")
+    args = ", ".join(["o"] + [f"e{k}" for k in range(n_extra)] + [f"a{k}" for k in range(n_in)]
+                     + ["p"])
+    lines = [f"def kernel({args}):"]
+    ind = "    "
+    emit = lines.append
+    for d in range(rank):
+        emit(f"{ind}n{d} = p[{d}]")
+    emit(f"{ind}xo = p[{idx['out']}]")
+    for d in range(rank):
+        emit(f"{ind}so{d} = p[{idx['out'] + 1 + d}]")
+    for k in range(n_extra):
+        emit(f"{ind}d{k} = p[{idx['extra'] + 2 + k}] - xo")  # side output offset - xo
+    for k in range(n_in):
+        b = idx["inputs"][k]
+        emit(f"{ind}x{k} = p[{b}]")
+        if spec.classes[k] == "S":
+            emit(f"{ind}v{k} = a{k}[np.uint64(x{k})]")
+        elif spec.classes[k] in ("Z", "N"):
+            for d in range(rank):
+                emit(f"{ind}s{k}_{d} = p[{b + 1 + d}]")
+    red = spec.reduce
+    ctor_out = CTOR[spec.out_dtype]
+    if red is not None:
+        kind = "f" if value_dtype.startswith("float") else value_dtype
+        ident = _IDENTITY[red].get(kind) or _IDENTITY[red]["i"]
+        emit(f"{ind}ident = {ctor_out}({ident})")
+        emit(f"{ind}for q in range(p[{idx['extra']}]):")
+        emit(f"{ind}    o[np.uint64(xo + q)] = ident")
+    # loop nest: per level offsets
+    depth = 1
+    last = rank - 1
+    inner = f"range(n{last})"
+    if spec.parallel:
+        # the inner loop in chunks, one prange iteration per chunk (each with all outer loops)
+        emit(f"{ind}chunk = p[{idx['extra'] + 2 + n_extra}]")
+        emit(f"{ind}for c in numba.prange((n{last} + chunk - 1) // chunk):")
+        emit(f"{ind}    lo = c * chunk")
+        emit(f"{ind}    hi = min(lo + chunk, n{last})")
+        inner = "range(lo, hi)"
+        depth = 2
+    prev = {k: f"x{k}" for k in range(n_in)}
+    prev_o = "xo"
+    for d in range(rank - 1):
+        pad = ind * depth
+        emit(f"{pad}for i{d} in range(n{d}):")
+        pad = ind * (depth + 1)
+        emit(f"{pad}xo_{d} = {prev_o} + i{d} * so{d}")
+        prev_o = f"xo_{d}"
+        for k in range(n_in):
+            if spec.classes[k] not in ("Z", "N"):
+                continue
+            emit(f"{pad}x{k}_{d} = {prev[k]} + i{d} * s{k}_{d}")
+            prev[k] = f"x{k}_{d}"
+        depth += 1
+    pad = ind * depth
+    for k in range(n_in):
+        if spec.classes[k] == "Z":
+            emit(f"{pad}v{k} = a{k}[np.uint64({prev[k]})]")
+    if red is not None and spec.out_class == "Z":
+        emit(f"{pad}acc = o[np.uint64({prev_o})]")
+    emit(f"{pad}for i{last} in {inner}:")
+    pad = ind * (depth + 1)
+    out_index = f"{prev_o} + i{last} * so{last}"
+    for k in range(n_in):
+        c = spec.classes[k]
+        if c == "N":
+            emit(f"{pad}v{k} = a{k}[np.uint64({prev[k]} + i{last} * s{k}_{last})]")
+        elif c == "O":
+            emit(f"{pad}v{k} = o[np.uint64({out_index})]")
+        elif c.startswith("E"):
+            emit(f"{pad}v{k} = e{c[1:]}[np.uint64({out_index} + d{c[1:]})]")
+    for j, (op_name, iargs, attrs) in enumerate(spec.program):
+        names = [f"v{-a - 1}" if a < 0 else f"t{a}" for a in iargs]
+        arg_dtypes = [spec.in_dtypes[-a - 1] if a < 0 else dtypes[a] for a in iargs]
+        floats = {t for t in arg_dtypes + [dtypes[j]] if t.startswith("float")}
+        body = type_literals(scalar_body(op_name, attrs), "float32" if floats == {"float32"}
+                             else "")
+        emit(f"{pad}t{j} = {CTOR[dtypes[j]]}({body.format(*names)})")
+    result = f"t{len(spec.program) - 1}"
+    if value_dtype != spec.out_dtype:
+        emit(f"{pad}{result} = {ctor_out}({result})")
+    for k, (j, dt) in enumerate(zip(spec.extra, spec.extra_dtypes)):
+        value = f"t{j}" if dtypes[j] == dt else f"{CTOR[dt]}(t{j})"
+        emit(f"{pad}e{k}[np.uint64({out_index} + d{k})] = {value}")
+    if red is None:
+        emit(f"{pad}o[np.uint64({out_index})] = {result}")
+    elif spec.out_class == "Z":
+        emit(f"{pad}acc = {ctor_out}({_COMBINE[red].format(a='acc', b=result)})")
+        emit(f"{ind * depth}o[np.uint64({prev_o})] = acc")
+    else:
+        emit(f"{pad}io = np.uint64({prev_o} + i{last} * so{last})")
+        emit(f"{pad}o[io] = {ctor_out}({_COMBINE[red].format(a='o[io]', b=result)})")
+    if red == "mean":
+        emit(f"{ind}cnt = p[{idx['extra'] + 1}]")
+        emit(f"{ind}for q in range(p[{idx['extra']}]):")
+        emit(f"{ind}    o[np.uint64(xo + q)] = {ctor_out}(o[np.uint64(xo + q)] / cnt)")
+    return "\n".join(lines) + "\n"
+
+
+def label(program: tuple) -> str:
+    """A short human-readable name of a program (for the profiler)."""
+    ops = [op for op, _, _ in program]
+    if len(ops) == 1:
+        return ops[0]
+    return "fused[" + ",".join(ops) + "]"

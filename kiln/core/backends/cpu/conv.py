@@ -1,0 +1,396 @@
+"""Convolution and pooling kernels (NHWC, TensorFlow padding, see kiln/core/ops/nn_conv.py).
+
+Convolutions run one of two ways, picked per shape (``conv_method``):
+
+* ``"direct"``: numba loops vectorized over output channels, for few input taps
+  (``kh * kw * Cin`` small, e.g. the first layer on a grayscale image), where a GEMM would be
+  starved (K = 9) and the im2col buffer would be as large as the output;
+* ``"gemm"``: im2col (a numba kernel) + one BLAS GEMM with ``out=``; the input gradient is a
+  GEMM followed by col2im (scatter-add). The im2col buffer of an input is computed once per step
+  and shared by the forward convolution and the kernel gradient that read the same input.
+
+Pooling is direct numba loops (max routes the gradient to the first maximal element of each
+window, row-major, like the reference). Every kernel here loops over the batch with
+``numba.prange`` (the images are independent; the kernel gradient sums per-thread partials).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from kiln.core.backends.cpu import jit
+from kiln.core.backends.cpu.registry import builder
+from kiln.core.ir import Node
+from kiln.core.ops.nn_conv import _geometry
+
+# A convolution with at most this many taps per output (kh * kw * Cin) runs direct loops.
+DIRECT_MAX_TAPS = 16
+
+
+def conv_method(taps: int) -> str:
+    """``"direct"`` or ``"gemm"`` for a convolution with ``taps = kh * kw * Cin``.
+
+    From benchmarks/bench_conv.py on 2 cores: direct loops win while the GEMM's inner
+    dimension is tiny (MNIST layer 1: 9 taps), BLAS wins from a few dozen taps on.
+    """
+    return "direct" if taps <= DIRECT_MAX_TAPS else "gemm"
+
+
+# ---- kernels ------------------------------------------------------------------------------------
+def im2col_kernel(cols, x, p):
+    # x (N, H, W, C) -> cols (N, OH, OW, KH, KW, C); p = [sh, sw, dh, dw, pad_top, pad_left]
+    n_n, h, w, c = x.shape
+    oh, ow, kh, kw = cols.shape[1], cols.shape[2], cols.shape[3], cols.shape[4]
+    sh, sw, dh, dw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
+    for n in numba.prange(n_n):
+        for i in range(oh):
+            for j in range(ow):
+                for a in range(kh):
+                    hi = i * sh - pt + a * dh
+                    for b in range(kw):
+                        wi = j * sw - pl + b * dw
+                        if 0 <= hi < h and 0 <= wi < w:
+                            for ch in range(c):
+                                cols[n, i, j, a, b, ch] = x[n, hi, wi, ch]
+                        else:
+                            for ch in range(c):
+                                cols[n, i, j, a, b, ch] = 0
+
+
+def col2im_kernel(dx, cols, p):
+    # scatter-add cols (N, OH, OW, KH, KW, C) into dx (N, H, W, C)
+    n_n, h, w, c = dx.shape
+    oh, ow, kh, kw = cols.shape[1], cols.shape[2], cols.shape[3], cols.shape[4]
+    sh, sw, dh, dw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
+    for n in numba.prange(n_n):
+        for hi in range(h):
+            for wi in range(w):
+                for ch in range(c):
+                    dx[n, hi, wi, ch] = 0
+        for i in range(oh):
+            for j in range(ow):
+                for a in range(kh):
+                    hi = i * sh - pt + a * dh
+                    if hi < 0 or hi >= h:
+                        continue
+                    for b in range(kw):
+                        wi = j * sw - pl + b * dw
+                        if 0 <= wi < w:
+                            for ch in range(c):
+                                dx[n, hi, wi, ch] += cols[n, i, j, a, b, ch]
+
+
+def conv_direct_kernel(out, x, w, p):
+    # out (N, OH, OW, CO) = sum over taps x (N, H, W, CI) * w (KH, KW, CI, CO)
+    n_n, h, wd, ci = x.shape
+    oh, ow, co = out.shape[1], out.shape[2], out.shape[3]
+    kh, kw = w.shape[0], w.shape[1]
+    sh, sw, dh, dw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
+    for n in numba.prange(n_n):
+        for i in range(oh):
+            for j in range(ow):
+                for o in range(co):
+                    out[n, i, j, o] = 0
+                for a in range(kh):
+                    hi = i * sh - pt + a * dh
+                    if hi < 0 or hi >= h:
+                        continue
+                    for b in range(kw):
+                        wi = j * sw - pl + b * dw
+                        if wi < 0 or wi >= wd:
+                            continue
+                        for c in range(ci):
+                            v = x[n, hi, wi, c]
+                            for o in range(co):
+                                out[n, i, j, o] += v * w[a, b, c, o]
+
+
+def conv_filter_direct_kernel(dw_, x, ct, p):
+    # dw_ (KH, KW, CI, CO) = sum over pixels x * ct (per-thread partial sums over the batch);
+    # p[6] = number of parts (threads)
+    n_n, h, wd, ci = x.shape
+    oh, ow, co = ct.shape[1], ct.shape[2], ct.shape[3]
+    kh, kw = dw_.shape[0], dw_.shape[1]
+    sh, sw, dh, dw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
+    parts = min(p[6], max(n_n, 1))
+    chunk = (n_n + parts - 1) // parts
+    acc = np.zeros((parts, kh, kw, ci, co), dw_.dtype)
+    for t in numba.prange(parts):
+        for n in range(t * chunk, min(n_n, (t + 1) * chunk)):
+            for i in range(oh):
+                for j in range(ow):
+                    for a in range(kh):
+                        hi = i * sh - pt + a * dh
+                        if hi < 0 or hi >= h:
+                            continue
+                        for b in range(kw):
+                            wi = j * sw - pl + b * dw
+                            if wi < 0 or wi >= wd:
+                                continue
+                            for c in range(ci):
+                                v = x[n, hi, wi, c]
+                                for o in range(co):
+                                    acc[t, a, b, c, o] += v * ct[n, i, j, o]
+    for a in range(kh):
+        for b in range(kw):
+            for c in range(ci):
+                for o in range(co):
+                    total = acc[0, a, b, c, o]
+                    for t in range(1, parts):
+                        total += acc[t, a, b, c, o]
+                    dw_[a, b, c, o] = total
+
+
+def conv_input_direct_kernel(dx, ct, w, p):
+    # dx (N, H, W, CI) = transpose of conv_direct in x
+    n_n, h, wd, ci = dx.shape
+    oh, ow, co = ct.shape[1], ct.shape[2], ct.shape[3]
+    kh, kw = w.shape[0], w.shape[1]
+    sh, sw, dh, dw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
+    for n in numba.prange(n_n):
+        for hi in range(h):
+            for wi in range(wd):
+                for c in range(ci):
+                    dx[n, hi, wi, c] = 0
+        for i in range(oh):
+            for j in range(ow):
+                for a in range(kh):
+                    hi = i * sh - pt + a * dh
+                    if hi < 0 or hi >= h:
+                        continue
+                    for b in range(kw):
+                        wi = j * sw - pl + b * dw
+                        if wi < 0 or wi >= wd:
+                            continue
+                        for c in range(ci):
+                            acc = dx[n, hi, wi, c]
+                            for o in range(co):
+                                acc += ct[n, i, j, o] * w[a, b, c, o]
+                            dx[n, hi, wi, c] = acc
+
+
+def max_pool_kernel(out, x, p):
+    # p = [ph, pw, sh, sw, pad_top, pad_left]
+    n_n, h, w, c = x.shape
+    oh, ow = out.shape[1], out.shape[2]
+    ph, pw, sh, sw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
+    for n in numba.prange(n_n):
+        for i in range(oh):
+            for j in range(ow):
+                first = True
+                for a in range(ph):
+                    hi = i * sh - pt + a
+                    if hi < 0 or hi >= h:
+                        continue
+                    for b in range(pw):
+                        wi = j * sw - pl + b
+                        if wi < 0 or wi >= w:
+                            continue
+                        if first:
+                            for ch in range(c):
+                                out[n, i, j, ch] = x[n, hi, wi, ch]
+                            first = False
+                        else:
+                            for ch in range(c):
+                                v = x[n, hi, wi, ch]
+                                m = out[n, i, j, ch]
+                                out[n, i, j, ch] = v if (v > m or v != v) else m
+
+
+def max_pool_grad_kernel(dx, x, out, ct, p):
+    # each window's cotangent goes to its first maximal element (row-major in the window)
+    n_n, h, w, c = x.shape
+    oh, ow = out.shape[1], out.shape[2]
+    ph, pw, sh, sw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
+    for n in numba.prange(n_n):
+        pending = np.empty(c, np.bool_)
+        for hi in range(h):
+            for wi in range(w):
+                for ch in range(c):
+                    dx[n, hi, wi, ch] = 0
+        for i in range(oh):
+            for j in range(ow):
+                for ch in range(c):
+                    pending[ch] = True
+                for a in range(ph):
+                    hi = i * sh - pt + a
+                    if hi < 0 or hi >= h:
+                        continue
+                    for b in range(pw):
+                        wi = j * sw - pl + b
+                        if wi < 0 or wi >= w:
+                            continue
+                        for ch in range(c):
+                            if pending[ch] and x[n, hi, wi, ch] == out[n, i, j, ch]:
+                                dx[n, hi, wi, ch] += ct[n, i, j, ch]
+                                pending[ch] = False
+
+
+def avg_pool_kernel(out, x, p):
+    n_n, h, w, c = x.shape
+    oh, ow = out.shape[1], out.shape[2]
+    ph, pw, sh, sw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
+    for n in numba.prange(n_n):
+        for i in range(oh):
+            for j in range(ow):
+                for ch in range(c):
+                    out[n, i, j, ch] = 0
+                cnt = 0
+                for a in range(ph):
+                    hi = i * sh - pt + a
+                    if hi < 0 or hi >= h:
+                        continue
+                    for b in range(pw):
+                        wi = j * sw - pl + b
+                        if wi < 0 or wi >= w:
+                            continue
+                        cnt += 1
+                        for ch in range(c):
+                            out[n, i, j, ch] += x[n, hi, wi, ch]
+                for ch in range(c):
+                    out[n, i, j, ch] = out[n, i, j, ch] / cnt
+
+
+def avg_pool_grad_kernel(dx, ct, p):
+    n_n, h, w, c = dx.shape
+    oh, ow = ct.shape[1], ct.shape[2]
+    ph, pw, sh, sw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
+    for n in numba.prange(n_n):
+        for hi in range(h):
+            for wi in range(w):
+                for ch in range(c):
+                    dx[n, hi, wi, ch] = 0
+        for i in range(oh):
+            for j in range(ow):
+                cnt = 0
+                for a in range(ph):
+                    hi = i * sh - pt + a
+                    if 0 <= hi < h:
+                        for b in range(pw):
+                            wi = j * sw - pl + b
+                            if 0 <= wi < w:
+                                cnt += 1
+                for a in range(ph):
+                    hi = i * sh - pt + a
+                    if hi < 0 or hi >= h:
+                        continue
+                    for b in range(pw):
+                        wi = j * sw - pl + b
+                        if wi < 0 or wi >= w:
+                            continue
+                        for ch in range(c):
+                            dx[n, hi, wi, ch] += ct[n, i, j, ch] / cnt
+
+
+# ---- builders -----------------------------------------------------------------------------------
+def _conv_params(hw: tuple[int, int], k: tuple[int, int], attrs: dict) -> tuple[int, int,
+                                                                               np.ndarray]:
+    oh, ow, pads = _geometry(tuple(hw), tuple(k), attrs["strides"], attrs["padding"],
+                             attrs["dilation"])
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    p = np.array([sh, sw, dh, dw, pads[0][0], pads[1][0]], np.int64)
+    return oh, ow, p
+
+
+def _call(b, fn, *args) -> None:
+    """Adds a call of the per-image kernel ``fn`` (threads over the batch: numba prange)."""
+    kernel = jit.load_function(fn, parallel=True)
+    b.add(kernel.specialize(args), args, label=f"{b.node.op}:{fn.__name__}")
+
+
+def _cols(b, x_node: Node, k: tuple[int, int], oh: int, ow: int, p: np.ndarray) -> np.ndarray:
+    """The im2col buffer of ``x_node`` for this geometry: computed by the first reader in the
+    step, reused by the others (the input's value does not change during the step)."""
+    key = ("im2col", id(x_node), tuple(k), oh, ow, tuple(p))
+    cached = b.cache.get(key)
+    if cached is not None:
+        return cached
+    x = b.contiguous(x_node)
+    n, _, _, c = x.shape
+    cols = np.empty((n, oh, ow, k[0], k[1], c), x.dtype)
+    _call(b, im2col_kernel, cols, x, p)
+    b.cache[key] = cols
+    return cols
+
+
+@builder("conv2d")
+def build_conv2d(b, node: Node) -> None:
+    x_node, w_node = node.inputs
+    w = b.contiguous(w_node)
+    k = w.shape[:2]
+    oh, ow, p = _conv_params(b.shape(x_node)[1:3], k, node.attrs)
+    out = b.out(node)
+    if conv_method(k[0] * k[1] * w.shape[2]) == "direct":
+        _call(b, conv_direct_kernel, out, b.contiguous(x_node), w, p)
+        return
+    cols = _cols(b, x_node, k, oh, ow, p)
+    kk = k[0] * k[1] * w.shape[2]
+    b.add(np.matmul, (cols.reshape(-1, kk), w.reshape(kk, -1), out.reshape(-1, w.shape[3])),
+          label="conv2d:gemm")
+
+
+@builder("conv2d_backprop_filter")
+def build_conv2d_filter(b, node: Node) -> None:
+    x_node, ct_node = node.inputs
+    k = node.attrs["kernel_size"]
+    oh, ow, p = _conv_params(b.shape(x_node)[1:3], k, node.attrs)
+    out = b.out(node)
+    ct = b.contiguous(ct_node)
+    ci = b.shape(x_node)[3]
+    if conv_method(k[0] * k[1] * ci) == "direct":
+        threads = numba.get_num_threads() if jit.config.jit_enabled() else 1
+        _call(b, conv_filter_direct_kernel, out, b.contiguous(x_node), ct,
+              np.append(p, threads).astype(np.int64))
+        return
+    cols = _cols(b, x_node, k, oh, ow, p)
+    kk = k[0] * k[1] * ci
+    b.add(np.matmul, (cols.reshape(-1, kk).T, ct.reshape(-1, ct.shape[3]),
+                      out.reshape(kk, -1)), label="conv2d_backprop_filter:gemm")
+
+
+@builder("conv2d_backprop_input")
+def build_conv2d_input(b, node: Node) -> None:
+    ct_node, w_node = node.inputs
+    w = b.contiguous(w_node)
+    k = w.shape[:2]
+    oh, ow, p = _conv_params(node.attrs["input_shape"][:2], k, node.attrs)
+    out = b.out(node)
+    ct = b.contiguous(ct_node)
+    if conv_method(k[0] * k[1] * w.shape[2]) == "direct":
+        _call(b, conv_input_direct_kernel, out, ct, w, p)
+        return
+    n = ct.shape[0]
+    kk = k[0] * k[1] * w.shape[2]
+    cols = np.empty((n, oh, ow, k[0], k[1], w.shape[2]), w.dtype)
+    b.add(np.matmul, (ct.reshape(-1, w.shape[3]), w.reshape(kk, -1).T, cols.reshape(-1, kk)),
+          label="conv2d_backprop_input:gemm")
+    _call(b, col2im_kernel, out, cols, p)
+
+
+def _pool_params(b, node: Node, hw: tuple[int, int]) -> np.ndarray:
+    ps, st = node.attrs["pool_size"], node.attrs["strides"]
+    _, _, pads = _geometry(tuple(hw), tuple(ps), st, node.attrs["padding"], (1, 1))
+    return np.array([ps[0], ps[1], st[0], st[1], pads[0][0], pads[1][0]], np.int64)
+
+
+@builder("max_pool2d", "avg_pool2d")
+def build_pool(b, node: Node) -> None:
+    x = b.contiguous(node.inputs[0])
+    p = _pool_params(b, node, x.shape[1:3])
+    fn = max_pool_kernel if node.op == "max_pool2d" else avg_pool_kernel
+    _call(b, fn, b.out(node), x, p)
+
+
+@builder("max_pool2d_grad")
+def build_max_pool_grad(b, node: Node) -> None:
+    x, out, ct = (b.contiguous(i) for i in node.inputs)
+    p = _pool_params(b, node, x.shape[1:3])
+    _call(b, max_pool_grad_kernel, b.out(node), x, out, ct, p)
+
+
+@builder("avg_pool2d_grad")
+def build_avg_pool_grad(b, node: Node) -> None:
+    ct = b.contiguous(node.inputs[0])
+    p = _pool_params(b, node, node.attrs["input_shape"])
+    _call(b, avg_pool_grad_kernel, b.out(node), ct, p)

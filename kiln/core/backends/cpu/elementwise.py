@@ -1,0 +1,186 @@
+"""Kernel builder for elementwise ops, fused nodes and the generated reductions.
+
+The iteration space is the elementwise result's shape; each input is read through its layout
+broadcast to it (stride 0 along broadcast dims); a reduction's output has stride 0 along the
+reduced dims. The space is coalesced (:func:`layout.loop_nest`) and padded to rank 3, so most
+programs compile once per dtype combination, whatever the shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kiln.core.backends.cpu import jit
+from kiln.core.backends.cpu.codegen import LoopSpec, generate, label, split_program
+from kiln.core.backends.cpu.layout import Layout, contiguous_strides, loop_nest
+from kiln.core.ir import Node, TensorType
+from kiln.core.ops.fused import program_of
+from kiln.core.ops.registry import get_op
+
+MIN_RANK = 3
+# Loops without reduction over at least this many elements run on all threads (prange over
+# chunks of the inner loop): measured with benchmarks/bench_overhead.py --parallel.
+PARALLEL_MIN_ELEMENTS = 1 << 20
+_kernels: dict[LoopSpec, jit.Kernel] = {}
+
+
+def loop_kernel(spec: LoopSpec) -> jit.Kernel:
+    """The (cached) kernel for ``spec``."""
+    k = _kernels.get(spec)
+    if k is None or k.jitted != _jit_on():
+        fastmath = jit.FASTMATH_REDUCE if spec.reduce is not None else False
+        k = jit.load(generate(spec), "kernel", signature=spec.signature(), fastmath=fastmath,
+                     parallel=spec.parallel)
+        _kernels[spec] = k
+    return k
+
+
+def _threads() -> int:
+    if not _jit_on():
+        return 1
+    import numba
+
+    return numba.get_num_threads()
+
+
+def _jit_on() -> bool:
+    from kiln import config
+
+    return config.jit_enabled()
+
+
+def _shapes(program: tuple, in_shapes: list[tuple], in_dtypes: list[str]) -> list[tuple]:
+    """Shapes of each instruction's result (None dims allowed: static shapes)."""
+    types: list[TensorType] = []
+    for op_name, args, attrs in program:
+        arg_types = [TensorType(in_shapes[-a - 1], in_dtypes[-a - 1]) if a < 0 else types[a]
+                     for a in args]
+        types.append(get_op(op_name).infer(*arg_types, **dict(attrs)))
+    return [t.shape for t in types]
+
+
+def operand_strides(lay: Layout, static: tuple, it: tuple, static_it: tuple) -> tuple:
+    """Strides of an input read across iteration shape ``it`` (NumPy broadcasting)."""
+    rank = len(it)
+    lead = rank - len(lay.shape)
+    out = []
+    for d in range(rank):
+        j = d - lead
+        if j < 0:
+            out.append(0)
+        elif lay.shape[j] == 1 and (it[d] != 1 or (static[j] == 1 and static_it[d] != 1)):
+            out.append(0)
+        else:
+            out.append(lay.strides[j])
+    return tuple(out)
+
+
+def build_loop(b, node: Node) -> None:
+    """Builder of elementwise ops, fused nodes and the generated reductions."""
+    ins = [Operand(b.layout(i), i.shape, i.dtype, b.flat(i)) for i in node.inputs]
+    out = Operand(b.layout(node), node.shape, node.dtype, b.flat(node))
+    program = program_of(node)
+    emit_loop(b, program, ins, out, label(program))
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One array of a generated loop: its layout, static shape (None dims), dtype and root."""
+
+    layout: Layout
+    static: tuple
+    dtype: str
+    flat: np.ndarray
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
+              extras: list[tuple[int, Operand]] = ()) -> None:
+    """Adds the generated loop computing ``program`` (fused-op format) over ``ins`` into
+    ``out`` (a contiguous layout) to the plan; ``extras`` are side outputs (instruction index,
+    operand with ``out``'s shape and strides) of a loop without reduction."""
+    head, red, red_attrs = split_program(program)
+    in_dtypes = [i.dtype for i in ins]
+    it = _shapes(head, [i.layout.shape for i in ins], in_dtypes)[-1]
+    static_it = _shapes(head, [i.static for i in ins], in_dtypes)[-1]
+    if red is None:
+        out_strides = contiguous_strides(it)
+        count = 1
+    else:
+        axes = dict(red_attrs)["axis"]
+        keep = tuple(1 if d in axes else n for d, n in enumerate(it))
+        cs = contiguous_strides(keep)
+        out_strides = tuple(0 if d in axes else cs[d] for d in range(len(it)))
+        count = int(np.prod([it[d] for d in axes], dtype=np.int64))
+    strides = [out_strides] + [operand_strides(i.layout, i.static, it, static_it) for i in ins]
+    drop = tuple(s == 1 for s in static_it)
+    nest = loop_nest(it, strides, drop, MIN_RANK)
+    classes = []
+    outs = [("O", out)] + [(f"E{k}", e) for k, (_, e) in enumerate(extras)]
+    for i, st in zip(ins, nest.strides[1:]):
+        alias = None
+        if red is None and st == nest.strides[0]:
+            alias = next((c for c, o in outs if _address(i.flat) == _address(o.flat)
+                          and i.dtype == o.dtype and i.layout.offset == o.layout.offset), None)
+        if all(s == 0 for s in st):
+            classes.append("S")
+        elif alias is not None:
+            classes.append(alias)  # in place
+        elif st[-1] == 0:
+            classes.append("Z")
+        else:
+            classes.append("N")
+    out_class = "Z" if red is not None and nest.strides[0][-1] == 0 else "N"
+    size = int(np.prod(nest.sizes, dtype=np.int64))
+    threads = _threads()
+    parallel = (red is None and threads > 1 and size >= PARALLEL_MIN_ELEMENTS
+                and nest.sizes[-1] >= 2 * threads)
+    spec = LoopSpec(head, red, tuple(in_dtypes), out.dtype, nest.rank, tuple(classes),
+                    out_class, tuple(j for j, _ in extras), tuple(e.dtype for _, e in extras),
+                    parallel)
+    params = list(nest.sizes) + [out.layout.offset] + list(nest.strides[0])
+    for i, st in zip(ins, nest.strides[1:]):
+        params += [i.layout.offset] + list(st)
+    params += [out.layout.size, count] + [e.layout.offset for _, e in extras]
+    if parallel:
+        params.append(-(-nest.sizes[-1] // threads))
+    p = np.asarray(params, dtype=np.int64)
+    args = (out.flat, *[e.flat for _, e in extras], *[i.flat for i in ins], p)
+    kernel = loop_kernel(spec)
+    b.add(kernel.specialize(args), args, label=name)
+
+
+def build_group(b, nodes: list[Node]) -> None:
+    """One loop for a chain of elementwise nodes with the same shape (each after the first
+    reads an earlier one): the last node's value is the result, the others side outputs."""
+    ext: list[Node] = []
+    ext_index: dict[int, int] = {}
+    result_of: dict[int, int] = {}  # id(member) -> instruction index of its value
+    program: list = []
+    for n in nodes:
+        base = len(program)
+        local: list[int] = []  # this member's input k -> combined reference
+        for i in n.inputs:
+            if id(i) in result_of:
+                local.append(result_of[id(i)])
+                continue
+            if id(i) not in ext_index:
+                ext_index[id(i)] = len(ext)
+                ext.append(i)
+            local.append(-(ext_index[id(i)] + 1))
+        for op_name, args, attrs in program_of(n):
+            program.append((op_name, tuple(local[-a - 1] if a < 0 else base + a for a in args),
+                            attrs))
+        result_of[id(n)] = len(program) - 1
+    ins = [Operand(b.layout(i), i.shape, i.dtype, b.flat(i)) for i in ext]
+    last = nodes[-1]
+    out = Operand(b.layout(last), last.shape, last.dtype, b.flat(last))
+    extras = [(result_of[id(n)], Operand(b.layout(n), n.shape, n.dtype, b.flat(n)))
+              for n in nodes[:-1]]
+    emit_loop(b, tuple(program), ins, out, "+".join(label(program_of(n)) for n in nodes),
+              extras)

@@ -1,0 +1,36 @@
+"""matmul: NumPy's BLAS with a preallocated ``out=`` buffer.
+
+Transposed operands are strided views (``x.T @ g`` from autodiff's ``transpose`` nodes): BLAS
+takes them without copies. Two degenerate 2-D shapes, where ``np.matmul`` costs several
+microseconds of overhead for almost no work (a regression head with one output), run as
+generated loops instead: an outer product (inner dimension 1: a broadcast multiply) and a
+matrix-vector product (one output column: a multiply with a sum epilogue).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.core.backends.cpu.elementwise import Operand, emit_loop
+from kiln.core.backends.cpu.registry import builder
+from kiln.core.ir import Node
+
+OUTER = (("mul", (-1, -2), ()),)
+MATVEC = (("mul", (-1, -2), ()), ("sum", (0,), (("axis", (1,)), ("keepdims", True))))
+
+
+@builder("matmul")
+def build_matmul(b, node: Node) -> None:
+    xn, yn = node.inputs
+    if xn.ndim == 2 and yn.ndim == 2 and node.dtype in ("float32", "float64"):
+        x = Operand(b.layout(xn), xn.shape, xn.dtype, b.flat(xn))
+        out = Operand(b.layout(node), node.shape, node.dtype, b.flat(node))
+        if xn.shape[1] == 1:  # (M, 1) @ (1, N): broadcast multiply
+            y = Operand(b.layout(yn), yn.shape, yn.dtype, b.flat(yn))
+            emit_loop(b, OUTER, [x, y], out, "matmul(outer)")
+            return
+        if yn.shape[1] == 1:  # (M, K) @ (K, 1): multiply by the row y.T, sum over K
+            y = Operand(b.layout(yn).transpose((1, 0)), yn.shape[::-1], yn.dtype, b.flat(yn))
+            emit_loop(b, MATVEC, [x, y], out, "matmul(matvec)")
+            return
+    b.add(np.matmul, (b.array(xn), b.array(yn), b.out(node)))

@@ -1,0 +1,114 @@
+"""Movement ops: views of their input's storage where possible, NumPy copies otherwise, and the
+small kernels one_hot / pad / concatenate / slice_grad.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.core.backends.cpu import jit
+from kiln.core.backends.cpu.registry import builder, view
+from kiln.core.ir import Node
+
+
+# ---- views ------------------------------------------------------------------------------------
+@view("reshape", "reshape_like")
+def _reshape(node, ins, shape):
+    return ins[0].reshape(shape)
+
+
+@view("transpose")
+def _transpose(node, ins, shape):
+    return ins[0].transpose(node.attrs["perm"])
+
+
+@view("broadcast_to", "broadcast_like")
+def _broadcast(node, ins, shape):
+    return ins[0].broadcast(shape, node.inputs[0].shape, node.shape)
+
+
+@view("expand_dims")
+def _expand(node, ins, shape):
+    return ins[0].expand_dims(node.attrs["axis"])
+
+
+@view("squeeze")
+def _squeeze(node, ins, shape):
+    return ins[0].squeeze(node.attrs["axis"])
+
+
+@view("slice")
+def _slice(node, ins, shape):
+    return ins[0].slice(node.attrs["spec"])
+
+
+@view("stop_gradient")
+def _identity(node, ins, shape):
+    return ins[0]
+
+
+# ---- copies -----------------------------------------------------------------------------------
+@builder("reshape", "reshape_like")
+def build_reshape_copy(b, node: Node) -> None:
+    src = b.array(node.inputs[0])
+    dst = b.out(node).reshape(src.shape)
+    b.add(np.copyto, (dst, src), label=f"{node.op}(copy)")
+
+
+@builder("concatenate")
+def build_concatenate(b, node: Node) -> None:
+    arrays = tuple(b.array(i) for i in node.inputs)
+    out = b.out(node)
+    axis = node.attrs["axis"]
+
+    def concatenate() -> None:
+        np.concatenate(arrays, axis=axis, out=out)
+
+    b.add(concatenate, ())
+
+
+@builder("pad")
+def build_pad(b, node: Node) -> None:
+    src = b.array(node.inputs[0])
+    out = b.out(node)
+    inner = out[tuple(slice(lo, lo + d) for (lo, _), d in zip(node.attrs["pads"], src.shape))]
+    value = node.attrs["value"]
+
+    def pad() -> None:
+        out.fill(value)
+        np.copyto(inner, src)
+
+    b.add(pad, ())
+
+
+@builder("slice_grad")
+def build_slice_grad(b, node: Node) -> None:
+    ct = b.array(node.inputs[0])
+    out = b.out(node)
+    inner = out[tuple(slice(*s) for s in node.attrs["spec"])]
+
+    def slice_grad() -> None:
+        out.fill(0)
+        np.copyto(inner, ct)
+
+    b.add(slice_grad, ())
+
+
+def one_hot_kernel(o, idx, p):
+    depth = p[0]
+    n = idx.shape[0]
+    for i in range(n * depth):
+        o[i] = 0
+    for m in range(n):
+        k = idx[m]
+        if 0 <= k < depth:
+            o[m * depth + k] = 1
+
+
+@builder("one_hot")
+def build_one_hot(b, node: Node) -> None:
+    idx = b.contiguous(node.inputs[0]).reshape(-1)
+    out = b.flat(node)
+    p = np.array([node.attrs["depth"]], np.int64)
+    kernel = jit.load_function(one_hot_kernel)
+    b.add(kernel.specialize((out, idx, p)), (out, idx, p))

@@ -1,0 +1,150 @@
+"""softmax / log_softmax and the softmax cross-entropies (forward kernels).
+
+Their gradients are ordinary graph ops built by autodiff (``softmax - one_hot`` times the
+cotangent): the softmax kernel here, ``one_hot`` (movement.py) and a fused elementwise loop.
+
+Rows along the softmax axis are read once for the maximum and once for the exponentials; the
+maximum is taken from the row itself (NaN and infinities give NaN rows, like the reference).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.core.backends.cpu import jit
+from kiln.core.backends.cpu.registry import builder
+from kiln.core.ir import Node
+
+
+def softmax_kernel(o, x, p):
+    # x, o: (P, R, Q) contiguous; softmax over R; p = [log (0/1)]
+    n_p, n_r, n_q = x.shape
+    log = p[0] != 0
+    for i in range(n_p):
+        for q in range(n_q):
+            m = x[i, 0, q]
+            for r in range(1, n_r):
+                v = x[i, r, q]
+                if v > m:
+                    m = v
+            s = 0.0
+            if log:
+                for r in range(n_r):
+                    s += np.exp(x[i, r, q] - m)
+                ls = np.log(s)
+                for r in range(n_r):
+                    o[i, r, q] = (x[i, r, q] - m) - ls
+            else:
+                for r in range(n_r):
+                    e = np.exp(x[i, r, q] - m)
+                    o[i, r, q] = e
+                    s += e
+                for r in range(n_r):
+                    o[i, r, q] = o[i, r, q] / s
+
+
+def softmax_rows_kernel(o, x, p):
+    # x, o: (P, R) contiguous; softmax over the last axis; p = [log (0/1)]
+    n_p, n_r = x.shape
+    log = p[0] != 0
+    for i in range(n_p):
+        m = x[i, 0]
+        for r in range(1, n_r):
+            v = x[i, r]
+            if v > m:
+                m = v
+        s = 0.0
+        if log:
+            for r in range(n_r):
+                s += np.exp(x[i, r] - m)
+            ls = np.log(s)
+            for r in range(n_r):
+                o[i, r] = (x[i, r] - m) - ls
+        else:
+            for r in range(n_r):
+                e = np.exp(x[i, r] - m)
+                o[i, r] = e
+                s += e
+            for r in range(n_r):
+                o[i, r] = o[i, r] / s
+
+
+def sparse_xent_kernel(o, x, labels):
+    # x: (P, C) logits, labels: (P,) ints, o: (P,)
+    n_p, n_c = x.shape
+    for i in range(n_p):
+        m = x[i, 0]
+        for c in range(1, n_c):
+            v = x[i, c]
+            if v > m:
+                m = v
+        s = 0.0
+        for c in range(n_c):
+            s += np.exp(x[i, c] - m)
+        k = labels[i]
+        if k < 0:
+            k += n_c
+        if k < 0 or k >= n_c:
+            raise IndexError("sparse_softmax_cross_entropy: label out of range")
+        o[i] = np.log(s) - (x[i, k] - m)
+
+
+def dense_xent_kernel(o, x, y):
+    # x, y: (P, C), o: (P,)
+    n_p, n_c = x.shape
+    for i in range(n_p):
+        m = x[i, 0]
+        for c in range(1, n_c):
+            v = x[i, c]
+            if v > m:
+                m = v
+        s = 0.0
+        for c in range(n_c):
+            s += np.exp(x[i, c] - m)
+        ls = np.log(s)
+        acc = 0.0
+        for c in range(n_c):
+            acc += y[i, c] * ((x[i, c] - m) - ls)
+        o[i] = -acc
+
+
+def _prq(shape: tuple, axis: int) -> tuple[int, int, int]:
+    return (int(np.prod(shape[:axis], dtype=np.int64)), int(shape[axis]),
+            int(np.prod(shape[axis + 1:], dtype=np.int64)))
+
+
+@builder("softmax", "log_softmax")
+def build_softmax(b, node: Node) -> None:
+    shape = b.shape(node)
+    if 0 in shape:
+        return
+    p_, r, q = _prq(shape, node.attrs["axis"])
+    x = b.contiguous(node.inputs[0])
+    out = b.out(node)
+    p = np.array([int(node.op == "log_softmax")], np.int64)
+    if q == 1:
+        args = (out.reshape(p_, r), x.reshape(p_, r), p)
+        fn = softmax_rows_kernel
+    else:
+        args = (out.reshape(p_, r, q), x.reshape(p_, r, q), p)
+        fn = softmax_kernel
+    b.add(jit.load_function(fn).specialize(args), args)
+
+
+@builder("sparse_softmax_cross_entropy", "softmax_cross_entropy")
+def build_xent(b, node: Node) -> None:
+    logits, labels = node.inputs
+    shape = b.shape(logits)
+    if 0 in shape:
+        return
+    c = shape[-1]
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    x = b.contiguous(logits).reshape(rows, c)
+    out = b.out(node).reshape(rows)
+    if node.op == "sparse_softmax_cross_entropy":
+        args = (out, x, b.contiguous(labels).reshape(rows))
+        fn = sparse_xent_kernel
+    else:
+        args = (out, x, b.contiguous(labels).reshape(rows, c))
+        fn = dense_xent_kernel
+    b.add(jit.load_function(fn).specialize(args), args)

@@ -1,0 +1,160 @@
+"""Every registered op on the CPU backend against its NumPy reference, on the registry examples,
+in float32 and float64, with inputs that are plain, transposed, strided (sliced) and broadcast
+views (so generated loops and hand-written kernels see every kind of layout).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.core.backends.cpu import covered_ops
+from kiln.core.ops import all_ops
+from kiln.core.ops.registry import KERNELS, SOURCE, apply
+
+OPS = all_ops()
+NAMES = sorted(n for n, op in OPS.items() if op.kind != SOURCE)
+VARIANTS = ["transposed", "sliced", "broadcast"]
+
+
+def _examples(name: str, dtype: str):
+    return OPS[name].examples(np.random.default_rng(abs(hash(name)) % 2**32), dtype)
+
+
+def _variant_input(kind: str, a: np.ndarray):
+    """(fed array, builder of the node from its placeholder, the value the op sees)."""
+    if kind == "transposed":
+        perm = tuple(range(a.ndim))[::-1]
+        return (np.ascontiguousarray(np.transpose(a, perm)),
+                lambda ph: apply("transpose", ph, perm=perm), a)
+    if kind == "sliced":
+        big = np.zeros((2 * a.shape[0] + 1,) + a.shape[1:], a.dtype)
+        big[1::2] = a
+        spec = ((1, None, 2),) + ((None, None, 1),) * (a.ndim - 1)
+        return big, lambda ph: apply("slice", ph, spec=spec), a
+    row = a[:1]
+    seen = np.broadcast_to(row, a.shape).copy()
+    return row[0], lambda ph: apply("broadcast_to", ph, shape=a.shape), seen
+
+
+def _check(name, example, kind, dtype):
+    inputs = [np.asarray(a) for a in example.inputs]
+    phs, nodes, feeds, seen = [], [], [], []
+    changed = False
+    for a in inputs:
+        if a.dtype.kind == "f" and a.ndim >= 2:
+            fed, build, value = _variant_input(kind, a)
+            ph = kiln.placeholder(fed.shape, fed.dtype.name)
+            node = build(ph)
+            changed = True
+        else:
+            fed, value = a, a
+            ph = node = kiln.placeholder(a.shape, a.dtype.name)
+        phs.append(ph)
+        nodes.append(node)
+        feeds.append(fed)
+        seen.append(value)
+    if not changed:
+        return False
+    out = apply(name, *nodes, **example.attrs)
+    with np.errstate(all="ignore"):
+        expected = np.asarray(OPS[name].ref(*seen, **example.attrs)).astype(out.dtype)
+    fn = kiln.function(phs, out, backend="cpu", optimize=False)
+    got = fn(*feeds)
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol,
+                               err_msg=f"{name} {kind} {example.attrs}")
+    return True
+
+
+@pytest.mark.nojit
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", NAMES)
+def test_op_matches_reference_on_views(name, dtype):
+    checked = 0
+    for example in _examples(name, dtype):
+        for kind in VARIANTS:
+            checked += _check(name, example, kind, dtype)
+    if not checked:
+        pytest.skip(f"{name}: no float input of rank >= 2 in its examples")
+
+
+def test_every_registered_op_is_covered_by_a_cpu_kernel():
+    missing = [n for n in NAMES if n not in covered_ops()]
+    assert not missing, f"ops without a CPU kernel (running on their reference): {missing}"
+    assert set(NAMES) <= KERNELS["cpu"]
+
+
+@pytest.mark.nojit
+def test_broadcast_patterns_in_one_fused_loop():
+    # rows, columns, scalars and a transposed operand in one elementwise expression
+    x = kiln.placeholder((None, 5))
+    col = kiln.placeholder((None, 1))
+    row = kiln.placeholder((5,))
+    sq = kiln.placeholder((5, 5))
+    expr = kiln.ops.relu(x * col + row) - 2.0 * kiln.ops.exp(-x) + sq.T[:1] / 3.0
+    f = kiln.function([x, col, row, sq], [expr, kiln.ops.sum(expr, axis=0),
+                                          kiln.ops.max(expr, axis=1, keepdims=True)],
+                      backend="cpu")
+    rng = np.random.default_rng(0)
+    for batch in (4, 1, 7):
+        xv = rng.normal(size=(batch, 5)).astype("float32")
+        cv = rng.normal(size=(batch, 1)).astype("float32")
+        rv = rng.normal(size=(5,)).astype("float32")
+        sv = rng.normal(size=(5, 5)).astype("float32")
+        want = np.maximum(xv * cv + rv, 0) - 2 * np.exp(-xv) + sv.T[:1] / 3
+        got = f(xv, cv, rv, sv)
+        np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[1], want.sum(0), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got[2], want.max(1, keepdims=True), rtol=1e-6)
+
+
+@pytest.mark.nojit
+def test_reductions_over_every_axis_set_and_integer_dtypes():
+    x = kiln.placeholder((None, 3, 4, 2))
+    i = kiln.placeholder((None, 3), "int32")
+    axes = [(0,), (1,), (3,), (0, 2), (1, 3), (0, 1, 2, 3), (1, 2)]
+    outs = [kiln.ops.sum(x, a) for a in axes] + [kiln.ops.mean(x, a, keepdims=True) for a in axes]
+    outs += [kiln.ops.min(x, (0, 3)), kiln.ops.prod(x, (2,)), kiln.ops.logsumexp(x, (1, 3)),
+             kiln.ops.sum(i, 1), kiln.ops.max(i, 0), kiln.ops.argmax(x, 2), kiln.ops.argmin(i, 1)]
+    f = kiln.function([x, i], outs, backend="cpu")
+    rng = np.random.default_rng(1)
+    xv = rng.normal(size=(5, 3, 4, 2)).astype("float32")
+    iv = rng.integers(-50, 50, size=(5, 3)).astype("int32")
+    got = f(xv, iv)
+    want = [xv.sum(a) for a in axes] + [xv.mean(a, keepdims=True) for a in axes]
+    lse = np.log(np.exp(xv).sum((1, 3)))
+    want += [xv.min((0, 3)), xv.prod(2), lse, iv.sum(1), iv.max(0), xv.argmax(2), iv.argmin(1)]
+    for g, w in zip(got, want):
+        assert g.dtype == np.asarray(w).dtype or g.dtype.kind == np.asarray(w).dtype.kind
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.nojit
+def test_nan_and_inf_follow_numpy():
+    x = kiln.placeholder((3, 3))
+    f = kiln.function([x], [kiln.ops.max(x, 1), kiln.ops.softmax(x), kiln.ops.logsumexp(x, 1),
+                            kiln.ops.maximum(x, 0.0) * 1.0], backend="cpu", optimize=False)
+    xv = np.array([[1, np.nan, 2], [-np.inf, -np.inf, -np.inf], [np.inf, 1, 0]], "float32")
+    got = f(xv)
+    with np.errstate(all="ignore"):
+        want = [np.max(xv, 1), OPS["softmax"].ref(xv, axis=1),
+                OPS["logsumexp"].ref(xv, axis=(1,), keepdims=False)]
+    for g, w in zip(got[:3], want):
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+        np.testing.assert_allclose(g[~np.isnan(g)], w[~np.isnan(w)], rtol=1e-6)
+
+
+def test_out_of_range_indices_raise():
+    x = kiln.placeholder((4, 3))
+    i = kiln.placeholder((2,), "int32")
+    f = kiln.function([x, i], kiln.ops.take(x, i), backend="cpu")
+    xv = np.arange(12, dtype="float32").reshape(4, 3)
+    np.testing.assert_array_equal(f(xv, np.array([-1, 0], "int32")), xv[[-1, 0]])
+    with pytest.raises(IndexError, match="take"):
+        f(xv, np.array([4, 0], "int32"))
+    y = kiln.placeholder((2,), "int32")
+    g = kiln.function([x, y], kiln.ops.sparse_softmax_cross_entropy(x[:2], y), backend="cpu")
+    with pytest.raises(IndexError, match="sparse_softmax_cross_entropy"):
+        g(xv, np.array([0, 3], "int32"))

@@ -1,0 +1,273 @@
+"""The CPU executor: plans, buffers and views, in-place updates, the reference fallback, random
+kernels, the profiler, and a whole training step against the reference backend."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.ops as K
+from kiln.core.backends import cpu
+from kiln.core.backends.cpu import program as cpu_program
+from kiln.core.backends.cpu.registry import BUILDERS
+from kiln.core.ir import Graph
+
+
+def _mlp(backend: str, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = kiln.placeholder((None, 12), name="x")
+    y = kiln.placeholder((None,), "int32", name="y")
+    sizes = [12, 16, 8, 4]
+    params, h = [], x
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        w = kiln.Variable(rng.normal(size=(a, b)) * np.sqrt(2 / a), name=f"w{i}")
+        bias = kiln.Variable(rng.normal(size=(b,)) * 0.1, name=f"b{i}")
+        params += [w, bias]
+        h = h @ w + bias
+        if i < len(sizes) - 2:
+            h = K.relu(h)
+    loss = K.mean(K.sparse_softmax_cross_entropy(h, y))
+    grads = kiln.grad(loss, params)
+    vel = [kiln.Variable(np.zeros(p.shape)) for p in params]
+    updates = []
+    for p, g, v in zip(params, grads, vel):
+        new_v = 0.9 * v - 0.05 * g
+        updates += [(v, new_v), (p, p + new_v)]
+    step = kiln.function([x, y], loss, updates=updates, backend=backend)
+    return step, params + vel
+
+
+@pytest.mark.nojit
+def test_mlp_training_steps_match_the_reference_backend():
+    rng = np.random.default_rng(3)
+    data = rng.normal(size=(5, 10, 12)).astype("float32")
+    labels = rng.integers(0, 4, size=(5, 10)).astype("int32")
+    losses = {}
+    weights = {}
+    for backend in ("reference", "cpu"):
+        step, variables = _mlp(backend)
+        losses[backend] = [float(step(data[i], labels[i])) for i in range(5)]
+        weights[backend] = [v.numpy() for v in variables]
+    np.testing.assert_allclose(losses["cpu"], losses["reference"], rtol=1e-5)
+    for a, b in zip(weights["cpu"], weights["reference"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_updates_are_written_in_place_and_returned_as_the_variable_buffer():
+    step, variables = _mlp("cpu")
+    rng = np.random.default_rng(0)
+    feeds = [rng.normal(size=(6, 12)).astype("float32"), rng.integers(0, 4, 6).astype("int32")]
+    step(*feeds)
+    plan = step.program.plan(feeds)
+    assert plan.info["inplace_updates"] == len(variables)
+    n = len(step.outputs)
+    for (var, _), out in zip(step.updates, plan.outputs[n:]):
+        assert out is var.value
+
+
+@pytest.mark.nojit
+def test_updates_read_old_values_even_when_they_cross():
+    a = kiln.Variable(np.array([1.0, 2.0]))
+    b = kiln.Variable(np.array([10.0, 20.0]))
+    c = kiln.Variable(np.array([3.0, 4.0]))
+    x = kiln.placeholder((2,))
+    f = kiln.function([x], [a + x, c * 1.0],
+                      updates=[(a, b), (b, a + b), (c, c * a - b), (a, a * 0.0 + x)],
+                      backend="cpu")
+    out = f(np.array([0.5, 0.5]))
+    np.testing.assert_allclose(out[0], [1.5, 2.5])
+    np.testing.assert_allclose(out[1], [3.0, 4.0])
+    np.testing.assert_allclose(b.numpy(), [11.0, 22.0])
+    np.testing.assert_allclose(c.numpy(), [3 * 1 - 10, 4 * 2 - 20])
+    np.testing.assert_allclose(a.numpy(), [0.5, 0.5])  # the last update of a wins
+
+
+@pytest.mark.nojit
+def test_views_keep_their_storage_alive_against_buffer_reuse():
+    x = kiln.placeholder((None, 6))
+    a = K.exp(x)
+    r = K.reshape(a, (-1, 3, 2))          # a view of a's buffer
+    t = K.transpose(r, (0, 2, 1))          # another view
+    b = K.sin(x) + 1.0                      # may take a's buffer if a looked dead
+    c = K.tanh(b) * 2.0
+    out = K.reshape(t, (-1, 6)) + c
+    f = kiln.function([x], [out, K.sum(t, axis=1)], backend="cpu")
+    xv = np.random.default_rng(0).normal(size=(4, 6)).astype("float32")
+    e = np.exp(xv).reshape(-1, 3, 2).transpose(0, 2, 1)
+    got = f(xv)
+    np.testing.assert_allclose(got[0], e.reshape(-1, 6) + np.tanh(np.sin(xv) + 1) * 2,
+                               rtol=1e-5)
+    np.testing.assert_allclose(got[1], e.sum(1), rtol=1e-5)
+
+
+def test_plans_are_cached_per_input_shapes_and_buffers_are_reused():
+    step, _ = _mlp("cpu")
+    rng = np.random.default_rng(0)
+    feeds = [rng.normal(size=(8, 12)).astype("float32"), rng.integers(0, 4, 8).astype("int32")]
+    step(*feeds)
+    plan = step.program.plan(feeds)
+    step(*feeds)
+    assert step.program.plan(feeds) is plan
+    assert plan.info["buffers"] < plan.info["kernels"]
+    assert plan.info["memory"] == "plan_memory"
+
+
+@pytest.mark.nojit
+def test_non_contiguous_feeds():
+    x = kiln.placeholder((None, 3))
+    f = kiln.function([x], K.exp(x) @ np.ones((3, 2), "float32"), backend="cpu")
+    rng = np.random.default_rng(0)
+    xv = rng.normal(size=(3, 5)).astype("float32").T  # strided
+    np.testing.assert_allclose(f(xv), np.exp(xv) @ np.ones((3, 2)), rtol=1e-5)
+    np.testing.assert_allclose(f(xv[::2]), np.exp(xv[::2]) @ np.ones((3, 2)), rtol=1e-5)
+    # contiguous feeds are read in place, others copied: alternate between the two
+    for xs in (np.ascontiguousarray(xv), xv, rng.normal(size=(5, 3)).astype("float32"), xv):
+        np.testing.assert_allclose(f(xs), np.exp(xs) @ np.ones((3, 2)), rtol=1e-5)
+    g = kiln.function([x], [x * 1.0, x], backend="cpu")  # an output that is the feed itself
+    for xs in (np.ascontiguousarray(xv), xv * 2):
+        got = g(xs)
+        np.testing.assert_array_equal(got[0], xs)
+        np.testing.assert_array_equal(got[1], xs)
+
+
+def test_op_without_kernel_falls_back_to_its_reference_with_one_warning(monkeypatch):
+    monkeypatch.delitem(BUILDERS, "argmax")
+    monkeypatch.setattr(cpu_program, "_warned", set())
+    x = kiln.placeholder((None, 4))
+    xv = np.random.default_rng(0).normal(size=(3, 4)).astype("float32")
+    with pytest.warns(RuntimeWarning, match="no kernel for op 'argmax'"):
+        f = kiln.function([x], K.argmax(x, 1), backend="cpu")
+        got = f(xv)
+    np.testing.assert_array_equal(got, xv.argmax(1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = kiln.function([x], K.argmax(x * 2.0, 1), backend="cpu")
+        np.testing.assert_array_equal(g(xv), xv.argmax(1))
+
+
+@pytest.mark.nojit
+@pytest.mark.parametrize("op", ["random_uniform", "random_normal"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_random_kernels_are_bit_identical_to_the_reference(op, dtype):
+    key = kiln.placeholder((2,), "int64")
+    like = kiln.placeholder((None, 7), dtype)
+    fn = getattr(K, op)
+    outs = [fn(key, like, salt=s) for s in (0, 3, 2**40 + 5)]
+    f_cpu = kiln.function([key, like], outs, backend="cpu")
+    f_ref = kiln.function([key, like], outs, backend="reference")
+    for k in ([0, 0], [7, 3], [-5, 2**62], [123456789, -1]):
+        kv = np.array(k, np.int64)
+        lv = np.zeros((33, 7), dtype)
+        for a, b in zip(f_cpu(kv, lv), f_ref(kv, lv)):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
+
+
+def test_dropout_matches_the_reference():
+    key = kiln.placeholder((2,), "int64")
+    x = kiln.placeholder((None, 50))
+    y = K.dropout(x, 0.3, key, salt=11)
+    kv = np.array([42, 9], np.int64)
+    xv = np.random.default_rng(0).normal(size=(20, 50)).astype("float32")
+    got = kiln.function([key, x], y, backend="cpu")(kv, xv)
+    want = kiln.function([key, x], y, backend="reference")(kv, xv)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_profile_prints_time_per_kernel_and_per_kind(capsys, monkeypatch):
+    step, _ = _mlp("cpu")
+    rng = np.random.default_rng(0)
+    feeds = [rng.normal(size=(8, 12)).astype("float32"), rng.integers(0, 4, 8).astype("int32")]
+    loss = step.profile(*feeds)
+    text = capsys.readouterr().out
+    assert np.isfinite(loss[0]) if isinstance(loss, list) else True
+    assert "kiln cpu profile" in text and "matmul" in text and "by kind" in text
+    assert "linalg" in text and "sparse_softmax_cross_entropy" in text
+    monkeypatch.setenv("KILN_PROFILE", "1")
+    x = kiln.placeholder((None, 3))
+    f = kiln.function([x], K.exp(x) + 1.0, backend="cpu")
+    f(np.ones((2, 3), "float32"))
+    assert "kiln cpu profile" in capsys.readouterr().out
+
+
+def test_unused_inputs_are_accepted():
+    x = kiln.placeholder((None, 3))
+    unused = kiln.placeholder((None, 2))
+    f = kiln.function([x, unused], K.exp(x), backend="cpu")
+    xv = np.ones((2, 3), "float32")
+    np.testing.assert_allclose(f(xv, np.ones((4, 2), "float32")), np.exp(xv), rtol=1e-6)
+
+
+def test_compile_graph_takes_updates_explicitly():
+    v = kiln.Variable(np.array([1.0, 2.0, 3.0]))
+    x = kiln.placeholder((3,))
+    new = v * 2.0 + x
+    prog = cpu.compile_graph(Graph([x], [new * 1.0, new]), updates=[(1, v)])
+    outs = prog.run([np.ones(3, "float32")])
+    assert outs[1] is v.value
+    np.testing.assert_allclose(v.value, [3.0, 5.0, 7.0])
+    np.testing.assert_allclose(outs[0], [3.0, 5.0, 7.0])
+
+
+@pytest.mark.nojit
+def test_adam_updates_run_as_one_loop_per_parameter_and_match_the_reference():
+    def build(backend):
+        rng = np.random.default_rng(5)
+        x = kiln.placeholder((None, 5))
+        w = kiln.Variable(rng.normal(size=(5, 3)))
+        b = kiln.Variable(np.zeros(3))
+        loss = K.mean(K.square(x @ w + b))
+        params = [w, b]
+        grads = kiln.grad(loss, params)
+        t = kiln.Variable(np.zeros(()))
+        t_new = t + 1.0
+        corr = K.sqrt(1.0 - 0.999 ** t_new) / (1.0 - 0.9 ** t_new) * 0.01
+        updates = [(t, t_new)]
+        for p, g in zip(params, grads):
+            m = kiln.Variable(np.zeros(p.shape))
+            v = kiln.Variable(np.zeros(p.shape))
+            m_new = 0.9 * m + 0.1 * g
+            v_new = 0.999 * v + 0.001 * K.square(g)
+            updates += [(m, m_new), (v, v_new), (p, p - corr * m_new / (K.sqrt(v_new) + 1e-7))]
+        return kiln.function([x], loss, updates=updates, backend=backend), params
+    data = np.random.default_rng(6).normal(size=(4, 8, 5)).astype("float32")
+    results = {}
+    for backend in ("reference", "cpu"):
+        f, params = build(backend)
+        results[backend] = ([float(f(d)) for d in data], [p.numpy() for p in params])
+        if backend == "cpu":
+            groups = ["+".join(m.op for m in g) for g in f.program.groups.values()]
+            assert sum(len(g.split("+")) == 3 for g in groups) == 2, groups  # m, v, p per param
+    np.testing.assert_allclose(results["cpu"][0], results["reference"][0], rtol=1e-5)
+    for a, b in zip(results["cpu"][1], results["reference"][1]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_large_loops_run_on_threads(monkeypatch):
+    from kiln.core.backends.cpu import elementwise
+
+    monkeypatch.setattr(elementwise, "PARALLEL_MIN_ELEMENTS", 0)
+    x = kiln.placeholder((None, 64))
+    v = kiln.Variable(np.ones((50, 64)))
+    f = kiln.function([x], K.relu(x * 2.0 - 1.0), updates=[(v, v * 0.5 + x[:1])],
+                      backend="cpu")
+    xv = np.random.default_rng(0).normal(size=(50, 64)).astype("float32")
+    np.testing.assert_allclose(f(xv), np.maximum(2 * xv - 1, 0), rtol=1e-6)
+    np.testing.assert_allclose(v.numpy(), np.broadcast_to(0.5 + xv[:1], (50, 64)), rtol=1e-6)
+    specs = [s for s in elementwise._kernels if s.parallel]
+    assert specs or not kiln.config.jit_enabled()
+
+
+@pytest.mark.nojit
+def test_feeding_a_variable_buffer_that_is_updated_in_place():
+    w = kiln.Variable(np.arange(4096 * 4, dtype="float32").reshape(4096, 4) / 1000)
+    x = kiln.placeholder((None, 4))
+    out = K.relu(x @ np.ones((4, 3), "float32") + 1.0)  # runs after the update of w
+    f = kiln.function([x], out, updates=[(w, w * 0.5 + 1.0)], backend="cpu")
+    before = w.numpy()
+    got = f(w.value)  # the feed IS the buffer the update overwrites
+    np.testing.assert_allclose(got, np.maximum(before @ np.ones((4, 3)) + 1, 0), rtol=1e-6)
+    np.testing.assert_allclose(w.numpy(), before * 0.5 + 1, rtol=1e-6)

@@ -1,0 +1,64 @@
+"""Every example runs with ``--quick`` (one short epoch) and prints its test accuracy.
+
+Slow (about 10-60 s per example on 2 cores; a few minutes in all with a cold kernel cache):
+marked ``slow`` so that ``pytest -m "not slow"`` leaves them out.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py") if not p.name.startswith("_"))
+ACCURACY = re.compile(r"test accuracy[^:\n]*:?\s+(0?\.\d+|1\.0+)\b", re.I)
+
+
+@functools.cache
+def run_example(name: str, timeout: int = 600) -> str:
+    """The output of ``python examples/NAME --quick`` (run once per test session)."""
+    env = dict(os.environ, KILN_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / name), "--quick"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{name} --quick exited with {proc.returncode}:\n{output[-4000:]}"
+    return output
+
+
+def test_every_example_is_listed():
+    expected = {"mnist_mlp.py", "mnist_convnet.py", "fashion_mnist.py",
+                "functional_multi_io.py", "custom_layer.py", "resume_training.py"}
+    assert expected <= set(EXAMPLES)
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_runs_quick_and_prints_its_test_accuracy(name):
+    output = run_example(name)
+    found = [float(m.group(1)) for m in ACCURACY.finditer(output)]
+    assert found, f"{name} printed no test accuracy:\n{output[-3000:]}"
+    assert all(0.0 <= a <= 1.0 for a in found)
+    # Even one short epoch learns something (chance is 0.1 for ten classes).
+    assert max(found) > 0.3, output[-3000:]
+
+
+def test_mnist_convnet_says_which_data_it_trains_on():
+    output = run_example("mnist_convnet.py")
+    assert "Training on the MNIST sample shipped with kiln" in output
+
+
+def test_resume_training_resumes_after_sigkill_with_identical_weights():
+    output = run_example("resume_training.py")
+    assert "SIGKILL" in output
+    assert "exit code -9" in output or "exit code 137" in output
+    assert "this run resumed from the backup" in output
+    assert "Backup deleted after the finished run: True" in output
+    diff = re.search(r"Largest weight difference [^:]*: ([-+.\deE]+)", output)
+    assert diff is not None and float(diff.group(1)) == 0.0, output[-3000:]
