@@ -549,6 +549,7 @@ class Trainer:
         kwargs: dict[str, Any] = {"name": name}
         if getattr(self, "_memory_budget", None) is not None:
             kwargs["memory_budget"] = self._memory_budget
+        kwargs["batch_size"] = getattr(self, "_plan_batch_size", None)
         return executor.function(inputs, outputs, updates=updates,
                                  backend=getattr(self, "_backend", None), **kwargs)
 
@@ -769,6 +770,8 @@ class Trainer:
         """
         self._assert_compiled("fit")
         batch_size = _positive_int("fit: batch_size", batch_size)
+        # The memory plan (and a memory budget) sizes the batch dimension with this.
+        self._plan_batch_size = batch_size or 32
         steps_per_epoch = _positive_int("fit: steps_per_epoch", steps_per_epoch)
         validation_batch_size = _positive_int("fit: validation_batch_size",
                                               validation_batch_size)
