@@ -1,6 +1,6 @@
 """Convolution layers of the MNIST convnet (batch 128, 3x3, valid), kiln CPU kernels by method
 (direct numba loops vs im2col + BLAS GEMM) against PyTorch, per op: forward, input gradient,
-kernel gradient, and 2x2 max pooling. Used to pick ``conv.DIRECT_MAX_TAPS``.
+kernel gradient, and 2x2 max pooling. Used to pick ``conv.conv_method``.
 
 Usage::
 
@@ -55,16 +55,16 @@ def kiln_times(batch: int, repeat: int) -> dict:
             "kernel_grad": ([xs, cs], apply("conv2d_backprop_filter", xs, cs,
                                             kernel_size=(3, 3), **attrs), (x, ct)),
         }
-        for method, taps in (("direct", 10**9), ("gemm", 0)):
-            saved = conv.DIRECT_MAX_TAPS
-            conv.DIRECT_MAX_TAPS = taps
+        for method in ("direct", "gemm"):
+            saved = conv.conv_method
+            conv.conv_method = lambda taps, op="conv2d", method=method: method
             try:
                 for op, (ins, node, feeds) in graphs.items():
                     f = kiln.function(ins, node, backend="cpu", optimize=False)
                     out[f"{name}.{op}.{method}"] = timeit(
                         lambda run=f.program.run, feeds=feeds: run(list(feeds)), repeat)
             finally:
-                conv.DIRECT_MAX_TAPS = saved
+                conv.conv_method = saved
         pooled = kiln.placeholder((batch, h - 2, w - 2, co))
         f = kiln.function([pooled], kiln.ops.max_pool2d(pooled, 2), backend="cpu",
                           optimize=False)

@@ -91,7 +91,10 @@ class Function:
         self.optimized_graph = graph
         from kiln.core.backends import get_backend
 
-        self.program = get_backend(self.backend_name).compile_graph(graph)
+        n = len(self.outputs)
+        update_outputs = [(n + k, var) for k, (var, _) in enumerate(self.updates)]
+        self.program = get_backend(self.backend_name).compile_graph(graph,
+                                                                    updates=update_outputs)
         bind = getattr(self.program, "bind_updates", None)
         if bind is not None:  # device backends keep the updated Variables on the device
             bind([var for var, _ in self.updates])

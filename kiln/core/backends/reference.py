@@ -60,5 +60,7 @@ class ReferenceProgram:
         return [values[id(o)] for o in self.graph.outputs]
 
 
-def compile_graph(graph: Graph) -> ReferenceProgram:
+def compile_graph(graph: Graph, updates: object = None) -> ReferenceProgram:
+    """``updates`` (output index, Variable) pairs are accepted for the common backend
+    signature; the reference backend returns new values and the executor writes them."""
     return ReferenceProgram(graph)

@@ -126,6 +126,10 @@ def test_non_contiguous_feeds():
     # contiguous feeds are read in place, others copied: alternate between the two
     for xs in (np.ascontiguousarray(xv), xv, rng.normal(size=(5, 3)).astype("float32"), xv):
         np.testing.assert_allclose(f(xs), np.exp(xs) @ np.ones((3, 2)), rtol=1e-5)
+    big = rng.normal(size=(4096, 3)).astype("float32")
+    readonly = np.frombuffer(big.tobytes(), np.float32).reshape(4096, 3)  # bound, read-only
+    np.testing.assert_allclose(f(readonly), np.exp(big) @ np.ones((3, 2)), rtol=1e-5)
+    assert f.program.plan([readonly]).info["bound_feeds"] == 1
     g = kiln.function([x], [x * 1.0, x], backend="cpu")  # an output that is the feed itself
     for xs in (np.ascontiguousarray(xv), xv * 2):
         got = g(xs)
@@ -257,7 +261,7 @@ def test_large_loops_run_on_threads(monkeypatch):
     xv = np.random.default_rng(0).normal(size=(50, 64)).astype("float32")
     np.testing.assert_allclose(f(xv), np.maximum(2 * xv - 1, 0), rtol=1e-6)
     np.testing.assert_allclose(v.numpy(), np.broadcast_to(0.5 + xv[:1], (50, 64)), rtol=1e-6)
-    specs = [s for s in elementwise._kernels if s.parallel]
+    specs = [s for s in elementwise._kernels if s.parallel >= 0]
     assert specs or not kiln.config.jit_enabled()
 
 
@@ -271,3 +275,14 @@ def test_feeding_a_variable_buffer_that_is_updated_in_place():
     got = f(w.value)  # the feed IS the buffer the update overwrites
     np.testing.assert_allclose(got, np.maximum(before @ np.ones((4, 3)) + 1, 0), rtol=1e-6)
     np.testing.assert_allclose(w.numpy(), before * 0.5 + 1, rtol=1e-6)
+
+
+def test_thread_pools_are_configured_to_sleep_between_kernels():
+    import os
+
+    from kiln.core.backends.cpu import threads
+
+    status = threads.configure()
+    assert os.environ["OMP_WAIT_POLICY"] == status["omp_wait_policy"]
+    assert "OPENBLAS_THREAD_TIMEOUT" in os.environ
+    assert "openblas_thread_timeout" in status

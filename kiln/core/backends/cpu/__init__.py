@@ -1,9 +1,12 @@
 """The CPU backend: numba kernels, NumPy's BLAS for GEMMs, a planned executor.
 
 ``compile_graph(graph) -> CpuProgram``; ``program.run(feeds) -> outputs`` (graph.outputs in
-order). See ``program.py`` for the executor, ``jit.py`` for the one JIT wrapper (disk cache,
+order). See ``program.py`` for the executor (plans, buffers, in-place updates, profiler),
+``ordering.py`` for the kernel order, ``jit.py`` for the one JIT wrapper (disk cache,
 ``KILN_JIT=0``), ``codegen.py`` / ``elementwise.py`` for the generated elementwise, fused and
-reduction kernels, and one file per family for the hand-written kernels.
+reduction kernels, ``layout.py`` for views, ``threads.py`` for the thread pools, and one file
+per family for the other kernels (``linalg``, ``nn``, ``conv``, ``gather``, ``random``,
+``reduce``, ``movement``).
 
 Importing this package registers the ops it covers in ``KERNELS["cpu"]`` (elementwise ops are
 covered through code generation from their scalar bodies).
@@ -11,14 +14,14 @@ covered through code generation from their scalar bodies).
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Sequence
 from typing import Any
 
-# numba's OpenMP threads spin after a parallel region and steal the cores from OpenBLAS when
-# kernels and GEMMs alternate (see shared/notes/numba-measurements.md): make them sleep.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from kiln.core.backends.cpu import threads
+
+# numba's OpenMP threads and OpenBLAS's threads spin after their work and steal the cores from
+# each other when kernels and GEMMs alternate: make both sleep soon (before numba's pool starts).
+threads.configure()
 
 from kiln.core.backends.cpu import (  # noqa: E402,F401  (registration side effects)
     conv,
@@ -68,30 +71,6 @@ def compile_graph(graph: Graph, updates: Sequence[tuple[int, Any]] | None = None
         A :class:`CpuProgram` (``run(feeds)``, ``profile(feeds)``).
     """
     register_kernels()
-    if updates is None:
-        updates = _caller_updates(graph)
     return CpuProgram(graph, updates)
 
 
-def _caller_updates(graph: Graph) -> list[tuple[int, Any]] | None:
-    """The (output index, Variable) pairs of the ``kiln.function`` compiling ``graph``.
-
-    Interim bridge: ``executor.Function`` does not pass its updates to ``compile_graph`` yet,
-    so they are read from the calling Function (its outputs come first, then one value per
-    update, in order). Returns None when the caller is not a Function.
-    """
-    from kiln.core.executor import Function
-
-    try:
-        caller = sys._getframe(2).f_locals.get("self")
-    except ValueError:  # pragma: no cover - shallow stack
-        return None
-    if not isinstance(caller, Function) or not hasattr(caller, "updates"):
-        return None
-    n = len(caller.outputs)
-    if len(graph.outputs) != n + len(caller.updates):
-        return None
-    return [(n + k, var) for k, (var, _) in enumerate(caller.updates)]
-
-
-__all__ = ["compile_graph", "CpuProgram", "covered_ops", "register_kernels"]

@@ -102,11 +102,11 @@ class LoopSpec:
     out_class: str            # N, or Z for a reduction along the innermost loop
     extra: tuple[int, ...] = ()       # side outputs: instruction indices
     extra_dtypes: tuple[str, ...] = ()
-    parallel: bool = False            # chunks of the inner loop over threads (prange)
+    parallel: int = -1   # loop level run by threads (numba prange; the inner loop in chunks)
 
     def signature(self) -> str:
         side = f" extra={self.extra}:{','.join(self.extra_dtypes)}" if self.extra else ""
-        par = " parallel" if self.parallel else ""
+        par = f" parallel={self.parallel}" if self.parallel >= 0 else ""
         return (f"in={','.join(self.in_dtypes)} out={self.out_dtype} rank={self.rank} "
                 f"classes={'.'.join(self.classes)}.{self.out_class} reduce={self.reduce}{side}"
                 f"{par}")
@@ -147,7 +147,7 @@ def generate(spec: LoopSpec) -> str:
     dtypes = program_dtypes(spec.program, spec.in_dtypes)
     value_dtype = dtypes[-1]
     n_extra = len(spec.extra)
-    if (n_extra or spec.parallel) and spec.reduce is not None:
+    if (n_extra or spec.parallel >= 0) and spec.reduce is not None:
         raise CodegenError("side outputs and threads need a loop without reduction")
     args = ", ".join(["o"] + [f"e{k}" for k in range(n_extra)] + [f"a{k}" for k in range(n_in)]
                      + ["p"])
@@ -181,7 +181,7 @@ def generate(spec: LoopSpec) -> str:
     depth = 1
     last = rank - 1
     inner = f"range(n{last})"
-    if spec.parallel:
+    if spec.parallel == last:
         # the inner loop in chunks, one prange iteration per chunk (each with all outer loops)
         emit(f"{ind}chunk = p[{idx['extra'] + 2 + n_extra}]")
         emit(f"{ind}for c in numba.prange((n{last} + chunk - 1) // chunk):")
@@ -193,7 +193,8 @@ def generate(spec: LoopSpec) -> str:
     prev_o = "xo"
     for d in range(rank - 1):
         pad = ind * depth
-        emit(f"{pad}for i{d} in range(n{d}):")
+        loop = "numba.prange" if spec.parallel == d else "range"
+        emit(f"{pad}for i{d} in {loop}(n{d}):")
         pad = ind * (depth + 1)
         emit(f"{pad}xo_{d} = {prev_o} + i{d} * so{d}")
         prev_o = f"xo_{d}"

@@ -28,12 +28,17 @@ from kiln.core.ops.nn_conv import _geometry
 DIRECT_MAX_TAPS = 16
 
 
-def conv_method(taps: int) -> str:
-    """``"direct"`` or ``"gemm"`` for a convolution with ``taps = kh * kw * Cin``.
+def conv_method(taps: int, op: str = "conv2d") -> str:
+    """``"direct"`` or ``"gemm"`` for ``op`` (conv2d, conv2d_backprop_filter or
+    conv2d_backprop_input) with ``taps = kh * kw * Cin``.
 
-    From benchmarks/bench_conv.py on 2 cores: direct loops win while the GEMM's inner
-    dimension is tiny (MNIST layer 1: 9 taps), BLAS wins from a few dozen taps on.
+    From benchmarks/bench_conv.py on 2 cores (MNIST layers, batch 128): the forward and kernel
+    gradient of layer 1 (9 taps) run 2.1 / 1.9 ms direct against 3.5 / 4.1 ms with im2col +
+    GEMM; layer 2 (288 taps) 5.1 / 6.4 ms with GEMM against 10.5 / 12.0 ms direct; the input
+    gradient is faster as GEMM + col2im at both sizes (1.9 vs 6.2 ms on layer 1).
     """
+    if op == "conv2d_backprop_input":
+        return "gemm"
     return "direct" if taps <= DIRECT_MAX_TAPS else "gemm"
 
 
@@ -82,28 +87,32 @@ def col2im_kernel(dx, cols, p):
 
 
 def conv_direct_kernel(out, x, w, p):
-    # out (N, OH, OW, CO) = sum over taps x (N, H, W, CI) * w (KH, KW, CI, CO)
+    # out (N, OH, OW, CO) = sum over taps x (N, H, W, CI) * w (KH, KW, CI, CO); each output
+    # pixel accumulates in a small per-image array (not in the output: fewer stores)
     n_n, h, wd, ci = x.shape
     oh, ow, co = out.shape[1], out.shape[2], out.shape[3]
     kh, kw = w.shape[0], w.shape[1]
     sh, sw, dh, dw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
+    wf = w.reshape(kh * kw * ci, co)
     for n in numba.prange(n_n):
+        acc = np.empty(co, out.dtype)
         for i in range(oh):
             for j in range(ow):
                 for o in range(co):
-                    out[n, i, j, o] = 0
+                    acc[o] = 0
+                t = 0
                 for a in range(kh):
                     hi = i * sh - pt + a * dh
-                    if hi < 0 or hi >= h:
-                        continue
                     for b in range(kw):
                         wi = j * sw - pl + b * dw
-                        if wi < 0 or wi >= wd:
-                            continue
-                        for c in range(ci):
-                            v = x[n, hi, wi, c]
-                            for o in range(co):
-                                out[n, i, j, o] += v * w[a, b, c, o]
+                        if 0 <= hi < h and 0 <= wi < wd:
+                            for c in range(ci):
+                                v = x[n, hi, wi, c]
+                                for o in range(co):
+                                    acc[o] += v * wf[t + c, o]
+                        t += ci
+                for o in range(co):
+                    out[n, i, j, o] = acc[o]
 
 
 def conv_filter_direct_kernel(dw_, x, ct, p):
@@ -203,8 +212,32 @@ def max_pool_grad_kernel(dx, x, out, ct, p):
     n_n, h, w, c = x.shape
     oh, ow = out.shape[1], out.shape[2]
     ph, pw, sh, sw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
+    tiled = ph == sh and pw == sw and pt == 0 and pl == 0  # windows tile the input
     for n in numba.prange(n_n):
         pending = np.empty(c, np.bool_)
+        if tiled:
+            # every input element is in at most one window: write it once (no zeroing pass)
+            for hi in range(oh * sh, h):
+                for wi in range(w):
+                    for ch in range(c):
+                        dx[n, hi, wi, ch] = 0
+            for hi in range(oh * sh):
+                for wi in range(ow * sw, w):
+                    for ch in range(c):
+                        dx[n, hi, wi, ch] = 0
+            for i in range(oh):
+                for j in range(ow):
+                    for ch in range(c):
+                        pending[ch] = True
+                    for a in range(ph):
+                        hi = i * sh + a
+                        for b in range(pw):
+                            wi = j * sw + b
+                            for ch in range(c):
+                                hit = pending[ch] and x[n, hi, wi, ch] == out[n, i, j, ch]
+                                dx[n, hi, wi, ch] = ct[n, i, j, ch] if hit else 0
+                                pending[ch] = pending[ch] and not hit
+            continue
         for hi in range(h):
             for wi in range(w):
                 for ch in range(c):
@@ -321,7 +354,7 @@ def build_conv2d(b, node: Node) -> None:
     k = w.shape[:2]
     oh, ow, p = _conv_params(b.shape(x_node)[1:3], k, node.attrs)
     out = b.out(node)
-    if conv_method(k[0] * k[1] * w.shape[2]) == "direct":
+    if conv_method(k[0] * k[1] * w.shape[2], node.op) == "direct":
         _call(b, conv_direct_kernel, out, b.contiguous(x_node), w, p)
         return
     cols = _cols(b, x_node, k, oh, ow, p)
@@ -338,7 +371,7 @@ def build_conv2d_filter(b, node: Node) -> None:
     out = b.out(node)
     ct = b.contiguous(ct_node)
     ci = b.shape(x_node)[3]
-    if conv_method(k[0] * k[1] * ci) == "direct":
+    if conv_method(k[0] * k[1] * ci, node.op) == "direct":
         threads = numba.get_num_threads() if jit.config.jit_enabled() else 1
         _call(b, conv_filter_direct_kernel, out, b.contiguous(x_node), ct,
               np.append(p, threads).astype(np.int64))
@@ -357,7 +390,7 @@ def build_conv2d_input(b, node: Node) -> None:
     oh, ow, p = _conv_params(node.attrs["input_shape"][:2], k, node.attrs)
     out = b.out(node)
     ct = b.contiguous(ct_node)
-    if conv_method(k[0] * k[1] * w.shape[2]) == "direct":
+    if conv_method(k[0] * k[1] * w.shape[2], node.op) == "direct":
         _call(b, conv_input_direct_kernel, out, ct, w, p)
         return
     n = ct.shape[0]

@@ -15,6 +15,7 @@ import numpy as np
 from kiln.core.backends.cpu import jit
 from kiln.core.backends.cpu.codegen import LoopSpec, generate, label, split_program
 from kiln.core.backends.cpu.layout import Layout, contiguous_strides, loop_nest
+from kiln.core.backends.cpu.program import PLANNER_BATCH
 from kiln.core.ir import Node, TensorType
 from kiln.core.ops.fused import program_of
 from kiln.core.ops.registry import get_op
@@ -32,7 +33,7 @@ def loop_kernel(spec: LoopSpec) -> jit.Kernel:
     if k is None or k.jitted != _jit_on():
         fastmath = jit.FASTMATH_REDUCE if spec.reduce is not None else False
         k = jit.load(generate(spec), "kernel", signature=spec.signature(), fastmath=fastmath,
-                     parallel=spec.parallel)
+                     parallel=spec.parallel >= 0)
         _kernels[spec] = k
     return k
 
@@ -136,10 +137,13 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
         else:
             classes.append("N")
     out_class = "Z" if red is not None and nest.strides[0][-1] == 0 else "N"
-    size = int(np.prod(nest.sizes, dtype=np.int64))
+    # threads or not is decided on the static shape (unknown dims counted as PLANNER_BATCH),
+    # so that a new batch size never needs the other variant of the kernel
+    size = int(np.prod([PLANNER_BATCH if d is None else d for d in static_it], dtype=np.int64))
     threads = _threads()
-    parallel = (red is None and threads > 1 and size >= PARALLEL_MIN_ELEMENTS
-                and nest.sizes[-1] >= 2 * threads)
+    # threads take the outermost real (not padding) loop, in chunks if it is the inner one
+    parallel = (nest.padded if red is None and threads > 1 and size >= PARALLEL_MIN_ELEMENTS
+                else -1)
     spec = LoopSpec(head, red, tuple(in_dtypes), out.dtype, nest.rank, tuple(classes),
                     out_class, tuple(j for j, _ in extras), tuple(e.dtype for _, e in extras),
                     parallel)
@@ -147,8 +151,8 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
     for i, st in zip(ins, nest.strides[1:]):
         params += [i.layout.offset] + list(st)
     params += [out.layout.size, count] + [e.layout.offset for _, e in extras]
-    if parallel:
-        params.append(-(-nest.sizes[-1] // threads))
+    if parallel >= 0:
+        params.append(max(1, -(-nest.sizes[-1] // threads)))
     p = np.asarray(params, dtype=np.int64)
     args = (out.flat, *[e.flat for _, e in extras], *[i.flat for i in ins], p)
     kernel = loop_kernel(spec)

@@ -119,6 +119,7 @@ class LoopNest:
 
     sizes: tuple[int, ...]
     strides: tuple[tuple[int, ...], ...]
+    padded: int = 0  # leading size-1 dims added to reach min_rank
 
     @property
     def rank(self) -> int:
@@ -150,7 +151,8 @@ def loop_nest(sizes: Shape, strides: list[tuple[int, ...]], drop: tuple[bool, ..
                 merged[-1] = (pn * n, st)
                 continue
         merged.append((n, st))
-    while len(merged) < min_rank:
-        merged.insert(0, (1, [0] * len(strides)))
+    padded = max(0, min_rank - len(merged))
+    merged = [(1, [0] * len(strides))] * padded + merged
     return LoopNest(tuple(n for n, _ in merged),
-                    tuple(tuple(st[k] for _, st in merged) for k in range(len(strides))))
+                    tuple(tuple(st[k] for _, st in merged) for k in range(len(strides))),
+                    padded)

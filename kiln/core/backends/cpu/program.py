@@ -8,7 +8,7 @@ allocation, no type dispatch, no scalar arguments). Large C-contiguous feeds are
 (the arguments that view them are rebuilt around the fed array); small or strided ones are
 copied into their buffer.
 
-Once per program (``CpuProgram``):
+Once per program (``CpuProgram``; the ordering is in ``ordering.py``):
 
 * the schedule (``kiln.core.schedule`` when available), with each update moved after the last
   kernel reading the variable's old value (so it can be written in place);
@@ -46,6 +46,12 @@ import numpy as np
 
 from kiln import config
 from kiln.core.backends.cpu import layout as L
+from kiln.core.backends.cpu.ordering import (
+    is_aligned_elementwise,
+    merge_chains,
+    schedule,
+    sink_updates,
+)
 from kiln.core.backends.cpu.registry import BUILDERS, VIEWS, data_inputs
 from kiln.core.ir import Graph, Node, TensorType
 from kiln.core.ops.registry import ELEMENTWISE, FUSED, REDUCE, get_op
@@ -67,17 +73,6 @@ def warn_fallback(op: str, reason: str = "") -> None:
     why = f" ({reason})" if reason else ""
     warnings.warn(f"kiln cpu backend: no kernel for op {op!r}{why}; running its NumPy "
                   "reference (slow)", RuntimeWarning, stacklevel=3)
-
-
-def is_aligned_elementwise(node: Node) -> bool:
-    """True when element k of the result depends only on element k of each input (read
-    before written), so the result may overwrite an input with the same layout."""
-    kind = get_op(node.op).kind
-    if kind == ELEMENTWISE:
-        return True
-    if kind == FUSED:
-        return get_op(node.attrs["program"][-1][0]).kind == ELEMENTWISE
-    return False
 
 
 @dataclass
@@ -521,31 +516,6 @@ class PlanBuilder:
         fn(self, node)
 
 
-def _program(node: Node) -> tuple:
-    from kiln.core.ops.fused import program_of
-
-    return program_of(node)
-
-
-def _chainable(node: Node) -> bool:
-    """A kernel that is a generated elementwise loop (may join a multi-output group)."""
-    return (node.op not in SOURCES and node.op not in VIEWS and node.op not in BUILDERS
-            and is_aligned_elementwise(node))
-
-
-def _reads_any(nodes: list[Node], sources: list[Node], users: dict[int, list[Node]]) -> bool:
-    """Whether any of ``nodes`` reads one of ``sources`` (through movement ops)."""
-    targets = {id(n) for n in nodes}
-    stack = list(sources)
-    while stack:
-        for u in users.get(id(stack.pop()), []):
-            if id(u) in targets:
-                return True
-            if u.op in VIEWS:
-                stack.append(u)
-    return False
-
-
 def is_generated(node: Node) -> bool:
     """Nodes whose kernel is generated from scalar bodies (elementwise, fused, reductions)."""
     kind = get_op(node.op).kind
@@ -600,8 +570,8 @@ class CpuProgram:
         self.source_graph = graph
         self.graph = lower(graph)
         self.updates = [(int(k), var) for k, var in updates]
-        self.groups: dict[int, list[Node]] = {}
-        self.kernels_order = self._merge_chains(self._sink_updates(self._schedule()))
+        order = sink_updates(self.graph, self.updates, schedule(self.graph))
+        self.kernels_order, self.groups = merge_chains(self.graph, self.updates, order)
         kernel_ids = {id(n) for n in self.kernels_order}
         sources = [n for n in self.graph.nodes if n.op in SOURCES and id(n) not in kernel_ids]
         seen = {id(n) for n in sources}
@@ -614,125 +584,6 @@ class CpuProgram:
         self.num_kernels = len(self.kernels_order)
         self._plans: dict[tuple, Plan] = {}
         self._profile_env = config.profile_enabled()
-
-    def _schedule(self) -> list[Node]:
-        kernels = [n for n in self.graph.nodes if n.op not in SOURCES]
-        try:
-            from kiln.core.schedule import schedule
-        except ImportError:
-            return kernels
-        try:
-            order = list(schedule(self.graph))
-        except Exception:  # a scheduler bug must not stop the program
-            return kernels
-        pos = {id(n): k for k, n in enumerate(order)}
-        if len(order) != len(kernels) or set(pos) != {id(n) for n in kernels}:
-            return kernels
-        for n in order:
-            if any(id(i) in pos and pos[id(i)] >= pos[id(n)] for i in n.inputs):
-                return kernels
-        return order
-
-    def _merge_chains(self, order: list[Node]) -> list[Node]:
-        """Groups same-shape elementwise kernels where each member after the first reads an
-        earlier one (a momentum or Adam update: m, v, then p from both) into one loop with
-        side outputs. The members are made adjacent: the producers' groups move down to the
-        consumer when nothing in between reads them, or else the consumer moves up to its
-        latest producer when nothing in between reads what it overwrites. Fills
-        ``self.groups`` (id(first member) -> members)."""
-        group_of: dict[int, list[Node]] = {}
-        updated: dict[int, list[Node]] = {}
-        for k, var in self.updates:
-            updated.setdefault(id(self.graph.outputs[k]), []).append(var.__kiln_node__())
-        users: dict[int, list[Node]] = {}
-        for n in order:
-            for i in n.inputs:
-                users.setdefault(id(i), []).append(n)
-        for node in list(order):
-            if not _chainable(node):
-                continue
-            pos = {id(n): t for t, n in enumerate(order)}
-            groups: list[list[Node]] = []
-            for i in node.inputs:
-                if _chainable(i) and i.shape == node.shape and id(i) in pos:
-                    g = group_of.get(id(i), [i])
-                    if all(g is not h for h in groups) and all(m.shape == node.shape for m in g):
-                        groups.append(g)
-            if not groups:
-                continue
-            groups.sort(key=lambda g: pos[id(g[0])])
-            if sum(len(_program(m)) for g in groups for m in g) > 48:
-                continue
-            members = [m for g in groups for m in g]
-            ids = {id(m) for m in members}
-            first = pos[id(groups[0][0])]
-            between = [n for n in order[first:pos[id(node)]] if id(n) not in ids]
-            between_ids = {id(n) for n in between}
-            if not any(id(u) in between_ids for m in members for u in users.get(id(m), [])):
-                # move the producers' groups down, right before the node
-                order = order[:first] + between + members + order[pos[id(node)]:]
-                group = members
-            elif len(groups) == 1:
-                # move the node up, right after its producer's group
-                group = groups[0]
-                end = pos[id(group[-1])]
-                gap = order[end + 1:pos[id(node)]]
-                if any(i.op not in SOURCES and id(i) not in ids and pos[id(i)] > end
-                       for i in node.inputs):
-                    continue
-                if updated.get(id(node)) and _reads_any(gap, updated[id(node)], users):
-                    continue  # moving this update earlier would overwrite a value still read
-                order = order[:end + 1] + [node] + [n for n in order[end + 1:] if n is not node]
-                group = list(group)
-            else:
-                continue
-            group.append(node)
-            for m in group:
-                group_of[id(m)] = group
-        self.groups = {}
-        pos = {id(n): t for t, n in enumerate(order)}
-        for g in group_of.values():
-            start = pos[id(g[0])]
-            if len(g) > 1 and [id(n) for n in order[start:start + len(g)]] == [id(m) for m in g]:
-                self.groups[id(g[0])] = g  # (members are adjacent, in order)
-        return order
-
-    def _sink_updates(self, order: list[Node]) -> list[Node]:
-        """Moves each update kernel (with whatever depends on it) after the last kernel that
-        reads the variable's old value, so that it can write into the variable's buffer.
-
-        Movement ops count as transparent: a kernel reading a transpose of a weight reads it.
-        """
-        users: dict[int, list[Node]] = {}
-        for n in order:
-            for i in n.inputs:
-                users.setdefault(id(i), []).append(n)
-        for k, var in self.updates:
-            u = self.graph.outputs[k]
-            if u.op in SOURCES:
-                continue
-            pos = {id(n): t for t, n in enumerate(order)}
-            readers, stack = [], [var.__kiln_node__()]
-            while stack:
-                for user in users.get(id(stack.pop()), []):
-                    if user.op in VIEWS:
-                        stack.append(user)
-                    elif user is not u:
-                        readers.append(pos[id(user)])
-            if id(u) not in pos or not readers or max(readers) < pos[id(u)]:
-                continue
-            last = max(readers)
-            start = pos[id(u)]
-            moved = {id(u)}
-            for n in order[start + 1:last + 1]:
-                if any(id(i) in moved for i in n.inputs):
-                    moved.add(id(n))
-            if any(id(order[r]) in moved for r in readers):
-                continue  # a reader depends on the update itself: cannot sink
-            window = order[start:last + 1]
-            order = (order[:start] + [n for n in window if id(n) not in moved]
-                     + [n for n in window if id(n) in moved] + order[last + 1:])
-        return order
 
     def planned_buffers(self) -> dict[int, int]:
         """id(kernel node) -> buffer index from ``kiln.core.memory.plan_memory`` (computed once,

@@ -974,7 +974,7 @@ class CudaProgram:
         return times
 
 
-def compile_graph(graph: Graph) -> CudaProgram:
+def compile_graph(graph: Graph, updates: object = None) -> CudaProgram:
     """Compiles ``graph`` for the GPU (raises CudaUnavailableError when it cannot run)."""
     from kiln.core.ops.registry import KERNELS
 
