@@ -569,15 +569,9 @@ def deserialize(config: Any, custom_objects: dict | None = None) -> Any:
         if custom_objects and config in custom_objects:
             return custom_objects[config]
         return get(config)
-    if isinstance(config, dict):
-        name = config.get("class_name")
-        cls = (custom_objects or {}).get(name) or _CLASSES.get(name)
-        if cls is None:
-            from kiln.models.model import resolve_class
+    from kiln.models.model import instantiate
 
-            cls = resolve_class(name, custom_objects)
-        return cls.from_config(dict(config.get("config", {})))
-    raise TypeError(f"losses.deserialize: could not interpret {config!r}")
+    return instantiate(config, _CLASSES, custom_objects, "losses")
 
 
 def get(identifier: Any) -> Any:

@@ -706,15 +706,9 @@ def deserialize(config: Any, custom_objects: dict | None = None) -> Any:
         if custom_objects and config in custom_objects:
             return custom_objects[config]
         return config if config.lower() in ("accuracy", "acc") else get(config)
-    if isinstance(config, dict):
-        name = config.get("class_name")
-        cls = (custom_objects or {}).get(name) or _CLASSES.get(name)
-        if cls is None:
-            from kiln.models.model import resolve_class
+    from kiln.models.model import instantiate
 
-            cls = resolve_class(name, custom_objects)
-        return cls.from_config(dict(config.get("config", {})))
-    raise TypeError(f"metrics.deserialize: could not interpret {config!r}")
+    return instantiate(config, _CLASSES, custom_objects, "metrics")
 
 
 def get(identifier: Any) -> Metric:

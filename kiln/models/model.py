@@ -83,6 +83,19 @@ def resolve_class(name: str, custom_objects: dict[str, Any] | None = None) -> ty
                      "defines it before loading")
 
 
+def instantiate(config: dict, classes: dict[str, type], custom_objects: dict | None,
+                what: str) -> Any:
+    """Builds an object from ``{"class_name", "config"}``: ``custom_objects``, then ``classes``
+    (a module's own table, e.g. the losses), then :func:`resolve_class`."""
+    if not isinstance(config, dict) or "class_name" not in config:
+        raise TypeError(f"{what}.deserialize: could not interpret {config!r}")
+    name = config["class_name"]
+    cls = (custom_objects or {}).get(name) or classes.get(name)
+    if cls is None:
+        cls = resolve_class(name, custom_objects)
+    return cls.from_config(dict(config.get("config", {})))
+
+
 def deserialize_layer(config: dict, custom_objects: dict[str, Any] | None = None) -> Layer:
     """Builds a layer (or model) from ``{"class_name", "config", ...}``."""
     if not isinstance(config, dict) or "class_name" not in config:
