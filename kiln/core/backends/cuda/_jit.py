@@ -214,20 +214,9 @@ class Kernel:
         return f"<kiln cuda kernel {self.name} {os.path.basename(self.path)}>"
 
 
-def _write_source(path: str, text: str) -> bool:
-    if os.path.exists(path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                if f.read() == text:
-                    return False
-        except OSError:
-            pass
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-    return True
+# Generated source goes to disk through the CPU backend's writer (one JIT wrapper's rules:
+# atomic, and never rewritten, since numba's cache index checks the modification time).
+from kiln.core.backends.cpu.jit import _write_source  # noqa: E402
 
 
 def load(source: str, name: str) -> Kernel:
