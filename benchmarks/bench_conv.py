@@ -63,6 +63,12 @@ def kiln_times(batch: int, repeat: int) -> dict:
                     f = kiln.function(ins, node, backend="cpu", optimize=False)
                     out[f"{name}.{op}.{method}"] = timeit(
                         lambda run=f.program.run, feeds=feeds: run(list(feeds)), repeat)
+                # the three ops of a training step in one function (the im2col buffer of x
+                # is shared by the forward and the kernel gradient, as in a step)
+                f = kiln.function([xs, ks, cs], [n for _, n, _ in graphs.values()],
+                                  backend="cpu", optimize=False)
+                out[f"{name}.step.{method}"] = timeit(
+                    lambda run=f.program.run: run([x, k, ct]), repeat)
             finally:
                 conv.conv_method = saved
         pooled = kiln.placeholder((batch, h - 2, w - 2, co))

@@ -22,6 +22,10 @@ Stabilization
     two rules cancel those divisions: ``(g / p) * p -> g`` and
     ``p * (g / p - t) -> g - p * t`` for ``p`` a softmax, sigmoid or exp.
 
+Gradient routing
+    ``max_pool2d_grad(relu(z), out, ct) * [z > 0] -> max_pool2d_grad(relu(z), out,
+    ct * [out > 0])`` (see :func:`pool_mask`): relu's mask moves to the pooled side.
+
 Constant subexpressions that the rules create are folded (see constant_fold).
 
 Example:
@@ -219,13 +223,52 @@ def _cancel_probability(node: Node) -> Node | None:
     return None
 
 
+def _positive_mask_input(m: Node) -> Node | None:
+    """For ``m = cast(greater(z, 0))`` (relu's derivative): ``z``."""
+    if m.op == "cast" and m.inputs[0].op == "greater":
+        z, zero = m.inputs[0].inputs
+        if is_const_equal(zero, 0):
+            return z
+    return None
+
+
+def pool_mask(node: Node) -> Node | None:
+    """``max_pool2d_grad(y, out, ct) * [z > 0]`` with ``y = relu(z)`` (or ``y = z``) ->
+    ``max_pool2d_grad(y, out, ct * [out > 0])``.
+
+    Exact: max pooling routes each window's cotangent to one element ``y[p]`` with
+    ``y[p] == out[window]``, and ``z[p] > 0`` exactly when ``y[p] > 0``; so the mask can be
+    applied to the pooled cotangent before routing. It then covers 1/(pool area) of the
+    elements, and the pass over the full-size gradient (a read of two tensors and a write of
+    one, the size of the convolution's output) disappears from relu - max-pool blocks.
+    """
+    if node.op != "mul":
+        return None
+    a, b = node.inputs
+    for g, m in ((a, b), (b, a)):
+        z = _positive_mask_input(m)
+        if g.op != "max_pool2d_grad" or z is None or g.type != node.type or m.type != node.type:
+            continue
+        y, out, ct = g.inputs
+        if not (z is y or (y.op == "relu" and y.inputs[0] is z)):
+            continue
+        zero = m.inputs[0].inputs[1]
+        mask = try_build("cast", [build("greater", [out, zero])], dtype=m.attrs["dtype"])
+        if mask is None or mask.type != ct.type:
+            continue
+        new = try_build("max_pool2d_grad", [y, out, build("mul", [ct, mask])], **g.attrs)
+        if same_type(new, node):
+            return new
+    return None
+
+
 def _fold(node: Node) -> Node | None:
     if node.op == "size_of" or (node.inputs and all(is_const(i) for i in node.inputs)):
         return fold_rule(node)
     return None
 
 
-RULES = first_rule(identities, movement, drop_broadcast, stabilize, _fold)
+RULES = first_rule(identities, movement, drop_broadcast, stabilize, pool_mask, _fold)
 
 
 def simplify(graph: Graph) -> Graph:

@@ -164,3 +164,34 @@ def test_gradient_division_by_probability_cancels():
     assert not np.isfinite(evaluate([g], big)[0]).all()
     np.testing.assert_allclose(evaluate(out.outputs, feeds)[0], evaluate([g], feeds)[0],
                                rtol=1e-12)
+
+
+@pytest.mark.parametrize("padding", ["valid", "same"])
+@pytest.mark.parametrize("with_relu", [True, False])
+def test_relu_mask_moves_before_max_pool_routing(padding, with_relu):
+    """The gradient of relu -> max_pool2d: the mask on the full-size gradient moves to the
+    pooled cotangent, values unchanged (float64 reference, with ties and exact zeros)."""
+    z = kiln.placeholder((None, 5, 6, 3), "float64", name="z")
+    pooled = K.max_pool2d(K.relu(z) if with_relu else z, 2, padding=padding)
+    ct = kiln.placeholder(pooled.shape, "float64", name="ct")
+    (gz,) = kiln.grad(K.sum(pooled * ct), [z])
+    if not with_relu:  # the mask written by hand on the input of the pooling
+        gz = gz * K.cast(K.greater(z, 0.0), "float64")
+    g = Graph([z, ct], [gz])
+    out = simplify(g)
+    assert out.outputs[0].op == "max_pool2d_grad"
+    zv = RNG.normal(size=(4, 5, 6, 3)).round(1)  # rounding makes ties and exact zeros
+    zv[0, :2, :2] = 0.0
+    feeds = {z: zv, ct: RNG.normal(size=(4,) + pooled.shape[1:])}
+    (want,) = evaluate(g.outputs, feeds)
+    (got,) = evaluate(out.outputs, feeds)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_relu_mask_stays_when_it_masks_another_tensor():
+    z = kiln.placeholder((None, 4, 4, 2), "float64", name="z")
+    w = kiln.placeholder((None, 4, 4, 2), "float64", name="w")
+    (gz,) = kiln.grad(K.sum(K.max_pool2d(K.relu(w), 2)), [w])
+    node = gz * K.cast(K.greater(z, 0.0), "float64")  # mask of an unrelated tensor
+    out = simplify(Graph([z, w], [node]))
+    assert out.outputs[0].op == "mul"

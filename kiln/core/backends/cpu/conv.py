@@ -44,23 +44,31 @@ def conv_method(taps: int, op: str = "conv2d") -> str:
 
 # ---- kernels ------------------------------------------------------------------------------------
 def im2col_kernel(cols, x, p):
-    # x (N, H, W, C) -> cols (N, OH, OW, KH, KW, C); p = [sh, sw, dh, dw, pad_top, pad_left]
-    n_n, h, w, c = x.shape
-    oh, ow, kh, kw = cols.shape[1], cols.shape[2], cols.shape[3], cols.shape[4]
-    sh, sw, dh, dw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
+    # x (N, H, W*C) -> cols (N, OH, OW, KH, KW*C); p = [sh, sw, dh, dw, pad_top, pad_left, C].
+    # A window row inside the image (dilation 1 along W) is one contiguous run of KW*C values:
+    # copied as a slice (no per-element index arithmetic or bounds tests).
+    n_n, h, wc = x.shape
+    oh, ow, kh, kwc = cols.shape[1], cols.shape[2], cols.shape[3], cols.shape[4]
+    sh, sw, dh, dw, pt, pl, c = p[0], p[1], p[2], p[3], p[4], p[5], p[6]
+    w = wc // c
+    kw = kwc // c
     for n in numba.prange(n_n):
         for i in range(oh):
             for j in range(ow):
+                w0 = j * sw - pl
                 for a in range(kh):
                     hi = i * sh - pt + a * dh
-                    for b in range(kw):
-                        wi = j * sw - pl + b * dw
-                        if 0 <= hi < h and 0 <= wi < w:
-                            for ch in range(c):
-                                cols[n, i, j, a, b, ch] = x[n, hi, wi, ch]
-                        else:
-                            for ch in range(c):
-                                cols[n, i, j, a, b, ch] = 0
+                    if hi < 0 or hi >= h:
+                        cols[n, i, j, a, :] = 0
+                    elif dw == 1 and w0 >= 0 and w0 + kw <= w:
+                        cols[n, i, j, a, :] = x[n, hi, w0 * c:w0 * c + kwc]
+                    else:
+                        for b in range(kw):
+                            wi = w0 + b * dw
+                            if 0 <= wi < w:
+                                cols[n, i, j, a, b * c:b * c + c] = x[n, hi, wi * c:wi * c + c]
+                            else:
+                                cols[n, i, j, a, b * c:b * c + c] = 0
 
 
 def col2im_kernel(dx, cols, p):
@@ -340,9 +348,10 @@ def _cols(b, x_node: Node, k: tuple[int, int], oh: int, ow: int, p: np.ndarray) 
     if cached is not None:
         return cached
     x = b.contiguous(x_node)
-    n, _, _, c = x.shape
+    n, h, w, c = x.shape
     cols = np.empty((n, oh, ow, k[0], k[1], c), x.dtype)
-    _call(b, im2col_kernel, cols, x, p)
+    _call(b, im2col_kernel, cols.reshape(n, oh, ow, k[0], k[1] * c), x.reshape(n, h, w * c),
+          np.append(p, c).astype(np.int64))
     b.cache[key] = cols
     return cols
 
