@@ -68,7 +68,7 @@ def kiln_times(batch: int, repeat: int) -> dict:
                 f = kiln.function([xs, ks, cs], [n for _, n, _ in graphs.values()],
                                   backend="cpu", optimize=False)
                 out[f"{name}.step.{method}"] = timeit(
-                    lambda run=f.program.run: run([x, k, ct]), repeat)
+                    lambda run=f.program.run, feeds=(x, k, ct): run(list(feeds)), repeat)
             finally:
                 conv.conv_method = saved
         pooled = kiln.placeholder((batch, h - 2, w - 2, co))

@@ -1,8 +1,10 @@
 """kiln.core: the static-graph compiler. Imports nothing from layers, models, optimizers or
 callbacks (a test enforces it)."""
 
-from kiln.core import ops  # noqa: F401  (registers every op)
-from kiln.core import passes  # noqa: F401  (registers remat_barrier)
+from kiln.core import (
+    ops,  # noqa: F401  (registers every op)
+    passes,  # noqa: F401  (registers remat_barrier)
+)
 from kiln.core.autodiff import grad
 from kiln.core.executor import Function, function
 from kiln.core.ir import Graph, HashableArray, Node, TensorType, toposort
