@@ -11,18 +11,31 @@ Workloads (synthetic data, one warm-up epoch, then whole epochs timed):
                    3,840 samples;
 * ``tiny_train``   MLP 32-64-64-1 regression (MSE), SGD momentum 0.9, batch 32, 16,000 samples.
 
-Each (framework, workload) runs in its own subprocess, so peak RSS, thread pools and caches are
-its own. Reported per case: samples/s (of the fastest timed epoch; the median is in the JSON),
-first-step latency (model and graph construction + compilation + the first step, in a process
-that has already imported the framework) and peak RSS. With ``--rounds N`` every case runs N
-times, kiln and torch alternating, and the best round counts: on a shared machine the fastest
-run is the one least disturbed by other load.
+Every (framework, workload) runs in its own process, so peak RSS, thread pools and caches are
+its own. By default (interleaved mode) the processes of one workload are long-lived workers:
+each builds its case (first-step latency: model and graph construction + compilation + the
+first step, in a process that has already imported the framework), runs the warm-up epoch and
+then times one epoch at a time on request. The coordinator runs ``--epochs`` x ``--rounds``
+*pairs*: one epoch of every framework, one worker computing at a time, the order reversed every
+pair, so all frameworks see the same machine noise. Reported per case: samples/s of the best
+and of the median epoch, first-step latency, peak RSS, and for kiln the ratio against torch as
+the median over pairs of torch_epoch_s / kiln_epoch_s (min and max too). ``--sequential`` runs
+the old way instead: one process per case and round, run after one another, the best round
+counts (pairs are then rounds, each side's best epoch).
+
+``gemm`` (table: ``gemm-floor``, MLP workloads only) is no framework: per batch it runs exactly
+the GEMMs of the MLP step with NumPy's BLAS (training: the 3 forward GEMMs and the 5 backward
+ones, dW3 dh2 dW2 dh1 dW1; predict: the 3 forward ones) and nothing else. Every implementation
+whose GEMMs are NumPy's must do at least that much work per step, so the ``cap`` column
+(median pair ratio torch_epoch_s / gemm_epoch_s) is the best kiln/torch ratio it could reach.
 
 Usage::
 
-    python benchmarks/bench_cpu.py                      # all workloads, kiln and torch
-    python benchmarks/bench_cpu.py --workloads mlp_train tiny_train --epochs 5
-    python benchmarks/bench_cpu.py --frameworks kiln    # no torch
+    python benchmarks/bench_cpu.py                      # all workloads: kiln, torch, gemm
+    python benchmarks/bench_cpu.py --workloads mlp_train tiny_train --epochs 5 --rounds 2
+    python benchmarks/bench_cpu.py --workloads mlp_train --api fit
+    python benchmarks/bench_cpu.py --frameworks kiln    # no torch, no gemm floor
+    python benchmarks/bench_cpu.py --sequential --rounds 3   # one process per case and round
 
 kiln's side uses the core API (placeholders, Variables, kiln.grad, update nodes,
 kiln.function, a Python loop over batches); ``--api fit`` times whole epochs of
@@ -34,15 +47,17 @@ Prints a table, then one JSON line per case (prefix ``JSON``).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import IO, Any
 
 import numpy as np
 
@@ -56,6 +71,9 @@ WORKLOADS = {
     "tiny_train": {"samples": 16000, "batch": 32, "kind": "train"},
 }
 TARGETS = {"mlp_train": 1.4, "mlp_predict": 1.3, "convnet_train": 1.2, "tiny_train": 4.5}
+FRAMEWORKS = ["kiln", "torch", "gemm"]
+GEMM_WORKLOADS = ("mlp_train", "mlp_predict")
+LABELS = {"gemm": "gemm-floor"}
 LR = 0.01
 
 
@@ -72,7 +90,8 @@ def make_data(workload: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x, (x[:, :1] * 0.5 + 0.1 * rng.normal(size=(n, 1))).astype(np.float32)
 
 
-def batches(x: np.ndarray, y: np.ndarray, batch: int):
+def batches(x: np.ndarray, y: np.ndarray,
+            batch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     for i in range(0, len(x) - batch + 1, batch):
         yield x[i:i + batch], y[i:i + batch]
 
@@ -175,8 +194,8 @@ def kiln_case(workload: str) -> tuple[Callable[[Any, Any], Any], dict]:
     return step, {"function": fn}
 
 
-def kiln_fit_case(workload: str) -> tuple[Callable[[Any, Any], Any], dict]:
-    """The same models through ``kiln.Sequential`` + ``compile`` + ``train_on_batch``."""
+def kiln_fit_model(workload: str) -> Any:
+    """The same models through ``kiln.Sequential`` + ``compile`` (``--api fit``)."""
     import kiln
 
     layers = kiln.layers
@@ -196,38 +215,7 @@ def kiln_fit_case(workload: str) -> tuple[Callable[[Any, Any], Any], dict]:
             layers.MaxPooling2D(2), layers.Flatten(), layers.Dropout(0.5),
             layers.Dense(10, activation="softmax")])
         model.compile("adam", "sparse_categorical_crossentropy")
-    if WORKLOADS[workload]["kind"] == "predict":
-        return (lambda xb, yb: model.predict_on_batch(xb)), {"model": model}
-    return (lambda xb, yb: model.train_on_batch(xb, yb)), {"model": model}
-
-
-def kiln_fit_epochs(workload: str, x: Any, y: Any, epochs: int) -> tuple[float, list[float]]:
-    """Whole epochs of ``model.fit(..., epochs=1, verbose=0)`` (or ``predict``) on the same
-    models: returns (first-step latency, epoch times after one warm-up epoch)."""
-    batch = WORKLOADS[workload]["batch"]
-    t0 = time.perf_counter()
-    _, info = kiln_fit_case(workload)
-    model = info["model"]
-    predict = WORKLOADS[workload]["kind"] == "predict"
-    if predict:
-        model.predict(x[:batch], batch_size=batch, verbose=0)
-    else:
-        model.train_on_batch(x[:batch], y[:batch])
-    first_step = time.perf_counter() - t0
-
-    def one_epoch() -> None:
-        if predict:
-            model.predict(x, batch_size=batch, verbose=0)
-        else:
-            model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
-
-    one_epoch()  # warm-up
-    times = []
-    for _ in range(epochs):
-        t = time.perf_counter()
-        one_epoch()
-        times.append(time.perf_counter() - t)
-    return first_step, times
+    return model
 
 
 # ---- torch ------------------------------------------------------------------------------------
@@ -278,50 +266,185 @@ def torch_case(workload: str) -> tuple[Callable[[Any, Any], Any], dict]:
     return step, {}
 
 
-# ---- one case, in this process ------------------------------------------------------------------
-def run_case(framework: str, workload: str, epochs: int, api: str) -> dict:
-    if framework == "kiln":
-        import kiln  # noqa: F401  (import cost is not part of first-step latency)
-    else:
-        import torch  # noqa: F401
-    x, y = make_data(workload)
+# ---- gemm floor ---------------------------------------------------------------------------------
+def gemm_case(workload: str) -> tuple[Callable[[Any, Any], Any], dict]:
+    """Only the GEMMs of one MLP step, float32, with NumPy's BLAS into preallocated outputs.
+
+    Training: forward x@W1, h1@W2, h2@W3, then backward dW3 = h2.T@d3, dh2 = d3@W3.T,
+    dW2 = h1.T@d2, dh1 = d2@W2.T, dW1 = x.T@d1 (no dX); predict: the 3 forward GEMMs.
+    """
+    if workload not in GEMM_WORKLOADS:
+        raise ValueError(f"gemm floor is defined for {GEMM_WORKLOADS} only, not {workload}")
+    rng = np.random.default_rng(1)
     batch = WORKLOADS[workload]["batch"]
-    info: dict = {}
-    if framework == "kiln" and api == "fit":
-        first_step, epoch_times = kiln_fit_epochs(workload, x, y, epochs)
-    else:
+    sizes = [784, 512, 256, 10]
+    ws = [rng.uniform(-1, 1, (a, b)).astype(np.float32) * np.float32(np.sqrt(6 / (a + b)))
+          for a, b in zip(sizes[:-1], sizes[1:])]
+    hs = [np.empty((batch, b), np.float32) for b in sizes[1:]]  # h1, h2, logits
+
+    def forward(xb: np.ndarray) -> np.ndarray:
+        h = xb
+        for w, out in zip(ws, hs):
+            h = np.matmul(h, w, out=out)
+        return h
+
+    if WORKLOADS[workload]["kind"] == "predict":
+        return (lambda xb, yb: forward(xb)), {}
+    ds = [(rng.standard_normal((batch, b)) * 0.01).astype(np.float32)
+          for b in sizes[1:]]  # d1, d2, d3 (d1, d2 are overwritten by the backward GEMMs)
+    dws = [np.empty_like(w) for w in ws]
+
+    def step(xb: np.ndarray, yb: np.ndarray) -> None:
+        forward(xb)
+        inputs = [xb, hs[0], hs[1]]
+        for i in (2, 1, 0):  # dW3, dh2, dW2, dh1, dW1
+            np.matmul(inputs[i].T, ds[i], out=dws[i])
+            if i:
+                np.matmul(ds[i], ws[i].T, out=ds[i - 1])
+
+    return step, {}
+
+
+# ---- one case, in this process ------------------------------------------------------------------
+class Case:
+    """One (framework, workload) in this process, shared by both modes: ``first_step()`` builds
+    the model / graph and runs its first step, ``epoch()`` runs and times one epoch."""
+
+    def __init__(self, framework: str, workload: str, api: str) -> None:
+        # import cost is not part of first-step latency
+        importlib.import_module({"gemm": "numpy"}.get(framework, framework))
+        self.framework, self.workload, self.api = framework, workload, api
+        self.batch = WORKLOADS[workload]["batch"]
+        self.x, self.y = make_data(workload)
+        self.samples = (len(self.x) // self.batch) * self.batch
+        self.info: dict = {}
+        self.first_step_s = float("nan")
+        self._run_epoch: Callable[[], Any] | None = None
+
+    def first_step(self) -> float:
         t0 = time.perf_counter()
-        step, info = kiln_case(workload) if framework == "kiln" else torch_case(workload)
+        self._run_epoch = self._build()
+        self.first_step_s = time.perf_counter() - t0
+        return self.first_step_s
+
+    def _build(self) -> Callable[[], Any]:
+        """Builds the case, runs its first step, returns a function running one epoch."""
+        x, y, batch = self.x, self.y, self.batch
+        predict = WORKLOADS[self.workload]["kind"] == "predict"
+        if self.framework == "kiln" and self.api == "fit":
+            model = kiln_fit_model(self.workload)
+            self.info = {"model": model}
+            if predict:
+                model.predict(x[:batch], batch_size=batch, verbose=0)
+                return lambda: model.predict(x, batch_size=batch, verbose=0)
+            model.train_on_batch(x[:batch], y[:batch])
+            return lambda: model.fit(x, y, batch_size=batch, epochs=1, verbose=0,
+                                     shuffle=False)
+        make = {"kiln": kiln_case, "torch": torch_case, "gemm": gemm_case}[self.framework]
+        step, self.info = make(self.workload)
         step(x[:batch], y[:batch])
-        first_step = time.perf_counter() - t0
-        for xb, yb in batches(x, y, batch):  # warm-up epoch
-            step(xb, yb)
-        epoch_times = []
-        for _ in range(epochs):
-            t = time.perf_counter()
+
+        def run_epoch() -> None:
             for xb, yb in batches(x, y, batch):
                 step(xb, yb)
-            epoch_times.append(time.perf_counter() - t)
-    n = (len(x) // batch) * batch
-    med = statistics.median(epoch_times)
-    best = min(epoch_times)
-    result = {"framework": framework, "workload": workload, "api": api, "batch": batch,
-              "samples_per_s": n / best, "samples_per_s_median": n / med, "epoch_s": best,
-              "step_ms": best / (n // batch) * 1e3,
-              "first_step_s": first_step,
-              "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-              "epochs": epochs, "cpus": os.cpu_count()}
-    if framework == "kiln":
-        from kiln.core.backends.cpu import jit
 
-        fn = info.get("function")
-        prog = getattr(fn, "program", None)
-        result["kernels"] = getattr(prog, "num_kernels", None)
-        result["jit_compiled"] = jit.stats["compiled"]
-        result["jit_cache_hits"] = jit.stats["cache_hits"]
-    return result
+        return run_epoch
+
+    def epoch(self) -> float:
+        assert self._run_epoch is not None, "first_step() builds the case"
+        t = time.perf_counter()
+        self._run_epoch()
+        return time.perf_counter() - t
+
+    def stats(self) -> dict:
+        """Everything but the epoch times: first step, peak RSS, kiln's kernel / jit counts."""
+        out = {"batch": self.batch, "samples": self.samples, "first_step_s": self.first_step_s,
+               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+               "cpus": os.cpu_count()}
+        if self.framework == "kiln":
+            from kiln.core.backends.cpu import jit
+
+            prog = getattr(self.info.get("function"), "program", None)
+            out["kernels"] = getattr(prog, "num_kernels", None)
+            out["jit_compiled"] = jit.stats["compiled"]
+            out["jit_cache_hits"] = jit.stats["cache_hits"]
+        return out
 
 
+def make_result(framework: str, workload: str, api: str, stats: dict,
+                epoch_times: list[float]) -> dict:
+    n, batch = stats["samples"], stats["batch"]
+    best, med = min(epoch_times), statistics.median(epoch_times)
+    return {"framework": framework, "workload": workload, "api": api,
+            "samples_per_s": n / best, "samples_per_s_median": n / med, "epoch_s": best,
+            "epoch_s_median": med, "step_ms": best / (n // batch) * 1e3,
+            "epochs": len(epoch_times), **stats,
+            "epoch_times": [round(t, 5) for t in epoch_times]}
+
+
+def run_case(framework: str, workload: str, epochs: int, api: str) -> dict:
+    """Sequential mode, in this process: first step, warm-up epoch, ``epochs`` timed epochs."""
+    case = Case(framework, workload, api)
+    case.first_step()
+    case.epoch()  # warm-up
+    times = [case.epoch() for _ in range(epochs)]
+    return make_result(framework, workload, api, case.stats(), times)
+
+
+def worker(framework: str, workload: str, api: str) -> int:
+    """Interleaved mode, one worker: builds the case, warms up, then answers ``epoch`` / ``done``
+    read line by line from stdin with one ``RESULT <json>`` line each."""
+    case = Case(framework, workload, api)
+    case.first_step()
+    case.epoch()  # warm-up
+    _reply({"ready": True, "first_step_s": case.first_step_s})
+    for line in iter(sys.stdin.readline, ""):
+        command = line.strip()
+        if command == "epoch":
+            _reply({"epoch_s": case.epoch()})
+        elif command == "done":
+            _reply(case.stats())
+            return 0
+        elif command:
+            _reply({"error": f"unknown command {command!r}"})
+    return 1
+
+
+def _reply(obj: dict) -> None:
+    print("RESULT " + json.dumps(obj), flush=True)
+
+
+def _order(frameworks: list[str], i: int) -> list[str]:
+    """Pair / round ``i``'s order: reversed every other time, so for any two frameworks each
+    goes first equally often."""
+    return frameworks if i % 2 == 0 else frameworks[::-1]
+
+
+def _api(framework: str, api: str) -> str:
+    return api if framework == "kiln" else "core"
+
+
+def _error(framework: str, workload: str, api: str, message: str) -> dict:
+    return {"framework": framework, "workload": workload, "api": _api(framework, api),
+            "error": message}
+
+
+def add_ratios(results: list[dict], pairs: list[dict[str, float]]) -> None:
+    """For each non-torch case of one workload: median / min / max over ``pairs`` (epoch seconds
+    by framework) of torch_epoch_s / its epoch_s; kiln also gets ``cap``, gemm's median."""
+    by = {r["framework"]: r for r in results if "error" not in r}
+    for f, r in by.items():
+        if f == "torch":
+            continue
+        ratios = [p["torch"] / p[f] for p in pairs if "torch" in p and f in p]
+        if ratios:
+            r.update(ratio_median=statistics.median(ratios), ratio_min=min(ratios),
+                     ratio_max=max(ratios), pairs=len(ratios))
+    if "kiln" in by and "ratio_median" in by.get("gemm", {}):
+        by["kiln"]["cap"] = by["gemm"]["ratio_median"]
+
+
+# ---- sequential mode ----------------------------------------------------------------------------
 def _subprocess(framework: str, workload: str, epochs: int, api: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--one", framework, workload,
            "--epochs", str(epochs), "--api", api]
@@ -329,10 +452,127 @@ def _subprocess(framework: str, workload: str, epochs: int, api: str) -> dict:
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
-    return {"framework": framework, "workload": workload, "api": api,
-            "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
+    return _error(framework, workload, api,
+                  "".join((proc.stderr or proc.stdout).strip().splitlines()[-1:]))
 
 
+def run_sequential(workload: str, frameworks: list[str], epochs: int, rounds: int,
+                   api: str) -> list[dict]:
+    """One process per case and round; the best round counts, pairs are rounds."""
+    best: dict[str, dict] = {}
+    pairs: list[dict[str, float]] = []
+    for i in range(rounds):
+        pair: dict[str, float] = {}
+        for f in _order(frameworks, i):
+            r = _subprocess(f, workload, epochs, _api(f, api))
+            print(f"  done {f:<6} {workload:<14} "
+                  + (f"{r['samples_per_s']:>10.0f} samples/s" if "error" not in r
+                     else f"ERROR {r['error']}"), file=sys.stderr, flush=True)
+            if "error" not in r:
+                pair[f] = r["epoch_s"]
+            old = best.get(f)
+            if old is None or "error" in old or (
+                    "error" not in r and r["samples_per_s"] > old["samples_per_s"]):
+                best[f] = r
+        pairs.append(pair)
+    results = [best[f] for f in frameworks]
+    add_ratios(results, pairs)
+    return results
+
+
+# ---- interleaved mode ---------------------------------------------------------------------------
+class WorkerError(RuntimeError):
+    pass
+
+
+class Worker:
+    """The coordinator's handle on one ``--worker`` process (stderr goes to a temporary file)."""
+
+    def __init__(self, framework: str, workload: str, api: str) -> None:
+        self.framework = framework
+        self._stderr: IO[str] = tempfile.TemporaryFile("w+")
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", framework, workload,
+               "--api", api]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._stderr, text=True, bufsize=1)
+
+    def ask(self, command: str | None = None) -> dict:
+        """Sends ``command`` (None: none, just wait for the next reply) and returns the reply."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            if command is not None:
+                self.proc.stdin.write(command + "\n")
+                self.proc.stdin.flush()
+            for line in iter(self.proc.stdout.readline, ""):
+                if line.startswith("RESULT "):
+                    reply = json.loads(line[7:])
+                    if "error" in reply:
+                        raise WorkerError(reply["error"])
+                    return reply
+        except BrokenPipeError:
+            pass
+        self.proc.wait()
+        self._stderr.seek(0)
+        tail = self._stderr.read().strip().splitlines()[-1:]
+        raise WorkerError("".join(tail) or f"{self.framework} worker exited "
+                          f"({self.proc.returncode})")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._stderr.close()
+
+
+def run_interleaved(workload: str, frameworks: list[str], epochs: int, rounds: int, api: str,
+                    settle: float) -> list[dict]:
+    """One worker per framework, started and warmed up one after another; then ``epochs`` x
+    ``rounds`` pairs of one epoch per framework, one worker computing at a time."""
+    workers: dict[str, Worker] = {}
+    errors: dict[str, str] = {}
+    try:
+        for f in frameworks:
+            workers[f] = Worker(f, workload, _api(f, api))
+            try:
+                workers[f].ask()  # ready: built, first step and warm-up epoch done
+            except WorkerError as e:
+                errors[f] = str(e)
+        pairs: list[dict[str, float]] = []
+        n_pairs = epochs * rounds
+        for i in range(n_pairs):
+            pair: dict[str, float] = {}
+            for f in _order(frameworks, i):
+                if f in errors:
+                    continue
+                time.sleep(settle)  # the previous worker's BLAS / OpenMP threads stop spinning
+                try:
+                    pair[f] = workers[f].ask("epoch")["epoch_s"]
+                except WorkerError as e:
+                    errors[f] = str(e)
+            pairs.append(pair)
+            ratio = (f"  kiln/torch {pair['torch'] / pair['kiln']:.2f}x"
+                     if "kiln" in pair and "torch" in pair else "")
+            print(f"  pair {i + 1}/{n_pairs} {workload:<14}"
+                  + "".join(f" {f} {s:.3f}s" for f, s in pair.items()) + ratio,
+                  file=sys.stderr, flush=True)
+        results = []
+        for f in frameworks:
+            try:
+                if f in errors:
+                    raise WorkerError(errors[f])
+                stats = workers[f].ask("done")
+                results.append(make_result(f, workload, _api(f, api), stats,
+                                           [p[f] for p in pairs if f in p]))
+            except WorkerError as e:
+                results.append(_error(f, workload, api, str(e)))
+    finally:
+        for w in workers.values():
+            w.close()
+    add_ratios(results, pairs)
+    return results
+
+
+# ---- main ---------------------------------------------------------------------------------------
 def _has_torch() -> bool:
     try:
         import importlib.util
@@ -345,31 +585,38 @@ def _has_torch() -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
-    ap.add_argument("--frameworks", nargs="+", default=["kiln", "torch"],
-                    choices=["kiln", "torch"])
+    ap.add_argument("--frameworks", nargs="+", default=FRAMEWORKS, choices=FRAMEWORKS,
+                    help="gemm: the BLAS floor, MLP workloads only")
     ap.add_argument("--epochs", type=int, default=3, help="timed epochs after the warm-up")
     ap.add_argument("--api", default="core", choices=["core", "fit"])
-    ap.add_argument("--rounds", type=int, default=1, help="runs per case; the best counts")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="interleaved: epochs x rounds pairs; sequential: runs per case, the "
+                         "best counts")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--interleave", dest="sequential", action="store_false",
+                      help="long-lived workers, epochs interleaved in pairs (default)")
+    mode.add_argument("--sequential", action="store_true",
+                      help="one process per case and round, one after another")
+    ap.set_defaults(sequential=False)
+    ap.add_argument("--settle", type=float, default=0.2,
+                    help="interleaved: seconds of idle before each epoch (default 0.2)")
     ap.add_argument("--one", nargs=2, metavar=("FRAMEWORK", "WORKLOAD"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", nargs=2, metavar=("FRAMEWORK", "WORKLOAD"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         print("RESULT " + json.dumps(run_case(args.one[0], args.one[1], args.epochs, args.api)))
         return 0
+    if args.worker:
+        return worker(args.worker[0], args.worker[1], args.api)
     frameworks = [f for f in args.frameworks if f != "torch" or _has_torch()]
     results = []
     for w in args.workloads:
-        best: dict[str, dict] = {}
-        for _ in range(args.rounds):
-            for f in frameworks:
-                r = _subprocess(f, w, args.epochs, args.api if f == "kiln" else "core")
-                print(f"  done {f:<6} {w:<14} "
-                      + (f"{r['samples_per_s']:>10.0f} samples/s" if "error" not in r
-                         else f"ERROR {r['error']}"), file=sys.stderr, flush=True)
-                old = best.get(f)
-                if old is None or "error" in old or (
-                        "error" not in r and r["samples_per_s"] > old["samples_per_s"]):
-                    best[f] = r
-        results += [best[f] for f in frameworks]
+        fs = [f for f in frameworks if f != "gemm" or w in GEMM_WORKLOADS]
+        if args.sequential:
+            results += run_sequential(w, fs, args.epochs, args.rounds, args.api)
+        else:
+            results += run_interleaved(w, fs, args.epochs, args.rounds, args.api, args.settle)
     print_table(results)
     for r in results:
         print("JSON " + json.dumps(r))
@@ -377,22 +624,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_table(results: list[dict]) -> None:
-    by = {(r["framework"], r["workload"]): r for r in results}
-    print(f"\n{'workload':<15}{'framework':<10}{'samples/s':>12}{'step ms':>10}"
-          f"{'first step s':>14}{'peak RSS MB':>13}{'vs torch':>10}{'target':>8}")
+    print(f"\n{'workload':<15}{'framework':<12}{'samples/s':>11}{'median/s':>10}{'step ms':>9}"
+          f"{'first step s':>14}{'peak RSS MB':>13}{'vs torch':>10}{'pairs min-max':>17}"
+          f"{'target':>8}{'cap':>7}")
     for r in results:
+        name = LABELS.get(r["framework"], r["framework"])
         if "error" in r:
-            print(f"{r['workload']:<15}{r['framework']:<10}  error: {r['error']}")
+            print(f"{r['workload']:<15}{name:<12}  error: {r['error']}")
             continue
-        ratio = ""
-        target = ""
-        t = by.get(("torch", r["workload"]))
-        if r["framework"] == "kiln" and t and "error" not in t:
-            ratio = f"{r['samples_per_s'] / t['samples_per_s']:.2f}x"
-            target = f">={TARGETS[r['workload']]}x"
-        print(f"{r['workload']:<15}{r['framework']:<10}{r['samples_per_s']:>12.0f}"
-              f"{r['step_ms']:>10.3f}{r['first_step_s']:>14.2f}{r['peak_rss_mb']:>13.0f}"
-              f"{ratio:>10}{target:>8}")
+        ratio = spread = target = cap = ""
+        if "ratio_median" in r:
+            ratio = f"{r['ratio_median']:.2f}x"
+            spread = f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}x ({r['pairs']})"
+            if r["framework"] == "kiln":
+                target = f">={TARGETS[r['workload']]}x"
+        if "cap" in r:
+            cap = f"{r['cap']:.2f}x"
+        print(f"{r['workload']:<15}{name:<12}{r['samples_per_s']:>11.0f}"
+              f"{r['samples_per_s_median']:>10.0f}{r['step_ms']:>9.3f}{r['first_step_s']:>14.2f}"
+              f"{r['peak_rss_mb']:>13.0f}{ratio:>10}{spread:>17}{target:>8}{cap:>7}")
 
 
 if __name__ == "__main__":
