@@ -19,9 +19,20 @@ from kiln.core.ir import Graph, Node
 from kiln.core.ops._rules import as_node, fmt
 from kiln.core.variable import Variable
 
+_DTYPES: dict[str, np.dtype] = {}
+
 
 def check_feed(fn_name: str, index: int, ph: Node, value: Any) -> np.ndarray:
     """Converts a fed value to the placeholder's dtype, or raises naming the input."""
+    want = ph.type
+    # fast path (every step of a training loop): an array of the right dtype and shape
+    if isinstance(value, np.ndarray):
+        dt = _DTYPES.get(want.dtype)
+        if dt is None:
+            dt = _DTYPES.setdefault(want.dtype, np.dtype(want.dtype))
+        if value.dtype == dt and value.ndim == want.ndim and all(
+                d is None or d == a for d, a in zip(want.shape, value.shape)):
+            return value
     label = f"input {index}" + (f" ({ph.name!r})" if ph.name else "")
     try:
         arr = np.asarray(value)
@@ -29,7 +40,6 @@ def check_feed(fn_name: str, index: int, ph: Node, value: Any) -> np.ndarray:
         raise TypeError(f"{fn_name}: {label} could not be converted to an array: {exc}") from exc
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{fn_name}: {label} must be numeric, received dtype {arr.dtype}")
-    want = ph.type
     if arr.ndim != want.ndim or any(d is not None and d != a for d, a in zip(want.shape,
                                                                              arr.shape)):
         raise ValueError(f"{fn_name}: {label} expected shape {fmt(want.shape)}, received "
@@ -64,6 +74,13 @@ class Function:
             if ph.op != "placeholder":
                 raise TypeError(f"{name}: input {i} must be a placeholder, received a "
                                 f"{ph.op} node {ph.type}")
+        # per input: (dtype, k, shape[k:], placeholder) for the fast path of __call__, where
+        # k = 1 when only the batch dim is unknown, else 0 (a shape still holding None never
+        # equals an array's, so other unknown dims always take check_feed)
+        self._feed_specs = []
+        for ph in self.inputs:
+            skip = 1 if ph.ndim and ph.shape[0] is None else 0
+            self._feed_specs.append((np.dtype(ph.dtype), skip, tuple(ph.shape[skip:]), ph))
         self._single = not isinstance(outputs, list | tuple)
         outs = [outputs] if self._single else list(outputs)
         self.outputs = [as_node(o) for o in outs]
@@ -107,8 +124,13 @@ class Function:
         if len(args) != len(self.inputs):
             raise TypeError(f"{self.name}: expected {len(self.inputs)} inputs, received "
                             f"{len(args)}")
-        feeds = [check_feed(self.name, i, ph, a) for i, (ph, a) in enumerate(zip(self.inputs,
-                                                                                  args))]
+        feeds = []
+        for i, (a, (dt, skip, shape, ph)) in enumerate(zip(args, self._feed_specs)):
+            # fast path: an array with the placeholder's dtype and shape
+            if not (type(a) is np.ndarray and a.dtype == dt and a.shape[skip:] == shape
+                    and (skip == 0 or a.ndim == len(shape) + 1)):
+                a = check_feed(self.name, i, ph, a)
+            feeds.append(a)
         results = self.program.run(feeds)
         n = len(self.outputs)
         outs = [np.array(r, copy=True) for r in results[:n]]

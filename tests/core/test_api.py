@@ -73,6 +73,28 @@ def test_function_checks_feeds():
         kiln.function([x * 2], x, backend="reference")
 
 
+@pytest.mark.parametrize("shape, good, bad", [
+    ((None, 3), [(2, 3), (7, 3)], [(2, 4), (3,), (2, 2, 3), ()]),
+    ((4, 3), [(4, 3)], [(5, 3), (3,), (4, 3, 1)]),
+    ((), [()], [(1,), (2,)]),
+    ((None,), [(5,), (1,)], [(), (5, 1)]),
+    ((2, None), [(2, 1), (2, 9)], [(3, 9), (2,)]),
+])
+def test_fed_arrays_are_checked_on_the_fast_path_too(shape, good, bad):
+    """Arrays with the placeholder's dtype skip the conversion (every training step) but not
+    the shape check; other inputs are converted (float64 -> float32, lists)."""
+    x = kiln.placeholder(shape, "float32", name="x")
+    f = kiln.function([x], x * 2.0)
+    for s in good:
+        a = np.arange(int(np.prod(s)), dtype="float32").reshape(s)
+        np.testing.assert_array_equal(f(a), a * 2)
+        np.testing.assert_array_equal(f(a.astype("float64")), a * 2)
+        np.testing.assert_array_equal(f(a.tolist()), a * 2)
+    for s in bad:
+        with pytest.raises(ValueError, match=r"input 0 \('x'\) expected shape"):
+            f(np.zeros(s, "float32"))
+
+
 def test_mlp_trains_with_core_api_only():
     rng = np.random.default_rng(0)
     n, d, h, c = 512, 20, 64, 10
