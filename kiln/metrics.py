@@ -393,30 +393,95 @@ class RootMeanSquaredError(MeanSquaredError):  # type: ignore[misc, valid-type]
 
 
 # ---- confusion-matrix metrics ---------------------------------------------------------------
+#: Keras' ``NEG_INF``: the value of the predictions ``top_k`` filters out, and the default
+#: threshold of Precision/Recall with ``top_k`` (every kept prediction counts as positive)
+NEG_INF = -1e10
+
+
+def _check_top_k(who: str, top_k: Any) -> int | None:
+    if top_k is None:
+        return None
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+        raise ValueError(f"{who}: top_k must be a positive integer, received {top_k!r}")
+    return int(top_k)
+
+
+def _filter_top_k(x: Node, k: int, who: str) -> Node:
+    """Keras' ``_filter_top_k``: keeps the ``k`` largest entries of the last axis (ties go to
+    the lower index, like ``top_k``) and sets the others to ``NEG_INF``.
+
+    An entry is kept when fewer than ``k`` entries are greater or equal with a lower index
+    (pairwise comparisons: O(classes**2) per sample)."""
+    n = x.shape[-1] if x.ndim > 1 else None
+    if n is None:
+        raise ValueError(f"{who}: top_k ranks the last (class) axis of each sample and needs "
+                         "predictions of shape (samples, ..., classes) with a known class "
+                         f"count, received shape {fmt(x.shape)} (for one sample, pass "
+                         "[[...]])")
+    if k > n:
+        raise ValueError(f"{who}: top_k={k} exceeds the {n} entries of the predictions' last "
+                         f"axis (shape {fmt(x.shape)})")
+    xi = K.expand_dims(x, -1)  # [..., i, 1]
+    xj = K.expand_dims(x, -2)  # [..., 1, j]
+    earlier = K.constant(np.tri(n, n, -1, dtype=x.dtype))  # [i, j] = j < i
+    ahead = K.cast(xj > xi, x.dtype) + K.cast(K.equal(xj, xi), x.dtype) * earlier
+    rank = K.sum(ahead, axis=-1)
+    return K.where(rank < _c(float(k), rank), x, _c(NEG_INF, x))
+
+
 def _confusion_stats(y_true: Node, y_pred: Node, sample_weight: Node | None,
                      thresholds: np.ndarray, class_id: int | None = None,
-                     which: tuple[str, ...] = ("tp", "fp", "tn", "fn")) -> list[Node]:
+                     which: tuple[str, ...] = ("tp", "fp", "tn", "fn"),
+                     top_k: int | None = None, multi_label: bool = False,
+                     label_weights: np.ndarray | None = None,
+                     who: str = "confusion-matrix metric") -> list[Node]:
     """Weighted counts of true/false positives/negatives at each threshold
-    (``prediction > threshold`` is positive; any non-zero label is positive)."""
+    (``prediction > threshold`` is positive; any non-zero label is positive), Keras'
+    ``update_confusion_matrix_variables``:
+
+    * ``top_k``: per sample only the ``k`` largest predictions of the last axis are kept, the
+      others become ``NEG_INF`` (predicted negative); applied before ``class_id``;
+    * ``multi_label``: counts per label (last axis), shape ``(thresholds, labels)``; else all
+      entries are flattened into one binary problem, shape ``(thresholds,)``;
+    * ``label_weights`` (flattened case only): multiply the sample weights along the last axis.
+    """
     y_pred = _float(y_pred)
     y_true = K.cast(y_true, y_pred.dtype) if y_true.dtype != y_pred.dtype else y_true
     y_true, y_pred = squeeze_or_expand_to_same_rank(y_true, y_pred)
     if y_true.ndim != y_pred.ndim or not all(a is None or b is None or a == b or a == 1
                                              for a, b in zip(y_true.shape, y_pred.shape)):
-        raise ValueError(f"confusion-matrix metric: labels of shape {fmt(y_true.shape)} do not "
+        raise ValueError(f"{who}: labels of shape {fmt(y_true.shape)} do not "
                          f"match predictions of shape {fmt(y_pred.shape)} (Precision, Recall and "
                          "AUC take one label per prediction, e.g. binary labels)")
     sw = _weights_like(sample_weight, y_pred)
+    if top_k is not None:
+        y_pred = _filter_top_k(y_pred, top_k, who)
     if class_id is not None:
         y_true = y_true[..., class_id]
         y_pred = y_pred[..., class_id]
         sw = sw[..., class_id] if sw is not None else None
     y_true = K.broadcast_like(y_true, y_pred)
-    pred = K.reshape(y_pred, (-1, 1))
-    label = K.cast(K.not_equal(K.reshape(y_true, (-1, 1)), _c(0.0, y_pred)), y_pred.dtype)
-    w = K.reshape(sw, (-1, 1)) if sw is not None else None
-    thr = K.constant(np.asarray(thresholds, y_pred.dtype).reshape(1, -1))
-    pos = K.cast(pred > thr, y_pred.dtype)
+    if label_weights is not None:
+        n = y_pred.shape[-1] if y_pred.ndim > 1 else None
+        if n != len(label_weights):
+            raise ValueError(f"{who}: label_weights has {len(label_weights)} entries but the "
+                             f"predictions of shape {fmt(y_pred.shape)} have "
+                             f"{n if n is not None else 'no'} labels on their last axis")
+        lw = K.broadcast_like(K.constant(np.asarray(label_weights, y_pred.dtype)), y_pred)
+        sw = lw if sw is None else sw * lw
+    thr = np.asarray(thresholds, y_pred.dtype)
+    if multi_label:  # [sample, threshold, label]
+        pred = K.expand_dims(y_pred, 1)
+        raw_label = K.expand_dims(y_true, 1)
+        w = K.expand_dims(sw, 1) if sw is not None else None
+        thr_node = K.constant(thr.reshape(1, -1, 1))
+    else:  # [entry, threshold]
+        pred = K.reshape(y_pred, (-1, 1))
+        raw_label = K.reshape(y_true, (-1, 1))
+        w = K.reshape(sw, (-1, 1)) if sw is not None else None
+        thr_node = K.constant(thr.reshape(1, -1))
+    label = K.cast(K.not_equal(raw_label, _c(0.0, y_pred)), y_pred.dtype)
+    pos = K.cast(pred > thr_node, y_pred.dtype)
     one = _c(1.0, y_pred)
     pos_l = label if w is None else label * w
     neg_l = (one - label) if w is None else (one - label) * w
@@ -424,9 +489,9 @@ def _confusion_stats(y_true: Node, y_pred: Node, sample_weight: Node | None,
     fp = K.sum(pos * neg_l, axis=0)
     out = {"tp": tp, "fp": fp}
     if "fn" in which:
-        out["fn"] = K.sum(pos_l) - tp
+        out["fn"] = K.sum(pos_l, axis=0) - tp
     if "tn" in which:
-        out["tn"] = K.sum(neg_l) - fp
+        out["tn"] = K.sum(neg_l, axis=0) - fp
     return [out[k] for k in which]
 
 
@@ -440,15 +505,17 @@ class _ConfusionMetric(Metric):
 
     def __init__(self, thresholds: Any = None, top_k: int | None = None,
                  class_id: int | None = None, name: str | None = None, dtype: Any = None):
-        if top_k is not None:
-            raise NotImplementedError(f"{type(self).__name__}: top_k is not supported by kiln")
+        top_k = _check_top_k(type(self).__name__, top_k)
         self.init_thresholds = thresholds
         self._single = thresholds is None or np.ndim(thresholds) == 0
-        thr = [0.5] if thresholds is None else np.atleast_1d(thresholds).tolist()
-        for t in thr:
-            if not 0.0 <= float(t) <= 1.0:
-                raise ValueError(f"{type(self).__name__}: thresholds must be in [0, 1], "
-                                 f"received {thresholds!r}")
+        if thresholds is None:
+            thr = [0.5 if top_k is None else NEG_INF]
+        else:
+            thr = np.atleast_1d(thresholds).tolist()
+            for t in thr:
+                if not 0.0 <= float(t) <= 1.0:
+                    raise ValueError(f"{type(self).__name__}: thresholds must be in [0, 1], "
+                                     f"received {thresholds!r}")
         self.thresholds = np.asarray(thr, np.float64)
         self.top_k = top_k
         self.class_id = class_id
@@ -460,7 +527,7 @@ class _ConfusionMetric(Metric):
     def stats(self, y_true: Node, y_pred: Node, sample_weight: Node | None = None
               ) -> list[Node]:
         return _confusion_stats(y_true, y_pred, sample_weight, self.thresholds, self.class_id,
-                                self._which)
+                                self._which, top_k=self.top_k, who=type(self).__name__)
 
     def merge(self, values: list[np.ndarray]) -> None:
         for s, v in zip(self._state, values):
@@ -481,11 +548,22 @@ class _ConfusionMetric(Metric):
 
 
 class Precision(_ConfusionMetric):
-    """``tp / (tp + fp)`` with ``prediction > threshold`` as positive (default 0.5).
+    """``tp / (tp + fp)`` with ``prediction > threshold`` as positive.
+
+    With ``top_k`` (Keras' rule), per sample only the ``k`` largest predictions of the last
+    axis are kept (ties go to the lower index); the others count as predicted negative. Then
+    the default threshold is ``NEG_INF`` (every kept prediction is positive), else 0.5.
 
     Args:
         thresholds: a float or a list of floats in [0, 1] (then the result is an array).
-        class_id: optional class index to compute the metric for.
+        top_k: optional positive int, the number of top predictions per sample to consider.
+        class_id: optional class index to compute the metric for (after ``top_k``).
+
+    Example:
+        >>> m = kiln.metrics.Precision(top_k=1)
+        >>> m.update_state([[0, 1, 0], [1, 0, 0]], [[0.2, 0.5, 0.3], [0.1, 0.7, 0.2]])
+        >>> m.result()
+        0.5
     """
 
     _which = ("tp", "fp")
@@ -496,7 +574,11 @@ class Precision(_ConfusionMetric):
 
 
 class Recall(_ConfusionMetric):
-    """``tp / (tp + fn)`` with ``prediction > threshold`` as positive (default 0.5)."""
+    """``tp / (tp + fn)`` with ``prediction > threshold`` as positive.
+
+    ``thresholds``, ``top_k`` and ``class_id`` as for :class:`Precision` (with ``top_k`` a
+    label counts as recalled when its class is among the sample's ``k`` top predictions).
+    """
 
     _which = ("tp", "fn")
 
@@ -543,12 +625,28 @@ class AUC(Metric):
     (Keras' method: thresholds evenly spaced in [0, 1] plus ``-eps`` and ``1 + eps``;
     trapezoidal "interpolation" sums for ROC, Davis-Goadrich interpolation for PR).
 
+    With ``multi_label=True`` (Keras' rule) the counts are kept per label (the last axis of
+    rank-2 predictions; state shape ``(num_thresholds, num_labels)``), an AUC is computed per
+    label and the result is their mean, weighted by ``label_weights`` when given
+    (``sum(auc * w) / sum(w)``). With ``multi_label=False`` all entries are flattened into one
+    binary problem and ``label_weights`` multiply the sample weights along the last axis.
+
     Args:
         num_thresholds: number of thresholds (default 200).
         curve: ``"ROC"`` (default) or ``"PR"``.
         summation_method: ``"interpolation"`` (default), ``"minoring"`` or ``"majoring"``.
         thresholds: optional explicit thresholds in [0, 1] (overrides ``num_thresholds``).
+        multi_label: one AUC per label, averaged (see above).
+        num_labels: the number of labels (``multi_label`` only; else taken from the first
+            batch).
+        label_weights: optional non-negative weight per label (see above).
         from_logits: apply a sigmoid to the predictions first.
+
+    Example:
+        >>> m = kiln.metrics.AUC(multi_label=True, label_weights=[1.0, 3.0])
+        >>> m.update_state([[0, 1], [1, 0], [1, 1]], [[0.2, 0.9], [0.7, 0.5], [0.6, 0.4]])
+        >>> m.result()  # label AUCs 1.0 and 0.5: (1.0 * 1.0 + 3.0 * 0.5) / 4
+        0.625
     """
 
     def __init__(self, num_thresholds: int = 200, curve: str = "ROC",
@@ -556,8 +654,6 @@ class AUC(Metric):
                  dtype: Any = None, thresholds: Any = None, multi_label: bool = False,
                  num_labels: int | None = None, label_weights: Any = None,
                  from_logits: bool = False):
-        if multi_label or label_weights is not None:
-            raise NotImplementedError("AUC: multi_label/label_weights are not supported by kiln")
         curve = str(curve).upper()
         if curve not in ("ROC", "PR"):
             raise ValueError(f"AUC: curve must be 'ROC' or 'PR', received {curve!r}")
@@ -565,6 +661,24 @@ class AUC(Metric):
         if summation_method not in ("interpolation", "minoring", "majoring"):
             raise ValueError("AUC: summation_method must be 'interpolation', 'minoring' or "
                              f"'majoring', received {summation_method!r}")
+        if num_labels is not None:
+            if not multi_label:
+                raise ValueError("AUC: num_labels is needed only when multi_label=True, "
+                                 f"received num_labels={num_labels!r}")
+            if (isinstance(num_labels, bool) or not isinstance(num_labels, (int, np.integer))
+                    or num_labels < 1):
+                raise ValueError(f"AUC: num_labels must be a positive integer, received "
+                                 f"{num_labels!r}")
+            num_labels = int(num_labels)
+        if label_weights is not None:
+            lw = np.asarray(label_weights, np.float64)
+            if lw.ndim != 1 or lw.size == 0 or not np.all(np.isfinite(lw)) or np.any(lw < 0):
+                raise ValueError("AUC: label_weights must be a non-empty 1-D list of "
+                                 f"non-negative numbers, received {label_weights!r}")
+            if num_labels is not None and lw.size != num_labels:
+                raise ValueError(f"AUC: label_weights has {lw.size} entries but "
+                                 f"num_labels={num_labels}")
+            label_weights = lw
         if thresholds is not None:
             inner = sorted(float(t) for t in np.atleast_1d(thresholds))
             self._init_thresholds = inner
@@ -578,45 +692,95 @@ class AUC(Metric):
         self.thresholds = np.asarray([0.0 - EPSILON] + inner + [1.0 + EPSILON], np.float64)
         self.curve = curve
         self.summation_method = summation_method
-        self.multi_label = False
+        self.multi_label = bool(multi_label)
         self.num_labels = num_labels
+        self.label_weights: np.ndarray | None = label_weights
+        self._num_labels = num_labels  # the state's label count, fixed by the first batch
         self._from_logits = bool(from_logits)
         super().__init__(name=name, dtype=dtype)
 
     def reset_state(self) -> None:
-        self._state = [np.zeros(self.num_thresholds) for _ in range(4)]
+        if self.multi_label and self._num_labels is None:
+            self._state: list[np.ndarray] | None = None  # shaped by the first batch
+            return
+        shape = (self.num_thresholds, self._num_labels) if self.multi_label else \
+            (self.num_thresholds,)
+        self._state = [np.zeros(shape) for _ in range(4)]
 
     def stats(self, y_true: Node, y_pred: Node, sample_weight: Node | None = None
               ) -> list[Node]:
+        if self.multi_label:
+            if y_pred.ndim != 2:
+                raise ValueError("AUC: multi_label=True needs predictions of rank 2 (samples, "
+                                 f"labels), received shape {fmt(y_pred.shape)}")
+            n = y_pred.shape[-1]
+            if n is None:
+                raise ValueError("AUC: multi_label=True needs a known number of labels (last "
+                                 f"axis), received shape {fmt(y_pred.shape)}")
+            if self.label_weights is not None and len(self.label_weights) != n:
+                raise ValueError(f"AUC: label_weights has {len(self.label_weights)} entries "
+                                 f"but the predictions of shape {fmt(y_pred.shape)} have {n} "
+                                 "labels")
+            if self._num_labels is not None and n != self._num_labels:
+                raise ValueError(f"AUC: the state holds {self._num_labels} labels "
+                                 f"(num_labels={self.num_labels}), received predictions of "
+                                 f"shape {fmt(y_pred.shape)}")
         if self._from_logits:
             y_pred = K.sigmoid(_float(y_pred))
-        return _confusion_stats(y_true, y_pred, sample_weight, self.thresholds)
+        return _confusion_stats(y_true, y_pred, sample_weight, self.thresholds,
+                                multi_label=self.multi_label,
+                                label_weights=None if self.multi_label else self.label_weights,
+                                who="AUC")
 
     def merge(self, values: list[np.ndarray]) -> None:
+        if self._state is None:
+            self._num_labels = int(values[0].shape[-1])
+            self.reset_state()
+        assert self._state is not None
+        if values[0].shape != self._state[0].shape:
+            raise ValueError(f"AUC: statistics of shape {values[0].shape} do not match the "
+                             f"state of shape {self._state[0].shape} (multi_label needs the "
+                             "same number of labels in every batch)")
         for s, v in zip(self._state, values):
             s += v
 
+    def _counts(self) -> list[np.ndarray]:
+        if self._state is None:
+            return [np.zeros((self.num_thresholds, 0)) for _ in range(4)]
+        return self._state
+
     @property
     def true_positives(self) -> np.ndarray:
-        return self._state[0]
+        return self._counts()[0]
 
     @property
     def false_positives(self) -> np.ndarray:
-        return self._state[1]
+        return self._counts()[1]
 
     @property
     def true_negatives(self) -> np.ndarray:
-        return self._state[2]
+        return self._counts()[2]
 
     @property
     def false_negatives(self) -> np.ndarray:
-        return self._state[3]
+        return self._counts()[3]
 
     def _state_values(self) -> list[Any]:
-        return list(self._state)
+        return list(self._counts())
+
+    def _reduce(self, terms: np.ndarray) -> float:
+        """Sums the per-interval terms: one AUC, or the (label-weighted) mean of the per-label
+        AUCs with ``multi_label``."""
+        if not self.multi_label:
+            return float(np.sum(terms))
+        by_label = np.sum(terms, axis=0)
+        if self.label_weights is None:
+            return float(np.mean(by_label))
+        lw = self.label_weights
+        return float(_divide_no_nan(np.sum(by_label * lw), np.sum(lw)))
 
     def _interpolate_pr_auc(self) -> float:
-        tp, fp, _, fn = self._state
+        tp, fp, _, fn = self._counts()
         n = self.num_thresholds
         dtp = tp[:n - 1] - tp[1:]
         p = tp + fp
@@ -627,9 +791,11 @@ class AUC(Metric):
                                 _divide_no_nan(p[:n - 1], np.maximum(p[1:], 0)), 1.0)
         increment = _divide_no_nan(prec_slope * (dtp + intercept * np.log(safe_p_ratio)),
                                    np.maximum(tp[1:] + fn[1:], 0))
-        return float(np.sum(increment))
+        return self._reduce(increment)
 
     def result(self) -> float:
+        if self._state is None:
+            return 0.0
         if self.curve == "PR" and self.summation_method == "interpolation":
             return self._interpolate_pr_auc()
         tp, fp, tn, fn = self._state
@@ -644,14 +810,16 @@ class AUC(Metric):
             heights = np.minimum(y[:-1], y[1:])
         else:
             heights = np.maximum(y[:-1], y[1:])
-        return float(np.sum((x[:-1] - x[1:]) * heights))
+        return self._reduce((x[:-1] - x[1:]) * heights)
 
     def get_config(self) -> dict:
         config = super().get_config()
+        lw = self.label_weights
         config.update({"num_thresholds": self.num_thresholds, "curve": self.curve,
                        "summation_method": self.summation_method,
-                       "thresholds": self._init_thresholds, "multi_label": False,
-                       "num_labels": self.num_labels, "label_weights": None,
+                       "thresholds": self._init_thresholds, "multi_label": self.multi_label,
+                       "num_labels": self.num_labels,
+                       "label_weights": None if lw is None else lw.tolist(),
                        "from_logits": self._from_logits})
         return config
 

@@ -221,10 +221,13 @@ class BackupAndRestore(Callback):
             self._epoch_done(epoch)
 
     def _batch_done(self, batch: int) -> None:
-        self._step += 1
+        # ``batch`` is the index of the last batch trained (with steps_per_execution > 1 the
+        # hook runs once per execution of several batches): count batches, not calls.
+        done = max(batch + 1, self._step + 1)
+        added, self._step = done - self._step, done
         if self.save_freq == "epoch":
             return
-        self._batches_since_save += 1
+        self._batches_since_save += added
         if self._batches_since_save >= self.save_freq:
             self._batches_since_save = 0
             self._save()

@@ -54,7 +54,7 @@ class ModelCheckpoint(Callback):
         self.best: float | None = initial_value_threshold
         self._direction: str | None = None
         self._batches_seen_since_last_saving = 0
-        self._last_batch_seen = 0
+        self._last_batch_seen = -1  # so that a first end at batch b counts b + 1
         self._current_epoch = 0
         if save_weights_only:
             if not self.filepath.endswith(".weights.h5"):
@@ -165,5 +165,5 @@ class ModelCheckpoint(Callback):
         self.best = float_from_json(state.get("best"))
         self._batches_seen_since_last_saving = int(state.get("batches_seen_since_last_saving",
                                                              0))
-        self._last_batch_seen = int(state.get("last_batch_seen", 0))
+        self._last_batch_seen = int(state.get("last_batch_seen", -1))
         self._current_epoch = int(state.get("current_epoch", 0))

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 import kiln.config
-from kiln.core.ir import Node
+from kiln.core.ir import Node, toposort
 from kiln.core.ops._rules import fmt
 from kiln.core.variable import Variable
 from kiln.layers.context import current, trace
@@ -341,13 +341,23 @@ class Layer:
                     "bool"
                 return placeholder((None,) + a.shape[1:], dtype)
             phs = map_structure(to_ph, arrays)
-            with trace(training=bool(training)) as ctx:
+            # A training call carries a random key (Dropout ...), fed fresh on every call
+            rng_key = placeholder((2,), "int64", name="rng_key") if training else None
+            with trace(training=bool(training), rng_key=rng_key) as ctx:
                 out = self(phs, *args, training=training, **kwargs)
+            if rng_key is not None and not any(
+                    n is rng_key for n in toposort(flatten(out) + [v for _, v in ctx.updates])):
+                rng_key = None
             # Updates recorded in training (BatchNormalization's moving statistics) apply on
             # each eager call, as in Keras.
-            fn = (function(flatten(phs), flatten(out), updates=ctx.updates), out)
+            feeds = flatten(phs) + ([rng_key] if rng_key is not None else [])
+            fn = (function(feeds, flatten(out), updates=ctx.updates), out, rng_key is not None)
             self._eager_cache[key] = fn
-        compiled, out_structure = fn
+        compiled, out_structure, keyed = fn
+        if keyed:  # a fresh key from kiln's global generator (set_random_seed reproduces it)
+            from kiln.random_state import next_seed
+
+            flat = flat + [np.array([next_seed(), 0], dtype=np.int64)]
         results = iter(compiled(*flat))
         return map_structure(lambda _: next(results), out_structure)
 

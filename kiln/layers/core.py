@@ -129,9 +129,14 @@ class Dropout(Layer):
     """Randomly zeroes a fraction ``rate`` of the inputs during training (scaling the rest by
     ``1 / (1 - rate)``); the identity in inference.
 
-    Dropout is active only inside a training trace that carries a random key (a model's
-    training step: ``kiln.layers.context.trace(training=True, rng_key=key)``); elsewhere,
-    including an eager ``layer(x, training=True)``, it is the identity.
+    Dropout is active in training: inside a training trace that carries a random key (a
+    model's training step: ``kiln.layers.context.trace(training=True, rng_key=key)``), and in
+    an eager call on arrays with ``training=True`` (of the layer or of a model holding it).
+    An eager call draws a fresh key ``[seed, 0]`` from kiln's global generator
+    (``kiln.random_state.next_seed``) every time,
+    so two calls drop different units and ``kiln.utils.set_random_seed`` makes the sequence
+    of masks reproducible. Without ``training=True`` (or with ``rate=0``) an eager call is the
+    identity, and so is a symbolic call in a trace without a key.
 
     Args:
         rate: fraction of the inputs to drop, in ``[0, 1)``.

@@ -9,6 +9,9 @@ the layers' own updates (BatchNormalization's moving statistics). It is compiled
 input signature, with a ``None`` batch dimension, so the last partial batch reuses it.
 
 ``fit`` is then a plain Python loop: batches -> callbacks -> train function -> logs.
+With ``compile(steps_per_execution=N)`` the batches are grouped in executions of N: every
+batch still runs its own step (the weights are bit-identical to N=1), but the batch-level
+callbacks and the progress bar see one call per execution, as in Keras 3.
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ class Trainer:
     _outputs: list | None = None
     _initial_epoch: int | None = None
     _initial_step: int | None = None
+    _steps_per_execution = 1
 
     def _init_trainer(self) -> None:
         self.compiled = False
@@ -136,6 +140,7 @@ class Trainer:
         self.test_function = None
         self.predict_function = None
         self._compile_args = None
+        self._steps_per_execution = 1
         self._outputs = None
         self._batch_cache: dict = {}
         self._loss_tracker = metrics_module.Mean(name="loss")
@@ -158,12 +163,22 @@ class Trainer:
                 binary, categorical or sparse categorical accuracy from the loss and shapes.
             loss_weights: a list/dict of per-output loss weights.
             weighted_metrics: metrics that use ``sample_weight``/``class_weight``.
+            run_eagerly, jit_compile, auto_scale_loss: accepted for Keras compatibility;
+                kiln always runs the compiled step.
+            steps_per_execution: the number of batches per execution (an int >= 1). ``fit``,
+                ``evaluate`` and ``predict`` call the batch-level callbacks
+                (``on_*_batch_begin`` with the index of an execution's first batch,
+                ``on_*_batch_end`` with the index of its last batch and the logs after it)
+                and advance the progress bar once per execution; the last execution of an
+                epoch may be shorter. Every batch still runs its own training step, so the
+                weights, losses and metrics are the same as with 1.
             memory_budget: passed to the compiler (rematerialization under a budget).
             device: ``None``/``"cpu"`` (default backend), ``"cuda"``, ``"auto"`` or
                 ``"reference"`` (NumPy interpreter).
 
         Raises:
-            ValueError: for unknown loss/metric/optimizer names (listing the valid ones).
+            ValueError: for unknown loss/metric/optimizer names (listing the valid ones), or a
+                ``steps_per_execution`` that is not an int >= 1.
 
         Example:
             >>> model.compile(optimizer="adam", loss="sparse_categorical_crossentropy",
@@ -171,6 +186,10 @@ class Trainer:
         """
         from kiln import optimizers
 
+        if isinstance(steps_per_execution, bool) or not isinstance(
+                steps_per_execution, int | np.integer) or steps_per_execution < 1:
+            raise ValueError(f"{self.name}: compile: steps_per_execution must be an int >= 1, "
+                             f"received steps_per_execution={steps_per_execution!r}")
         opt = optimizers.get(optimizer)
         _map_leaves(loss, losses_module.get, "loss")
         for ms in (metrics, weighted_metrics):
@@ -182,7 +201,9 @@ class Trainer:
         backend = _backend_for(device)
         self.optimizer = opt
         self._compile_args = {"optimizer": optimizer, "loss": loss, "metrics": metrics,
-                              "loss_weights": loss_weights, "weighted_metrics": weighted_metrics}
+                              "loss_weights": loss_weights, "weighted_metrics": weighted_metrics,
+                              "steps_per_execution": int(steps_per_execution)}
+        self._steps_per_execution = int(steps_per_execution)
         self._memory_budget = memory_budget
         self._backend = backend
         self._rng_seed = next_seed()
@@ -195,6 +216,11 @@ class Trainer:
         self._loss_tracker = metrics_module.Mean(name="loss")
         self.compiled = True
         self._build_optimizer_if_ready()
+
+    @property
+    def steps_per_execution(self) -> int:
+        """Batches per execution (set by :meth:`compile`; 1 by default)."""
+        return self._steps_per_execution
 
     def _build_optimizer_if_ready(self) -> None:
         if self.optimizer is not None and self.built:
@@ -220,7 +246,8 @@ class Trainer:
                                        "metrics"),
                 "loss_weights": args.get("loss_weights"),
                 "weighted_metrics": _map_leaves(args.get("weighted_metrics"),
-                                                metrics_module.serialize, "metrics")}
+                                                metrics_module.serialize, "metrics"),
+                "steps_per_execution": int(args.get("steps_per_execution", 1))}
 
     def compile_from_config(self, config: dict, custom_objects: dict | None = None) -> None:
         """Compiles the model from :meth:`get_compile_config`'s output."""
@@ -242,7 +269,9 @@ class Trainer:
                      metrics=_map_leaves(config.get("metrics"), de_metric, "metrics"),
                      loss_weights=config.get("loss_weights"),
                      weighted_metrics=_map_leaves(config.get("weighted_metrics"), de_metric,
-                                                  "metrics"))
+                                                  "metrics"),
+                     steps_per_execution=1 if config.get("steps_per_execution") is None
+                     else config["steps_per_execution"])
 
     # ---- model structure seen by the trainer -------------------------------------------------
     def _model_input_specs(self) -> list[TensorSpec] | None:
@@ -840,8 +869,13 @@ class Trainer:
     def _fit_epochs(self, train: Any, val: Any, step: _Step, callbacks: Any,
                     initial_epoch: int, epochs: int, skip: int, validation_freq: Any,
                     rng_key: np.ndarray, batch_begin: bool, batch_end: bool) -> None:
-        """The epoch loop of :meth:`fit` (kept flat: this is the per-step hot path)."""
+        """The epoch loop of :meth:`fit` (kept flat: this is the per-step hot path).
+
+        Batches are grouped in executions of ``steps_per_execution``: the batch callbacks run
+        at an execution's first batch (begin) and after its last one (end), and
+        ``stop_training`` is honoured at execution ends."""
         fn = step.fn
+        per_execution = self._steps_per_execution
         uses_key = step.uses_key
         before_step = self.optimizer.before_step
         accumulate = self._accumulate
@@ -852,12 +886,13 @@ class Trainer:
                 m.reset_state()
             callbacks.on_epoch_begin(epoch)
             steps_done = 0
+            in_execution = 0  # batches run in the current execution
             for feeds in train.epoch():
                 if skip:  # batches of this epoch trained before the restart
                     skip -= 1
                     steps_done += 1
                     continue
-                if batch_begin:
+                if batch_begin and not in_execution:
                     callbacks.on_train_batch_begin(steps_done)
                 rng_key[1] = self._rng_counter
                 self._rng_counter += 1
@@ -866,12 +901,18 @@ class Trainer:
                     feeds.append(rng_key)
                 outs = fn(*feeds)
                 accumulate(step, outs, len(feeds[0]))
-                if batch_end:
-                    callbacks.on_train_batch_end(steps_done, {m.name: m.result()
-                                                              for m in metrics})
                 steps_done += 1
-                if self.stop_training:
-                    break
+                in_execution += 1
+                if in_execution == per_execution:
+                    in_execution = 0
+                    if batch_end:
+                        callbacks.on_train_batch_end(steps_done - 1, {m.name: m.result()
+                                                                      for m in metrics})
+                    if self.stop_training:
+                        break
+            if in_execution and batch_end:  # the epoch's last, shorter execution
+                callbacks.on_train_batch_end(steps_done - 1, {m.name: m.result()
+                                                              for m in metrics})
             if steps_done == 0:
                 warnings.warn(f"{self.name}: the training data ran out before epoch {epoch}; "
                               "interrupting training (pass steps_per_epoch and a generator "
@@ -953,17 +994,23 @@ class Trainer:
         batch_begin, batch_end = _batch_hooks(callbacks, "test")
         callbacks.on_test_begin()
         accumulate = self._accumulate
-        i = 0
+        per_execution = self._steps_per_execution
+        i = in_execution = 0
         for feeds in adapter.epoch():
             if step is None:
                 step = self._test_step(*self._split_specs(feeds))
-            if batch_begin:
+            if batch_begin and not in_execution:
                 callbacks.on_test_batch_begin(i)
             outs = step.fn(*feeds)
             accumulate(step, outs, len(feeds[0]))
-            if batch_end:
-                callbacks.on_test_batch_end(i, {m.name: m.result() for m in metrics})
             i += 1
+            in_execution += 1
+            if in_execution == per_execution:
+                in_execution = 0
+                if batch_end:
+                    callbacks.on_test_batch_end(i - 1, {m.name: m.result() for m in metrics})
+        if in_execution and batch_end:  # the last, shorter execution
+            callbacks.on_test_batch_end(i - 1, {m.name: m.result() for m in metrics})
         logs = {m.name: m.result() for m in self.metrics}
         callbacks.on_test_end(logs)
         if return_dict:
@@ -995,15 +1042,23 @@ class Trainer:
         batch_begin, batch_end = _batch_hooks(callbacks, "predict")
         callbacks.on_predict_begin()
         chunks: list[list[np.ndarray]] = []
-        i = 0
+        per_execution = self._steps_per_execution
+        i = in_execution = 0
         for feeds in adapter.epoch():
-            if batch_begin:
+            if batch_begin and not in_execution:
                 callbacks.on_predict_batch_begin(i)
             outs = fn(*feeds)
             chunks.append(outs)
-            if batch_end:
-                callbacks.on_predict_batch_end(i, {"outputs": outs})
             i += 1
+            in_execution += 1
+            if in_execution == per_execution:
+                if batch_end:
+                    callbacks.on_predict_batch_end(
+                        i - 1, {"outputs": _execution_outputs(chunks, in_execution)})
+                in_execution = 0
+        if in_execution and batch_end:  # the last, shorter execution
+            callbacks.on_predict_batch_end(
+                i - 1, {"outputs": _execution_outputs(chunks, in_execution)})
         callbacks.on_predict_end()
         n_out = len(self._model_output_specs())
         if not chunks:
@@ -1192,6 +1247,15 @@ def _batch_hooks(callbacks: Any, mode: str) -> tuple[bool, bool]:
             if getattr(cls, h + "end", None) is not getattr(base, h + "end", None):
                 end = True
     return begin, end
+
+
+def _execution_outputs(chunks: list[list[np.ndarray]], n: int) -> list[np.ndarray]:
+    """The outputs of the last ``n`` batches, concatenated per output (Keras 3 passes an
+    execution's outputs to ``on_predict_batch_end``); one batch's list as is."""
+    if n == 1:
+        return chunks[-1]
+    last = chunks[-n:]
+    return [np.concatenate([c[j] for c in last]) for j in range(len(last[0]))]
 
 
 def _find_history(callbacks: Any) -> Any:

@@ -124,10 +124,11 @@ def test_dropout_noise_shape_shares_the_mask() -> None:
 
 
 def test_dropout_is_identity_outside_training() -> None:
+    """Without training=True (eager) or in an inference trace; eager training=True drops:
+    tests/layers/test_dropout_eager.py."""
     layer = L.Dropout(0.9)
     x = _normal(4, 6)
     np.testing.assert_array_equal(layer(x), x)
-    np.testing.assert_array_equal(layer(x, training=True), x)  # no rng key outside a model
     ph = kiln.placeholder((None, 6))
     key = kiln.placeholder((2,), "int64")
     with trace(training=False, rng_key=key):
