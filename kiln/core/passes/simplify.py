@@ -24,7 +24,9 @@ Stabilization
 
 Gradient routing
     ``max_pool2d_grad(relu(z), out, ct) * [z > 0] -> max_pool2d_grad(relu(z), out,
-    ct * [out > 0])`` (see :func:`pool_mask`): relu's mask moves to the pooled side.
+    ct * [out > 0])`` (see :func:`pool_mask`): relu's mask moves to the pooled side;
+    ``sum(max_pool2d_grad(y, out, ct))`` over the spatial axes -> ``sum(ct)``
+    (:func:`pool_sum`).
 
 Constant subexpressions that the rules create are folded (see constant_fold).
 
@@ -262,13 +264,31 @@ def pool_mask(node: Node) -> Node | None:
     return None
 
 
+def pool_sum(node: Node) -> Node | None:
+    """``sum(max_pool2d_grad(y, out, ct), axis)`` over both spatial axes -> ``sum(ct, axis)``.
+
+    Max pooling's gradient routes every cotangent value to exactly one input element, so a
+    sum over the whole spatial extent is the same sum of the (pool-area times smaller)
+    cotangent, up to the order of the additions: the bias gradient of a conv - relu - max-pool
+    block no longer reads the full-size gradient.
+    """
+    if node.op != "sum" or node.inputs[0].op != "max_pool2d_grad":
+        return None
+    axes = set(node.attrs["axis"])
+    if not {1, 2} <= axes:
+        return None
+    new = try_build("sum", [node.inputs[0].inputs[2]], **node.attrs)
+    return new if same_type(new, node) else None
+
+
 def _fold(node: Node) -> Node | None:
     if node.op == "size_of" or (node.inputs and all(is_const(i) for i in node.inputs)):
         return fold_rule(node)
     return None
 
 
-RULES = first_rule(identities, movement, drop_broadcast, stabilize, pool_mask, _fold)
+RULES = first_rule(identities, movement, drop_broadcast, stabilize, pool_mask, pool_sum,
+                   _fold)
 
 
 def simplify(graph: Graph) -> Graph:

@@ -195,3 +195,23 @@ def test_relu_mask_stays_when_it_masks_another_tensor():
     node = gz * K.cast(K.greater(z, 0.0), "float64")  # mask of an unrelated tensor
     out = simplify(Graph([z, w], [node]))
     assert out.outputs[0].op == "mul"
+
+
+@pytest.mark.parametrize("axis, keepdims", [((0, 1, 2), False), ((0, 1, 2), True),
+                                            ((1, 2), False), ((0, 1), False)])
+def test_sum_of_max_pool_gradient_over_space_is_the_sum_of_the_cotangent(axis, keepdims):
+    """The bias gradient behind a max pooling: routed values keep their sum (float64, up to
+    the order of the additions); a sum that keeps a spatial axis is not rewritten."""
+    y = kiln.placeholder((None, 5, 6, 3), "float64", name="y")
+    out = K.max_pool2d(y, 2, padding="same")
+    ct = kiln.placeholder(out.shape, "float64", name="ct")
+    grad = apply("max_pool2d_grad", y, out, ct, **out.attrs)
+    node = K.sum(grad, axis=axis, keepdims=keepdims)
+    g = Graph([y, ct], [node])
+    rewritten = simplify(g)
+    spatial = {1, 2} <= set(axis)
+    assert (rewritten.outputs[0].inputs[0] is ct) == spatial
+    feeds = {y: RNG.normal(size=(4, 5, 6, 3)).round(1), ct: RNG.normal(size=(4, 3, 3, 3))}
+    (want,) = evaluate(g.outputs, feeds)
+    (got,) = evaluate(rewritten.outputs, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
