@@ -25,6 +25,8 @@ MIN_RANK = 3
 # chunks of the inner loop): measured with benchmarks/bench_overhead.py --parallel, then in
 # whole steps: 2^17 makes the MLP step's SGD updates of its two large weights parallel, 3-4%
 # faster (2.10 -> 2.05 ms, interleaved in one process); 2^16 was 1% slower; convnet unchanged.
+# The price is paid once: parallel kernels compile and load slower (bench_compile.py, MLP
+# first step: cold 3.2 -> 4.7 s, warm 0.87 -> 1.12 s; targets 10 s and 1.5 s).
 PARALLEL_MIN_ELEMENTS = 1 << 17
 _kernels: dict[LoopSpec, jit.Kernel] = {}
 
