@@ -1,7 +1,7 @@
 """Convolution layers of the MNIST convnet (batch 128, 3x3, valid), kiln CPU kernels by method
 (direct numba loops vs im2col + BLAS GEMM) against PyTorch, per op: forward, input gradient,
-kernel gradient, and 2x2 max pooling. Used to pick ``conv.conv_method`` (and ``conv.GEMM64``:
-``forward.gemm`` against ``forward.gemm-blas`` for 64 output channels).
+kernel gradient, and 2x2 max pooling. Used to pick ``conv.conv_method`` and ``conv.TILE64``
+(``forward.tile`` against ``forward.direct`` and ``forward.gemm``).
 
 Usage::
 
@@ -59,6 +59,7 @@ def kiln_times(batch: int, repeat: int) -> dict:
         for method in ("direct", "gemm"):
             saved = conv.conv_method
             conv.conv_method = lambda taps, op="conv2d", method=method: method
+            conv.TILE64 = False
             try:
                 for op, (ins, node, feeds) in graphs.items():
                     f = kiln.function(ins, node, backend="cpu", optimize=False)
@@ -72,15 +73,11 @@ def kiln_times(batch: int, repeat: int) -> dict:
                     lambda run=f.program.run, feeds=(x, k, ct): run(list(feeds)), repeat)
             finally:
                 conv.conv_method = saved
-        if co == 64:  # the forward GEMM on BLAS instead of the register-tiled loop (GEMM64)
-            conv.GEMM64 = False
-            try:
-                ins, node, feeds = graphs["forward"]
-                f = kiln.function(ins, node, backend="cpu", optimize=False)
-                out[f"{name}.forward.gemm-blas"] = timeit(
-                    lambda run=f.program.run, feeds=feeds: run(list(feeds)), repeat)
-            finally:
-                conv.GEMM64 = True
+                conv.TILE64 = True
+        ins, node, feeds = graphs["forward"]  # the register-tiled forward (TILE64)
+        f = kiln.function(ins, node, backend="cpu", optimize=False)
+        out[f"{name}.forward.tile"] = timeit(
+            lambda run=f.program.run, feeds=feeds: run(list(feeds)), repeat)
         pooled = kiln.placeholder((batch, h - 2, w - 2, co))
         f = kiln.function([pooled], kiln.ops.max_pool2d(pooled, 2), backend="cpu",
                           optimize=False)

@@ -166,29 +166,36 @@ def test_both_convolution_methods_match_the_reference(method, monkeypatch):
     from kiln.core.backends.cpu import conv
 
     monkeypatch.setattr(conv, "conv_method", lambda taps, op="conv2d": method)
+    monkeypatch.setattr(conv, "TILE64", False)  # else float32 forwards take the tiled kernel
     for name in ("conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"):
         for example in _examples(name, "float32"):
             _check(name, example, "plain", "float32")
 
 
 @pytest.mark.nojit
-@pytest.mark.parametrize("shape, kernel, padding", [
-    ((3, 6, 5, 4), (3, 3, 4, 64), "valid"),   # 3*4*3 = 36 output rows: whole 4-row tiles
-    ((1, 5, 7, 3), (2, 3, 3, 64), "same"),    # 35 rows: a 3-row tail
-    ((2, 4, 4, 3), (3, 3, 3, 32), "valid"),   # 32 channels: BLAS
+@pytest.mark.parametrize("shape, kernel, attrs", [
+    ((3, 6, 5, 4), (3, 3, 4, 64), {}),                             # whole 4-pixel tiles
+    ((1, 5, 7, 3), (2, 3, 3, 64), {"padding": "same"}),            # a 3-pixel tail, padding
+    ((2, 9, 8, 1), (3, 3, 1, 32), {}),                             # 32 channels: padded kernel
+    ((2, 9, 9, 2), (3, 2, 2, 5), {"strides": (2, 3), "padding": "same"}),
+    ((1, 9, 10, 3), (2, 3, 3, 7), {"dilation": (2, 3)}),
+    ((2, 4, 4, 3), (3, 3, 3, 65), {}),                             # > 64 channels: not tiled
 ])
-def test_conv2d_with_64_output_channels_runs_the_register_tiled_gemm(shape, kernel, padding):
-    """The float32 forward GEMM with 64 output channels (conv.GEMM64) against the float64
-    reference, and the kernel it runs."""
+def test_conv2d_tile64_kernel_matches_the_reference(shape, kernel, attrs):
+    """The float32 forward convolution with at most 64 output channels (conv.TILE64) against
+    the float64 reference, with strides, dilation, padding and tail tiles."""
     rng = np.random.default_rng(3)
     xv = rng.normal(size=shape).astype("float32")
     wv = rng.normal(size=kernel).astype("float32")
     x = kiln.placeholder((None,) + shape[1:])
     w = kiln.placeholder(kernel)
-    attrs = {"strides": (1, 1), "padding": padding, "dilation": (1, 1)}
+    attrs = {"strides": (1, 1), "padding": "valid", "dilation": (1, 1), **attrs}
     f = kiln.function([x, w], apply("conv2d", x, w, **attrs), backend="cpu", optimize=False)
     want = OPS["conv2d"].ref(xv.astype("float64"), wv.astype("float64"), **attrs)
-    np.testing.assert_allclose(f(xv, wv), want, rtol=1e-5, atol=1e-5)
+    for _ in range(2):  # the padded copies are refreshed on every call
+        np.testing.assert_allclose(f(xv, wv), want, rtol=1e-5, atol=1e-5)
+        wv, xv = wv * 2, xv + 1
+        want = OPS["conv2d"].ref(xv.astype("float64"), wv.astype("float64"), **attrs)
     plan = next(iter(f.program._plans.values()))
     labels = [getattr(s, "label", "") for s in plan.steps]
-    assert any("gemm_cols64" in lab for lab in labels) == (kernel[3] == 64)
+    assert any("conv_tile64" in lab for lab in labels) == (kernel[3] <= 64)

@@ -7,8 +7,10 @@ Convolutions run one of two ways, picked per shape (``conv_method``):
   starved (K = 9) and the im2col buffer would be as large as the output;
 * ``"gemm"``: im2col (a numba kernel) + one BLAS GEMM with ``out=``; the input gradient is a
   GEMM followed by col2im (scatter-add). The im2col buffer of an input is computed once per step
-  and shared by the forward convolution and the kernel gradient that read the same input. A
-  float32 forward GEMM with 64 output channels runs a register-tiled numba loop (``GEMM64``).
+  and shared by the forward convolution and the kernel gradient that read the same input.
+
+A float32 forward convolution with at most 64 output channels runs neither: a register-tiled
+numba loop reads the input directly (``TILE64``).
 
 Pooling is direct numba loops (max routes the gradient to the first maximal element of each
 window, row-major, like the reference). Every kernel here loops over the batch with
@@ -27,13 +29,13 @@ from kiln.core.ops.nn_conv import _geometry
 
 # A convolution with at most this many taps per output (kh * kw * Cin) runs direct loops.
 DIRECT_MAX_TAPS = 16
-# The forward GEMM of a float32 convolution with exactly 64 output channels runs
-# gemm_cols64_kernel instead of BLAS: OpenBLAS packs the tall im2col matrix for only 64 columns
-# (100-130 GFLOP/s here), the register-tiled loop reaches ~160. MNIST convnet layer 2
-# (15488 x 288 @ 288 x 64): 3.2 against 4.1-4.6 ms alone, the whole training step 20.4 ->
-# 19.3 ms (interleaved in one process). Other widths compile to slow code in numba (tried:
-# 32, 4x64 blocks with literal offsets, 8-row tiles), so they stay with BLAS.
-GEMM64 = True
+# A float32 convolution with at most 64 output channels runs conv_tile64_kernel forward: no
+# im2col buffer, tiles of 4 output pixels x 64 channels held in registers (the kernel's columns
+# zero-padded to 64; the literal width 64 is what numba vectorizes well: 32 runs 20x slower).
+# MNIST convnet, batch 128 (benchmarks/bench_conv.py, forward.tile against the others): layer 1
+# 1.9 against 2.5 ms direct; layer 2 2.9 against 4.1 ms im2col + register-tiled GEMM and
+# 6.3 ms im2col + OpenBLAS (which packs the tall im2col matrix for only 64 columns).
+TILE64 = True
 
 
 def conv_method(taps: int, op: str = "conv2d") -> str:
@@ -79,31 +81,34 @@ def im2col_kernel(cols, x, p):
                                 cols[n, i, j, a, b * c:b * c + c] = 0
 
 
-def gemm_cols64_kernel(c, a, b):
-    # c (M, 64) = a (M, K) @ b (K, 64): tiles of 4 rows x all 64 columns, held in registers
-    # (the column count is a literal: numba vectorizes this exact shape well, see GEMM64)
-    m, kk = a.shape
-    for t in numba.prange((m + 3) // 4):
-        i0 = t * 4
-        if i0 + 4 <= m:
-            acc = np.zeros((4, 64), c.dtype)
-            for k in range(kk):
-                for r in range(4):
-                    av = a[i0 + r, k]
-                    for j in range(64):
-                        acc[r, j] += av * b[k, j]
-            for r in range(4):
-                for j in range(64):
-                    c[i0 + r, j] = acc[r, j]
-        else:
-            for i in range(i0, m):
-                row = np.zeros(64, c.dtype)
-                for k in range(kk):
-                    av = a[i, k]
-                    for j in range(64):
-                        row[j] += av * b[k, j]
-                for j in range(64):
-                    c[i, j] = row[j]
+def conv_tile64_kernel(out, x, w64, p):
+    # out (N, OH, OW, CO <= 64) = valid convolution of x (N, H, W, CI) (already padded) with
+    # w64 (KH * KW * CI, 64), the kernel with its columns zero-padded to 64; p = [sh, sw, dh,
+    # dw, kh, kw]. Branch-free inner loops: a tail tile past the row's end reads an in-bounds
+    # pixel and discards the result.
+    n_n, h, wd, ci = x.shape
+    oh, ow, co = out.shape[1], out.shape[2], out.shape[3]
+    sh, sw, dh, dw, kh, kw = p[0], p[1], p[2], p[3], p[4], p[5]
+    tiles = (ow + 3) // 4
+    for q in numba.prange(n_n * oh):
+        n = q // oh
+        i = q % oh
+        for tj in range(tiles):
+            j0 = tj * 4
+            acc = np.zeros((4, 64), out.dtype)
+            t = 0
+            for a in range(kh):
+                hi = i * sh + a * dh
+                for b in range(kw):
+                    for c in range(ci):
+                        for r in range(4):
+                            av = x[n, hi, min((j0 + r) * sw + b * dw, wd - 1), c]
+                            for o in range(64):
+                                acc[r, o] += av * w64[t, o]
+                        t += 1
+            for r in range(min(4, ow - j0)):
+                for o in range(co):
+                    out[n, i, j0 + r, o] = acc[r, o]
 
 
 def col2im_kernel(dx, cols, p):
@@ -398,16 +403,37 @@ def build_conv2d(b, node: Node) -> None:
     k = w.shape[:2]
     oh, ow, p = _conv_params(b.shape(x_node)[1:3], k, node.attrs)
     out = b.out(node)
+    if TILE64 and out.dtype == np.float32 and w.shape[3] <= 64:
+        _conv_tile64(b, node, b.contiguous(x_node), w, out)
+        return
     if conv_method(k[0] * k[1] * w.shape[2], node.op) == "direct":
         _call(b, conv_direct_kernel, out, b.contiguous(x_node), w, p)
         return
     cols = _cols(b, x_node, k, oh, ow, p)
     kk = k[0] * k[1] * w.shape[2]
-    args = (cols.reshape(-1, kk), w.reshape(kk, -1), out.reshape(-1, w.shape[3]))
-    if GEMM64 and w.shape[3] == 64 and out.dtype == np.float32:
-        _call(b, gemm_cols64_kernel, args[2], args[0], args[1], fastmath=True)
-        return
-    b.add(np.matmul, args, label="conv2d:gemm")
+    b.add(np.matmul, (cols.reshape(-1, kk), w.reshape(kk, -1), out.reshape(-1, w.shape[3])),
+          label="conv2d:gemm")
+
+
+def _conv_tile64(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+    """The forward convolution through conv_tile64_kernel: padding copies the input into a
+    zero-bordered buffer first, fewer than 64 output channels copy the kernel into a
+    zero-padded (taps, 64) buffer (both copies are small next to the convolution)."""
+    (kh, kw, ci, co), (n, h, wd, _) = w.shape, x.shape
+    (sh, sw), (dh, dw) = node.attrs["strides"], node.attrs["dilation"]
+    _, _, ((pt, pb), (pl, pr)) = _geometry((h, wd), (kh, kw), (sh, sw), node.attrs["padding"],
+                                           (dh, dw))
+    if pt or pb or pl or pr:
+        padded = np.zeros((n, h + pt + pb, wd + pl + pr, ci), x.dtype)
+        b.add(np.copyto, (padded[:, pt:pt + h, pl:pl + wd], x), label="conv2d:pad")
+        x = padded
+    w2d = w.reshape(kh * kw * ci, co)
+    if co < 64:
+        w64 = np.zeros((kh * kw * ci, 64), w.dtype)
+        b.add(np.copyto, (w64[:, :co], w2d), label="conv2d:pad_kernel")
+        w2d = w64
+    _call(b, conv_tile64_kernel, out, x, w2d, np.array([sh, sw, dh, dw, kh, kw], np.int64),
+          fastmath=True)
 
 
 @builder("conv2d_backprop_filter")
