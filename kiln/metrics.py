@@ -207,6 +207,22 @@ class Metric:
     def _state_values(self) -> list[Any]:
         return []
 
+    def get_state(self) -> list:
+        """The accumulated state as JSON-able lists (checkpoints store it mid-epoch, so that
+        a resumed epoch logs the same values as an uninterrupted one)."""
+        return [np.asarray(v, np.float64).tolist() for v in self._state_values()]
+
+    def set_state(self, state: list) -> None:
+        """Restores a state returned by :meth:`get_state`."""
+        values = [np.asarray(v, np.float64) for v in state]
+        if len(values) != len(self._state_values()):
+            raise ValueError(f"{self.name}: a state of {len(values)} values does not fit this "
+                             f"metric ({len(self._state_values())} values)")
+        self._set_state_values(values)
+
+    def _set_state_values(self, values: list[np.ndarray]) -> None:
+        """Inverse of ``_state_values`` (stateless metrics have nothing to set)."""
+
     def get_config(self) -> dict:
         return {"name": self.name, "dtype": self.dtype}
 
@@ -264,6 +280,9 @@ class Mean(Metric):
 
     def _state_values(self) -> list[Any]:
         return [self.total, self.count]
+
+    def _set_state_values(self, values: list[np.ndarray]) -> None:
+        self.total, self.count = float(values[0]), float(values[1])
 
 
 class Sum(Mean):
@@ -539,6 +558,12 @@ class _ConfusionMetric(Metric):
     def _state_values(self) -> list[Any]:
         return list(self._state)
 
+    def _set_state_values(self, values: list[np.ndarray]) -> None:
+        if any(v.shape != s.shape for v, s in zip(values, self._state)):
+            raise ValueError(f"{self.name}: state shapes {[v.shape for v in values]} do not "
+                             f"fit {len(self.thresholds)} thresholds")
+        self._state = [v.copy() for v in values]
+
     def get_config(self) -> dict:
         config = super().get_config()
         thr = self.init_thresholds
@@ -767,6 +792,21 @@ class AUC(Metric):
 
     def _state_values(self) -> list[Any]:
         return list(self._counts())
+
+    def _set_state_values(self, values: list[np.ndarray]) -> None:
+        shape = values[0].shape
+        ok = shape[0] == self.num_thresholds and len(shape) == (2 if self.multi_label else 1)
+        if not ok or any(v.shape != shape for v in values):
+            raise ValueError(f"{self.name}: state shapes {[v.shape for v in values]} do not "
+                             f"fit num_thresholds={self.num_thresholds}, "
+                             f"multi_label={self.multi_label}")
+        if self.multi_label:
+            if shape[1] == 0:  # saved before the first batch
+                self._num_labels = self.num_labels
+                self.reset_state()
+                return
+            self._num_labels = shape[1]
+        self._state = [v.copy() for v in values]
 
     def _reduce(self, terms: np.ndarray) -> float:
         """Sums the per-interval terms: one AUC, or the (label-weighted) mean of the per-label

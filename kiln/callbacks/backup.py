@@ -20,9 +20,10 @@ class BackupAndRestore(Callback):
     A backup is one kiln checkpoint file (``backup_dir/backup.h5``, written atomically, see
     :func:`kiln.saving.save_checkpoint`): weights, optimizer slots and ``iterations``,
     the learning rate, the model's dropout RNG (seed and counter), kiln's global NumPy
-    generator (shuffling), the epoch and the batch, and the state of every stateful
-    callback of the same ``fit`` (``get_state``/``set_state``; EarlyStopping's patience,
-    ReduceLROnPlateau's counters, History ...).
+    generator (shuffling), the epoch and the batch, the metrics accumulated so far in that
+    epoch (a resumed epoch logs what an uninterrupted one would), and the state of every
+    stateful callback of the same ``fit`` (``get_state``/``set_state``; EarlyStopping's
+    patience, ReduceLROnPlateau's counters, History ...).
 
     On ``on_train_begin`` an existing backup is restored and the model's
     ``_initial_epoch`` / ``_initial_step`` tell ``fit`` where to continue: at the next epoch,
@@ -110,6 +111,8 @@ class BackupAndRestore(Callback):
             # Mid-epoch: resuming must replay this epoch's shuffle, so keep the generator
             # state from the start of the epoch.
             extra["epoch_start_rng"] = self._epoch_start_rng
+        if self._step > 0:  # and the metrics accumulated so far in this epoch
+            extra["metric_states"] = {m.name: m.get_state() for m in self.model.metrics}
         save_checkpoint(self.model, self._path, epoch=self._epoch, step=self._step,
                         callbacks=self._siblings(), extra=extra)
 
@@ -129,6 +132,8 @@ class BackupAndRestore(Callback):
         self._epoch, self._step = info["epoch"], info["step"]
         self.model._initial_epoch = info["epoch"]
         self.model._initial_step = info["step"]
+        if info["step"] > 0:
+            self.model._initial_metric_states = info["extra"].get("metric_states")
         self.restored = info
 
     def _restore_callback_states(self, siblings: list[Callback], states: dict) -> None:

@@ -124,6 +124,7 @@ class Trainer:
     _outputs: list | None = None
     _initial_epoch: int | None = None
     _initial_step: int | None = None
+    _initial_metric_states: dict | None = None  # the resumed epoch's metrics (a backup's)
     _steps_per_execution = 1
 
     def _init_trainer(self) -> None:
@@ -848,7 +849,7 @@ class Trainer:
                 cb.set_callback_list(callbacks)
         self.stop_training = False
         batch_begin, batch_end = _batch_hooks(callbacks, "train")
-        self._initial_epoch = self._initial_step = None
+        self._initial_epoch = self._initial_step = self._initial_metric_states = None
         callbacks.on_train_begin()
         # A callback restoring a backup (BackupAndRestore) says where to continue, and may
         # have restored the random state: read both after on_train_begin.
@@ -860,7 +861,7 @@ class Trainer:
             self._fit_epochs(train, val, step, callbacks, initial_epoch, epochs, skip,
                              validation_freq, rng_key, batch_begin, batch_end)
         finally:
-            self._initial_epoch = self._initial_step = None
+            self._initial_epoch = self._initial_step = self._initial_metric_states = None
         history = _find_history(callbacks)
         if history is not None:
             self.history = history
@@ -884,6 +885,12 @@ class Trainer:
         for epoch in range(int(initial_epoch), int(epochs)):
             for m in metrics:
                 m.reset_state()
+            if skip and self._initial_metric_states:  # resumed mid-epoch: its metrics so far
+                for m in metrics:
+                    state = self._initial_metric_states.get(m.name)
+                    if state is not None:
+                        m.set_state(state)
+                self._initial_metric_states = None
             callbacks.on_epoch_begin(epoch)
             steps_done = 0
             in_execution = 0  # batches run in the current execution

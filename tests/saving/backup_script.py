@@ -5,7 +5,7 @@ Usage: python backup_script.py BACKUP_DIR OUT.npz SAVE_FREQ [KILL_EPOCH KILL_BAT
 Trains a small seeded model with Dropout, shuffling, ReduceLROnPlateau and EarlyStopping. With
 KILL_EPOCH/KILL_BATCH the process SIGKILLs itself after that training batch (0-based), the
 way a crash or a pre-empted job would end. On normal completion it writes the final weights,
-optimizer variables and learning rate to OUT.npz.
+optimizer variables, learning rate and the logged epoch metrics to OUT.npz.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def main() -> None:
     y = (x[:, 0] + x[:, 1] > 0).astype("int64") + (x[:, 2] > 1).astype("int64")
     model = kiln.Sequential([kiln.Input((5,)), layers.Dense(12, activation="relu"),
                              layers.Dropout(0.3), layers.Dense(3, activation="softmax")])
-    model.compile(kiln.optimizers.Adam(0.02), "sparse_categorical_crossentropy")
+    model.compile(kiln.optimizers.Adam(0.02), "sparse_categorical_crossentropy",
+                  metrics=["accuracy", kiln.metrics.SparseTopKCategoricalAccuracy(k=2)])
     callbacks = [BackupAndRestore(backup_dir, save_freq=save_freq),
                  ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=10.0),
                  EarlyStopping(monitor="loss", patience=50, min_delta=10.0)]
@@ -55,7 +56,8 @@ def main() -> None:
     np.savez(out, *[w.numpy() for w in model.weights],
              *[v.numpy() for v in model.optimizer.variables],
              lr=np.float64(model.optimizer.learning_rate), counter=model._rng_counter,
-             epochs=np.array(history.epoch), es_wait=callbacks[2].wait)
+             epochs=np.array(history.epoch), es_wait=callbacks[2].wait,
+             **{f"log_{k}": np.array(v) for k, v in history.history.items()})
 
 
 if __name__ == "__main__":
