@@ -18,6 +18,13 @@ def fmt(shape: Shape) -> str:
 
 def broadcast_shapes(op: str, *shapes: Shape) -> Shape:
     """NumPy broadcasting of static shapes with None (unknown) dims."""
+    first = shapes[0]
+    if all(s == first for s in shapes):  # the common cases: equal shapes, or with a scalar
+        return tuple(first)
+    if len(shapes) == 2 and not shapes[1]:
+        return tuple(first)
+    if len(shapes) == 2 and not first:
+        return tuple(shapes[1])
     ndim = max(len(s) for s in shapes)
     out: list[Dim] = []
     for axis in range(ndim):
