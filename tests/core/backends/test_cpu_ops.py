@@ -199,3 +199,33 @@ def test_conv2d_tile64_kernel_matches_the_reference(shape, kernel, attrs):
     plan = next(iter(f.program._plans.values()))
     labels = [getattr(s, "label", "") for s in plan.steps]
     assert any("conv_tile64" in lab for lab in labels) == (kernel[3] <= 64)
+
+
+@pytest.mark.nojit
+@pytest.mark.parametrize("shape, kernel, attrs", [
+    ((3, 6, 5, 4), (3, 3, 4, 64), {}),                      # K = 36 taps: whole 4-row tiles
+    ((2, 9, 8, 3), (3, 3, 3, 64), {"padding": "same"}),     # K = 27: a 3-row tail of taps
+    ((2, 9, 9, 2), (3, 3, 2, 64), {"strides": (2, 1), "dilation": (1, 2)}),
+    ((2, 6, 6, 3), (3, 3, 3, 32), {}),                      # 32 channels: BLAS
+])
+def test_conv2d_kernel_gradient_tn64_matches_the_reference(shape, kernel, attrs, monkeypatch):
+    """The float32 kernel gradient with 64 output channels (conv_filter_tn64_kernel) against
+    the float64 reference, with a block size that leaves a partial last block."""
+    from kiln.core.backends.cpu import conv
+
+    monkeypatch.setattr(conv, "TN64_CHUNK", 7)
+    rng = np.random.default_rng(4)
+    attrs = {"strides": (1, 1), "padding": "valid", "dilation": (1, 1), **attrs}
+    xv = rng.normal(size=shape).astype("float32")
+    ct_shape = OPS["conv2d"].ref(xv, rng.normal(size=kernel).astype("float32"), **attrs).shape
+    ctv = rng.normal(size=ct_shape).astype("float32")
+    x = kiln.placeholder((None,) + shape[1:])
+    ct = kiln.placeholder((None,) + ct_shape[1:])
+    node = apply("conv2d_backprop_filter", x, ct, kernel_size=kernel[:2], **attrs)
+    f = kiln.function([x, ct], node, backend="cpu", optimize=False)
+    want = OPS["conv2d_backprop_filter"].ref(xv.astype("float64"), ctv.astype("float64"),
+                                             kernel_size=kernel[:2], **attrs)
+    np.testing.assert_allclose(f(xv, ctv), want, rtol=1e-4, atol=1e-4)
+    plan = next(iter(f.program._plans.values()))
+    labels = [getattr(s, "label", "") for s in plan.steps]
+    assert any("tn64" in lab for lab in labels) == (kernel[3] == 64)
