@@ -14,9 +14,11 @@ kernels and GEMMs alternate (shared/notes/numba-measurements.md, "Threads fight"
 
 Measured with benchmarks/bench_cpu.py on 2 cores: the MNIST convnet step 26.3 -> 21.6 ms
 with 2^20 cycles instead of 2^28, the MLP steps unchanged (the spin still covers the gaps
-between their GEMMs). Later, with register-tiled convolution kernels (more numba parallel
-regions next to GEMMs), best of 4 fresh processes per value, epoch seconds: convnet 0.563 /
-0.561 / 0.577 and MLP 0.184 / 0.172 / 0.173 for 2^16 / 2^18 / 2^20: 2^18.
+between their GEMMs). Shorter spins looked free in a process alone (2^18: convnet epoch
+0.561 against 0.577 s, MLP equal) but lose when other processes share the machine, even idle
+ones (benchmarks/bench_cpu.py's interleaved workers): the MLP step against its GEMMs alone
+1.56-1.60x with 2^18 against 1.19-1.28x with 2^20 (two runs each). Waking a sleeping BLAS
+thread is slow on a busy VM; keep 2^20.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-BLAS_TIMEOUT = 18  # 2^18 cycles: ~0.09 ms at 3 GHz
+BLAS_TIMEOUT = 20  # 2^20 cycles: ~0.35 ms at 3 GHz
 
 status: dict[str, object] = {}
 
