@@ -1,6 +1,6 @@
 """Convolution layers of the MNIST convnet (batch 128, 3x3, valid), kiln CPU kernels by method
 (direct numba loops vs im2col + BLAS GEMM) against PyTorch, per op: forward, input gradient,
-kernel gradient, and 2x2 max pooling. Used to pick ``conv.conv_method`` and ``conv.TILE64``
+kernel gradient, and 2x2 max pooling. Used to pick ``conv.conv_method``
 (``forward.tile`` against ``forward.direct`` and ``forward.gemm``).
 
 Usage::
@@ -58,8 +58,7 @@ def kiln_times(batch: int, repeat: int) -> dict:
         }
         for method in ("direct", "gemm"):
             saved = conv.conv_method
-            conv.conv_method = lambda taps, op="conv2d", method=method: method
-            conv.TILE64 = False
+            conv.conv_method = lambda taps, op="conv2d", *a, method=method, **kw: method
             try:
                 for op, (ins, node, feeds) in graphs.items():
                     f = kiln.function(ins, node, backend="cpu", optimize=False)
@@ -73,7 +72,6 @@ def kiln_times(batch: int, repeat: int) -> dict:
                     lambda run=f.program.run, feeds=(x, k, ct): run(list(feeds)), repeat)
             finally:
                 conv.conv_method = saved
-                conv.TILE64 = True
         ins, node, feeds = graphs["forward"]  # the register-tiled forward (TILE64)
         f = kiln.function(ins, node, backend="cpu", optimize=False)
         out[f"{name}.forward.tile"] = timeit(

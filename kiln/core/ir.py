@@ -220,6 +220,11 @@ def fresh_uid() -> int:
     return next(_uid)
 
 
+def depends_on(outputs: Iterable[Node], node: Node) -> bool:
+    """Whether ``node`` is reachable from ``outputs`` (e.g. a step reads its random key)."""
+    return any(n is node for n in toposort(outputs))
+
+
 def toposort(outputs: Iterable[Node]) -> list[Node]:
     """All nodes reachable from ``outputs``, inputs before users (iterative, no recursion)."""
     order: list[Node] = []

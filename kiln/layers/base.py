@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 import kiln.config
-from kiln.core.ir import Node, toposort
+from kiln.core.ir import Node, depends_on
 from kiln.core.ops._rules import fmt
 from kiln.core.variable import Variable
 from kiln.layers.context import current, trace
@@ -345,8 +345,8 @@ class Layer:
             rng_key = placeholder((2,), "int64", name="rng_key") if training else None
             with trace(training=bool(training), rng_key=rng_key) as ctx:
                 out = self(phs, *args, training=training, **kwargs)
-            if rng_key is not None and not any(
-                    n is rng_key for n in toposort(flatten(out) + [v for _, v in ctx.updates])):
+            if rng_key is not None and not depends_on(
+                    flatten(out) + [v for _, v in ctx.updates], rng_key):
                 rng_key = None
             # Updates recorded in training (BatchNormalization's moving statistics) apply on
             # each eager call, as in Keras.

@@ -26,7 +26,7 @@ from kiln import losses as losses_module
 from kiln import metrics as metrics_module
 from kiln.core import executor
 from kiln.core.autodiff import grad
-from kiln.core.ir import Node, toposort
+from kiln.core.ir import Node, depends_on
 from kiln.core.ops._rules import fmt
 from kiln.core.ops.source import placeholder
 from kiln.layers.base import flatten
@@ -668,7 +668,7 @@ class Trainer:
         updates = list(self.optimizer.update_nodes(grads, variables)) + list(ctx.updates)
         outputs_list = [total] + out_losses + stats
         # Feed the random key only when the step uses it (Dropout ...).
-        uses_key = any(n is rng_key for n in toposort(outputs_list + [v for _, v in updates]))
+        uses_key = depends_on(outputs_list + [v for _, v in updates], rng_key)
         feeds = x_phs + y_phs + sw_phs + ([rng_key] if uses_key else [])
         fn = self._function(feeds, outputs_list, updates, "train_function")
         step = _Step(fn, trackers, slices, uses_key)

@@ -165,8 +165,7 @@ def test_out_of_range_indices_raise():
 def test_both_convolution_methods_match_the_reference(method, monkeypatch):
     from kiln.core.backends.cpu import conv
 
-    monkeypatch.setattr(conv, "conv_method", lambda taps, op="conv2d": method)
-    monkeypatch.setattr(conv, "TILE64", False)  # else float32 forwards take the tiled kernel
+    monkeypatch.setattr(conv, "conv_method", lambda taps, op="conv2d", *a, **kw: method)
     for name in ("conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"):
         for example in _examples(name, "float32"):
             _check(name, example, "plain", "float32")
@@ -229,3 +228,17 @@ def test_conv2d_kernel_gradient_tn64_matches_the_reference(shape, kernel, attrs,
     plan = next(iter(f.program._plans.values()))
     labels = [getattr(s, "label", "") for s in plan.steps]
     assert any("tn64" in lab for lab in labels) == (kernel[3] == 64)
+
+
+@pytest.mark.parametrize("taps, op, dtype, cout, want", [
+    (9, "conv2d", "float32", 32, "tile"), (9, "conv2d", "float64", 32, "direct"),
+    (288, "conv2d", "float32", 65, "gemm"), (288, "conv2d", "float32", 64, "tile"),
+    (288, "conv2d_backprop_filter", "float32", 64, "tile"),
+    (288, "conv2d_backprop_filter", "float32", 32, "gemm"),
+    (9, "conv2d_backprop_filter", "float32", 64, "direct"),
+    (288, "conv2d_backprop_input", "float32", 64, "gemm"),
+])
+def test_conv_method_choices(taps, op, dtype, cout, want):
+    from kiln.core.backends.cpu import conv
+
+    assert conv.conv_method(taps, op, dtype, cout) == want

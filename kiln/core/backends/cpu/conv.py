@@ -1,6 +1,6 @@
 """Convolution and pooling kernels (NHWC, TensorFlow padding, see kiln/core/ops/nn_conv.py).
 
-Convolutions run one of two ways, picked per shape (``conv_method``):
+Convolutions run one of three ways, picked per op, dtype and shape (``conv_method``):
 
 * ``"direct"``: numba loops vectorized over output channels, for few input taps
   (``kh * kw * Cin`` small, e.g. the first layer on a grayscale image), where a GEMM would be
@@ -9,9 +9,9 @@ Convolutions run one of two ways, picked per shape (``conv_method``):
   GEMM followed by col2im (scatter-add). The im2col buffer of an input is computed once per step
   and shared by the forward convolution and the kernel gradient that read the same input.
 
-A float32 forward convolution with at most 64 output channels runs neither: a register-tiled
-numba loop reads the input directly (``TILE64``); with exactly 64 output channels the kernel
-gradient runs register-tiled too (from the im2col buffer).
+* ``"tile"`` (``TILE64``): a float32 forward convolution with at most 64 output channels runs
+  a register-tiled numba loop that reads the input directly; with exactly 64 output channels
+  the kernel gradient runs register-tiled too (from the im2col buffer).
 
 Pooling is direct numba loops (max routes the gradient to the first maximal element of each
 window, row-major, like the reference). Every kernel here loops over the batch with
@@ -44,18 +44,31 @@ TILE64 = True
 TN64_CHUNK = 256  # rows of the im2col buffer per block
 
 
-def conv_method(taps: int, op: str = "conv2d") -> str:
-    """``"direct"`` or ``"gemm"`` for ``op`` (conv2d, conv2d_backprop_filter or
-    conv2d_backprop_input) with ``taps = kh * kw * Cin``.
+def conv_method(taps: int, op: str = "conv2d", dtype: str = "float32",
+                channels_out: int = 0) -> str:
+    """``"tile"``, ``"direct"`` or ``"gemm"`` for ``op`` (conv2d, conv2d_backprop_filter or
+    conv2d_backprop_input) with ``taps = kh * kw * Cin``, ``Cout = channels_out``.
 
     From benchmarks/bench_conv.py on 2 cores (MNIST layers, batch 128): the forward and kernel
     gradient of layer 1 (9 taps) run 2.1 / 1.9 ms direct against 3.5 / 4.1 ms with im2col +
     GEMM; layer 2 (288 taps) 5.1 / 6.4 ms with GEMM against 10.5 / 12.0 ms direct; the input
-    gradient is faster as GEMM + col2im at both sizes (1.9 vs 6.2 ms on layer 1).
+    gradient is faster as GEMM + col2im at both sizes (1.9 vs 6.2 ms on layer 1). ``"tile"``
+    (see TILE64) beats both where it applies: a float32 forward with Cout <= 64, a float32
+    kernel gradient with Cout == 64 past the direct range (it reads the im2col buffer).
     """
     if op == "conv2d_backprop_input":
         return "gemm"
-    return "direct" if taps <= DIRECT_MAX_TAPS else "gemm"
+    tiled = TILE64 and dtype == "float32"
+    if op == "conv2d" and tiled and channels_out <= 64:
+        return "tile"
+    if taps <= DIRECT_MAX_TAPS:
+        return "direct"
+    return "tile" if tiled and channels_out == 64 else "gemm"
+
+
+def _threads() -> int:
+    """Threads a per-thread partial sum needs (1 when kernels run as plain Python)."""
+    return numba.get_num_threads() if jit.config.jit_enabled() else 1
 
 
 # ---- kernels ------------------------------------------------------------------------------------
@@ -449,10 +462,11 @@ def build_conv2d(b, node: Node) -> None:
     k = w.shape[:2]
     oh, ow, p = _conv_params(b.shape(x_node)[1:3], k, node.attrs)
     out = b.out(node)
-    if TILE64 and out.dtype == np.float32 and w.shape[3] <= 64:
+    method = conv_method(k[0] * k[1] * w.shape[2], node.op, out.dtype.name, w.shape[3])
+    if method == "tile":
         _conv_tile64(b, node, b.contiguous(x_node), w, out)
         return
-    if conv_method(k[0] * k[1] * w.shape[2], node.op) == "direct":
+    if method == "direct":
         _call(b, conv_direct_kernel, out, b.contiguous(x_node), w, p)
         return
     cols = _cols(b, x_node, k, oh, ow, p)
@@ -490,16 +504,15 @@ def build_conv2d_filter(b, node: Node) -> None:
     out = b.out(node)
     ct = b.contiguous(ct_node)
     ci = b.shape(x_node)[3]
-    if conv_method(k[0] * k[1] * ci, node.op) == "direct":
-        threads = numba.get_num_threads() if jit.config.jit_enabled() else 1
+    method = conv_method(k[0] * k[1] * ci, node.op, out.dtype.name, ct.shape[3])
+    if method == "direct":
         _call(b, conv_filter_direct_kernel, out, b.contiguous(x_node), ct,
-              np.append(p, threads).astype(np.int64))
+              np.append(p, _threads()).astype(np.int64))
         return
     cols = _cols(b, x_node, k, oh, ow, p)
     kk = k[0] * k[1] * ci
-    if TILE64 and out.dtype == np.float32 and ct.shape[3] == 64:
-        threads = numba.get_num_threads() if jit.config.jit_enabled() else 1
-        parts = np.empty((threads, kk, 64), out.dtype)
+    if method == "tile":
+        parts = np.empty((_threads(), kk, 64), out.dtype)
         _call(b, conv_filter_tn64_kernel, out.reshape(kk, 64), cols.reshape(-1, kk),
               ct.reshape(-1, 64), parts, TN64_CHUNK, fastmath=True)
         return
@@ -515,7 +528,7 @@ def build_conv2d_input(b, node: Node) -> None:
     oh, ow, p = _conv_params(node.attrs["input_shape"][:2], k, node.attrs)
     out = b.out(node)
     ct = b.contiguous(ct_node)
-    if conv_method(k[0] * k[1] * w.shape[2], node.op) == "direct":
+    if conv_method(k[0] * k[1] * w.shape[2], node.op, out.dtype.name, ct.shape[3]) == "direct":
         _call(b, conv_input_direct_kernel, out, ct, w, p)
         return
     n = ct.shape[0]
