@@ -161,14 +161,14 @@ def kiln_case(workload: str, cfg: dict) -> tuple[Callable[[Any, Any], Any], dict
 
 def kiln_info(info: dict) -> dict:
     from kiln.core.backends import cuda as kcuda
-    from kiln.core.backends.cuda import _program
+    from kiln.core.backends.cuda import _lower
 
     fn = info.get("function")
     prog = getattr(fn, "program", None)
     out = {"device": kcuda.device_info().get("name"),
            "kernels_per_step": getattr(prog, "num_kernels", None),
            "compile_s": round(getattr(fn, "compile_seconds", 0.0), 3),
-           "gemm": "cuBLAS (CuPy)" if _program.BLAS.cp is not None else "kiln"}
+           "gemm": "cuBLAS (CuPy)" if _lower.BLAS.cp is not None else "kiln"}
     if prog is not None:
         labels = prog.kernel_labels()
         host = sorted({lb for lb in labels if lb.endswith("(host)")})

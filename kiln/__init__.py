@@ -12,8 +12,7 @@ import importlib
 from typing import Any
 
 from kiln import config
-from kiln.core import Function, Variable, function, grad, placeholder
-from kiln.core.ir import Graph, Node, TensorType
+from kiln.core import Function, Graph, Node, TensorType, Variable, function, grad, placeholder
 
 Tensor = Node
 

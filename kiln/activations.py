@@ -18,8 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import kiln.ops as K
-from kiln.core.ir import Node
-from kiln.core.ops._rules import as_node
+from kiln.core import Node, convert_to_tensor
 
 
 def _c(value: float, x: Node) -> Node:
@@ -42,7 +41,7 @@ def relu(x: Any, negative_slope: float = 0.0, max_value: float | None = None,
     Example:
         >>> kiln.activations.relu(x, max_value=6.0)   # relu6
     """
-    x = as_node(x)
+    x = convert_to_tensor(x)
     if negative_slope == 0.0 and max_value is None and threshold == 0.0:
         return K.relu(x)
     if threshold != 0.0:
@@ -64,7 +63,7 @@ def relu6(x: Any) -> Node:
 
 def leaky_relu(x: Any, negative_slope: float = 0.2) -> Node:
     """``x`` for ``x >= 0``, ``negative_slope * x`` below (Keras 3 default slope 0.2)."""
-    x = as_node(x)
+    x = convert_to_tensor(x)
     return K.where(K.greater_equal(x, _c(0.0, x)), x, x * _c(negative_slope, x))
 
 
@@ -90,12 +89,12 @@ def log_softmax(x: Any, axis: int = -1) -> Node:
 
 def linear(x: Any) -> Node:
     """The identity (the activation of a layer given ``activation=None``)."""
-    return as_node(x)
+    return convert_to_tensor(x)
 
 
 def elu(x: Any, alpha: float = 1.0) -> Node:
     """``x`` for ``x > 0``, ``alpha * (exp(x) - 1)`` otherwise."""
-    x = as_node(x)
+    x = convert_to_tensor(x)
     # expm1 of min(x, 0): the unused branch never overflows, so its zero gradient is not NaN.
     neg = _c(alpha, x) * K.expm1(K.minimum(x, _c(0.0, x)))
     return K.where(K.greater(x, _c(0.0, x)), x, neg)
@@ -107,7 +106,7 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 def selu(x: Any) -> Node:
     """Scaled ELU: ``scale * elu(x, alpha)`` with the self-normalizing constants."""
-    x = as_node(x)
+    x = convert_to_tensor(x)
     return _c(_SELU_SCALE, x) * elu(x, _SELU_ALPHA)
 
 
@@ -119,7 +118,7 @@ def gelu(x: Any, approximate: bool = False) -> Node:
         approximate: False (Keras' default for the activation): ``0.5 x (1 + erf(x / sqrt 2))``;
             True: the tanh form ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
     """
-    x = as_node(x)
+    x = convert_to_tensor(x)
     half, one = _c(0.5, x), _c(1.0, x)
     if approximate:
         inner = _c(math.sqrt(2.0 / math.pi), x) * (x + _c(0.044715, x) * x * x * x)
@@ -129,7 +128,7 @@ def gelu(x: Any, approximate: bool = False) -> Node:
 
 def silu(x: Any) -> Node:
     """``x * sigmoid(x)`` (also called swish)."""
-    x = as_node(x)
+    x = convert_to_tensor(x)
     return x * K.sigmoid(x)
 
 
@@ -138,7 +137,7 @@ swish = silu
 
 def hard_silu(x: Any) -> Node:
     """``x * hard_sigmoid(x)`` (also called hard_swish)."""
-    x = as_node(x)
+    x = convert_to_tensor(x)
     return x * hard_sigmoid(x)
 
 
@@ -152,19 +151,19 @@ def softplus(x: Any) -> Node:
 
 def softsign(x: Any) -> Node:
     """``x / (|x| + 1)``."""
-    x = as_node(x)
+    x = convert_to_tensor(x)
     return x / (K.abs(x) + _c(1.0, x))
 
 
 def mish(x: Any) -> Node:
     """``x * tanh(softplus(x))``."""
-    x = as_node(x)
+    x = convert_to_tensor(x)
     return x * K.tanh(K.softplus(x))
 
 
 def log_sigmoid(x: Any) -> Node:
     """``log(sigmoid(x)) = -softplus(-x)`` (numerically stable)."""
-    x = as_node(x)
+    x = convert_to_tensor(x)
     return -K.softplus(-x)
 
 
@@ -175,7 +174,7 @@ def exponential(x: Any) -> Node:
 
 def hard_sigmoid(x: Any) -> Node:
     """Piecewise-linear sigmoid, as in Keras 3: ``relu6(x + 3) / 6 = clip(x / 6 + 0.5, 0, 1)``."""
-    x = as_node(x)
+    x = convert_to_tensor(x)
     return K.clip(x * _c(1.0 / 6.0, x) + _c(0.5, x), _c(0.0, x), _c(1.0, x))
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 # This module re-exports the op builders: unused-import warnings do not apply.
 # ruff: noqa: F401
 from kiln.core.autodiff import grad
+from kiln.core.ops._rules import as_node as _as_node
 from kiln.core.ops.elementwise import BUILDERS as _EW
-from kiln.core.ops.elementwise import cast, clip, ones_like, where, zeros_like
+from kiln.core.ops.elementwise import cast, clip, identity, ones_like, where, zeros_like
 from kiln.core.ops.linalg import matmul
 from kiln.core.ops.movement import (
     broadcast_like,
@@ -41,6 +42,7 @@ from kiln.core.ops.nn_conv import *  # noqa: F401,F403
 from kiln.core.ops.random import dropout, random_normal, random_uniform
 from kiln.core.ops.reduce import BUILDERS as _RED
 from kiln.core.ops.reduce import size_of
+from kiln.core.ops.registry import apply as _apply
 from kiln.core.ops.source import constant, placeholder
 
 neg = _EW["neg"]
@@ -93,7 +95,4 @@ argmin = _RED["argmin"]
 
 def stop_gradient(x):
     """``x`` in the forward pass; no gradient flows through it."""
-    from kiln.core.ops._rules import as_node
-    from kiln.core.ops.registry import apply
-
-    return apply("stop_gradient", as_node(x))
+    return _apply("stop_gradient", _as_node(x))

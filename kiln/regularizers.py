@@ -18,8 +18,7 @@ import math
 from typing import Any
 
 import kiln.ops as K
-from kiln.core.ir import Node
-from kiln.core.ops._rules import as_node
+from kiln.core import Node, convert_to_tensor
 
 
 def _factor(value: Any, name: str) -> float:
@@ -34,7 +33,7 @@ class Regularizer:
     """Base class: ``__call__(w) -> scalar node`` and ``get_config``."""
 
     def __call__(self, x: Any) -> Node:
-        return K.constant(0.0, as_node(x).dtype)
+        return K.constant(0.0, convert_to_tensor(x).dtype)
 
     def get_config(self) -> dict:
         raise NotImplementedError(f"{type(self).__name__} does not implement get_config()")
@@ -59,7 +58,7 @@ class L1(Regularizer):
         self.l1 = _factor(0.01 if l1 is None else l1, "l1")
 
     def __call__(self, x: Any) -> Node:
-        x = as_node(x)
+        x = convert_to_tensor(x)
         return K.constant(self.l1, x.dtype) * K.sum(K.abs(x))
 
     def get_config(self) -> dict:
@@ -77,7 +76,7 @@ class L2(Regularizer):
         self.l2 = _factor(0.01 if l2 is None else l2, "l2")
 
     def __call__(self, x: Any) -> Node:
-        x = as_node(x)
+        x = convert_to_tensor(x)
         return K.constant(self.l2, x.dtype) * K.sum(K.square(x))
 
     def get_config(self) -> dict:
@@ -97,7 +96,7 @@ class L1L2(Regularizer):
         self.l2 = _factor(0.0 if l2 is None else l2, "l2")
 
     def __call__(self, x: Any) -> Node:
-        x = as_node(x)
+        x = convert_to_tensor(x)
         out = K.constant(0.0, x.dtype)
         if self.l1:
             out = out + K.constant(self.l1, x.dtype) * K.sum(K.abs(x))

@@ -5,8 +5,6 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-import numpy as np
-
 # Names (without "val_") whose direction is known without asking the model. Keras 3 asks the
 # model's metric objects for their direction; kiln does that too (``_direction`` or
 # ``direction`` on ``model.metrics``) and falls back to these names.
@@ -62,7 +60,3 @@ def check_mode(owner: str, mode: str) -> str:
         warnings.warn(f"{owner} mode {mode!r} is unknown, fallback to auto mode.", stacklevel=3)
         return "auto"
     return mode
-
-
-def is_scalar(value: Any) -> bool:
-    return np.ndim(value) == 0

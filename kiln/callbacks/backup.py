@@ -25,11 +25,11 @@ class BackupAndRestore(Callback):
     stateful callback of the same ``fit`` (``get_state``/``set_state``; EarlyStopping's
     patience, ReduceLROnPlateau's counters, History ...).
 
-    On ``on_train_begin`` an existing backup is restored and the model's
-    ``_initial_epoch`` / ``_initial_step`` tell ``fit`` where to continue: at the next epoch,
-    or (``save_freq=N``) inside the epoch, skipping the batches already trained, in the same
-    shuffled order. When ``fit`` ends normally the backup is deleted (unless
-    ``delete_checkpoint=False``); when it is interrupted the backup stays.
+    On ``on_train_begin`` an existing backup is restored and ``model.resume_at(epoch, step,
+    metric_states)`` tells ``fit`` where to continue: at the next epoch, or (``save_freq=N``)
+    inside the epoch, skipping the batches already trained, in the same shuffled order. When
+    ``fit`` ends normally the backup is deleted (unless ``delete_checkpoint=False``); when it
+    is interrupted the backup stays.
 
     Args:
         backup_dir: the folder for the backup (created if needed). Use one folder per
@@ -130,10 +130,9 @@ class BackupAndRestore(Callback):
             self._epoch_start_rng = epoch_start  # for later mid-epoch backups of this epoch
         self._restore_callback_states(siblings, info["callbacks"])
         self._epoch, self._step = info["epoch"], info["step"]
-        self.model._initial_epoch = info["epoch"]
-        self.model._initial_step = info["step"]
-        if info["step"] > 0:
-            self.model._initial_metric_states = info["extra"].get("metric_states")
+        # fit() reads this once, right after on_train_begin (and forgets it when it ends).
+        self.model.resume_at(info["epoch"], info["step"],
+                             info["extra"].get("metric_states") if info["step"] > 0 else None)
         self.restored = info
 
     def _restore_callback_states(self, siblings: list[Callback], states: dict) -> None:
@@ -254,10 +253,6 @@ class BackupAndRestore(Callback):
                 os.remove(self._path)
             with contextlib.suppress(OSError):
                 os.rmdir(self.backup_dir)  # only if nothing else is in it
-        for attr in ("_initial_epoch", "_initial_step"):
-            if getattr(self.model, attr, None) is not None:
-                with contextlib.suppress(AttributeError):
-                    setattr(self.model, attr, None)
 
     def delete_backup(self) -> None:
         """Deletes the backup folder and everything in it."""

@@ -1,23 +1,48 @@
-"""kiln.core: the static-graph compiler. Imports nothing from layers, models, optimizers or
-callbacks (a test enforces it)."""
+"""kiln.core: the static-graph compiler. Imports nothing above it (tests/test_layering.py).
+
+This module is the core's ONLY public face besides ``kiln.ops`` (the op builders): code outside
+``kiln/core`` imports the names below and nothing from ``kiln.core.<module>``. See
+docs/architecture.md, "The layers of the house".
+
+* graph values: :class:`Node` (a symbolic tensor), :class:`TensorType`, :class:`Graph`,
+  :class:`Variable` (a persistent, updatable value);
+* building: :func:`placeholder`, :func:`constant`, :func:`convert_to_tensor`,
+  :func:`is_tensor`, :func:`grad`;
+* compiling: :func:`function` / :class:`Function`, :func:`optimize`,
+  :func:`backend_for_device`;
+* graph utilities for the frontend: :func:`toposort`, :func:`depends_on`, :func:`rebuild`,
+  :func:`canonical_dtype`, :func:`format_shape`.
+"""
 
 from kiln.core import (
     ops,  # noqa: F401  (registers every op)
     passes,  # noqa: F401  (registers remat_barrier)
 )
 from kiln.core.autodiff import grad
-from kiln.core.executor import Function, function
-from kiln.core.ir import Graph, HashableArray, Node, TensorType, toposort
+from kiln.core.executor import Function, backend_for_device, function
+from kiln.core.ir import (
+    Graph,
+    HashableArray,
+    Node,
+    TensorType,
+    canonical_dtype,
+    depends_on,
+    rebuild,
+    toposort,
+)
+from kiln.core.ops._rules import as_node as convert_to_tensor
+from kiln.core.ops._rules import fmt as format_shape
+from kiln.core.ops._rules import is_node as is_tensor
 from kiln.core.ops.source import constant, placeholder
 from kiln.core.variable import Variable
 
 
 def optimize(graph, exclude=(), **kwargs):
     """Runs the optimization pipeline on ``graph``; returns ``(graph, report)``."""
-    from kiln.core.passes import optimize as _optimize
-
-    return _optimize(graph, exclude=exclude, **kwargs)
+    return passes.optimize(graph, exclude=exclude, **kwargs)
 
 
 __all__ = ["Graph", "Node", "TensorType", "HashableArray", "Variable", "Function", "function",
-           "grad", "placeholder", "constant", "toposort", "optimize"]
+           "grad", "placeholder", "constant", "convert_to_tensor", "is_tensor", "toposort",
+           "depends_on", "rebuild", "canonical_dtype", "format_shape", "backend_for_device",
+           "optimize"]

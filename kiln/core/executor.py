@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 
 from kiln import config
+from kiln.core.backends import get_backend
 from kiln.core.ir import Graph, Node
 from kiln.core.ops._rules import as_node, fmt
+from kiln.core.passes import optimize as optimize_graph
 from kiln.core.variable import Variable
 
 
@@ -93,15 +95,20 @@ class Function:
         self.report = None
         t0 = time.perf_counter()
         graph = self.graph
-        if optimize:
-            graph, self.report = _optimize(graph, memory_budget, batch_size)
-        self.optimized_graph = graph
-        from kiln.core.backends import get_backend
-
-        n = len(self.outputs)
-        update_outputs = [(n + k, var) for k, (var, _) in enumerate(self.updates)]
-        self.program = get_backend(self.backend_name).compile_graph(graph,
-                                                                    updates=update_outputs)
+        try:
+            if optimize:
+                graph, self.report = optimize_graph(graph, memory_budget=memory_budget,
+                                                    batch_size=batch_size)
+            self.optimized_graph = graph
+            n = len(self.outputs)
+            update_outputs = [(n + k, var) for k, (var, _) in enumerate(self.updates)]
+            self.program = get_backend(self.backend_name).compile_graph(
+                graph, updates=update_outputs)
+        except Exception as exc:
+            if config.debug_enabled():  # KILN_DEBUG=1: say which graph the compiler failed on
+                _add_note(exc, f"kiln: compiling {name!r} for the {self.backend_name} backend "
+                          f"failed; the graph ({len(graph)} nodes):\n{_head(graph.dump())}")
+            raise
         bind = getattr(self.program, "bind_updates", None)
         if bind is not None:  # device backends keep the updated Variables on the device
             bind([var for var, _ in self.updates])
@@ -161,13 +168,16 @@ def _cast(node: Node, dtype: str) -> Node:
     return cast(node, dtype)
 
 
-def _optimize(graph: Graph, memory_budget: Any,
-              batch_size: int | None = None) -> tuple[Graph, Any]:
-    try:
-        from kiln.core.passes import optimize
-    except ImportError:
-        return graph, None
-    return optimize(graph, memory_budget=memory_budget, batch_size=batch_size)
+def _add_note(exc: BaseException, note: str) -> None:
+    add = getattr(exc, "add_note", None)  # Python >= 3.11
+    if add is not None:
+        add(note)
+
+
+def _head(text: str, lines: int = 80) -> str:
+    rows = text.splitlines()
+    more = f"\n... {len(rows) - lines} more nodes" if len(rows) > lines else ""
+    return "\n".join(rows[:lines]) + more
 
 
 def function(inputs: Sequence[Any], outputs: Any, updates: Any = None,

@@ -184,10 +184,7 @@ def plan_memory(graph: Graph, order: Sequence[Node] | None = None, batch_size: i
         rec[1] = max(rec[1], last[id(n)])
         rec[2] = max(rec[2], nbytes[id(n)])
     # 3. buffers for the records
-    if len(span) <= GREEDY_LIMIT:
-        where, buffer_bytes = _greedy_by_size(span)
-    else:
-        where, buffer_bytes = _linear_scan(span)
+    where, buffer_bytes = assign_intervals(span)
     buffer = {id(n): where[owner[id(n)]] for n in order}
     delta = [0] * (len(order) + 2)
     for _o, (start, stop, size) in span.items():
@@ -204,6 +201,20 @@ def plan_memory(graph: Graph, order: Sequence[Node] | None = None, batch_size: i
                       live_peak_bytes=live_peak, live_bytes=live_bytes, inplace=pairs,
                       nbytes=nbytes, first=first, last=last, batch_size=batch_size,
                       offsets=offsets, arena_bytes=offset)
+
+
+def assign_intervals(span: dict[int, list[int]]) -> tuple[dict[int, int], list[int]]:
+    """Buffers for values with lifetimes: ``span`` maps a key to ``[first step, last step,
+    size]``; two keys share a buffer only when their lifetimes do not overlap.
+
+    Returns:
+        ``(where, sizes)``: key -> buffer index, and each buffer's size (the largest value it
+        holds). Greedy by size up to :data:`GREEDY_LIMIT` records, a linear scan beyond (see
+        the module docstring). Every backend assigns its buffers through this function.
+    """
+    if len(span) <= GREEDY_LIMIT:
+        return _greedy_by_size(span)
+    return _linear_scan(span)
 
 
 def _greedy_by_size(span: dict[int, list[int]]) -> tuple[dict[int, int], list[int]]:

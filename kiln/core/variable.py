@@ -21,7 +21,7 @@ class Variable:
     Args:
         value: initial value (array-like); float values default to float32.
         name: optional name.
-        trainable: whether optimizers and ``kiln.grad`` on ``trainable_weights`` see it.
+        trainable: the initial value of :attr:`trainable`.
         dtype: optional dtype; otherwise float32 for floats, the array's dtype for the rest.
 
     Example:
@@ -46,6 +46,20 @@ class Variable:
         self.name = name or f"variable_{next(_counter)}"
         self.trainable = trainable
         self._node: Node | None = None
+
+    @property
+    def trainable(self) -> bool:
+        """Whether training updates this variable (default True); settable.
+
+        ``Layer.add_weight(..., trainable=...)`` sets it. A layer's ``trainable_weights`` are
+        its weights with ``trainable`` set (while the layer itself is trainable), and Keras'
+        weight layout stores them first. ``Layer.trainable = False`` freezes a whole layer
+        without changing this flag."""
+        return self._trainable
+
+    @trainable.setter
+    def trainable(self, value: bool) -> None:
+        self._trainable = bool(value)
 
     @property
     def shape(self) -> tuple[int, ...]:

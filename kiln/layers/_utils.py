@@ -7,14 +7,9 @@ from typing import Any
 import numpy as np
 
 import kiln.ops as K
-from kiln.core.ir import Node
-from kiln.core.ops._rules import fmt
+from kiln.core import Node, format_shape
 from kiln.layers.base import Layer
 from kiln.layers.context import current
-
-
-def layer_label(layer: Layer) -> str:
-    return f"{type(layer).__name__} layer '{layer.name}'"
 
 
 def normalize_tuple(layer_or_name: Any, value: Any, n: int, arg: str,
@@ -83,7 +78,7 @@ def check_min_rank(layer: Layer, x: Node, min_rank: int) -> None:
     if x.ndim < min_rank:
         raise ValueError(f"Input 0 of layer '{layer.name}' is incompatible with the layer: "
                          f"expected min_ndim={min_rank}, found ndim={x.ndim}. Full shape "
-                         f"received: {fmt(x.shape)}")
+                         f"received: {format_shape(x.shape)}")
 
 
 def check_static(layer: Layer, x: Node, axes: Any, what: str) -> None:
@@ -92,19 +87,7 @@ def check_static(layer: Layer, x: Node, axes: Any, what: str) -> None:
         if x.shape[a] is None:
             raise ValueError(f"Layer '{layer.name}' ({type(layer).__name__}) needs a known "
                              f"{what} (axis {a % x.ndim}), received input of shape "
-                             f"{fmt(x.shape)}")
-
-
-def single_input(layer: Layer, inputs: Any) -> Node:
-    if isinstance(inputs, list | tuple):
-        if len(inputs) != 1:
-            raise ValueError(f"Layer '{layer.name}' ({type(layer).__name__}) expects one input "
-                             f"tensor, received {len(inputs)}")
-        inputs = inputs[0]
-    if not isinstance(inputs, Node):
-        raise TypeError(f"Layer '{layer.name}' ({type(layer).__name__}) expects a tensor, "
-                        f"received {type(inputs).__name__}")
-    return inputs
+                             f"{format_shape(x.shape)}")
 
 
 def add_activity_loss(layer: Layer, regularizer: Any, outputs: Node) -> None:

@@ -18,9 +18,8 @@ from typing import Any
 import numpy as np
 
 import kiln.config
-from kiln.core.ir import Node, depends_on
-from kiln.core.ops._rules import fmt
-from kiln.core.variable import Variable
+import kiln.ops as K
+from kiln.core import Node, Variable, depends_on, format_shape, placeholder
 from kiln.layers.context import current, trace
 
 # Symbolic tensor -> (layer, call index, output index): the functional API's layer graph.
@@ -153,7 +152,6 @@ class Layer:
                              f"{value.shape}, expected {shape}")
         var = Variable(value, name=f"{self.name}/{name or 'weight'}", trainable=trainable,
                        dtype=dtype)
-        var._layer_trainable = trainable
         var.short_name = name or "weight"
         self._weights.append(var)
         if regularizer is not None:
@@ -193,7 +191,7 @@ class Layer:
         return self.trainable_weights + self.non_trainable_weights
 
     def _all_weights(self) -> list[tuple[Variable, bool]]:
-        out = [(w, self._trainable and w._layer_trainable) for w in self._weights]
+        out = [(w, self._trainable and w.trainable) for w in self._weights]
         for layer in self._sublayers():
             out += [(w, t and self._trainable) for w, t in layer._all_weights()]
         seen: set[int] = set()
@@ -306,9 +304,7 @@ class Layer:
             return outputs
         # Functional construction: give this call its own output tensors, even when the
         # layer returns its input or hash-consing finds an equal node elsewhere.
-        from kiln.core.ops.elementwise import identity
-
-        outputs = map_structure(lambda t: identity(t) if isinstance(t, Node) else t, outputs)
+        outputs = map_structure(lambda t: K.identity(t) if isinstance(t, Node) else t, outputs)
         index = len(self._inbound)
         self._inbound.append(CallRecord(inputs, outputs, {k: v for k, v in kwargs.items()
                                                           if k != "training"}, tuple(args)))
@@ -322,25 +318,21 @@ class Layer:
 
     def _call_eager(self, inputs: Any, *args: Any, training: bool | None = None,
                     **kwargs: Any) -> Any:
-        from kiln.core.executor import function
-        from kiln.core.ops.source import placeholder
+        """Runs the layer on arrays through kiln's one eager path (:mod:`kiln.eager`): traced
+        on placeholders and compiled once per input signature, training flag and extra
+        arguments; the compiled functions live in this layer's own cache."""
+        from kiln import eager
+        from kiln.core import function
+        from kiln.random_state import next_seed
 
-        arrays = map_structure(lambda a: np.asarray(a), inputs)
+        arrays = map_structure(np.asarray, inputs)
         flat = flatten(arrays)
-        for a in flat:
-            if a.dtype.kind not in "biuf":
-                raise TypeError(f"{self.name}: expected numeric arrays, received dtype "
-                                f"{a.dtype}")
-        key = (tuple((a.shape[1:], a.dtype.str) for a in flat), bool(training), repr(args),
+        key = (eager.signature(flat, who=self.name), bool(training), repr(args),
                repr(sorted(kwargs.items())))
-        fn = self._eager_cache.get(key)
-        if fn is None:
-            def to_ph(a: np.ndarray) -> Node:
-                dtype = self.dtype if a.dtype.kind == "f" else (
-                    "int64" if a.dtype.itemsize > 4 else "int32") if a.dtype.kind in "iu" else \
-                    "bool"
-                return placeholder((None,) + a.shape[1:], dtype)
-            phs = map_structure(to_ph, arrays)
+
+        def build() -> tuple[Any, Any]:
+            phs = map_structure(lambda a: eager.placeholder_for(a, self.dtype, "bool",
+                                                                who=self.name), arrays)
             # A training call carries a random key (Dropout ...), fed fresh on every call
             rng_key = placeholder((2,), "int64", name="rng_key") if training else None
             with trace(training=bool(training), rng_key=rng_key) as ctx:
@@ -351,20 +343,19 @@ class Layer:
             # Updates recorded in training (BatchNormalization's moving statistics) apply on
             # each eager call, as in Keras.
             feeds = flatten(phs) + ([rng_key] if rng_key is not None else [])
-            fn = (function(feeds, flatten(out), updates=ctx.updates), out, rng_key is not None)
-            self._eager_cache[key] = fn
-        compiled, out_structure, keyed = fn
-        if keyed:  # a fresh key from kiln's global generator (set_random_seed reproduces it)
-            from kiln.random_state import next_seed
+            compiled = function(feeds, flatten(out), updates=ctx.updates,
+                                name=f"{self.name}_eager")
+            return compiled, (out, rng_key is not None)
 
+        entry = eager.cache_for(self).lookup(key, build)
+        out_structure, keyed = entry.info
+        if keyed:  # a fresh key from kiln's global generator (set_random_seed reproduces it)
             flat = flat + [np.array([next_seed(), 0], dtype=np.int64)]
-        results = iter(compiled(*flat))
+        results = iter(entry(*flat))
         return map_structure(lambda _: next(results), out_structure)
 
     def compute_output_shape(self, input_shape: Any) -> Any:
         """The output shape for ``input_shape`` (found by tracing on placeholders)."""
-        from kiln.core.ops.source import placeholder
-
         def to_ph(s: Any) -> Node:
             return placeholder(tuple(s), self.dtype)
         if isinstance(input_shape, list) and input_shape and isinstance(input_shape[0], list
@@ -411,7 +402,7 @@ def check_rank(layer: Layer, x: Node, rank: int | Sequence[int], what: str = "in
         want = " or ".join(str(r) for r in ranks)
         raise ValueError(f"Input 0 of layer '{layer.name}' is incompatible with the layer: "
                          f"expected ndim={want}, found ndim={x.ndim}. Full shape received: "
-                         f"{fmt(x.shape)}")
+                         f"{format_shape(x.shape)}")
 
 
 def check_last_dim(layer: Layer, x: Node, dim: int) -> None:
@@ -419,4 +410,4 @@ def check_last_dim(layer: Layer, x: Node, dim: int) -> None:
     if x.shape[-1] is not None and x.shape[-1] != dim:
         raise ValueError(f"Input 0 of layer '{layer.name}' is incompatible with the layer: "
                          f"expected axis -1 of input shape to have value {dim}, but received "
-                         f"input with shape {fmt(x.shape)}")
+                         f"input with shape {format_shape(x.shape)}")

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from kiln.core.ir import Node
+from kiln.core import Node
 
 
 @dataclass

@@ -6,8 +6,7 @@ from typing import Any
 
 import kiln.ops as K
 from kiln import activations, initializers, regularizers
-from kiln.core.ir import Node
-from kiln.core.ops._rules import fmt
+from kiln.core import Node, format_shape
 from kiln.layers._utils import (
     add_activity_loss,
     drop_keras_extras,
@@ -76,7 +75,7 @@ class _Conv(Layer):
         if channels is None:
             raise ValueError(f"Layer '{self.name}' ({type(self).__name__}) needs a known number "
                              f"of channels (last axis), received input shape "
-                             f"{fmt(input_shape)}")
+                             f"{format_shape(input_shape)}")
         self._in_channels = int(channels)
         self.kernel = self.add_weight("kernel", self._kernel_shape(self._in_channels),
                                       self.kernel_initializer, self.kernel_regularizer)
@@ -243,7 +242,7 @@ class Conv2DTranspose(_Conv):
     def _convolve(self, inputs: Node) -> Node:
         if inputs.shape[1] is None or inputs.shape[2] is None:
             raise ValueError(f"Layer '{self.name}' (Conv2DTranspose) needs a known height and "
-                             f"width, received input shape {fmt(inputs.shape)}")
+                             f"width, received input shape {format_shape(inputs.shape)}")
         return K.conv2d_transpose(inputs, self.kernel, strides=self.strides,
                                   padding=self.padding, output_padding=self.output_padding,
                                   dilation_rate=self.dilation_rate)

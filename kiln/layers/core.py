@@ -7,8 +7,7 @@ from typing import Any
 
 import kiln.ops as K
 from kiln import activations, initializers, regularizers
-from kiln.core.ir import Node
-from kiln.core.ops._rules import fmt
+from kiln.core import Node, format_shape
 from kiln.layers._utils import add_activity_loss, check_min_rank, drop_keras_extras, no_constraint
 from kiln.layers.base import Layer, check_last_dim
 from kiln.layers.context import current, in_training
@@ -66,7 +65,7 @@ class Dense(Layer):
         in_dim = input_shape[-1]
         if in_dim is None:
             raise ValueError(f"Layer '{self.name}' (Dense) needs a known last dimension, "
-                             f"received input shape {fmt(input_shape)}")
+                             f"received input shape {format_shape(input_shape)}")
         self.kernel = self.add_weight("kernel", (in_dim, self.units), self.kernel_initializer,
                                       self.kernel_regularizer)
         self.bias = None
@@ -175,7 +174,7 @@ class Dropout(Layer):
             if not ok:
                 raise ValueError(f"Layer '{self.name}' (Dropout): noise_shape "
                                  f"{self.noise_shape} does not broadcast to the input shape "
-                                 f"{fmt(inputs.shape)}")
+                                 f"{format_shape(inputs.shape)}")
 
     def call(self, inputs: Node, training: bool | None = None) -> Node:
         ctx = current()

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.core.ir import Node, canonical_dtype
-from kiln.core.ops.source import placeholder
+from kiln.core import Node, canonical_dtype, placeholder
 from kiln.layers.base import HISTORY, CallRecord, Layer
 
 

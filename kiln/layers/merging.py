@@ -10,13 +10,12 @@ from functools import reduce
 from typing import Any
 
 import kiln.ops as K
-from kiln.core.ir import Node
-from kiln.core.ops._rules import fmt
+from kiln.core import Node, format_shape
 from kiln.layers.base import Layer
 
 
 def _shapes(inputs: list[Node]) -> str:
-    return "[" + ", ".join(fmt(x.shape) for x in inputs) + "]"
+    return "[" + ", ".join(format_shape(x.shape) for x in inputs) + "]"
 
 
 class _Merge(Layer):
@@ -27,8 +26,8 @@ class _Merge(Layer):
         if not isinstance(inputs, list | tuple):
             raise ValueError(f"{name} expects a list of tensors, received a single "
                              f"{type(inputs).__name__}"
-                             + (f" of shape {fmt(inputs.shape)}" if isinstance(inputs, Node)
-                                else ""))
+                             + (f" of shape {format_shape(inputs.shape)}"
+                                if isinstance(inputs, Node) else ""))
         n = len(inputs)
         if self.exact_inputs is not None and n != self.exact_inputs:
             raise ValueError(f"{name} expects exactly {self.exact_inputs} inputs, received {n}")

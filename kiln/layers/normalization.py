@@ -6,8 +6,7 @@ from typing import Any
 
 import kiln.ops as K
 from kiln import initializers, regularizers
-from kiln.core.ir import Node
-from kiln.core.ops._rules import fmt
+from kiln.core import Node, format_shape
 from kiln.layers._utils import no_constraint
 from kiln.layers.base import Layer
 from kiln.layers.context import in_training
@@ -34,7 +33,7 @@ def _param_shape(layer: Layer, input_shape: tuple, axes: tuple[int, ...]) -> tup
     dims = [input_shape[a] for a in axes]
     if any(d is None for d in dims):
         raise ValueError(f"Layer '{layer.name}' ({type(layer).__name__}) needs known sizes on "
-                         f"axis {axes}, received input shape {fmt(input_shape)}")
+                         f"axis {axes}, received input shape {format_shape(input_shape)}")
     return tuple(int(d) for d in dims)
 
 
@@ -111,7 +110,7 @@ class BatchNormalization(Layer):
                 raise ValueError(f"Input 0 of layer '{self.name}' is incompatible with the "
                                  f"layer: expected axis {self.axis} of input shape to have "
                                  f"value {self.moving_mean.shape[0]}, but received input with "
-                                 f"shape {fmt(inputs.shape)}")
+                                 f"shape {format_shape(inputs.shape)}")
 
     def build(self, input_shape: Any) -> None:
         axes = _axes(self, self.axis, len(input_shape))
@@ -224,7 +223,7 @@ class LayerNormalization(Layer):
                 if any(g is not None and g != w for g, w in zip(got, want)):
                     raise ValueError(f"Input 0 of layer '{self.name}' is incompatible with the "
                                      f"layer: expected size {want} on axis {self.axis}, but "
-                                     f"received input with shape {fmt(inputs.shape)}")
+                                     f"received input with shape {format_shape(inputs.shape)}")
 
     def build(self, input_shape: Any) -> None:
         axes = _axes(self, self.axis, len(input_shape))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import kiln.ops as K
-from kiln.core.ir import Node
+from kiln.core import Node
 from kiln.layers._utils import normalize_data_format, normalize_padding, normalize_tuple
 from kiln.layers.base import Layer, check_rank
 

@@ -7,8 +7,7 @@ from typing import Any
 import numpy as np
 
 import kiln.ops as K
-from kiln.core.ir import Node
-from kiln.core.ops._rules import fmt
+from kiln.core import Node, format_shape
 from kiln.layers._utils import check_static, normalize_data_format, normalize_tuple
 from kiln.layers.base import Layer, check_rank
 
@@ -68,20 +67,20 @@ class Reshape(Layer):
         if any(d is None for d in sample):
             if -1 in target:
                 raise ValueError(f"Layer '{self.name}' (Reshape): cannot infer the -1 in "
-                                 f"target_shape {target} from input shape {fmt(x.shape)} "
+                                 f"target_shape {target} from input shape {format_shape(x.shape)} "
                                  "with unknown dimensions")
             return target
         size = int(np.prod(sample, dtype=np.int64))
         if -1 in target:
             if known == 0 or size % known:
                 raise ValueError(f"Layer '{self.name}' (Reshape): total size of the new array "
-                                 f"must be unchanged, input_shape = {fmt(x.shape)}, "
+                                 f"must be unchanged, input_shape = {format_shape(x.shape)}, "
                                  f"target_shape = {target}")
             return tuple(size // known if d == -1 else d for d in target)
         if known != size:
             raise ValueError(f"Layer '{self.name}' (Reshape): total size of the new array must "
-                             f"be unchanged, input_shape = {fmt(x.shape)} ({size} values per "
-                             f"sample), target_shape = {target} ({known} values)")
+                             f"be unchanged, input_shape = {format_shape(x.shape)} ({size} values "
+                             f"per sample), target_shape = {target} ({known} values)")
         return target
 
     def call(self, inputs: Node) -> Node:

@@ -10,26 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln import saving
 from kiln.models.functional import Functional
-from kiln.models.model import Model, register_class, resolve_class
+from kiln.models.model import Model, deserialize_layer
 from kiln.models.sequential import Sequential
 
 
 def load_model(filepath: Any, custom_objects: dict | None = None, compile: bool = True,
                **kwargs: Any) -> Model:
     """Loads a model saved by ``model.save`` (or by Keras); see ``kiln.saving``."""
-    from kiln import saving
-
     return saving.load_model(filepath, custom_objects=custom_objects, compile=compile,
                              **kwargs)
 
 
 def model_from_config(config: dict, custom_objects: dict | None = None) -> Model:
     """Rebuilds a model from ``{"class_name", "config"}`` (Keras' layout)."""
-    from kiln.models.model import deserialize_layer
-
     return deserialize_layer(config, custom_objects)
 
 
-__all__ = ["Model", "Sequential", "Functional", "load_model", "model_from_config",
-           "register_class", "resolve_class"]
+__all__ = ["Model", "Sequential", "Functional", "load_model", "model_from_config"]

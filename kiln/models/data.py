@@ -16,8 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from kiln.core.ir import Node
-from kiln.core.ops._rules import fmt
+from kiln.core import Node, format_shape
 from kiln.random_state import numpy_rng
 
 
@@ -36,7 +35,7 @@ class TensorSpec:
         return TensorSpec(tuple(t.shape), t.dtype, t.name)
 
     def __repr__(self) -> str:
-        return f"TensorSpec({fmt(self.shape)}, {self.dtype!r}, {self.name!r})"
+        return f"TensorSpec({format_shape(self.shape)}, {self.dtype!r}, {self.name!r})"
 
 
 def spec_from_shapes(input_shape: Any, dtype: str | None = None) -> Any:
@@ -70,11 +69,6 @@ def pack(flat: list, structure: tuple) -> Any:
     if structure[0] == "list":
         return list(flat)
     return flat[0]
-
-
-def is_array_like(x: Any) -> bool:
-    return isinstance(x, np.ndarray | np.generic | int | float | bool) or (
-        hasattr(x, "__array__") and not isinstance(x, Node))
 
 
 def is_iterable_data(x: Any) -> bool:
@@ -268,7 +262,6 @@ class IterableAdapter:
         self._iterator: Iterator | None = None
         self._first: Any = None
         self._has_first = False
-        self.exhausted = False
         if self._sequence and self.steps is None:
             self.steps = len(source)
 
@@ -329,12 +322,9 @@ class IterableAdapter:
                 break
         else:
             if self.steps is not None and count < self.steps:
-                self.exhausted = True
                 warnings.warn(f"Your input ran out of data after {count} of {self.steps} "
                               "steps; make sure the generator can produce "
                               "`steps_per_epoch * epochs` batches", stacklevel=3)
-            elif self._one_shot:
-                self.exhausted = True
         if self._sequence and hasattr(self.source, "on_epoch_end"):
             self.source.on_epoch_end()
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from kiln.core.ir import Node, rebuild
-from kiln.core.ops._rules import fmt
+from kiln import ops
+from kiln.core import Node, format_shape, rebuild
 from kiln.layers.base import HISTORY, Layer, flatten, map_structure
 from kiln.models.data import TensorSpec, structure_of
 from kiln.models.model import Model, deserialize_layer, is_input_layer, serialize_layer
+from kiln.saving.registration import register_builtin
 
 
 class _Call:
@@ -270,8 +271,8 @@ def _match_inputs(model: Model, inputs: Any) -> list[Node]:
                 a is None or b is None or a == b for a, b in zip(t.shape[1:], spec.shape[1:]))
             if not ok:
                 raise ValueError(f"Input {spec.name!r} of model '{model.name}' is incompatible "
-                                 f"with the model: expected shape {fmt(spec.shape)}, received "
-                                 f"{fmt(t.shape)}")
+                                 f"with the model: expected shape {format_shape(spec.shape)}, "
+                                 f"received {format_shape(t.shape)}")
     return flat
 
 
@@ -281,9 +282,7 @@ def run_graph(model: Model, inputs: Any, training: bool | None = None) -> Any:
     mapping: dict[int, Any] = {}
     for orig, new in zip(model.inputs, flat):
         if isinstance(new, Node) and new.dtype != orig.dtype:
-            from kiln.ops import cast
-
-            new = cast(new, orig.dtype)
+            new = ops.cast(new, orig.dtype)
         mapping[id(orig)] = new
 
     def conv(v: Any) -> Any:
@@ -458,6 +457,8 @@ def functional_from_config(cls: type, config: dict, custom_objects: dict[str, An
         model.trainable = False
     return model
 
+
+register_builtin("Functional", Functional)
 
 __all__ = ["Functional", "build_graph", "run_graph", "functional_config",
            "functional_from_config"]

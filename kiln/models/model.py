@@ -6,94 +6,29 @@ Three ways to make one, as in Keras:
 * subclassing: define ``__init__`` (layers as attributes) and ``call``;
 * :class:`~kiln.models.sequential.Sequential`.
 
-Layer classes are found by name for ``from_config`` through :func:`resolve_class`.
+Class names in configs are resolved by kiln's one registry,
+:func:`kiln.saving.registration.resolve_class`; ``Model`` (and ``Sequential``, ``Functional``
+in their modules) register there as built-ins when imported.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from kiln.core.ops.source import placeholder
-from kiln.layers.base import Layer, is_symbolic, map_structure
+import kiln.layers
+from kiln import saving
+from kiln.core import placeholder
+from kiln.layers.base import Layer, map_structure
 from kiln.layers.context import trace
 from kiln.models.data import TensorSpec, spec_from_shapes, structure_of
+from kiln.models.summary import print_summary
 from kiln.models.trainer import Trainer
-
-# ---- the class registry ------------------------------------------------------------------------
-#: name -> class; ``kiln.saving.register_serializable`` (or :func:`register_class`) adds to it.
-REGISTRY: dict[str, type] = {}
-
-
-def register_class(cls: type, name: str | None = None) -> type:
-    """Makes ``cls`` findable by :func:`resolve_class` under ``name`` (default: its class
-    name; also ``"package>Name"`` style names work)."""
-    REGISTRY[name or cls.__name__] = cls
-    return cls
-
-
-def _all_subclasses(base: type) -> list[type]:
-    out, stack = [], [base]
-    while stack:
-        c = stack.pop()
-        for sub in c.__subclasses__():
-            out.append(sub)
-            stack.append(sub)
-    return out
-
-
-def resolve_class(name: str, custom_objects: dict[str, Any] | None = None) -> type:
-    """The class registered under ``name``: ``custom_objects`` first, then
-    :data:`REGISTRY`, then kiln's layers and models, then any subclass of ``Layer`` defined so
-    far (so user layers reload without registration when their module is imported).
-
-    Raises:
-        ValueError: naming the unknown class and how to make it known.
-    """
-    if not isinstance(name, str):
-        raise TypeError(f"resolve_class: expected a class name, received {name!r}")
-    candidates = [name]
-    if ">" in name:
-        candidates.append(name.split(">")[-1])
-    for key in candidates:
-        if custom_objects and key in custom_objects:
-            return custom_objects[key]
-        if key in REGISTRY:
-            return REGISTRY[key]
-    import kiln.layers
-    from kiln.models import functional, sequential
-
-    builtins: dict[str, type] = {"Functional": functional.Functional,
-                                 "Sequential": sequential.Sequential, "Model": Model}
-    for key in candidates:
-        if key in builtins:
-            return builtins[key]
-        obj = getattr(kiln.layers, key, None)
-        if isinstance(obj, type) and issubclass(obj, Layer):
-            return obj
-    found = [c for c in _all_subclasses(Layer) if c.__name__ in candidates]
-    if found:
-        return found[-1]
-    raise ValueError(f"Unknown layer or model class {name!r}. Pass it in "
-                     f"custom_objects={{'{candidates[-1]}': {candidates[-1]}}}, register it "
-                     "with kiln.saving.register_serializable(), or import the module that "
-                     "defines it before loading")
-
-
-def instantiate(config: dict, classes: dict[str, type], custom_objects: dict | None,
-                what: str) -> Any:
-    """Builds an object from ``{"class_name", "config"}``: ``custom_objects``, then ``classes``
-    (a module's own table, e.g. the losses), then :func:`resolve_class`."""
-    if not isinstance(config, dict) or "class_name" not in config:
-        raise TypeError(f"{what}.deserialize: could not interpret {config!r}")
-    name = config["class_name"]
-    cls = (custom_objects or {}).get(name) or classes.get(name)
-    if cls is None:
-        cls = resolve_class(name, custom_objects)
-    return cls.from_config(dict(config.get("config", {})))
+from kiln.saving.registration import get_registered_name, register_builtin, resolve_class
 
 
 def deserialize_layer(config: dict, custom_objects: dict[str, Any] | None = None) -> Layer:
@@ -102,8 +37,6 @@ def deserialize_layer(config: dict, custom_objects: dict[str, Any] | None = None
         raise TypeError(f"expected a layer config with 'class_name' and 'config', received "
                         f"{config!r}")
     cls = resolve_class(config.get("registered_name") or config["class_name"], custom_objects)
-    if config.get("registered_name") and cls is None:  # pragma: no cover
-        cls = resolve_class(config["class_name"], custom_objects)
     inner = dict(config.get("config", {}))
     if isinstance(cls, type) and issubclass(cls, Model):
         layer = cls.from_config(inner, custom_objects=custom_objects)
@@ -111,18 +44,18 @@ def deserialize_layer(config: dict, custom_objects: dict[str, Any] | None = None
         layer = cls.from_config(inner)
     build = config.get("build_config")
     if build and not layer.built and hasattr(layer, "build_from_config"):
+        # Building here only saves work: a layer in a model builds at its first call anyway,
+        # so a build_config it cannot apply (shapes written by another Keras) is not fatal.
+        # Other errors (AttributeError, KeyError ...) are bugs and propagate.
         try:
             layer.build_from_config(build)
-        except Exception:  # noqa: BLE001 - building early is an optimization only
+        except (ValueError, TypeError):
             pass
     return layer
 
 
 def serialize_layer(layer: Layer) -> dict:
     """``{"module", "class_name", "config", "registered_name", "build_config"}``."""
-    import kiln.layers
-    from kiln.saving.registration import get_registered_name
-
     cls = type(layer)
     builtin = getattr(kiln.layers, cls.__name__, None) is cls or cls.__module__.startswith(
         "kiln.")
@@ -262,8 +195,6 @@ class Model(Trainer, Layer):
             show_trainable: add a column telling whether each layer is trainable.
             layer_range: ``[first_name, last_name]`` to print a slice of the layers.
         """
-        from kiln.models.summary import print_summary
-
         print_summary(self, line_length=line_length, positions=positions, print_fn=print_fn,
                       expand_nested=expand_nested, show_trainable=show_trainable,
                       layer_range=layer_range)
@@ -273,7 +204,7 @@ class Model(Trainer, Layer):
         was_built = self.built
         try:
             out = Layer.__call__(self, inputs, *args, **kwargs)
-        except BaseException:
+        except BaseException:  # re-raised: a failed first call leaves the model unbuilt
             if not was_built:
                 self.built = False
             raise
@@ -300,9 +231,7 @@ class Model(Trainer, Layer):
         """Builds the model's weights for inputs of ``input_shape`` (batch dim None) by
         tracing ``call`` on placeholders. A tuple for one input; a list or dict of tuples for
         several."""
-        if self.built and not self._is_graph_network:
-            return
-        if self._is_graph_network:
+        if self.built or self._is_graph_network:
             return
         if input_shape is None:
             raise ValueError(f"{self.name}: build() needs an input_shape (a tuple with the "
@@ -382,8 +311,6 @@ class Model(Trainer, Layer):
                             ) from exc
 
     def to_json(self, **kwargs: Any) -> str:
-        import json
-
         return json.dumps({"class_name": type(self).__name__ if not self._is_graph_network
                            else "Functional", "config": _jsonable(self.get_config())},
                           **kwargs)
@@ -391,25 +318,20 @@ class Model(Trainer, Layer):
     # ---- saving (implemented by kiln.saving) ----------------------------------------------
     def save(self, filepath: Any, *args: Any, **kwargs: Any) -> Any:
         """Saves the model (``.keras``, ``.h5``): see ``kiln.saving``."""
-        from kiln import saving
-
         return saving.save_model(self, filepath, *args, **kwargs)
 
     def save_weights(self, filepath: Any, *args: Any, **kwargs: Any) -> Any:
         """Saves the weights (``.weights.h5``, ``.h5``): see ``kiln.saving``."""
-        from kiln import saving
-
         return saving.save_weights(self, filepath, *args, **kwargs)
 
     def load_weights(self, filepath: Any, *args: Any, **kwargs: Any) -> Any:
         """Loads weights saved by ``save_weights`` or Keras: see ``kiln.saving``."""
-        from kiln import saving
-
         return saving.load_weights(self, filepath, *args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r} built={self.built}>"
 
 
-__all__ = ["Model", "REGISTRY", "register_class", "resolve_class", "deserialize_layer",
-           "serialize_layer", "is_symbolic"]
+register_builtin("Model", Model)
+
+__all__ = ["Model", "deserialize_layer", "serialize_layer"]

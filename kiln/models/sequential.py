@@ -4,17 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.core.ir import Node
-from kiln.core.ops._rules import fmt
+from kiln.core import Node, format_shape
 from kiln.layers.base import HISTORY, Layer
+from kiln.layers.input_layer import InputLayer
 from kiln.models.data import TensorSpec
 from kiln.models.model import Model, deserialize_layer, is_input_layer, serialize_layer
-
-
-def _input_layer_cls() -> type:
-    from kiln.layers.input_layer import InputLayer
-
-    return InputLayer
+from kiln.saving.registration import register_builtin
 
 
 class Sequential(Model):
@@ -80,13 +75,13 @@ class Sequential(Model):
         if is_input_layer(layer):
             if self._layers and is_input_layer(self._layers[0]):
                 raise ValueError(f"Sequential model '{self.name}' has already been configured "
-                                 f"to use input shape {fmt(self._layers[0].batch_shape)}. "
+                                 f"to use input shape {format_shape(self._layers[0].batch_shape)}. "
                                  "You cannot add a different Input layer to it.")
             if self._layers:
                 raise ValueError(f"Sequential model '{self.name}': an Input can only be the "
                                  "first element")
         elif not self._layers and getattr(layer, "_input_shape_arg", None) is not None:
-            inp = _input_layer_cls()(shape=layer._input_shape_arg, dtype=layer.dtype
+            inp = InputLayer(shape=layer._input_shape_arg, dtype=layer.dtype
                                      if layer.dtype in ("float32", "float64") else None)
             self._layers.append(inp)
             added.append(inp)
@@ -101,7 +96,7 @@ class Sequential(Model):
         if rebuild:
             try:
                 self._rebuild(incremental=True)
-            except Exception:
+            except Exception:  # re-raised, after undoing the add: the model stays as it was
                 for a in added:
                     self._layers.remove(a)
                 self._rebuild()
@@ -172,8 +167,8 @@ class Sequential(Model):
             if len(have) != len(shape) or any(a is not None and b is not None and a != b
                                               for a, b in zip(have[1:], shape[1:])):
                 raise ValueError(f"Sequential model '{self.name}' has already been "
-                                 f"configured to use input shape {fmt(have)}. You cannot build "
-                                 f"it with input_shape {fmt(shape)}")
+                                 f"configured to use input shape {format_shape(have)}. You cannot "
+                                 f"build it with input_shape {format_shape(shape)}")
             return
         if not self._layers:
             raise ValueError(f"Sequential model '{self.name}' has no layers; add layers before "
@@ -182,10 +177,10 @@ class Sequential(Model):
         # layers that need integers (Embedding) cast.
         first = self._layers[0].dtype
         dtype = first if first in ("float32", "float64") else None
-        self._layers.insert(0, _input_layer_cls()(batch_shape=shape, dtype=dtype))
+        self._layers.insert(0, InputLayer(batch_shape=shape, dtype=dtype))
         try:
             self._rebuild()
-        except Exception:
+        except Exception:  # re-raised, after undoing the build: the model stays unbuilt
             self._layers.pop(0)
             self._chain = None
             self.built = False
@@ -276,5 +271,7 @@ class Sequential(Model):
             model.trainable = False
         return model
 
+
+register_builtin("Sequential", Sequential)
 
 __all__ = ["Sequential"]

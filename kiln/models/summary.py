@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from kiln.core.ir import Node
+from kiln.core import Node
 from kiln.layers.base import HISTORY, Layer, flatten
 
 
@@ -48,6 +48,7 @@ def _count(layer: Layer) -> str:
 
 def _rows(model: Any) -> tuple[list[list[str]], bool]:
     """The table rows and whether the model is sequential-like (no "Connected to")."""
+    # The model classes import this module: import them only when a summary is printed.
     from kiln.models.functional import Functional
     from kiln.models.model import is_input_layer
     from kiln.models.sequential import Sequential
@@ -99,9 +100,11 @@ def _rows(model: Any) -> tuple[list[list[str]], bool]:
     layers = model.layers
     if model.built and any(not layer._inbound for layer in layers) and getattr(
             model, "_build_input_spec", None) is not None:
+        # A summary is a report: when tracing the model's call() again fails, it prints "?"
+        # for the shapes rather than fail (calling the model shows the error itself).
         try:
             model._symbolic_build(model._build_input_spec)
-        except Exception:  # noqa: BLE001 - the summary still prints without shapes
+        except Exception:  # noqa: BLE001
             pass
     for layer in layers:
         shape = _fmt_outputs(layer._inbound[-1].outputs) if layer._inbound else "?"
@@ -134,7 +137,7 @@ def print_summary(model: Any, line_length: int | None = None, positions: Any = N
         header = ["Layer (type)", "Output Shape", "Param #", "Connected to"]
         default_length, default_positions = 108, [0.3, 0.56, 0.74, 1.0]
         align = ["left", "left", "right", "left"]
-    layers = _layers_of(model)
+    layers = list(model.layers)  # the rows' layers, in the same order
     if layer_range is not None:
         names = [layer.name for layer in layers]
         if len(layer_range) != 2 or layer_range[0] not in names or layer_range[1] not in names:
@@ -196,14 +199,6 @@ def print_summary(model: Any, line_length: int | None = None, positions: Any = N
     emit = print_fn or print
     for text in out:
         emit(text)
-
-
-def _layers_of(model: Any) -> list[Layer]:
-    from kiln.models.functional import Functional
-
-    if isinstance(model, Functional):
-        return list(model._layers)
-    return list(model.layers)
 
 
 __all__ = ["print_summary", "readable_memory_size"]

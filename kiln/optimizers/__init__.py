@@ -18,7 +18,8 @@ from kiln.optimizers.adadelta import Adadelta
 from kiln.optimizers.adagrad import Adagrad
 from kiln.optimizers.adam import Adam, AdamW
 from kiln.optimizers.adamax import Adamax
-from kiln.optimizers.base import Optimizer, clip_by_global_norm, global_norm
+from kiln.optimizers.base import Optimizer
+from kiln.optimizers.clipping import clip_by_global_norm, global_norm
 from kiln.optimizers.lion import Lion
 from kiln.optimizers.nadam import Nadam
 from kiln.optimizers.rmsprop import RMSprop

@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln import ops
-from kiln.core.ir import Node
-from kiln.core.ops._rules import as_node
-from kiln.core.variable import Variable
+from kiln.core import Node, Variable, convert_to_tensor
 from kiln.optimizers.base import Optimizer
 
 
@@ -42,8 +40,8 @@ class Adadelta(Optimizer):
         rho = self.rho
         g_slot = self.get_slot(variable, "accumulated_grad")
         d_slot = self.get_slot(variable, "accumulated_delta_var")
-        acc_g = as_node(g_slot) * rho + ops.square(gradient) * (1 - rho)
-        acc_d = as_node(d_slot)
+        acc_g = convert_to_tensor(g_slot) * rho + ops.square(gradient) * (1 - rho)
+        acc_d = convert_to_tensor(d_slot)
         delta = -(ops.sqrt(acc_d + self.epsilon) * gradient / ops.sqrt(acc_g + self.epsilon))
         self.assign(g_slot, acc_g)
         self.assign(d_slot, acc_d * rho + ops.square(delta) * (1 - rho))

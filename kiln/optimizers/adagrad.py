@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln import ops
-from kiln.core.ir import Node
-from kiln.core.ops._rules import as_node
-from kiln.core.variable import Variable
+from kiln.core import Node, Variable, convert_to_tensor
 from kiln.optimizers.base import Optimizer
 
 
@@ -44,7 +42,7 @@ class Adagrad(Optimizer):
     def update_step(self, gradient: Node, variable: Variable, value: Node,
                     learning_rate: Node) -> Node:
         acc_slot = self.get_slot(variable, "accumulator")
-        acc = as_node(acc_slot) + ops.square(gradient)
+        acc = convert_to_tensor(acc_slot) + ops.square(gradient)
         self.assign(acc_slot, acc)
         return value - learning_rate * gradient / ops.sqrt(acc + self.epsilon)
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln import ops
-from kiln.core.ir import Node
-from kiln.core.ops._rules import as_node
-from kiln.core.variable import Variable
+from kiln.core import Node, Variable, convert_to_tensor
 from kiln.optimizers.base import Optimizer, _const
 
 
@@ -57,15 +55,15 @@ class Adam(Optimizer):
         alpha = learning_rate * ops.sqrt(1.0 - beta_2_power) / (1.0 - beta_1_power)
         m_slot = self.get_slot(variable, "momentum")
         v_slot = self.get_slot(variable, "velocity")
-        m = as_node(m_slot)
-        v = as_node(v_slot)
+        m = convert_to_tensor(m_slot)
+        v = convert_to_tensor(v_slot)
         m = m + (gradient - m) * (1 - self.beta_1)
         v = v + (ops.square(gradient) - v) * (1 - self.beta_2)
         self.assign(m_slot, m)
         self.assign(v_slot, v)
         if self.amsgrad:
             vh_slot = self.get_slot(variable, "velocity_hat")
-            v = ops.maximum(as_node(vh_slot), v)
+            v = ops.maximum(convert_to_tensor(vh_slot), v)
             self.assign(vh_slot, v)
         return value - (m * alpha) / (ops.sqrt(v) + self.epsilon)
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln import ops
-from kiln.core.ir import Node
-from kiln.core.ops._rules import as_node
-from kiln.core.variable import Variable
+from kiln.core import Node, Variable, convert_to_tensor
 from kiln.optimizers.base import Optimizer, _const
 
 
@@ -42,9 +40,9 @@ class Adamax(Optimizer):
         beta_1_power = ops.pow(_const(self.beta_1, variable.dtype), t)
         m_slot = self.get_slot(variable, "momentum")
         u_slot = self.get_slot(variable, "norm")
-        m = as_node(m_slot)
+        m = convert_to_tensor(m_slot)
         m = m + (gradient - m) * (1 - self.beta_1)
-        u = ops.maximum(as_node(u_slot) * self.beta_2, ops.abs(gradient))
+        u = ops.maximum(convert_to_tensor(u_slot) * self.beta_2, ops.abs(gradient))
         self.assign(m_slot, m)
         self.assign(u_slot, u)
         return value - learning_rate * m / ((1.0 - beta_1_power) * (u + self.epsilon))

@@ -32,9 +32,8 @@ from typing import Any
 import numpy as np
 
 from kiln import ops
-from kiln.core.ir import Node
-from kiln.core.ops._rules import as_node
-from kiln.core.variable import Variable
+from kiln.core import Node, Variable, convert_to_tensor, function, placeholder
+from kiln.optimizers.clipping import clip_by_global_norm, clip_by_norm
 from kiln.optimizers.schedules import LearningRateSchedule
 from kiln.optimizers.schedules import deserialize as _deserialize_schedule
 from kiln.optimizers.schedules import serialize as _serialize_schedule
@@ -332,12 +331,12 @@ class Optimizer:
     # ---- the step as graph nodes -----------------------------------------------------------
     def assign(self, slot: Variable, value: Node) -> None:
         """Records the new value of an optimizer slot for the step being built."""
-        self._pending[id(slot)] = (slot, as_node(value, slot.dtype))
+        self._pending[id(slot)] = (slot, convert_to_tensor(value, slot.dtype))
 
     def _step_count(self) -> Node:
         """The int64 step count the rules see: ``iterations``, or with gradient accumulation
         the number of applied updates ``iterations // N`` (like Keras)."""
-        it = as_node(self.iterations)
+        it = convert_to_tensor(self.iterations)
         if not self.gradient_accumulation_steps:
             return it
         n = float(self.gradient_accumulation_steps)
@@ -395,7 +394,7 @@ class Optimizer:
         gs: list[Node] = []
         vs: list[Variable] = []
         for g, v in pairs:
-            g = as_node(g, v.dtype)
+            g = convert_to_tensor(g, v.dtype)
             if g.dtype not in ("float32", "float64"):
                 raise TypeError(f"{cls}: gradient of {v.name!r} must be float, received "
                                 f"{g.type}")
@@ -411,17 +410,17 @@ class Optimizer:
         accumulate = self.gradient_accumulation_steps
         is_update: Node | None = None
         if accumulate:
-            is_update = _divisible(as_node(self.iterations) + 1, accumulate)
+            is_update = _divisible(convert_to_tensor(self.iterations) + 1, accumulate)
             accs = [self.get_slot(v, "gradient_accumulator") for v in vs]
-            step_grads = [(g + as_node(a)) / float(accumulate) for g, a in zip(gs, accs)]
+            step_grads = [(g + convert_to_tensor(a)) / float(accumulate) for g, a in zip(gs, accs)]
         else:
             step_grads = gs
         step_grads = self._clip_gradients(step_grads)
 
-        lr32 = as_node(self.learning_rate_variable)
+        lr32 = convert_to_tensor(self.learning_rate_variable)
         values: list[Node] = []
         for v in vs:
-            x = as_node(v)
+            x = convert_to_tensor(v)
             if self.weight_decay is not None and self._use_weight_decay(v):
                 lr = ops.cast(lr32, v.dtype)
                 x = x - x * self.weight_decay * lr
@@ -432,11 +431,12 @@ class Optimizer:
 
         if accumulate:
             assert is_update is not None
-            new_values = [ops.where(is_update, n, as_node(v)) for n, v in zip(new_values, vs)]
-            self._pending = {k: (s, ops.where(is_update, n, as_node(s)))
+            new_values = [ops.where(is_update, n, convert_to_tensor(v))
+                          for n, v in zip(new_values, vs)]
+            self._pending = {k: (s, ops.where(is_update, n, convert_to_tensor(s)))
                              for k, (s, n) in self._pending.items()}
             for g, a in zip(gs, accs):
-                acc = as_node(a)
+                acc = convert_to_tensor(a)
                 self.assign(a, ops.where(is_update, ops.zeros_like(acc), acc + g))
 
         if self.use_ema:
@@ -444,10 +444,10 @@ class Optimizer:
             all_new = {id(v): n for v, n in zip(vs, new_values)}
             for v in self._trainable_variables:
                 avg = self.get_slot(v, "average")
-                current = all_new.get(id(v), as_node(v))
+                current = all_new.get(id(v), convert_to_tensor(v))
                 not_first = ops.cast(ops.not_equal(step, 0), v.dtype)
                 momentum = not_first * self.ema_momentum
-                new_avg = momentum * as_node(avg) + (1.0 - momentum) * current
+                new_avg = momentum * convert_to_tensor(avg) + (1.0 - momentum) * current
                 self.assign(avg, new_avg)
                 if self.ema_overwrite_frequency:
                     overwrite = _divisible(step + 1, self.ema_overwrite_frequency)
@@ -458,29 +458,20 @@ class Optimizer:
         updates: list[tuple[Variable, Node]] = list(zip(vs, new_values))
         order = {id(s): i for i, s in enumerate(self._slot_variables)}
         updates += sorted(self._pending.values(), key=lambda p: order[id(p[0])])
-        updates.append((self.iterations, as_node(self.iterations) + 1))
+        updates.append((self.iterations, convert_to_tensor(self.iterations) + 1))
         self._pending = {}
         return updates
 
     # ---- clipping --------------------------------------------------------------------------
     def _clip_gradients(self, grads: list[Node]) -> list[Node]:
         if self.clipnorm and self.clipnorm > 0:
-            return [self._clip_by_norm(g, self.clipnorm) for g in grads]
+            return [clip_by_norm(g, self.clipnorm) for g in grads]
         if self.global_clipnorm and self.global_clipnorm > 0:
             return clip_by_global_norm(grads, self.global_clipnorm)
         if self.clipvalue and self.clipvalue > 0:
             c = self.clipvalue
             return [ops.clip(g, -c, c) for g in grads]
         return grads
-
-    @staticmethod
-    def _clip_by_norm(g: Node, clipnorm: float) -> Node:
-        l2sum = ops.sum(ops.square(g), keepdims=True)
-        pred = l2sum > 0.0
-        # Two-sided where: no NaN from sqrt's gradient at 0 (Keras's trick, kept for parity).
-        l2sum_safe = ops.where(pred, l2sum, ops.ones_like(l2sum))
-        l2norm = ops.where(pred, ops.sqrt(l2sum_safe), l2sum)
-        return g * clipnorm / ops.maximum(l2norm, clipnorm)
 
     # ---- Python-side conveniences ----------------------------------------------------------
     def apply_gradients(self, grads_and_vars: Any, backend: str | None = None) -> Variable:
@@ -507,8 +498,6 @@ class Optimizer:
               backend: str | None = None) -> Variable:
         """Like :meth:`apply_gradients` with separate lists (Keras's ``apply``); without
         variables, the ones the optimizer was built with."""
-        import kiln
-
         if trainable_variables is None:
             if not self.built:
                 raise ValueError(f"{type(self).__name__}.apply: pass the variables, or build "
@@ -523,12 +512,12 @@ class Optimizer:
         key = (tuple(id(v) for v in variables), present, backend)
         fn = self._compiled.get(key)
         if fn is None:
-            phs = [kiln.placeholder(v.shape, v.dtype, name=f"grad_{v.name}")
+            phs = [placeholder(v.shape, v.dtype, name=f"grad_{v.name}")
                    for v, p in zip(variables, present) if p]
             it = iter(phs)
             gnodes = [next(it) if p else None for p in present]
-            fn = kiln.function(phs, [], updates=self.update_nodes(gnodes, variables),
-                               backend=backend, name=f"{self.name}.apply")
+            fn = function(phs, [], updates=self.update_nodes(gnodes, variables),
+                          backend=backend, name=f"{self.name}.apply")
             self._compiled[key] = fn
         self.before_step()
         feeds = [np.asarray(g, dtype=v.dtype) for g, v in zip(grads, variables) if g is not None]
@@ -591,24 +580,3 @@ class Optimizer:
 
     def __repr__(self) -> str:
         return f"<kiln.optimizers.{type(self).__name__} {self.name!r} lr={self.learning_rate:g}>"
-
-
-def global_norm(values: Sequence[Node]) -> Node:
-    """The L2 norm of all ``values`` together (computed in float64 if any is float64)."""
-    dtype = "float64" if any(v.dtype == "float64" for v in values) else "float32"
-    total: Node | None = None
-    for v in values:
-        s = ops.cast(ops.sum(ops.square(v)), dtype)
-        total = s if total is None else total + s
-    assert total is not None
-    return ops.sqrt(total)
-
-
-def clip_by_global_norm(values: Sequence[Node], clip_norm: float) -> list[Node]:
-    """Scales ``values`` so that their global norm is at most ``clip_norm`` (NaN if the norm
-    is not finite, like Keras)."""
-    norm = global_norm(values)
-    scale = clip_norm * ops.minimum(1.0 / norm, 1.0 / clip_norm)
-    scale = scale + (norm - norm)
-    return [v * ops.cast(scale, v.dtype) for v in values]
-

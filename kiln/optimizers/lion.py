@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln import ops
-from kiln.core.ir import Node
-from kiln.core.ops._rules import as_node
-from kiln.core.variable import Variable
+from kiln.core import Node, Variable, convert_to_tensor
 from kiln.optimizers.base import Optimizer
 
 
@@ -42,7 +40,7 @@ class Lion(Optimizer):
     def update_step(self, gradient: Node, variable: Variable, value: Node,
                     learning_rate: Node) -> Node:
         m_slot = self.get_slot(variable, "momentum")
-        m = as_node(m_slot)
+        m = convert_to_tensor(m_slot)
         direction = ops.sign(m * self.beta_1 + gradient * (1.0 - self.beta_1))
         self.assign(m_slot, m * self.beta_2 + gradient * (1.0 - self.beta_2))
         return value - learning_rate * direction

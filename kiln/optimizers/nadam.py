@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln import ops
-from kiln.core.ir import Node
-from kiln.core.ops._rules import as_node
-from kiln.core.variable import Variable
+from kiln.core import Node, Variable, convert_to_tensor
 from kiln.optimizers.base import Optimizer, _const
 
 
@@ -50,7 +48,7 @@ class Nadam(Optimizer):
         assert self._u_product is not None
         dtype = self._u_product.dtype
         t = self.local_step(dtype)
-        self._u_product_new = (as_node(self._u_product) * self.beta_1
+        self._u_product_new = (convert_to_tensor(self._u_product) * self.beta_1
                                * (1.0 - 0.5 * ops.pow(_const(0.96, dtype), t)))
         self.assign(self._u_product, self._u_product_new)
 
@@ -67,8 +65,8 @@ class Nadam(Optimizer):
         beta_2_power = ops.pow(_const(self.beta_2, dtype), t)
         m_slot = self.get_slot(variable, "momentum")
         v_slot = self.get_slot(variable, "velocity")
-        m = as_node(m_slot)
-        v = as_node(v_slot)
+        m = convert_to_tensor(m_slot)
+        v = convert_to_tensor(v_slot)
         m = m + (gradient - m) * (1 - self.beta_1)
         v = v + (ops.square(gradient) - v) * (1 - self.beta_2)
         self.assign(m_slot, m)

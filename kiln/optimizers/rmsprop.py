@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln import ops
-from kiln.core.ir import Node
-from kiln.core.ops._rules import as_node
-from kiln.core.variable import Variable
+from kiln.core import Node, Variable, convert_to_tensor
 from kiln.optimizers.base import Optimizer
 
 
@@ -55,11 +53,11 @@ class RMSprop(Optimizer):
                     learning_rate: Node) -> Node:
         rho = self.rho
         v_slot = self.get_slot(variable, "velocity")
-        v = as_node(v_slot) * rho + ops.square(gradient) * (1 - rho)
+        v = convert_to_tensor(v_slot) * rho + ops.square(gradient) * (1 - rho)
         self.assign(v_slot, v)
         if self.centered:
             a_slot = self.get_slot(variable, "average_gradient")
-            a = as_node(a_slot) * rho + gradient * (1 - rho)
+            a = convert_to_tensor(a_slot) * rho + gradient * (1 - rho)
             self.assign(a_slot, a)
             denominator = v - ops.square(a) + self.epsilon
         else:
@@ -67,7 +65,7 @@ class RMSprop(Optimizer):
         increment = learning_rate * gradient / ops.sqrt(denominator)
         if self.momentum > 0:
             mom_slot = self.get_slot(variable, "momentum")
-            mom = as_node(mom_slot) * self.momentum + increment
+            mom = convert_to_tensor(mom_slot) * self.momentum + increment
             self.assign(mom_slot, mom)
             return value - mom
         return value - increment

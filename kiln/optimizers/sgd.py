@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.core.ir import Node
-from kiln.core.ops._rules import as_node
-from kiln.core.variable import Variable
+from kiln.core import Node, Variable, convert_to_tensor
 from kiln.optimizers.base import Optimizer
 
 
@@ -45,7 +43,7 @@ class SGD(Optimizer):
         if self.momentum == 0:
             return value - gradient * learning_rate
         slot = self.get_slot(variable, "momentum")
-        m = as_node(slot) * self.momentum - gradient * learning_rate
+        m = convert_to_tensor(slot) * self.momentum - gradient * learning_rate
         self.assign(slot, m)
         if self.nesterov:
             return value + (m * self.momentum - gradient * learning_rate)

@@ -5,16 +5,18 @@
 - :func:`save_model` / :func:`load_model`: architecture + weights + compile config + optimizer
   state; ``.keras`` is Keras 3's zip layout, ``.h5`` kiln's HDF5 layout.
 - :func:`save_checkpoint` / :func:`load_checkpoint`: everything training needs to resume.
-- :func:`register_serializable`: makes custom classes loadable by name.
+- :func:`register_serializable`: makes custom classes loadable by name;
+  :func:`resolve_class` is kiln's one lookup from a class name to a class.
 - :func:`atomic_write`: the one way kiln writes files.
 
 The file layouts are documented in ``docs/formats.md``.
 """
 
+from typing import Any
+
 from kiln.saving.api import (
     FORMAT_VERSION,
     load_checkpoint,
-    load_model,
     load_weights,
     save_checkpoint,
     save_model,
@@ -27,8 +29,23 @@ from kiln.saving.registration import (
     get_registered_name,
     get_registered_object,
     register_serializable,
+    resolve_class,
 )
-from kiln.saving.serialization import deserialize_model, serialize, serialize_model
+from kiln.saving.serialization import serialize, serialize_model
+
+
+def __getattr__(name: str) -> Any:
+    # load_model / deserialize_model rebuild models, whose classes (Sequential, Functional,
+    # Model) kiln.models registers with register_builtin when it is imported. saving sits
+    # below models, so it imports them only here, lazily, when these two are asked for (the
+    # one upward edge of saving allowed by tests/test_layering.py).
+    if name in ("load_model", "deserialize_model"):
+        import kiln.models  # noqa: F401
+        from kiln.saving import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'kiln.saving' has no attribute {name!r}")
+
 
 __all__ = [
     "FORMAT_VERSION", "FileFormatError",
@@ -36,6 +53,6 @@ __all__ = [
     "save_checkpoint", "load_checkpoint",
     "atomic_write", "atomic_path",
     "register_serializable", "get_registered_name", "get_registered_object",
-    "custom_object_scope",
+    "resolve_class", "custom_object_scope",
     "serialize", "serialize_model", "deserialize_model",
 ]

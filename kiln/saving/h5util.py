@@ -70,10 +70,6 @@ def attr(obj: Any, name: str, default: Any = None) -> Any:
     return decode(obj.attrs[name])
 
 
-def set_str_attr(obj: Any, name: str, value: str) -> None:
-    obj.attrs[name] = value
-
-
 def set_json_attr(obj: Any, name: str, value: Any) -> None:
     text = json.dumps(value, default=json_default)
     if len(text.encode("utf-8")) > HEADER_LIMIT:

@@ -1,118 +1,83 @@
-"""The registry of serializable custom classes (``@kiln.saving.register_serializable``).
-
-Loading a model resolves class names ONLY from kiln's own classes, this registry and the
-``custom_objects`` passed to ``load_model`` (never by importing a module named in a file).
-This module imports nothing from kiln, so any part of kiln can consult it.
+"""Class resolution for loading: :func:`resolve_class`, kiln's one lookup of a class named in a
+saved config, on top of the one registry (:mod:`kiln.registry`, re-exported here under the
+Keras names: ``register_serializable``, ``custom_object_scope`` ...). Nothing named in a file
+is ever imported.
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterator
 from typing import Any
 
-# "Package>Name" -> class, and class -> "Package>Name".
-_REGISTRY: dict[str, Any] = {}
-_NAMES: dict[Any, str] = {}
-_scope = threading.local()
+from kiln.registry import (
+    custom_object_scope,
+    get_builtin,
+    get_registered_name,
+    get_registered_object,
+    register_builtin,
+    register_serializable,
+    registered_objects,
+)
+
+__all__ = ["custom_object_scope", "get_registered_name", "get_registered_object",
+           "register_builtin", "register_serializable", "registered_objects", "resolve_class"]
 
 
-def register_serializable(package: str = "Custom", name: str | None = None) -> Any:
-    """Class decorator: makes a custom layer, model, loss, metric, optimizer or schedule
-    loadable by name (``"package>name"``) without ``custom_objects``.
+def _all_subclasses(base: type) -> list[type]:
+    out, stack = [], [base]
+    while stack:
+        c = stack.pop()
+        for sub in c.__subclasses__():
+            out.append(sub)
+            stack.append(sub)
+    return out
+
+
+def resolve_class(name: str, custom_objects: dict[str, Any] | None = None) -> type:
+    """The class a config names: kiln's one class lookup (model configs, layers inside them,
+    ``from_config`` of containers).
+
+    Looks, in order, in ``custom_objects``, the active :func:`custom_object_scope` blocks,
+    the classes registered with :func:`register_serializable` (``"package>name"``, or a
+    bare name registered in exactly one package), kiln's built-in classes (``kiln.layers``
+    and :func:`register_builtin`), and last any subclass of ``Layer`` defined so far, by
+    class name (so a user layer reloads without registration once its module is imported;
+    when several share the name, the last definition wins).
 
     Args:
-        package: a namespace for the name (default ``"Custom"``).
-        name: the name to register (default: the class name).
+        name: ``"ClassName"`` or ``"package>ClassName"``.
+        custom_objects: ``{"ClassName": cls}`` passed by the caller (``load_model``).
 
     Returns:
-        The decorator; it returns the class unchanged.
+        The class.
+
+    Raises:
+        TypeError: ``name`` is not a string.
+        ValueError: naming the unknown class and how to make it known.
 
     Example:
-        >>> @kiln.saving.register_serializable(package="MyProject")
-        ... class Scale(kiln.layers.Layer):
-        ...     def __init__(self, factor=2.0, **kwargs):
-        ...         super().__init__(**kwargs)
-        ...         self.factor = factor
-        ...     def get_config(self):
-        ...         return {**super().get_config(), "factor": self.factor}
+        >>> resolve_class("Dense")
+        <class 'kiln.layers.core.Dense'>
     """
-    if not isinstance(package, str) or not package or ">" in package:
-        raise ValueError(f"register_serializable: `package` must be a non-empty string "
-                         f"without '>', received {package!r}")
+    if not isinstance(name, str):
+        raise TypeError(f"resolve_class: expected a class name, received {name!r}")
+    candidates = [name] + ([name.split(">")[-1]] if ">" in name else [])
+    for key in candidates:  # "package>Name" registered elsewhere: its bare name
+        found = get_registered_object(key, custom_objects)
+        if found is not None:
+            return found
+    import kiln.layers
 
-    def decorator(obj: Any) -> Any:
-        obj_name = name if name is not None else getattr(obj, "__name__", None)
-        if not obj_name:
-            raise ValueError(f"register_serializable: cannot find a name for {obj!r}; "
-                             "pass name=...")
-        key = f"{package}>{obj_name}"
-        previous = _REGISTRY.get(key)
-        if previous is not None and previous is not obj and getattr(
-                previous, "__qualname__", None) != getattr(obj, "__qualname__", None):
-            raise ValueError(f"register_serializable: {key!r} is already registered to "
-                             f"{previous!r}")
-        _REGISTRY[key] = obj
-        _NAMES[obj] = key
-        _register_with_models(obj, key, obj_name)
-        return obj
-
-    return decorator
-
-
-def _register_with_models(obj: Any, key: str, short: str) -> None:
-    """Also makes the class known to ``kiln.models.model.resolve_class`` (kiln's one class
-    lookup), under ``"package>name"`` and, if free, the bare name."""
-    try:
-        from kiln.models.model import REGISTRY, register_class
-    except ImportError:  # models not importable (yet): this registry still answers
-        return
-    register_class(obj, key)
-    if REGISTRY.get(short, obj) is obj:
-        register_class(obj, short)
-
-
-def get_registered_name(obj: Any) -> str | None:
-    """``"package>name"`` of a registered class (or of an instance's class), else None."""
-    cls = obj if isinstance(obj, type) else type(obj)
-    return _NAMES.get(cls) or _NAMES.get(obj)
-
-
-def get_registered_object(name: str, custom_objects: dict | None = None) -> Any:
-    """The class registered (or passed in ``custom_objects``, or in an active
-    :func:`custom_object_scope`) under ``name``; None when unknown.
-
-    ``name`` may be ``"package>name"`` or the bare ``name``; a bare name matches a
-    registration in any package when exactly one exists.
-    """
-    for table in (custom_objects or {}), *reversed(getattr(_scope, "stack", [])):
-        if name in table:
-            return table[name]
-        if ">" in name and name.split(">", 1)[1] in table:
-            return table[name.split(">", 1)[1]]
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    if ">" not in name:
-        hits = [cls for key, cls in _REGISTRY.items() if key.split(">", 1)[1] == name]
-        if len(hits) == 1:
-            return hits[0]
-    return None
-
-
-@contextlib.contextmanager
-def custom_object_scope(custom_objects: dict) -> Iterator[None]:
-    """Within the ``with`` block, ``custom_objects`` resolve like registered classes."""
-    stack = getattr(_scope, "stack", None)
-    if stack is None:
-        stack = _scope.stack = []
-    stack.append(dict(custom_objects))
-    try:
-        yield
-    finally:
-        stack.pop()
-
-
-def registered_objects() -> dict[str, Any]:
-    """A copy of the registry (``"package>name"`` -> class)."""
-    return dict(_REGISTRY)
+    for key in candidates:
+        builtin = get_builtin(key)
+        if builtin is not None:
+            return builtin
+        obj = getattr(kiln.layers, key, None)
+        if isinstance(obj, type) and issubclass(obj, kiln.layers.Layer):
+            return obj
+    defined = [c for c in _all_subclasses(kiln.layers.Layer) if c.__name__ in candidates]
+    if defined:
+        return defined[-1]
+    raise ValueError(f"Unknown layer or model class {name!r}. Pass it in "
+                     f"custom_objects={{'{candidates[-1]}': {candidates[-1]}}}, register it "
+                     "with kiln.saving.register_serializable(), or import the module that "
+                     "defines it before loading")

@@ -2,9 +2,9 @@
 
 A serialized object is ``{"module", "class_name", "config", "registered_name"}`` (plus
 ``"build_config"`` / ``"compile_config"`` for models), as Keras' ``serialize_keras_object``
-writes it. Loading resolves class names only through ``kiln.models.model.resolve_class``
-(kiln's classes, ``@register_serializable`` classes and ``custom_objects``); nothing named
-in a file is imported, evaluated or unpickled.
+writes it. Loading resolves class names only through
+:func:`kiln.saving.registration.resolve_class` (kiln's classes, ``@register_serializable``
+classes and ``custom_objects``); nothing named in a file is imported, evaluated or unpickled.
 """
 
 from __future__ import annotations
@@ -14,7 +14,11 @@ import inspect
 import warnings
 from typing import Any
 
-from kiln.saving.registration import custom_object_scope, get_registered_name
+from kiln.saving.registration import (
+    custom_object_scope,
+    get_registered_name,
+    resolve_class,
+)
 
 # Keras module names for kiln's own packages (what Keras writes in "module").
 _KERAS_MODULES = {  # most specific prefix first
@@ -30,7 +34,6 @@ _KERAS_MODULES = {  # most specific prefix first
 }
 _SPECIAL = {"__keras_tensor__", "__numpy__", "__tensor__", "__bytes__", "__slice__",
             "__ellipsis__", "__typespec__", "__unserializable_function__"}
-_MODEL_CLASSES = {"Sequential", "Functional", "Model"}
 
 
 def module_of(obj: Any) -> str:
@@ -122,17 +125,6 @@ def get_compile_config(model: Any) -> dict | None:
 # ---- checks before building anything ----------------------------------------------------------
 def _resolve(name: str, custom_objects: dict | None) -> Any:
     """The class for ``name`` (None if unknown) through kiln's one lookup function."""
-    try:
-        from kiln.models.model import resolve_class
-    except ImportError:  # models not available: registry and layers only
-        from kiln.saving.registration import get_registered_object
-
-        found = get_registered_object(name, custom_objects)
-        if found is None:
-            import kiln.layers
-
-            found = getattr(kiln.layers, name, None)
-        return found
     try:
         return resolve_class(name, custom_objects)
     except (ValueError, KeyError, TypeError):

@@ -53,15 +53,11 @@ def kiln_order(layer: Any) -> list[Any]:
     return list(getattr(layer, "weights", []))
 
 
-def _created_trainable(w: Any) -> bool:
-    return bool(getattr(w, "_layer_trainable", getattr(w, "trainable", True)))
-
-
 def keras_own_order(layer: Any) -> list[Any]:
-    """Own weights as Keras stores them: created-trainable first, then the others."""
+    """Own weights as Keras stores them: trainable variables first (``Variable.trainable``,
+    whatever the layer's own ``trainable`` flag), then the others."""
     own = _own_weights(layer)
-    return [w for w in own if _created_trainable(w)] + [w for w in own if
-                                                          not _created_trainable(w)]
+    return [w for w in own if w.trainable] + [w for w in own if not w.trainable]
 
 
 def sublayer_tree(layer: Any) -> list[tuple[str, Any]]:

@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from kiln.core.ir import Node
+from kiln.core import Node, placeholder
 
 # kiln.layers is imported inside the functions: `import kiln.utils` stays light.
 
@@ -224,7 +224,6 @@ def _chain(model: Any) -> _LayerGraph:
 def _traced(model: Any) -> _LayerGraph:
     """A subclassed model: call its ``call`` on placeholders (outside any training trace, so
     its sublayers record their calls), walk the records, then drop them again."""
-    from kiln.core.ops.source import placeholder
     from kiln.layers.base import map_structure
 
     spec = getattr(model, "_build_input_spec", None)

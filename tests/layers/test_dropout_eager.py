@@ -125,8 +125,8 @@ def test_eager_dropout_on_the_cpu_backend_matches_the_reference(monkeypatch):
     layer_cpu = L.Dropout(0.5, name=layer.name)  # the same stream (salt from the name)
     kiln.utils.set_random_seed(11)
     np.testing.assert_array_equal(layer_cpu(x, training=True), reference)
-    assert [fn.backend_name for fn, *_ in layer._eager_cache.values()] == ["reference"]
-    assert [fn.backend_name for fn, *_ in layer_cpu._eager_cache.values()] == ["cpu"]
+    assert [e.function.backend_name for e in layer._eager_cache.values()] == ["reference"]
+    assert [e.function.backend_name for e in layer_cpu._eager_cache.values()] == ["cpu"]
 
 
 def test_eager_training_call_of_a_whole_model_drops():

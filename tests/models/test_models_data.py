@@ -9,7 +9,6 @@ from model_helpers import blobs, weights_equal
 
 import kiln
 from kiln import layers
-from kiln.core import executor
 from kiln.layers.base import reset_names
 
 
@@ -49,13 +48,13 @@ def test_validation_split_takes_the_last_samples_before_shuffling():
 
 def test_last_partial_batch_does_not_recompile(monkeypatch):
     created = []
-    real = executor.function
+    real = kiln.core.function
 
     def counting(*args, **kwargs):
         created.append(kwargs.get("name"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(executor, "function", counting)
+    monkeypatch.setattr(kiln.core, "function", counting)
     x, y = blobs(100)
     m = _model()
     counter = _CountBatches()

@@ -9,7 +9,7 @@ import pytest
 import kiln
 import kiln.ops as K
 from kiln import losses as L
-from kiln.core.ir import toposort
+from kiln.core import toposort
 
 EPS = 1e-7
 rng = np.random.default_rng(0)

@@ -9,8 +9,7 @@ from model_helpers import blobs
 
 import kiln
 from kiln import layers
-from kiln.core import executor
-from kiln.core.ir import toposort
+from kiln.core import Function, toposort
 
 
 def _mlp(dropout: float = 0.0) -> kiln.Sequential:
@@ -28,7 +27,7 @@ def test_train_step_graph_contains_gradients_and_updates():
                   metrics=["accuracy"])
     model.fit(x, y, epochs=1, batch_size=16, verbose=0)
     fn = model.train_function
-    assert isinstance(fn, executor.Function)
+    assert isinstance(fn, Function)
     nodes = fn.graph.nodes
     ops = fn.graph.count_ops()
     # backward of Dense: matmuls whose operand is a transposed activation/kernel

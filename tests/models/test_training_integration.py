@@ -7,7 +7,7 @@ import numpy as np
 
 import kiln
 from kiln import layers
-from kiln.core import executor
+from kiln.core import Function
 
 
 def _data(n=256, d=8, seed=0):
@@ -19,13 +19,13 @@ def _data(n=256, d=8, seed=0):
 
 def test_learning_rate_from_callback_takes_effect_without_recompiling(monkeypatch):
     created = []
-    original = executor.Function.__init__
+    original = Function.__init__
 
     def counting_init(self, *args, **kwargs):
         created.append(kwargs.get("name"))
         original(self, *args, **kwargs)
 
-    monkeypatch.setattr(executor.Function, "__init__", counting_init)
+    monkeypatch.setattr(Function, "__init__", counting_init)
     kiln.utils.set_random_seed(1)
     x, y = _data()
     model = kiln.Sequential([kiln.Input((8,)), layers.Dense(4, activation="tanh"),

@@ -1,6 +1,7 @@
 """Backends turn a graph into a runnable program: ``compile_graph(graph) -> program`` with
 ``program.run(feeds) -> outputs``. ``reference`` (NumPy) is the oracle; ``cpu`` (numba) is the
-default once available; ``cuda`` is imported lazily.
+default; ``cuda`` is imported lazily. Every backend plans through ``kiln/core/plan.py`` and
+loads kernels through ``kiln/core/backends/jit.py`` (docs/architecture.md, "Backends").
 """
 
 from __future__ import annotations
@@ -13,13 +14,7 @@ _NAMES = {"reference": "kiln.core.backends.reference", "cpu": "kiln.core.backend
 
 
 def get_backend(name: str) -> ModuleType:
-    """The backend module called ``name``; falls back from cpu to reference when the cpu
-    backend is not available."""
+    """The backend module called ``name`` (imported on first use)."""
     if name not in _NAMES:
         raise ValueError(f"unknown backend {name!r}; choose one of {sorted(_NAMES)}")
-    try:
-        return importlib.import_module(_NAMES[name])
-    except ModuleNotFoundError as exc:
-        if name == "cpu" and exc.name == _NAMES["cpu"]:
-            return importlib.import_module(_NAMES["reference"])
-        raise
+    return importlib.import_module(_NAMES[name])

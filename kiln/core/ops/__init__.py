@@ -2,12 +2,13 @@
 
 from kiln.core.ops import (  # noqa: F401  (registration side effects)
     _overloads,  # noqa: F401
+    conv,
     elementwise,
     fused,
     linalg,
     movement,
     nn,
-    nn_conv,
+    pool,
     random,
     reduce,
     source,

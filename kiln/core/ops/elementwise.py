@@ -347,12 +347,14 @@ __all__ = ["BUILDERS", "where", "cast", "clip", "ones_like", "zeros_like", "_c",
 
 register(OpDef("stop_gradient", ELEMENTWISE, lambda x: x, lambda x: np.array(x, copy=True),
                differentiable=False, scalar="{0}", examples=_unary_examples(),
-               nondiff_reason="blocks gradients by definition"))
+               nondiff_reason="blocks gradients by definition",
+               view=lambda node, ins, shape: ins[0]))
 register(OpDef("identity", ELEMENTWISE, lambda x, *, uid: x,
                lambda x, *, uid: np.array(x, copy=True), lambda ct, out, x, *, uid: [ct],
                scalar="{0}",
                examples=lambda rng, dt: [Example((rng.normal(size=(3, 2)).astype(dt),),
-                                                 {"uid": 1})]))
+                                                 {"uid": 1})],
+               view=lambda node, ins, shape: ins[0]))
 
 
 def identity(x: Any) -> Node:

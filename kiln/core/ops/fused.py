@@ -89,3 +89,37 @@ def program_of(node: Node) -> tuple[Instruction, ...]:
         return node.attrs["program"]
     args = tuple(-(k + 1) for k in range(len(node.inputs)))
     return ((node.op, args, tuple(sorted(node.attrs.items()))),)
+
+
+def combine(members: Sequence[Node]) -> tuple[list[Node], tuple, dict[int, int]]:
+    """One program computing every node of ``members`` (in order; each an elementwise or
+    reduction node or a fused node, reading earlier members or outside values).
+
+    Returns:
+        ``(inputs, program, result_of)``: the outside values read (the program's external
+        inputs), the program, and id(member) -> index of the instruction holding its value.
+
+    The fusion pass builds single-output fused nodes with it; backends build multi-output
+    loops (a member's value stored as a side output) from the groups of
+    :func:`kiln.core.passes.fuse.group_chains` with it.
+    """
+    inputs: list[Node] = []
+    input_index: dict[int, int] = {}
+    result_of: dict[int, int] = {}
+    program: list[Instruction] = []
+    for n in members:
+        base = len(program)
+        local: list[int] = []  # this member's input k -> reference in the combined program
+        for i in n.inputs:
+            if id(i) in result_of:
+                local.append(result_of[id(i)])
+                continue
+            if id(i) not in input_index:
+                input_index[id(i)] = len(inputs)
+                inputs.append(i)
+            local.append(-(input_index[id(i)] + 1))
+        for op_name, args, attrs in program_of(n):
+            program.append((op_name, tuple(local[-a - 1] if a < 0 else base + a for a in args),
+                            attrs))
+        result_of[id(n)] = len(program) - 1
+    return inputs, tuple(program), result_of

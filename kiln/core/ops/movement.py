@@ -62,7 +62,8 @@ register(OpDef("reshape", MOVEMENT, _reshape_infer, lambda x, *, shape: np.resha
                _reshape_vjp, examples=lambda rng, dt: [
                    _ex(rng.normal(size=(3, 4)).astype(dt), shape=(4, 3)),
                    _ex(rng.normal(size=(2, 3, 4)).astype(dt), shape=(-1, 4)),
-                   _ex(rng.normal(size=(6,)).astype(dt), shape=(1, 6, 1))]))
+                   _ex(rng.normal(size=(6,)).astype(dt), shape=(1, 6, 1))],
+               view=lambda node, ins, shape: ins[0].reshape(shape)))
 
 
 def _reshape_like_infer(x: TensorType, like: TensorType) -> TensorType:
@@ -75,7 +76,9 @@ register(OpDef("reshape_like", MOVEMENT, _reshape_like_infer,
                lambda x, like: np.reshape(x, np.shape(like)),
                lambda ct, out, x, like: [reshape_to(ct, x), None],
                examples=lambda rng, dt: [_ex(rng.normal(size=(3, 4)).astype(dt),
-                                             np.zeros((2, 6), dt), wrt=(0,))]))
+                                             np.zeros((2, 6), dt), wrt=(0,))],
+               view=lambda node, ins, shape: ins[0].reshape(shape),
+               shape_only=frozenset({1})))
 
 
 # ---- transpose ----------------------------------------------------------------------------------
@@ -92,10 +95,16 @@ register(OpDef("transpose", MOVEMENT, _transpose_infer,
                                                   perm=tuple(int(i) for i in np.argsort(perm)))],
                examples=lambda rng, dt: [_ex(rng.normal(size=(3, 4)).astype(dt), perm=(1, 0)),
                                          _ex(rng.normal(size=(2, 3, 4)).astype(dt),
-                                             perm=(2, 0, 1))]))
+                                             perm=(2, 0, 1))],
+               view=lambda node, ins, shape: ins[0].transpose(node.attrs["perm"])))
 
 
 # ---- broadcasting -------------------------------------------------------------------------------
+def _broadcast_view(node: Node, ins: list, shape: tuple) -> Any:
+    """Stride 0 along broadcast dims, decided on the static shapes too (see Layout.broadcast)."""
+    return ins[0].broadcast(shape, node.inputs[0].shape, node.shape)
+
+
 def _bto_infer(x: TensorType, *, shape: tuple) -> TensorType:
     out = broadcast_shapes("broadcast_to", x.shape, shape)
     if out != tuple(shape):
@@ -107,7 +116,8 @@ register(OpDef("broadcast_to", MOVEMENT, _bto_infer,
                lambda x, *, shape: np.broadcast_to(x, shape).copy(),
                lambda ct, out, x, *, shape: [ct],
                examples=lambda rng, dt: [_ex(rng.normal(size=(4,)).astype(dt), shape=(3, 4)),
-                                         _ex(rng.normal(size=(3, 1)).astype(dt), shape=(2, 3, 5))]))
+                                         _ex(rng.normal(size=(3, 1)).astype(dt), shape=(2, 3, 5))],
+               view=_broadcast_view))
 
 
 def _blike_infer(x: TensorType, like: TensorType) -> TensorType:
@@ -123,7 +133,8 @@ register(OpDef("broadcast_like", MOVEMENT, _blike_infer,
                examples=lambda rng, dt: [_ex(rng.normal(size=(4,)).astype(dt),
                                              np.zeros((3, 4), dt), wrt=(0,)),
                                          _ex(np.asarray(rng.normal(), dt), np.zeros((2, 3), dt),
-                                             wrt=(0,))]))
+                                             wrt=(0,))],
+               view=_broadcast_view, shape_only=frozenset({1})))
 
 
 # ---- expand_dims / squeeze ----------------------------------------------------------------------
@@ -146,12 +157,14 @@ register(OpDef("expand_dims", MOVEMENT, _expand_infer,
                lambda x, *, axis: np.expand_dims(x, axis),
                lambda ct, out, x, *, axis: [apply("squeeze", ct, axis=axis)],
                examples=lambda rng, dt: [_ex(rng.normal(size=(3, 4)).astype(dt), axis=(1,)),
-                                         _ex(rng.normal(size=(3,)).astype(dt), axis=(0, 2))]))
+                                         _ex(rng.normal(size=(3,)).astype(dt), axis=(0, 2))],
+               view=lambda node, ins, shape: ins[0].expand_dims(node.attrs["axis"])))
 register(OpDef("squeeze", MOVEMENT, _squeeze_infer, lambda x, *, axis: np.squeeze(x, axis),
                lambda ct, out, x, *, axis: [apply("expand_dims", ct, axis=axis)],
                examples=lambda rng, dt: [_ex(rng.normal(size=(3, 1, 4)).astype(dt), axis=(1,)),
                                          _ex(rng.normal(size=(1, 3, 1)).astype(dt),
-                                             axis=(0, 2))]))
+                                             axis=(0, 2))],
+               view=lambda node, ins, shape: ins[0].squeeze(node.attrs["axis"])))
 
 
 # ---- concatenate --------------------------------------------------------------------------------
@@ -233,12 +246,14 @@ register(OpDef("slice", MOVEMENT, _slice_infer, lambda x, *, spec: np.asarray(x)
                examples=lambda rng, dt: [
                    _ex(rng.normal(size=(5, 4)).astype(dt), spec=((1, 4, 1), (None, None, 2))),
                    _ex(rng.normal(size=(6,)).astype(dt), spec=((None, None, -2),)),
-                   _ex(rng.normal(size=(3, 4)).astype(dt), spec=((-2, None, 1), (0, 3, 1)))]))
+                   _ex(rng.normal(size=(3, 4)).astype(dt), spec=((-2, None, 1), (0, 3, 1)))],
+               view=lambda node, ins, shape: ins[0].slice(node.attrs["spec"])))
 register(OpDef("slice_grad", MOVEMENT, _slice_grad_infer, _slice_grad_ref,
                lambda ct, out, g, x, *, spec: [apply("slice", ct, spec=spec), None],
                examples=lambda rng, dt: [
                    _ex(rng.normal(size=(3, 2)).astype(dt), np.zeros((5, 4), dt), wrt=(0,),
-                       spec=((1, 4, 1), (None, None, 2)))]))
+                       spec=((1, 4, 1), (None, None, 2)))],
+               shape_only=frozenset({1})))
 
 
 # ---- pad ----------------------------------------------------------------------------------------
@@ -301,7 +316,8 @@ register(OpDef("take_grad", MOVEMENT, _take_grad_infer, _take_grad_ref,
                lambda ct, out, g, idx, x, *, axis: [apply("take", ct, idx, axis=axis), None, None],
                examples=lambda rng, dt: [_ex(rng.normal(size=(2, 2, 3)).astype(dt),
                                              np.array([[0, 4], [2, 0]], np.int32),
-                                             np.zeros((5, 3), dt), axis=0, wrt=(0,))]))
+                                             np.zeros((5, 3), dt), axis=0, wrt=(0,))],
+               shape_only=frozenset({2})))
 
 
 # ---- one_hot ------------------------------------------------------------------------------------

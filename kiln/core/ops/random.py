@@ -80,7 +80,8 @@ def _examples(rng, dt):
 
 for _name, _ref in [("random_uniform", _uniform_ref), ("random_normal", _normal_ref)]:
     register(OpDef(_name, RANDOM, _infer(_name), _ref, differentiable=False, examples=_examples,
-                   nondiff_reason="a random draw does not depend differentiably on its inputs"))
+                   nondiff_reason="a random draw does not depend differentiably on its inputs",
+                   shape_only=frozenset({1})))
 
 
 def random_uniform(key: Any, like: Any, salt: int = 0, dtype: str | None = None) -> Node:

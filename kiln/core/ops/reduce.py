@@ -150,7 +150,8 @@ def _size_ref(x, *, axis):
 register(OpDef("size_of", SHAPE, _size_infer, _size_ref, differentiable=False,
                nondiff_reason="depends only on the shape",
                examples=lambda rng, dtype: [Example((np.zeros((3, 4), dtype),), {"axis": (0, 1)}),
-                                            Example((np.zeros((3, 4), dtype),), {"axis": (1,)})]))
+                                            Example((np.zeros((3, 4), dtype),), {"axis": (1,)})],
+               shape_only=frozenset({0})))
 
 
 # ---- builders -------------------------------------------------------------------------------

@@ -10,7 +10,12 @@ An OpDef carries everything the rest of kiln derives from:
   or ``differentiable=False`` as an explicit decision;
 * ``scalar``: for elementwise ops, the body of the scalar loop (``"math.exp({0})"``) that the
   CPU and CUDA kernels are generated from;
-* ``examples(rng, dtype)``: concrete inputs for the registry-driven forward and gradient tests.
+* ``examples(rng, dtype)``: concrete inputs for the registry-driven forward and gradient tests;
+* ``view(node, in_layouts, out_shape) -> Layout | None``: for movement ops that every backend
+  runs as a new layout of their first input's storage (no kernel); None when this case needs
+  a copy (a reshape of strided data);
+* ``shape_only``: positions of inputs whose values the op never reads, only their shapes
+  (``broadcast_like``'s target): the planner does not keep them alive for it.
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ class OpDef:
     examples: Callable[[np.random.Generator, str], list[Example]] | None = None
     doc: str = ""
     nondiff_reason: str = ""
+    view: Callable[..., Any] | None = None
+    shape_only: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -74,6 +81,10 @@ class OpDef:
     @property
     def infer_fn(self) -> Callable[..., TensorType]:
         return self.infer
+
+    def data_inputs(self, n_inputs: int) -> list[int]:
+        """Positions of the inputs whose values (not only shapes) the op reads."""
+        return [i for i in range(n_inputs) if i not in self.shape_only]
 
     def __call__(self, *inputs: Node, **attrs: Any) -> Node:
         return make_node(self.name, inputs, attrs, self.infer)

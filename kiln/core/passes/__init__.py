@@ -1,4 +1,4 @@
-"""The graph optimization pipeline (DESIGN.md section 4).
+"""The graph optimization pipeline (docs/architecture.md, "Passes").
 
 ``optimize(graph)`` runs these passes, in this order; each is a small pure function
 ``Graph -> Graph`` in its own file and can be switched off by name with ``exclude``:

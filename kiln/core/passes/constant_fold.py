@@ -72,7 +72,10 @@ def rule(node: Node, max_elements: int = MAX_ELEMENTS) -> Node | None:
                 value = np.reshape(arrays[0], node.shape)
             else:
                 value = get_op(op).ref(*arrays, **node.attrs)
-    except Exception:  # noqa: BLE001 - a reference that cannot run here runs at run time
+    except (ValueError, IndexError, ArithmeticError):
+        # the op rejects these values (an out-of-range index, a bad shape for a reshape): it
+        # must raise when the graph runs and reaches it, not when it is compiled (it may sit
+        # on a branch that `where` discards). Any other exception is a bug and propagates.
         return None
     return _make(value, node)
 

@@ -23,6 +23,13 @@ No cycle can appear: a group's members other than its root have no users outside
 duplicates read their own input), so every external input of a group is an ancestor of its
 root, as before. Groups of one op stay plain nodes (the backends run plain elementwise ops).
 
+After scheduling, :func:`group_chains` finds the second kind of fusion, across kernels that
+must stay separate values: chains of same-shape elementwise kernels where each reads an
+earlier one (an optimizer's ``m``, ``v`` then ``p`` updates; ``add`` then ``relu`` when the sum
+is needed later too). It makes them adjacent in the kernel order, and a backend runs each chain
+as ONE loop storing every member's value (:func:`kiln.core.ops.fused.combine` builds its
+program, like :func:`build_fused` does for a fused node).
+
 Example:
     >>> g = fuse(Graph([x], [kiln.ops.relu(x * 2.0 + 1.0)]))
     >>> g.outputs[0].op, len(g.outputs[0].attrs["program"])
@@ -33,9 +40,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from typing import Any
 
 from kiln.core.ir import Graph, Node
-from kiln.core.ops.fused import fused
+from kiln.core.memory import elementwise_output
+from kiln.core.ops.fused import combine, fused, program_of
+from kiln.core.ops.registry import get_op
 from kiln.core.passes._util import (
     TRANSCENDENTAL,
     is_const,
@@ -50,6 +60,7 @@ CHEAP_UNARY = frozenset({"neg", "abs", "relu", "cast", "square", "sign", "floor"
                          "round", "logical_not"})
 CHEAP_BINARY = frozenset({"add", "sub", "mul", "maximum", "minimum"})
 MAX_INSTRUCTIONS = 64
+MAX_CHAIN_INSTRUCTIONS = 48  # instructions of one multi-output loop (group_chains)
 
 
 def is_cheap(node: Node) -> bool:
@@ -129,21 +140,7 @@ def _push(heap: list[tuple[int, int]], node: Node, members: dict[int, Node],
 def build_fused(members: list[Node], map_input: Callable[[Node], Node] | None = None) -> Node:
     """The fused node computing ``members`` (topological order, root last); ``map_input``
     gives the node to read for each external input (default: the input itself)."""
-    position = {id(m): j for j, m in enumerate(members)}
-    externals: list[Node] = []
-    ext_index: dict[int, int] = {}
-    program = []
-    for m in members:
-        args = []
-        for i in m.inputs:
-            if id(i) in position:
-                args.append(position[id(i)])
-                continue
-            if id(i) not in ext_index:
-                ext_index[id(i)] = len(externals)
-                externals.append(i)
-            args.append(-(ext_index[id(i)] + 1))
-        program.append((m.op, tuple(args), tuple(sorted(m.attrs.items()))))
+    externals, program, _ = combine(members)
     if map_input is not None:
         externals = [map_input(e) for e in externals]
     node = fused(externals, program)
@@ -190,3 +187,98 @@ def _get(new: dict[int, Node], node: Node) -> Node:
         if id(n) not in new:
             new[id(n)] = rebuild(n, [new[id(i)] for i in n.inputs])
     return new[id(node)]
+
+
+# ---- multi-output groups over a kernel order ----------------------------------------------------
+def _chainable(node: Node) -> bool:
+    """A kernel computed elementwise (may join a multi-output group)."""
+    return not is_source(node) and get_op(node.op).view is None and elementwise_output(node)
+
+
+def _reads_any(nodes: list[Node], sources: list[Node], users: dict[int, list[Node]]) -> bool:
+    """Whether any of ``nodes`` reads one of ``sources`` (through views)."""
+    targets = {id(n) for n in nodes}
+    stack = list(sources)
+    while stack:
+        for u in users.get(id(stack.pop()), []):
+            if id(u) in targets:
+                return True
+            if get_op(u.op).view is not None:
+                stack.append(u)
+    return False
+
+
+def group_chains(graph: Graph, updates: list[tuple[int, Any]],
+                 order: list[Node]) -> tuple[list[Node], dict[int, list[Node]]]:
+    """Groups same-shape elementwise kernels where each member after the first reads an
+    earlier one (a momentum or Adam update: m, v, then p from both), for one loop with side
+    outputs. The members are made adjacent: the producers' groups move down to the consumer
+    when nothing in between reads them, or else the consumer moves up to its latest producer
+    when nothing in between reads what it overwrites (an update of a Variable).
+
+    Args:
+        graph: the program's graph.
+        updates: ``(output index, Variable)`` pairs: outputs that overwrite a Variable.
+        order: the kernels in execution order.
+
+    Returns:
+        The new order and the groups (id(first member) -> members, adjacent in the order).
+    """
+    group_of: dict[int, list[Node]] = {}
+    updated: dict[int, list[Node]] = {}
+    for k, var in updates:
+        updated.setdefault(id(graph.outputs[k]), []).append(var.__kiln_node__())
+    users: dict[int, list[Node]] = {}
+    for n in order:
+        for i in n.inputs:
+            users.setdefault(id(i), []).append(n)
+    for node in list(order):
+        if not _chainable(node):
+            continue
+        pos = {id(n): t for t, n in enumerate(order)}
+        groups: list[list[Node]] = []
+        heads: set[int] = set()
+        for i in node.inputs:  # an input read twice (x * x) is one producer
+            if _chainable(i) and i.shape == node.shape and id(i) in pos:
+                g = group_of.get(id(i), [i])
+                if id(g[0]) not in heads and all(m.shape == node.shape for m in g):
+                    heads.add(id(g[0]))
+                    groups.append(g)
+        if not groups:
+            continue
+        groups.sort(key=lambda g: pos[id(g[0])])
+        if sum(len(program_of(m)) for g in groups for m in g) > MAX_CHAIN_INSTRUCTIONS:
+            continue
+        members = [m for g in groups for m in g]
+        ids = {id(m) for m in members}
+        first = pos[id(groups[0][0])]
+        between = [n for n in order[first:pos[id(node)]] if id(n) not in ids]
+        between_ids = {id(n) for n in between}
+        if not any(id(u) in between_ids for m in members for u in users.get(id(m), [])):
+            # move the producers' groups down, right before the node
+            order = order[:first] + between + members + order[pos[id(node)]:]
+            group = members
+        elif len(groups) == 1:
+            # move the node up, right after its producer's group
+            group = groups[0]
+            end = pos[id(group[-1])]
+            gap = order[end + 1:pos[id(node)]]
+            if any(not is_source(i) and id(i) not in ids and pos[id(i)] > end
+                   for i in node.inputs):
+                continue
+            if updated.get(id(node)) and _reads_any(gap, updated[id(node)], users):
+                continue  # moving this update earlier would overwrite a value still read
+            order = order[:end + 1] + [node] + [n for n in order[end + 1:] if n is not node]
+            group = list(group)
+        else:
+            continue
+        group.append(node)
+        for m in group:
+            group_of[id(m)] = group
+    groups_out: dict[int, list[Node]] = {}
+    pos = {id(n): t for t, n in enumerate(order)}
+    for g in group_of.values():
+        start = pos[id(g[0])]
+        if len(g) > 1 and [id(n) for n in order[start:start + len(g)]] == [id(m) for m in g]:
+            groups_out[id(g[0])] = g
+    return order, groups_out

@@ -13,7 +13,7 @@ pytest.importorskip("numba_cuda")
 
 import kiln  # noqa: E402
 import kiln.ops as K  # noqa: E402
-from kiln.core.backends.cuda import _jit, _program  # noqa: E402
+from kiln.core.backends.cuda import _jit, _lower  # noqa: E402
 
 pytestmark = pytest.mark.cuda
 
@@ -31,7 +31,7 @@ def test_gemm_shapes_and_strides(monkeypatch, blas):
     if blas == "cupy":
         pytest.importorskip("cupy")
     monkeypatch.setenv("KILN_CUDA_BLAS", blas)
-    monkeypatch.setattr(_program, "BLAS", _program._Blas())
+    monkeypatch.setattr(_lower, "BLAS", _lower._Blas())
     rng = np.random.default_rng(0)
     a = kiln.placeholder((None, 300))
     b = kiln.Variable(rng.normal(size=(300, 70)))
@@ -41,7 +41,7 @@ def test_gemm_shapes_and_strides(monkeypatch, blas):
     _compare([a, c], outs, [rng.normal(size=(130, 300)).astype(np.float32),
                             rng.normal(size=(3, 1, 33, 17)).astype(np.float32)])
     if blas == "cupy":
-        assert _program.BLAS.cp is not None
+        assert _lower.BLAS.cp is not None
 
 
 def test_mlp_and_convnet_training_match_reference():

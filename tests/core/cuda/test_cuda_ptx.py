@@ -106,7 +106,7 @@ def _graph():
 def _record(monkeypatch) -> list:
     """The kernels (source, name, argument types) that the graph above launches with a real
     GPU's block sizes (recorded, not run)."""
-    from kiln.core.backends.cuda import _device, _program
+    from kiln.core.backends.cuda import _device, _lower, _program
 
     def record_only(self, griddim, blockdim, *args):
         _jit.launches.append((self.path, self.name, tuple(_jit.arg_type(a) for a in args)))
@@ -117,7 +117,7 @@ def _record(monkeypatch) -> list:
     # a real GPU's block sizes (the simulator's kernels differ only in those constants)
     monkeypatch.setattr(_program, "launch_config", lambda: _device.REAL)
     for split_k in (0, 2):
-        monkeypatch.setattr(_program, "CONV_SPLIT_K", split_k)
+        monkeypatch.setattr(_lower, "CONV_SPLIT_K", split_k)
         kiln.function(inputs, outs, backend="cuda")(*feeds)
     found = set(_jit.launches)
     found.add(_kitchen_sink("float32"))

@@ -14,7 +14,7 @@ pytest.importorskip("numba_cuda")
 import kiln  # noqa: E402
 import kiln.ops as K  # noqa: E402
 from kiln.core.backends import cuda as kcuda  # noqa: E402
-from kiln.core.backends.cuda import _program, _resident  # noqa: E402
+from kiln.core.backends.cuda import _lower, _program, _resident  # noqa: E402
 from kiln.core.ops.random import uniform_bits  # noqa: E402
 
 
@@ -47,7 +47,7 @@ def test_mlp_gradients_match_reference():
 @pytest.mark.parametrize("split_k", [0, 3])
 def test_convnet_gradients_match_reference(monkeypatch, split_k):
     # the kernel gradient as one GEMM, or split in 3 K pieces added atomically
-    monkeypatch.setattr(_program, "CONV_SPLIT_K", split_k)
+    monkeypatch.setattr(_lower, "CONV_SPLIT_K", split_k)
     rng = np.random.default_rng(1)
     x = kiln.placeholder((None, 6, 6, 1))
     w = kiln.Variable(rng.normal(size=(3, 3, 1, 2)) * 0.5)
@@ -268,10 +268,10 @@ def test_resident_copies_are_shared_and_freed():
 # ---- fallbacks, views, plans ---------------------------------------------------------------------
 def test_op_without_kernel_falls_back_to_host_with_one_warning(monkeypatch):
     def no_kernel(self, node, ins, t):
-        raise _program.cg.Untranslatable("disabled for the test")
+        raise _lower.cg.Untranslatable("disabled for the test")
 
     monkeypatch.setattr(_program._Planner, "op_one_hot", no_kernel)
-    monkeypatch.setattr(_program, "_warned", set())
+    monkeypatch.setattr(_lower, "_warned", set())
     idx = kiln.placeholder((None,), "int32")
     y = K.one_hot(idx, 4) * 2.0
     with pytest.warns(RuntimeWarning, match="no CUDA kernel for op 'one_hot'.*host"):

@@ -1,10 +1,11 @@
 """The CPU backend: numba kernels, NumPy's BLAS for GEMMs, a planned executor.
 
 ``compile_graph(graph) -> CpuProgram``; ``program.run(feeds) -> outputs`` (graph.outputs in
-order). See ``program.py`` for the executor (plans, buffers, in-place updates, profiler),
-``ordering.py`` for the kernel order, ``jit.py`` for the one JIT wrapper (disk cache,
+order). See ``program.py`` for the executor (host buffers and kernel calls on top of the
+device-neutral planner ``kiln/core/plan.py``, profiler), ``lowering.py`` for the rewrites
+applied before planning, ``jit.py`` for the one JIT wrapper (disk cache,
 ``KILN_JIT=0``), ``codegen.py`` / ``elementwise.py`` for the generated elementwise, fused and
-reduction kernels, ``layout.py`` for views, ``threads.py`` for the thread pools, and one file
+reduction kernels, ``threads.py`` for the thread pools, and one file
 per family for the other kernels (``linalg``, ``nn``, ``conv``, ``gather``, ``random``,
 ``reduce``, ``movement``).
 
@@ -33,18 +34,20 @@ from kiln.core.backends.cpu import (  # noqa: E402,F401  (registration side effe
     reduce,
 )
 from kiln.core.backends.cpu.codegen import REDUCE_OPS  # noqa: E402
-from kiln.core.backends.cpu.program import PLAN_CONSTANTS, CpuProgram  # noqa: E402
-from kiln.core.backends.cpu.registry import BUILDERS, VIEWS  # noqa: E402
+from kiln.core.backends.cpu.program import CpuProgram  # noqa: E402
+from kiln.core.backends.cpu.registry import BUILDERS  # noqa: E402
 from kiln.core.ir import Graph  # noqa: E402
-from kiln.core.ops.registry import ELEMENTWISE, FUSED, KERNELS, all_ops  # noqa: E402
+from kiln.core.ops.registry import ELEMENTWISE, FUSED, KERNELS, SHAPE, all_ops  # noqa: E402
 
 
 def covered_ops() -> set[str]:
-    """Names of the registered ops with a CPU kernel (generated, hand-written, view or
-    NumPy-with-out call); the rest run on their reference with a warning."""
-    names = set(BUILDERS) | set(VIEWS) | set(PLAN_CONSTANTS) | set(REDUCE_OPS) | {"logsumexp"}
+    """Names of the registered ops with a CPU kernel (generated, hand-written or NumPy with
+    ``out=``), planned as views (``OpDef.view``) or as plan constants (kind SHAPE); the rest
+    run on their reference with a warning."""
+    names = set(BUILDERS) | set(REDUCE_OPS) | {"logsumexp"}
     for name, op in all_ops().items():
-        if op.kind in (ELEMENTWISE, FUSED) and (op.scalar is not None or op.kind == FUSED):
+        if op.view is not None or op.kind in (SHAPE, FUSED) or (
+                op.kind == ELEMENTWISE and op.scalar is not None):
             names.add(name)
     return {n for n in names if n in all_ops()}
 

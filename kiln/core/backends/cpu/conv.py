@@ -1,4 +1,4 @@
-"""Convolution and pooling kernels (NHWC, TensorFlow padding, see kiln/core/ops/nn_conv.py).
+"""Convolution and pooling kernels (NHWC, TensorFlow padding, see kiln/core/ops/window.py).
 
 Convolutions run one of three ways, picked per op, dtype and shape (``conv_method``):
 
@@ -26,7 +26,7 @@ import numpy as np
 from kiln.core.backends.cpu import jit
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Node
-from kiln.core.ops.nn_conv import _geometry
+from kiln.core.ops.window import window2d
 
 # A convolution with at most this many taps per output (kh * kw * Cin) runs direct loops.
 DIRECT_MAX_TAPS = 16
@@ -426,8 +426,7 @@ def avg_pool_grad_kernel(dx, ct, p):
 # ---- builders -----------------------------------------------------------------------------------
 def _conv_params(hw: tuple[int, int], k: tuple[int, int], attrs: dict) -> tuple[int, int,
                                                                                np.ndarray]:
-    oh, ow, pads = _geometry(tuple(hw), tuple(k), attrs["strides"], attrs["padding"],
-                             attrs["dilation"])
+    (oh, ow), pads = window2d(hw, k, attrs["strides"], attrs["dilation"], attrs["padding"])
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
     p = np.array([sh, sw, dh, dw, pads[0][0], pads[1][0]], np.int64)
     return oh, ow, p
@@ -481,8 +480,8 @@ def _conv_tile64(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray) -
     zero-padded (taps, 64) buffer (both copies are small next to the convolution)."""
     (kh, kw, ci, co), (n, h, wd, _) = w.shape, x.shape
     (sh, sw), (dh, dw) = node.attrs["strides"], node.attrs["dilation"]
-    _, _, ((pt, pb), (pl, pr)) = _geometry((h, wd), (kh, kw), (sh, sw), node.attrs["padding"],
-                                           (dh, dw))
+    _, ((pt, pb), (pl, pr)) = window2d((h, wd), (kh, kw), (sh, sw), (dh, dw),
+                                       node.attrs["padding"])
     if pt or pb or pl or pr:
         padded = np.zeros((n, h + pt + pb, wd + pl + pr, ci), x.dtype)
         b.add(np.copyto, (padded[:, pt:pt + h, pl:pl + wd], x), label="conv2d:pad")
@@ -541,7 +540,7 @@ def build_conv2d_input(b, node: Node) -> None:
 
 def _pool_params(b, node: Node, hw: tuple[int, int]) -> np.ndarray:
     ps, st = node.attrs["pool_size"], node.attrs["strides"]
-    _, _, pads = _geometry(tuple(hw), tuple(ps), st, node.attrs["padding"], (1, 1))
+    _, pads = window2d(hw, ps, st, (1, 1), node.attrs["padding"])
     return np.array([ps[0], ps[1], st[0], st[1], pads[0][0], pads[1][0]], np.int64)
 
 

@@ -14,11 +14,11 @@ import numpy as np
 
 from kiln.core.backends.cpu import jit
 from kiln.core.backends.cpu.codegen import LoopSpec, generate, label, split_program
-from kiln.core.backends.cpu.layout import Layout, contiguous_strides, loop_nest
-from kiln.core.backends.cpu.program import PLANNER_BATCH
 from kiln.core.ir import Node, TensorType
-from kiln.core.ops.fused import program_of
+from kiln.core.layout import Layout, contiguous_strides, loop_nest
+from kiln.core.ops.fused import combine, program_of
 from kiln.core.ops.registry import get_op
+from kiln.core.plan import PLANNER_BATCH
 
 MIN_RANK = 3
 # Loops without reduction over at least this many elements run on all threads (prange over
@@ -164,31 +164,13 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
 
 
 def build_group(b, nodes: list[Node]) -> None:
-    """One loop for a chain of elementwise nodes with the same shape (each after the first
-    reads an earlier one): the last node's value is the result, the others side outputs."""
-    ext: list[Node] = []
-    ext_index: dict[int, int] = {}
-    result_of: dict[int, int] = {}  # id(member) -> instruction index of its value
-    program: list = []
-    for n in nodes:
-        base = len(program)
-        local: list[int] = []  # this member's input k -> combined reference
-        for i in n.inputs:
-            if id(i) in result_of:
-                local.append(result_of[id(i)])
-                continue
-            if id(i) not in ext_index:
-                ext_index[id(i)] = len(ext)
-                ext.append(i)
-            local.append(-(ext_index[id(i)] + 1))
-        for op_name, args, attrs in program_of(n):
-            program.append((op_name, tuple(local[-a - 1] if a < 0 else base + a for a in args),
-                            attrs))
-        result_of[id(n)] = len(program) - 1
+    """One loop for a multi-output group of :func:`kiln.core.passes.fuse.group_chains` (same
+    shape, each member after the first reads an earlier one): the last member's value is the
+    result, the others side outputs."""
+    ext, program, result_of = combine(nodes)
     ins = [Operand(b.layout(i), i.shape, i.dtype, b.flat(i)) for i in ext]
     last = nodes[-1]
     out = Operand(b.layout(last), last.shape, last.dtype, b.flat(last))
     extras = [(result_of[id(n)], Operand(b.layout(n), n.shape, n.dtype, b.flat(n)))
               for n in nodes[:-1]]
-    emit_loop(b, tuple(program), ins, out, "+".join(label(program_of(n)) for n in nodes),
-              extras)
+    emit_loop(b, program, ins, out, "+".join(label(program_of(n)) for n in nodes), extras)

@@ -1,11 +1,10 @@
-"""The ONE JIT wrapper of the CPU backend.
+"""The CPU backend's kernels: numba ``njit`` over the one JIT loader (:mod:`..jit`).
 
-Every numba kernel of kiln (generated or hand-written) is loaded through :func:`load`:
+Every numba kernel of the CPU backend (generated or hand-written) is loaded through :func:`load`:
 
-* the kernel's Python source is written to a file under ``KILN_CACHE_DIR/cpu`` named by a
-  deterministic key (a hash of the source, the jit options, the signature string and the numba
-  version) and imported from there, so that numba's ``cache=True`` works across processes
-  (functions built with ``exec`` from a string cannot be cached);
+* the source goes through :func:`kiln.core.backends.jit.load_source` (target ``"cpu"``), which
+  keys it, writes it to ``KILN_CACHE_DIR/cpu`` and imports it, so numba's ``cache=True`` works
+  across processes;
 * no large constants are baked into kernel source: arrays are arguments, scalars may be literals;
 * ``KILN_JIT=0`` (:func:`kiln.config.jit_enabled`) returns the same generated source un-jitted,
   running as plain Python;
@@ -22,11 +21,7 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import inspect
-import os
-import sys
 import textwrap
 import threading
 import time
@@ -34,9 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kiln import config
-
-# Bump when the wrapper or the code generators change in a way the source text does not show.
-CODEGEN_VERSION = "5"
+from kiln.core.backends.jit import load_source, target_dir
 
 # Module-level counters (tests read them): `compiled` = signatures numba compiled in this
 # process, `cache_hits` = signatures loaded from numba's disk cache, `sources_written` = new
@@ -45,7 +38,7 @@ stats: dict[str, float] = {"compiled": 0, "cache_hits": 0, "sources_written": 0,
                            "modules_loaded": 0, "compile_seconds": 0.0}
 
 _lock = threading.RLock()
-_kernels: dict[str, Kernel] = {}
+_kernels: dict[tuple[str, bool], Kernel] = {}
 
 HEADER = "import math\n\nimport numba\nimport numpy as np\n\n\n"
 
@@ -59,41 +52,8 @@ def reset_stats() -> None:
 
 
 def kernel_dir() -> str:
-    """The folder holding generated kernel files (and numba's cache, in its __pycache__)."""
-    return os.path.join(config.cache_dir(), "cpu")
-
-
-def _numba_version() -> str:
-    try:
-        import numba
-    except ImportError:  # pragma: no cover - numba is a dependency
-        return "none"
-    return numba.__version__
-
-
-def kernel_key(source: str, name: str, options: str, signature: str = "") -> str:
-    """Deterministic key of a kernel: hash of source, name, jit options, signature, versions."""
-    text = "\n".join([CODEGEN_VERSION, _numba_version(), sys.version.split()[0], name, options,
-                      signature, source])
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-def _write_source(path: str, text: str) -> bool:
-    """Writes ``text`` to ``path`` atomically unless an identical file exists; returns True when
-    written. The file is never rewritten (numba's cache index checks its modification time)."""
-    if os.path.exists(path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                if f.read() == text:
-                    return False
-        except OSError:
-            pass
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-    return True
+    """The folder holding the CPU kernel files (and numba's cache, in its __pycache__)."""
+    return target_dir("cpu")
 
 
 class Kernel:
@@ -178,30 +138,12 @@ def load(source: str, name: str, *, signature: str = "", fastmath: Any = False,
     jit = config.jit_enabled()
     fm = sorted(fastmath) if isinstance(fastmath, set | frozenset) else bool(fastmath)
     options = f"fastmath={fm};parallel={parallel}"
-    key = kernel_key(source, name, options, signature)
-    memo = f"{key}:{int(jit)}"
+    t0 = time.perf_counter()
+    src = load_source("cpu", source, name, header=HEADER, options=options, signature=signature,
+                      counts=stats)
+    memo = (src.path, jit)
     found = _kernels.get(memo)
-    if found is not None:
-        return found
-    with _lock:
-        found = _kernels.get(memo)
-        if found is not None:
-            return found
-        t0 = time.perf_counter()
-        path = os.path.join(kernel_dir(), f"k_{key}.py")
-        text = f"# kiln cpu kernel {name} [{signature}] {options}\n" + HEADER + source
-        if _write_source(path, text):
-            stats["sources_written"] += 1
-        modname = f"kiln_jit_k_{key}"
-        module = sys.modules.get(modname)
-        if module is None:
-            spec = importlib.util.spec_from_file_location(modname, path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            sys.modules[modname] = module
-            stats["modules_loaded"] += 1
-        py = getattr(module, name)
+    if found is None:
         dispatcher = None
         if jit:
             import numba
@@ -210,11 +152,11 @@ def load(source: str, name: str, *, signature: str = "", fastmath: Any = False,
                                     boundscheck=False,
                                     fastmath=set(fastmath) if isinstance(fastmath, frozenset)
                                     else fastmath,
-                                    parallel=parallel)(py)
+                                    parallel=parallel)(src.function)
         stats["compile_seconds"] += time.perf_counter() - t0
-        kernel = Kernel(name, key, path, py, dispatcher)
-        _kernels[memo] = kernel
-        return kernel
+        found = _kernels.setdefault(memo, Kernel(name, src.key, src.path, src.function,
+                                                 dispatcher))
+    return found
 
 
 _functions: dict[tuple, Kernel] = {}

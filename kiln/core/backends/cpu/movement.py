@@ -1,5 +1,6 @@
-"""Movement ops: views of their input's storage where possible, NumPy copies otherwise, and the
-small kernels one_hot / pad / concatenate / slice_grad.
+"""Movement ops that copy: a reshape of strided data (its view rule declined: see
+``OpDef.view`` and kiln/core/plan.py), and the small kernels one_hot / pad / concatenate /
+slice_grad.
 """
 
 from __future__ import annotations
@@ -7,44 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.core.backends.cpu import jit
-from kiln.core.backends.cpu.registry import builder, view
+from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Node
-
-
-# ---- views ------------------------------------------------------------------------------------
-@view("reshape", "reshape_like")
-def _reshape(node, ins, shape):
-    return ins[0].reshape(shape)
-
-
-@view("transpose")
-def _transpose(node, ins, shape):
-    return ins[0].transpose(node.attrs["perm"])
-
-
-@view("broadcast_to", "broadcast_like")
-def _broadcast(node, ins, shape):
-    return ins[0].broadcast(shape, node.inputs[0].shape, node.shape)
-
-
-@view("expand_dims")
-def _expand(node, ins, shape):
-    return ins[0].expand_dims(node.attrs["axis"])
-
-
-@view("squeeze")
-def _squeeze(node, ins, shape):
-    return ins[0].squeeze(node.attrs["axis"])
-
-
-@view("slice")
-def _slice(node, ins, shape):
-    return ins[0].slice(node.attrs["spec"])
-
-
-@view("stop_gradient")
-def _identity(node, ins, shape):
-    return ins[0]
 
 
 # ---- copies -----------------------------------------------------------------------------------

@@ -8,28 +8,15 @@ allocation, no type dispatch, no scalar arguments). Large C-contiguous feeds are
 (the arguments that view them are rebuilt around the fed array); small or strided ones are
 copied into their buffer.
 
-Once per program (``CpuProgram``; the ordering is in ``ordering.py``):
-
-* the schedule (``kiln.core.schedule`` when available), with each update moved after the last
-  kernel reading the variable's old value (so it can be written in place);
-* chains of same-shape elementwise kernels (e.g. an optimizer's ``m``, ``v`` and ``p``
-  updates, or ``add`` + ``relu`` when the sum is also needed later) made adjacent and run as
-  one loop with side outputs;
-* a buffer assignment from ``kiln.core.memory.plan_memory`` at a fixed batch size.
-
-Per plan (``PlanBuilder``):
-
-1. concrete shapes from the feeds (each op's shape rule on static types);
-2. layouts: movement ops become views of their input's storage (reshape of a contiguous
-   tensor, transpose, broadcast, slice, expand/squeeze); everything else is a kernel writing a
-   fresh contiguous result;
-3. memory: kernel results take their planned buffer where the lifetimes (which views extend)
-   allow it, else a private one; an update computed by an elementwise kernel after the last
-   read of the variable's old value is written straight into the Variable's buffer, and the
-   program returns ``var.value`` itself so the executor skips the copy;
-4. kernels: generated loops for elementwise / fused / reduction nodes, hand-written numba
-   kernels or NumPy calls with ``out=`` for the rest (``registry.BUILDERS``), and the op's NumPy
-   reference (with a one-time warning) for anything else.
+Planning is device-neutral and lives in ``kiln/core/plan.py`` (docs/architecture.md,
+"Planning"): once per program the kernel order and the multi-output groups
+(``program_order``) and the program-wide buffer assignment (``planned_buffers``); per input
+signature the shapes, layouts (views), lifetimes, buffer sharing and in-place updates
+(``StaticPlan``). This module adds what is the CPU's own: host buffers (one uint8 arena slice
+per planned buffer), feed binding, and the kernel calls: generated loops for elementwise /
+fused / reduction nodes and multi-output groups (``elementwise.py``), hand-written numba
+kernels or NumPy calls with ``out=`` for the rest (``registry.BUILDERS``), and the op's NumPy
+reference (with a one-time warning) for anything else.
 
 ``KILN_PROFILE=1`` (or ``program.profile(feeds)``) prints the time per kernel and per op kind.
 """
@@ -45,22 +32,14 @@ from typing import Any
 import numpy as np
 
 from kiln import config
-from kiln.core.backends.cpu import layout as L
-from kiln.core.backends.cpu.ordering import (
-    is_aligned_elementwise,
-    merge_chains,
-    schedule,
-    sink_updates,
-)
-from kiln.core.backends.cpu.registry import BUILDERS, VIEWS, data_inputs
-from kiln.core.ir import Graph, Node, TensorType
+from kiln.core.backends.cpu.codegen import REDUCE_OPS
+from kiln.core.backends.cpu.elementwise import build_group, build_loop
+from kiln.core.backends.cpu.lowering import lower
+from kiln.core.backends.cpu.registry import BUILDERS
+from kiln.core.ir import Graph, Node
+from kiln.core.layout import Layout, as_array
 from kiln.core.ops.registry import ELEMENTWISE, FUSED, REDUCE, get_op
-
-SOURCES = ("placeholder", "param", "constant")
-# The batch size the memory planner sizes unknown dims with (its choices must not depend on
-# the actual batch: see CpuProgram.planned_buffers).
-PLANNER_BATCH = 64
-END = 1 << 60
+from kiln.core.plan import StaticPlan, planned_buffers, program_order, with_sources
 
 _warned: set[str] = set()
 
@@ -214,22 +193,22 @@ def feed_binding(steps: list[Step], buffer: np.ndarray,
 
 
 class PlanBuilder:
-    """Builds a :class:`Plan` for one input signature (see the module docstring).
+    """Builds a :class:`Plan` for one input signature on top of the device-neutral planner
+    (:class:`kiln.core.plan.StaticPlan`: shapes, layouts, lifetimes, buffers, in-place
+    updates); adds host allocation and the kernel calls.
 
     Kernel builders (``registry.BUILDERS``) use :meth:`shape`, :meth:`layout`, :meth:`array`,
-    :meth:`flat`, :meth:`out` and :meth:`add`.
+    :meth:`flat`, :meth:`out`, :meth:`contiguous` and :meth:`add`.
     """
 
     def __init__(self, program: CpuProgram, feeds: Sequence[np.ndarray]):
         self.program = program
         self.graph = program.graph
         self.order = program.order
-        self.feeds = feeds
-        self.shapes: dict[int, tuple[int, ...]] = {}
-        self.layouts: dict[int, L.Layout] = {}
-        self.kernel_nodes: list[Node] = []
-        self.storage_kind: dict[int, str] = {}
-        self.consts: dict[int, np.ndarray] = {}
+        self.static = StaticPlan(program.graph, program.order, [np.shape(f) for f in feeds],
+                                 "cpu")
+        self.shapes = self.static.shapes
+        self.layouts = self.static.layouts
         self.flats: dict[int, np.ndarray] = {}      # root key -> flat array
         self.steps: list[Step] = []
         self.node: Node | None = None
@@ -240,7 +219,7 @@ class PlanBuilder:
     def shape(self, node: Node) -> tuple[int, ...]:
         return self.shapes[id(node)]
 
-    def layout(self, node: Node) -> L.Layout:
+    def layout(self, node: Node) -> Layout:
         return self.layouts[id(node)]
 
     def flat(self, node: Node) -> np.ndarray:
@@ -250,7 +229,7 @@ class PlanBuilder:
     def array(self, node: Node) -> np.ndarray:
         """A NumPy view of ``node``'s value."""
         lay = self.layouts[id(node)]
-        return L.as_array(self.flats[lay.root], lay)
+        return as_array(self.flats[lay.root], lay)
 
     def out(self, node: Node | None = None) -> np.ndarray:
         return self.array(self.node if node is None else node)
@@ -272,24 +251,19 @@ class PlanBuilder:
 
     # ---- phases -------------------------------------------------------------------------------
     def build(self) -> Plan:
-        self._shapes()
-        self._layouts()
+        st = self.static
         self._groups()
-        lifetimes = self._lifetimes()
-        buffers = self._assign_buffers(lifetimes)
-        inplace = self._inplace_updates(lifetimes)
+        lifetimes = st.lifetimes(self.active)
+        buffers, self.info["private_buffers"] = st.assign_buffers(
+            self.program.planned_buffers(), lifetimes)
+        self.info["memory"] = self.program.memory_info
+        inplace = st.inplace_updates(self.program.updates, lifetimes)
         self._allocate(buffers, inplace)
-        for node in self.order:
-            if node.op in SOURCES or self.storage_kind.get(id(node)) != "buffer":
-                continue
-            if id(node) in self.layouts and self.layouts[id(node)].root != id(node):
-                continue  # a view
+        for node in st.kernels:
             if id(node) in self.grouped and id(node) not in self.active:
                 continue  # computed by its group's loop
             self.node = node
             if id(node) in self.active:
-                from kiln.core.backends.cpu.elementwise import build_group
-
                 build_group(self, self.active[id(node)])
             else:
                 self._build_node(node)
@@ -318,186 +292,42 @@ class PlanBuilder:
             written.append((lo, lo + var.value.nbytes))
         return Plan(self.steps, feed_bufs, outputs, var_checks, self.info, bindings, written)
 
-    def _shapes(self) -> None:
-        fed = {id(p): tuple(np.shape(f)) for p, f in zip(self.graph.inputs, self.feeds)}
-        for n in self.order:
-            if n.op == "placeholder":
-                if id(n) not in fed:
-                    raise ValueError(f"no value fed for placeholder {n.name or ''} {n.type}")
-                shape = fed[id(n)]
-            elif n.op == "param":
-                shape = n.attrs["var"].value.shape
-            elif n.op == "constant":
-                shape = n.attrs["value"].array.shape
-            else:
-                types = [TensorType(self.shapes[id(i)], i.dtype) for i in n.inputs]
-                shape = get_op(n.op).infer(*types, **n.attrs).shape
-                if any(d is None for d in shape):
-                    raise ValueError(f"cpu backend: cannot infer a static shape for {n.op} "
-                                     f"from inputs {[t.shape for t in types]}")
-            self.shapes[id(n)] = tuple(int(d) for d in shape)
-
-    def _layouts(self) -> None:
-        for n in self.order:
-            shape = self.shapes[id(n)]
-            if n.op in SOURCES:
-                self.storage_kind[id(n)] = {"placeholder": "feed", "param": "param",
-                                            "constant": "const"}[n.op]
-                self.layouts[id(n)] = L.fresh(id(n), shape)
-                continue
-            if n.op in PLAN_CONSTANTS:
-                self.storage_kind[id(n)] = "const"
-                value = PLAN_CONSTANTS[n.op](n, [self.shapes[id(i)] for i in n.inputs])
-                self.consts[id(n)] = np.ascontiguousarray(value, dtype=n.dtype)
-                self.layouts[id(n)] = L.fresh(id(n), shape)
-                continue
-            view = VIEWS.get(n.op)
-            if view is not None:
-                lay = view(n, [self.layouts[id(i)] for i in n.inputs], shape)
-                if lay is not None:
-                    self.layouts[id(n)] = lay
-                    self.storage_kind[id(n)] = "view"
-                    continue
-            self.layouts[id(n)] = L.fresh(id(n), shape)
-            self.storage_kind[id(n)] = "buffer"
-            self.kernel_nodes.append(n)
-
     def _groups(self) -> None:
         """The program's multi-output groups whose members have equal run-time shapes and
         are all kernels in this plan (id(head) -> members)."""
         self.active: dict[int, list[Node]] = {}
         self.grouped: set[int] = set()
         for head, members in self.program.groups.items():
-            if all(self.storage_kind.get(id(m)) == "buffer"
-                   and self.shapes[id(m)] == self.shapes[head] for m in members):
+            if all(self.static.is_kernel(m) and self.shapes[id(m)] == self.shapes[head]
+                   for m in members):
                 self.active[head] = members
                 self.grouped.update(id(m) for m in members)
 
-    def _lifetimes(self) -> dict[str, Any]:
-        """Per kernel: its step; per storage root: (first, last) steps and the layouts read at
-        each step."""
-        step = {id(n): t for t, n in enumerate(self.kernel_nodes)}
-        for members in self.active.values():  # a group runs at its first member's step
-            for m in members[1:]:
-                step[id(m)] = step[id(members[0])]
-        first = dict(step)
-        last: dict[int, int] = dict(step)
-        reads: dict[int, list[tuple[int, L.Layout]]] = {}
-        for n in self.kernel_nodes:
-            t = step[id(n)]
-            for i in data_inputs(n):
-                lay = self.layouts[id(n.inputs[i])]
-                reads.setdefault(lay.root, []).append((t, lay))
-                if last.get(lay.root, -1) < t:
-                    last[lay.root] = t
-        for o in self.graph.outputs:
-            last[self.layouts[id(o)].root] = END
-        return {"step": step, "first": first, "last": last, "reads": reads}
-
-    def _nbytes(self, n: Node) -> int:
-        return int(np.prod(self.shapes[id(n)], dtype=np.int64)) * np.dtype(n.dtype).itemsize
-
-    def _may_share(self, prev: Node, nxt: Node, lt: dict[str, Any]) -> bool:
-        """Whether ``nxt`` may take over the buffer of ``prev`` (prev's value is dead by then,
-        or ``nxt`` overwrites it in place, element by element)."""
-        last_prev = lt["last"][id(prev)]
-        t = lt["step"][id(nxt)]
-        if last_prev < t:
-            return True
-        if last_prev > t or not is_aligned_elementwise(nxt) or prev.dtype != nxt.dtype:
-            return False
-        out_lay = self.layouts[id(nxt)]
-        return all(lay.offset == out_lay.offset and lay.shape == out_lay.shape
-                   and lay.strides == out_lay.strides
-                   for s, lay in lt["reads"].get(id(prev), []) if s == t)
-
-    def _assign_buffers(self, lt: dict[str, Any]) -> dict[int, int]:
-        """id(kernel node) -> buffer index: the program's planned assignment, where this plan's
-        lifetimes (which views extend) allow it, else a private buffer."""
-        planned = self.program.planned_buffers()
-        self.info["memory"] = self.program.memory_info
-        occupant: dict[int, Node] = {}
-        result: dict[int, int] = {}
-        fresh = max(planned.values(), default=-1) + 1
-        private = 0
-        for n in self.kernel_nodes:
-            b = planned.get(id(n))
-            if b is not None:
-                prev = occupant.get(b)
-                if prev is None or self._may_share(prev, n, lt):
-                    occupant[b] = n
-                    result[id(n)] = b
-                    continue
-                private += 1
-            result[id(n)] = fresh
-            occupant[fresh] = n
-            fresh += 1
-        self.info["private_buffers"] = private
-        return result
-
-    def _inplace_updates(self, lt: dict[str, Any]) -> dict[int, Any]:
-        """id(update value node) -> Variable whose buffer receives it directly."""
-        result: dict[int, Any] = {}
-        taken: set[int] = set()
-        out_roots = {}
-        for k, o in enumerate(self.graph.outputs):
-            out_roots.setdefault(self.layouts[id(o)].root, []).append(k)
-        count: dict[int, int] = {}
-        for _, var in self.program.updates:
-            count[id(var)] = count.get(id(var), 0) + 1
-        for k, var in self.program.updates:
-            if count[id(var)] > 1:
-                continue  # the executor applies them in order: the last one must win
-            u = self.graph.outputs[k]
-            if id(u) in result or id(var) in taken or self.storage_kind.get(id(u)) != "buffer":
-                continue
-            if self.layouts[id(u)].root != id(u) or u.dtype != var.dtype:
-                continue
-            if self.shapes[id(u)] != var.value.shape or not var.value.flags.c_contiguous:
-                continue
-            pnode = var.__kiln_node__()
-            proot = id(pnode)
-            t = lt["step"][id(u)]
-            if proot in out_roots:
-                continue  # an output shows the old value
-            ok = True
-            for s, lay in lt["reads"].get(proot, []):
-                if s > t:
-                    ok = False
-                elif s == t:
-                    out_lay = self.layouts[id(u)]
-                    if not (is_aligned_elementwise(u) and lay.offset == out_lay.offset
-                            and lay.shape == out_lay.shape and lay.strides == out_lay.strides):
-                        ok = False
-            if ok:
-                result[id(u)] = var
-                taken.add(id(var))
-        return result
-
     def _allocate(self, buffers: dict[int, int], inplace: dict[int, Any]) -> None:
+        st = self.static
         sizes: dict[int, int] = {}
-        for n in self.kernel_nodes:
+        for n in st.kernels:
             if id(n) in inplace:
                 continue
             b = buffers[id(n)]
-            sizes[b] = max(sizes.get(b, 0), self._nbytes(n))
+            sizes[b] = max(sizes.get(b, 0), st.nbytes(n))
         raw = {b: np.empty(max(s, 1), np.uint8) for b, s in sizes.items()}
         self.info["buffer_bytes"] = int(sum(sizes.values()))
         self.info["buffers"] = len(raw)
         for n in self.order:
             key = id(n)
-            kind = self.storage_kind.get(key)
+            kind = st.storage.get(key)
             dtype = np.dtype(n.dtype)
             if kind == "feed":
                 self.flats[key] = np.empty(self.shapes[key], dtype).reshape(-1)
             elif kind == "param":
                 self.flats[key] = n.attrs["var"].value.reshape(-1)
             elif kind == "const":
-                value = self.consts.get(key)
+                value = st.consts.get(key)
                 if value is None:
                     value = n.attrs["value"].array
                 self.flats[key] = np.array(value, dtype=dtype, copy=True).reshape(-1)
-            elif kind == "buffer" and self.layouts[key].root == key:
+            elif kind == "buffer":
                 if key in inplace:
                     self.flats[key] = inplace[key].value.reshape(-1)
                 else:
@@ -507,8 +337,6 @@ class PlanBuilder:
     def _build_node(self, node: Node) -> None:
         fn = BUILDERS.get(node.op)
         if fn is None and is_generated(node):
-            from kiln.core.backends.cpu.elementwise import build_loop
-
             fn = build_loop
         if fn is None:
             warn_fallback(node.op)
@@ -519,11 +347,7 @@ class PlanBuilder:
 def is_generated(node: Node) -> bool:
     """Nodes whose kernel is generated from scalar bodies (elementwise, fused, reductions)."""
     kind = get_op(node.op).kind
-    if kind in (ELEMENTWISE, FUSED):
-        return True
-    from kiln.core.backends.cpu.codegen import REDUCE_OPS
-
-    return kind == REDUCE and node.op in REDUCE_OPS
+    return kind in (ELEMENTWISE, FUSED) or (kind == REDUCE and node.op in REDUCE_OPS)
 
 
 def build_reference(b: PlanBuilder, node: Node) -> None:
@@ -541,16 +365,6 @@ def build_reference(b: PlanBuilder, node: Node) -> None:
     b.add(run_reference, (), label=f"{node.op}(reference)")
 
 
-def _size_of(node: Node, in_shapes: list[tuple[int, ...]]) -> np.ndarray:
-    shape = in_shapes[0]
-    n = int(np.prod([shape[a] for a in node.attrs["axis"]], dtype=np.int64))
-    return np.asarray(n, dtype=node.dtype)
-
-
-# ops whose value depends only on shapes: computed once per plan
-PLAN_CONSTANTS: dict[str, Callable[..., np.ndarray]] = {"size_of": _size_of}
-
-
 class CpuProgram:
     """A compiled graph for the CPU backend (see the module docstring).
 
@@ -563,20 +377,11 @@ class CpuProgram:
     backend = "cpu"
 
     def __init__(self, graph: Graph, updates: Sequence[tuple[int, Any]] | None = None):
-        from kiln.core.backends.cpu.lowering import lower
-
-        if updates is None:
-            updates = getattr(graph, "updates", None) or ()
         self.source_graph = graph
         self.graph = lower(graph)
-        self.updates = [(int(k), var) for k, var in updates]
-        order = sink_updates(self.graph, self.updates, schedule(self.graph))
-        self.kernels_order, self.groups = merge_chains(self.graph, self.updates, order)
-        kernel_ids = {id(n) for n in self.kernels_order}
-        sources = [n for n in self.graph.nodes if n.op in SOURCES and id(n) not in kernel_ids]
-        seen = {id(n) for n in sources}
-        unused = [p for p in self.graph.inputs if id(p) not in seen]  # fed but never read
-        self.order = unused + sources + self.kernels_order
+        self.updates = [(int(k), var) for k, var in (updates or ())]
+        self.kernels_order, self.groups = program_order(self.graph, self.updates)
+        self.order = with_sources(self.graph, self.kernels_order)
         self.reuse_buffers = True
         self.bind_feeds = True
         self._planned: dict[int, int] | None = None
@@ -586,27 +391,14 @@ class CpuProgram:
         self._profile_env = config.profile_enabled()
 
     def planned_buffers(self) -> dict[int, int]:
-        """id(kernel node) -> buffer index from ``kiln.core.memory.plan_memory`` (computed once,
-        at a fixed batch size, so that every plan shares buffers the same way and so uses the
-        same compiled kernels: in-place loops are specialized), or {} without a planner."""
-        if self._planned is not None:
-            return self._planned
-        self._planned = {}
-        self.memory_info = "one buffer per kernel"
-        if not self.reuse_buffers:
-            return self._planned
-        try:
-            from kiln.core.memory import plan_memory
-        except ImportError:
-            return self._planned
-        try:
-            mp = plan_memory(self.graph, order=self.kernels_order, batch_size=PLANNER_BATCH,
-                             inplace=True)
-        except Exception as exc:  # a planner bug must not stop the program
-            self.memory_info = f"one buffer per kernel (plan_memory failed: {exc})"
-            return self._planned
-        self._planned = dict(mp.buffer)
-        self.memory_info = "plan_memory"
+        """id(kernel node) -> buffer index from :func:`kiln.core.plan.planned_buffers`
+        (computed once, at a fixed batch size, so that every plan shares buffers the same way
+        and so uses the same compiled kernels: in-place loops are specialized); {} when buffer
+        reuse is off."""
+        if self._planned is None:
+            self._planned = planned_buffers(self.graph, self.kernels_order) \
+                if self.reuse_buffers else {}
+            self.memory_info = "plan_memory" if self.reuse_buffers else "one buffer per kernel"
         return self._planned
 
     def plan(self, feeds: Sequence[np.ndarray]) -> Plan:

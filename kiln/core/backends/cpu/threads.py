@@ -1,7 +1,8 @@
 """Thread pools: numba's kernels and NumPy's BLAS take turns on the same cores.
 
 Both pools spin after their work for a while, stealing the cores from the other one when
-kernels and GEMMs alternate (shared/notes/numba-measurements.md, "Threads fight"):
+kernels and GEMMs alternate (measured: a prange kernel, a GEMM and another prange kernel back to
+back took 20 ms with numba's default OpenMP settings, 12 ms with passive waiting):
 
 * numba's OpenMP threads: ``OMP_WAIT_POLICY=PASSIVE`` (set here, before numba starts its pool)
   makes them sleep after a parallel region;

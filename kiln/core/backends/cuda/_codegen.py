@@ -150,7 +150,7 @@ CONTIG, SCALAR, GENERAL = "contig", "scalar", "general"
 
 
 def input_kind(shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
-    from kiln.core.backends.cuda._layout import contiguous_strides
+    from kiln.core.layout import contiguous_strides
 
     if all(s == 0 for s in strides):
         return SCALAR

@@ -1,11 +1,11 @@
-"""The ONE JIT wrapper of the cuda backend.
+"""The cuda backend's kernels: ``cuda.jit`` over the one JIT loader (:mod:`..jit`).
 
 Every CUDA kernel of kiln is generated as Python source and loaded through :func:`load`:
 
-* the source (with :data:`PRELUDE`: imports and the shared device functions) is written to
-  ``KILN_CACHE_DIR/cuda/k_<key>.py``, the key hashing the source, the numba-cuda version and
-  whether the simulator runs, and imported from there, so that ``cuda.jit(cache=True)`` can
-  cache the compiled kernels across processes;
+* the source, after :data:`PRELUDE` (imports and the shared device functions), goes through
+  :func:`kiln.core.backends.jit.load_source` with target ``"cuda"`` (or ``"cudasim"`` under the
+  simulator), which keys it, writes it to ``KILN_CACHE_DIR/<target>/k_<key>.py`` and imports
+  it, so that ``cuda.jit(cache=True)`` can cache the compiled kernels across processes;
 * no large constants are baked in: arrays, shapes, strides and offsets are kernel arguments,
   so one kernel serves every batch size (numba compiles per argument *types* only);
 * under the simulator (``NUMBA_ENABLE_CUDASIM=1``) the same source runs as Python threads,
@@ -18,11 +18,7 @@ each launch, so a test can compile every kernel the simulator ran to PTX for a r
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
-import sys
-import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,8 +27,7 @@ import numpy as np
 
 from kiln import config
 from kiln.core.backends.cuda._device import SIM_MATH, cuda_module, simulator_enabled
-
-CODEGEN_VERSION = "1"
+from kiln.core.backends.jit import import_file, load_source, target_dir
 
 PRELUDE = '''import math
 
@@ -104,7 +99,6 @@ def _uniform(base, i):
 
 '''
 
-_lock = threading.RLock()
 _kernels: dict[str, Kernel] = {}
 
 # When a list, every launch appends (source path, kernel name, argument type descriptors).
@@ -114,15 +108,9 @@ stats: dict[str, int] = {"sources_written": 0, "modules_loaded": 0, "launches": 
 
 
 def kernel_dir() -> str:
-    return os.path.join(config.cache_dir(), "cuda")
-
-
-def _version() -> str:
-    try:
-        from numba_cuda import __version__
-    except ImportError:  # pragma: no cover
-        return "none"
-    return __version__
+    """The folder of this process's CUDA kernel files (``cuda``, or ``cudasim`` under the
+    simulator)."""
+    return target_dir("cudasim" if simulator_enabled() else "cuda")
 
 
 def arg_type(a: Any) -> tuple:
@@ -214,9 +202,8 @@ class Kernel:
         return f"<kiln cuda kernel {self.name} {os.path.basename(self.path)}>"
 
 
-# Generated source goes to disk through the CPU backend's writer (one JIT wrapper's rules:
-# atomic, and never rewritten, since numba's cache index checks the modification time).
-from kiln.core.backends.cpu.jit import _write_source  # noqa: E402
+def _bind_sim_math(module: Any) -> None:
+    module.math = SIM_MATH
 
 
 def load(source: str, name: str) -> Kernel:
@@ -224,37 +211,17 @@ def load(source: str, name: str) -> Kernel:
 
     Returns the same :class:`Kernel` for the same source within a process.
     """
+    cuda = cuda_module()  # a clear error when numba-cuda is missing
     sim = simulator_enabled()
-    text = f"# kiln cuda kernel {name}\n" + PRELUDE + source
-    key = hashlib.sha256("\n".join([CODEGEN_VERSION, _version(), sys.version.split()[0],
-                                    str(sim), name, text]).encode()).hexdigest()[:24]
-    found = _kernels.get(key)
-    if found is not None:
-        return found
-    with _lock:
-        found = _kernels.get(key)
-        if found is not None:
-            return found
-        cuda = cuda_module()
-        path = os.path.join(kernel_dir(), f"k_{key}.py")
-        if _write_source(path, text):
-            stats["sources_written"] += 1
-        modname = f"kiln_cuda_k_{key}"
-        module = sys.modules.get(modname)
-        if module is None:
-            spec = importlib.util.spec_from_file_location(modname, path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            sys.modules[modname] = module
-            stats["modules_loaded"] += 1
-            if sim:
-                module.math = SIM_MATH
-        py = getattr(module, name)
-        dispatcher = cuda.jit(py) if sim else cuda.jit(cache=True)(py)
-        kernel = Kernel(name, path, py, dispatcher, sim)
-        _kernels[key] = kernel
-        return kernel
+    src = load_source("cudasim" if sim else "cuda", source, name, header=PRELUDE,
+                      options="" if sim else "cache=True",
+                      prepare=_bind_sim_math if sim else None, counts=stats)
+    found = _kernels.get(src.path)
+    if found is None:
+        dispatcher = cuda.jit(src.function) if sim else cuda.jit(cache=True)(src.function)
+        found = _kernels.setdefault(src.path, Kernel(name, src.path, src.function, dispatcher,
+                                                     sim))
+    return found
 
 
 def compile_ptx(path: str, name: str, argtypes: Sequence[tuple], cc: tuple[int, int] = (9, 0)
@@ -262,10 +229,7 @@ def compile_ptx(path: str, name: str, argtypes: Sequence[tuple], cc: tuple[int, 
     """Compiles a recorded kernel to PTX (needs NVVM, not a GPU); used by the tests."""
     from numba import cuda, types
 
-    spec = importlib.util.spec_from_file_location(f"kiln_ptx_{abs(hash(path))}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = import_file(f"kiln_ptx_{abs(hash(path))}", path)
     sig = []
     for t in argtypes:
         if t[0] == "array":

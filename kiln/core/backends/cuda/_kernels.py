@@ -9,6 +9,10 @@ arguments, so a kernel compiles once per dtype and serves every batch size.
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from kiln.core.backends.cuda._codegen import CTOR
 from kiln.core.backends.cuda._jit import Kernel, load
 
@@ -390,9 +394,10 @@ def avg_pool_grad(dtype: str) -> Kernel:
 
 # ---- gather / scatter-add / one_hot / fill ----------------------------------------------------
 def take() -> Kernel:
-    """out[p, j, s] = x[p, idx[j], s] (negative indices wrap; out-of-range indices clamp).
-    Arguments: ``total, A, J, S, out, oo, x, xo, idx, io``."""
-    src = """def k_take(total, A, J, S, out, oo, x, xo, idx, io):
+    """out[p, j, s] = x[p, idx[j], s]; negative indices wrap like NumPy, an index still out of
+    range sets ``err[eo] = 1`` (the program raises IndexError after the run; a kernel cannot).
+    Arguments: ``total, A, J, S, out, oo, x, xo, idx, io, err, eo``."""
+    src = """def k_take(total, A, J, S, out, oo, x, xo, idx, io, err, eo):
     i = cuda.grid(1)
     step = cuda.gridsize(1)
     while i < total:
@@ -403,17 +408,20 @@ def take() -> Kernel:
         t = int64(idx[io + j])
         if t < 0:
             t += A
-        t = min(max(t, 0), A - 1)
-        out[oo + i] = x[xo + (p * A + t) * S + s]
+        if t >= 0 and t < A:
+            out[oo + i] = x[xo + (p * A + t) * S + s]
+        else:
+            err[eo] = int32(1)
         i += step
 """
     return load(src, "k_take")
 
 
 def take_grad() -> Kernel:
-    """out[p, idx[j], s] += ct[p, j, s] with atomic adds (out is zeroed first).
-    Arguments: ``total, A, J, S, out, oo, ct, cto, idx, io``."""
-    src = """def k_take_grad(total, A, J, S, out, oo, ct, cto, idx, io):
+    """out[p, idx[j], s] += ct[p, j, s] with atomic adds (out is zeroed first); an index out of
+    range (after the negative wrap) sets ``err[eo] = 1``.
+    Arguments: ``total, A, J, S, out, oo, ct, cto, idx, io, err, eo``."""
+    src = """def k_take_grad(total, A, J, S, out, oo, ct, cto, idx, io, err, eo):
     i = cuda.grid(1)
     step = cuda.gridsize(1)
     while i < total:
@@ -426,9 +434,33 @@ def take_grad() -> Kernel:
             t += A
         if t >= 0 and t < A:
             cuda.atomic.add(out, oo + (p * A + t) * S + s, ct[cto + i])
+        else:
+            err[eo] = int32(1)
         i += step
 """
     return load(src, "k_take_grad")
+
+
+class IndexCheck:
+    """A device error flag that gather kernels set for an out-of-range index, and the check the
+    program runs after its launches: one 4-byte copy to the host; when set, the flag is cleared
+    and ``IndexError("<op>: index out of range")`` raised, as the reference and CPU do.
+
+    Args:
+        cuda: ``numba.cuda``.
+        op: the op named in the error.
+    """
+
+    def __init__(self, cuda: Any, op: str):
+        self.op = op
+        self.flag = cuda.to_device(np.zeros(1, np.int32))
+        self._host = np.zeros(1, np.int32)
+
+    def __call__(self) -> None:
+        self.flag.copy_to_host(self._host)
+        if self._host[0]:
+            self.flag.copy_to_device(np.zeros(1, np.int32))
+            raise IndexError(f"{self.op}: index out of range")
 
 
 def one_hot(dtype: str) -> Kernel:

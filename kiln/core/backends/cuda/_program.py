@@ -18,48 +18,21 @@ reference on the host with a one-time warning (copy in, compute, copy out).
 
 from __future__ import annotations
 
-import os
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from kiln.core.backends.cuda import _codegen as cg
-from kiln.core.backends.cuda import _kernels as kn
 from kiln.core.backends.cuda import _resident as rs
 from kiln.core.backends.cuda._device import blocks_for, check_available, launch_config
-from kiln.core.backends.cuda._jit import load
-from kiln.core.backends.cuda._layout import Layout, coalesce, contiguous_strides, prod
+from kiln.core.backends.cuda._lower import KERNEL_OPS, Lowering
 from kiln.core.ir import Graph, Node, TensorType
-from kiln.core.ops.fused import program_of
-from kiln.core.ops.registry import ELEMENTWISE, REDUCE, get_op
-
-VIEW_OPS = frozenset({"reshape", "reshape_like", "transpose", "broadcast_to", "broadcast_like",
-                      "expand_dims", "squeeze", "slice", "identity", "stop_gradient"})
-KERNEL_OPS = frozenset({
-    "fused", "matmul", "softmax", "log_softmax", "sparse_softmax_cross_entropy",
-    "softmax_cross_entropy", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter",
-    "max_pool2d", "avg_pool2d", "max_pool2d_grad", "avg_pool2d_grad", "take", "take_grad",
-    "one_hot", "concatenate", "pad", "slice_grad", "random_uniform", "random_normal",
-    "size_of", *cg.REDUCE_OPS}) | VIEW_OPS
-
-_warned: set[str] = set()
-
-# Split-K of conv2d_backprop_filter (a GEMM with few outputs and N * OH * OW-long sums): -1
-# picks the number of K pieces that fills the GPU, 0 turns it off, n > 0 forces n pieces.
-CONV_SPLIT_K = -1
-
-
-def geom_co(kind: str, geom: tuple, t: TensorType, node: Node, pl: _Planner) -> int:
-    """The CO argument of the convolution kernels: output channels of the conv2d."""
-    if kind == "fwd":
-        return t.shape[3]
-    if kind == "bpi":
-        return pl.shape(node.inputs[0])[3]
-    return t.shape[3]
+from kiln.core.layout import Layout, prod
+from kiln.core.memory import assign_intervals
+from kiln.core.ops.registry import ELEMENTWISE, SHAPE
+from kiln.core.plan import StaticPlan, program_order, with_sources
 
 
 def ops_with_kernels() -> set[str]:
@@ -67,71 +40,8 @@ def ops_with_kernels() -> set[str]:
     from kiln.core.ops import all_ops
 
     return {name for name, op in all_ops().items()
-            if name in KERNEL_OPS or (op.kind == ELEMENTWISE and op.scalar is not None)}
-
-
-def _warn_fallback(op: str, why: str) -> None:
-    if op in _warned:
-        return
-    _warned.add(op)
-    warnings.warn(f"kiln cuda backend: no CUDA kernel for op {op!r} ({why}); it runs on the "
-                  "host with its NumPy reference (inputs copied to the host and the result "
-                  "back), which is slow", RuntimeWarning, stacklevel=3)
-
-
-def _window(size: int, k: int, s: int, d: int, padding: str) -> tuple[int, int]:
-    """Output length and leading padding of one spatial axis (TensorFlow rules)."""
-    keff = (k - 1) * d + 1
-    if padding == "valid":
-        return (size - keff) // s + 1, 0
-    out = -(-size // s)
-    return out, max((out - 1) * s + keff - size, 0) // 2
-
-
-# ---- cuBLAS through CuPy, when installed --------------------------------------------------------
-class _Blas:
-    """cuBLAS GEMMs through CuPy (``KILN_CUDA_BLAS=auto|cupy|kiln``; auto: CuPy when it imports
-    and a real GPU runs). Any CuPy failure switches to kiln's own GEMM, with a warning."""
-
-    def __init__(self) -> None:
-        self.cp: Any = None
-        self.tried = False
-
-    def get(self) -> Any:
-        if self.tried:
-            return self.cp
-        self.tried = True
-        choice = os.environ.get("KILN_CUDA_BLAS", "auto").lower()
-        from kiln.core.backends.cuda._device import simulator_enabled
-
-        if choice == "kiln" or simulator_enabled():
-            return None
-        try:
-            import cupy
-
-            cupy.cuda.runtime.getDeviceCount()
-            self.cp = cupy
-        except Exception as exc:  # noqa: BLE001 - CuPy is optional
-            if choice == "cupy":
-                warnings.warn(f"KILN_CUDA_BLAS=cupy but CuPy is unusable ({exc}); using kiln's "
-                              "GEMM kernel", RuntimeWarning, stacklevel=2)
-        return self.cp
-
-    def disable(self, exc: Exception) -> None:
-        warnings.warn(f"kiln cuda backend: CuPy's matmul failed ({exc}); using kiln's GEMM "
-                      "kernel from now on", RuntimeWarning, stacklevel=3)
-        self.cp = None
-
-    def view(self, arr: Any, layout: Layout, dtype: str) -> Any:
-        cp = self.cp
-        item = np.dtype(dtype).itemsize
-        ptr = arr.__cuda_array_interface__["data"][0]
-        mem = cp.cuda.UnownedMemory(ptr, max(arr.size, 1) * item, arr)
-        mp = cp.cuda.MemoryPointer(mem, layout.offset * item)
-        return cp.ndarray(layout.shape, dtype, mp, strides=tuple(s * item for s in layout.strides))
-
-
-BLAS = _Blas()
+            if name in KERNEL_OPS or op.view is not None or op.kind == SHAPE
+            or (op.kind == ELEMENTWISE and op.scalar is not None)}
 
 
 # ---- plans ---------------------------------------------------------------------------------------
@@ -165,22 +75,32 @@ class _Plan:
     updates: list[tuple[Any, Any, int, int, bool]] = field(default_factory=list)
     slots: dict[tuple[str, int], int] = field(default_factory=dict)
     generation: int = 0
+    checks: list[Callable[[], None]] = field(default_factory=list)  # run after the launches
 
 
-class _Planner:
+class _Planner(Lowering):
     def __init__(self, prog: CudaProgram, feed_shapes: Sequence[tuple]):
         self.prog = prog
         self.cfg = launch_config()
-        self.roots: list[_Root] = []
+        # storage key -> root: the planner's keys (id of the node owning the storage) and
+        # this backend's temporaries (negative keys); a kernel's result root is registered
+        # under both its temporary key and its node's key (one _Root object)
+        self.roots: dict[int, _Root] = {}
+        self._next_temp = -1
+        self.feed_roots: list[tuple[int, Layout]] = []
+        self.param_roots: dict[int, int] = {}
         self.steps: list[_StepSpec] = []
+        self.checks: list[Callable[[], None]] = []  # e.g. kn.IndexCheck: raise after the run
         self.layouts: dict[int, Layout] = {}
         self.types: dict[int, TensorType] = {}
         self.feed_shapes = feed_shapes
 
     # ---- helpers --------------------------------------------------------------------------
     def root(self, kind: str, dtype: str, nelem: int, **kw: Any) -> int:
-        self.roots.append(_Root(kind, dtype, nelem, **kw))
-        return len(self.roots) - 1
+        key = self._next_temp
+        self._next_temp -= 1
+        self.roots[key] = _Root(kind, dtype, nelem, **kw)
+        return key
 
     def fresh(self, dtype: str, shape: tuple) -> Layout:
         return Layout.fresh(self.root("temp", dtype, prod(shape)), tuple(shape))
@@ -211,537 +131,37 @@ class _Planner:
     def rows(self, n: int) -> int:
         return max(1, min(n, self.cfg.max_rows))
 
-    # ---- copies ---------------------------------------------------------------------------
-    def copy_into(self, dst: Layout, src: Layout, dtype: str, label: str = "copy") -> None:
-        shape = dst.shape
-        src = src.broadcast(shape) if src.shape != shape else src
-        shp, (ost, ist) = coalesce(shape, [dst.strides, src.strides])
-        okind = cg.input_kind(shp, ost)
-        okind = cg.CONTIG if okind == cg.CONTIG else cg.GENERAL
-        ikind = cg.input_kind(shp, ist)
-        kernel = load(cg.loop_source(len(shp), okind, [ikind], [], "x0"), "k_loop")
-        n = prod(shp)
-
-        def args(arr):
-            a = [n, *shp, arr(dst.root), dst.offset]
-            if okind == cg.GENERAL:
-                a += list(ost)
-            a += [arr(src.root), src.offset]
-            if ikind == cg.GENERAL:
-                a += list(ist)
-            return tuple(a)
-        self.launch1(label, kernel, n, [src], dst, args)
-
-    def contig(self, layout: Layout, dtype: str) -> Layout:
-        if layout.is_contiguous:
-            return layout
-        out = self.fresh(dtype, layout.shape)
-        self.copy_into(out, layout, dtype, "materialize")
-        return out
-
-    def fill(self, out: Layout, dtype: str, value: float) -> None:
-        n = out.size
-        kernel = kn.fill(dtype)
-        v = float(value) if dtype.startswith("float") else int(value)
-        self.launch1("fill", kernel, n, [], out,
-                     lambda arr: (n, arr(out.root), out.offset, v))
-
     # ---- the graph ------------------------------------------------------------------------
     def plan(self) -> None:
+        """Shapes, layouts and storage from the device-neutral planner; a kernel (or a host
+        fallback) for every node it marks as one."""
         g = self.prog.graph
+        st = StaticPlan(g, self.prog.order, self.feed_shapes, "cuda")
         feeds = {id(p): k for k, p in enumerate(g.inputs)}
-        for node in g.nodes:
-            op = node.op
-            if op == "placeholder":
-                if id(node) not in feeds:
-                    raise ValueError(f"cuda backend: no value fed for placeholder "
-                                     f"{node.name or ''} {node.type}")
-                t = TensorType(tuple(self.feed_shapes[feeds[id(node)]]), node.dtype)
-            elif op == "param":
+        for node in st.order:
+            key, t = id(node), st.type(node)
+            self.types[key] = t
+            lay = st.layouts[key]
+            kind = st.storage[key]
+            if kind == "feed":
+                self.roots[key] = _Root("temp", t.dtype, prod(t.shape), first=-1)
+                self.feed_roots.append((feeds[key], lay))
+            elif kind == "param":
                 var = node.attrs["var"]
-                t = TensorType(tuple(var.shape), var.dtype)
-            elif op == "constant":
-                t = node.type
-            else:
-                t = get_op(op).infer(*[self.types[id(i)] for i in node.inputs], **node.attrs)
-            if not t.is_static:
-                raise ValueError(f"cuda backend: could not infer a static shape for {node!r} "
-                                 f"from the fed shapes {list(self.feed_shapes)}")
-            self.types[id(node)] = t
-            self.layouts[id(node)] = self.node(node, feeds)
-
-    def node(self, node: Node, feeds: dict[int, int]) -> Layout:
-        op, t = node.op, self.types[id(node)]
-        ins = [self.layouts[id(i)] for i in node.inputs]
-        if op == "placeholder":
-            lay = self.fresh(t.dtype, t.shape)
-            self.roots[lay.root].first = -1
-            self.feed_roots.append((feeds[id(node)], lay))
-            return lay
-        if op == "param":
-            var = node.attrs["var"]
-            rid = self.param_roots.get(id(var))
-            if rid is None:
-                rid = self.root("param", t.dtype, prod(t.shape), var=var)
-                self.param_roots[id(var)] = rid
-            return Layout.fresh(rid, t.shape)
-        if op == "constant":
-            return Layout.fresh(self.root("const", t.dtype, prod(t.shape),
-                                          host=node.attrs["value"].array), t.shape)
-        if op == "size_of":
-            x = self.shape(node.inputs[0])
-            value = np.asarray(prod(tuple(x[a] for a in node.attrs["axis"])), dtype=t.dtype)
-            return Layout.fresh(self.root("const", t.dtype, 1, host=value), ())
-        if op in VIEW_OPS:
-            return self.view(node, ins[0], t)
-        try:
-            kind = get_op(op).kind
-            if op == "fused" or kind == ELEMENTWISE:
-                return self.elementwise(node, ins, t)
-            if kind == REDUCE:
-                return self.reduce(node, ins, t)
-            method = getattr(self, f"op_{op}", None)
-            if method is None:
-                raise cg.Untranslatable("no kernel")
-            return method(node, ins, t)
-        except cg.Untranslatable as exc:
-            _warn_fallback(op, str(exc))
-            return self.fallback(node, ins, t)
-
-    # ---- views ----------------------------------------------------------------------------
-    def view(self, node: Node, x: Layout, t: TensorType) -> Layout:
-        op, a = node.op, node.attrs
-        xd = self.dtype(node.inputs[0])
-        if op in ("reshape", "reshape_like"):
-            v = x.reshape(t.shape)
-            if v is None:
-                v = self.contig(x, xd).reshape(t.shape)
-            return v
-        if op == "transpose":
-            return x.transpose(a["perm"])
-        if op in ("broadcast_to", "broadcast_like"):
-            return x.broadcast(t.shape)
-        if op == "expand_dims":
-            return x.expand(a["axis"])
-        if op == "squeeze":
-            return x.squeeze(a["axis"])
-        if op == "slice":
-            return x.slice(a["spec"])
-        return x  # identity, stop_gradient
-
-    # ---- elementwise, fused and reductions ------------------------------------------------
-    def elementwise(self, node: Node, ins: list[Layout], t: TensorType) -> Layout:
-        in_types = [self.types[id(i)] for i in node.inputs]
-        lines, value, vdtype, red = cg.element_program(program_of(node), in_types)
-        if red is not None:
-            # iteration space: the shape of the reduction's operand
-            iter_t = self._operand_type(node, in_types)
-            return self.reduction(node, red[0], red[1], ins, iter_t.shape, lines, value,
-                                  vdtype, t)
-        shape = t.shape
-        bst = [x.broadcast(shape).strides for x in ins]
-        shp, sts = coalesce(shape, [contiguous_strides(shape)] + bst)
-        kinds = [cg.input_kind(shp, s) for s in sts[1:]]
-        kernel = load(cg.loop_source(len(shp), cg.CONTIG, kinds, lines, value), "k_loop")
-        out = self.fresh(t.dtype, shape)
-        n = prod(shape)
-
-        def args(arr):
-            a = [n, *shp, arr(out.root), out.offset]
-            for x, kind, st in zip(ins, kinds, sts[1:]):
-                a += [arr(x.root), x.offset]
-                if kind == cg.GENERAL:
-                    a += list(st)
-            return tuple(a)
-        self.launch1(node.op if node.op != "fused" else "fused", kernel, n, ins, out, args)
-        return out
-
-    def _operand_type(self, node: Node, in_types: list[TensorType]) -> TensorType:
-        program = program_of(node)
-        types: list[TensorType] = []
-        for op_name, args, attrs in program:
-            arg_t = [in_types[-a - 1] if a < 0 else types[a] for a in args]
-            if get_op(op_name).kind == REDUCE:
-                return arg_t[0]
-            types.append(get_op(op_name).infer(*arg_t, **dict(attrs)))
-        raise cg.Untranslatable("no reduction")  # pragma: no cover
-
-    def reduce(self, node: Node, ins: list[Layout], t: TensorType) -> Layout:
-        x_t = self.types[id(node.inputs[0])]
-        attrs = dict(node.attrs)
-        if node.op in ("argmax", "argmin"):
-            attrs["axis"] = (attrs["axis"],)
-        return self.reduction(node, node.op, attrs, ins, x_t.shape, [], "x0", x_t.dtype, t)
-
-    def reduction(self, node: Node, op: str, attrs: dict, ins: list[Layout], shape: tuple,
-                  lines: list[str], value: str, vdtype: str, t: TensorType) -> Layout:
-        if op not in cg.REDUCE_OPS:
-            raise cg.Untranslatable(f"reduction {op}")
-        axes = tuple(attrs["axis"])
-        kept = [d for d in range(len(shape)) if d not in axes]
-        bst = [x.broadcast(shape).strides for x in ins]
-        kshape, ksts = coalesce(tuple(shape[d] for d in kept),
-                                [tuple(s[d] for d in kept) for s in bst])
-        rshape, rsts = coalesce(tuple(shape[d] for d in axes),
-                                [tuple(s[d] for d in axes) for s in bst])
-        kinds = [cg.SCALAR if all(v == 0 for v in ks + rs) else cg.GENERAL
-                 for ks, rs in zip(ksts, rsts)]
-        nrow, nred = prod(kshape), prod(rshape)
-        # block mode: a block per row when the reduced axes are long and include the
-        # innermost (contiguous) axis; thread mode otherwise (coalesced over rows)
-        inner_reduced = any(rst and rst[-1] == 1 for rst in rsts)
-        small = nred <= min(32, self.cfg.tree)
-        mode = "block" if not small and (inner_reduced or nrow < 64) else "thread"
-        src = cg.reduce_source(op, mode, self.cfg.tree, len(kshape), len(rshape), kinds, lines,
-                               value, vdtype, t.dtype)
-        kernel = load(src, "k_red")
-        out = self.fresh(t.dtype, t.shape)
-        if mode == "block":
-            grid, block = self.rows(nrow), self.cfg.tree
-        else:
-            grid, block = blocks_for(nrow, self.cfg), self.cfg.threads
-
-        def bind(arr):
-            a = [nrow, nred, *kshape, *rshape, arr(out.root), out.offset]
-            for x, kind, kst, rst in zip(ins, kinds, ksts, rsts):
-                a += [arr(x.root), x.offset]
-                if kind == cg.GENERAL:
-                    a += list(kst) + list(rst)
-            if nrow == 0:
-                return lambda: None
-            return kernel.bind(grid, block, a)
-        self.emit(node.op, ins, [out], bind)
-        return out
-
-    # ---- linear algebra -------------------------------------------------------------------
-    def op_matmul(self, node: Node, ins: list[Layout], t: TensorType) -> Layout:
-        a, b = ins
-        dtype = t.dtype
-        out = self.fresh(dtype, t.shape)
-        *batch, m, n = t.shape
-        k = self.shape(node.inputs[0])[-1]
-        batch = tuple(batch)
-        al = a.broadcast(batch + tuple(a.shape[-2:]))
-        bl = b.broadcast(batch + tuple(b.shape[-2:]))
-        bshape, (abst, bbst, _) = coalesce(batch, [al.strides[:-2], bl.strides[:-2],
-                                                   contiguous_strides(batch)])
-        nb = prod(bshape)
-        T, R = self.cfg.tile, self._micro(m * nb, n)
-        kernel = kn.gemm(dtype, T, R, len(bshape))
-        bm = T * R
-        cap = self.cfg.max_rows  # the kernel loops over block rows/columns beyond the grid
-        grid = (max(1, min(-(-n // bm), cap)), max(1, min(-(-m // bm), cap)),
-                max(1, min(nb, cap)))
-        use_blas = dtype in ("float32", "float64") and BLAS.get() is not None
-
-        def bind(arr):
-            args = (m, n, k, nb, *bshape, arr(out.root), out.offset, arr(a.root), a.offset,
-                    al.strides[-2], al.strides[-1], *abst, arr(b.root), b.offset,
-                    bl.strides[-2], bl.strides[-1], *bbst)
-            if prod(t.shape) == 0:
-                return lambda: None
-            if k == 0:
-                size = prod(t.shape)
-                return kn.fill(dtype).bind(blocks_for(size, self.cfg), self.cfg.threads,
-                                           (size, arr(out.root), out.offset, 0))
-
-            own = kernel.bind(grid, (T, T), args)
-            if not use_blas:
-                return own
-            views: list[Any] = []
-
-            def blas() -> None:
-                if BLAS.cp is None:
-                    return own()
-                try:
-                    if not views:
-                        views.extend([BLAS.view(arr(a.root), al, dtype),
-                                      BLAS.view(arr(b.root), bl, dtype),
-                                      BLAS.view(arr(out.root), out, dtype)])
-                    BLAS.cp.matmul(views[0], views[1], out=views[2])
-                except Exception as exc:  # noqa: BLE001
-                    BLAS.disable(exc)
-                    own()
-            return blas
-        self.emit("matmul", ins, [out], bind)
-        return out
-
-    # ---- softmax family -------------------------------------------------------------------
-    def _row(self, kind: str, label: str, x: Layout, y: Layout | None, shape: tuple, axis: int,
-             out_shape: tuple, dtype: str, y_dtype: str | None) -> Layout:
-        x = self.contig(x, dtype)
-        if y is not None:
-            y = self.contig(y, y_dtype or dtype)
-        outer, A, inner = prod(shape[:axis]), shape[axis], prod(shape[axis + 1:])
-        nrow = outer * inner
-        mode = "thread" if A <= min(32, self.cfg.tree) else "block"
-        kernel = kn.row(kind, dtype, mode, self.cfg.tree)
-        out = self.fresh(dtype, out_shape)
-        if mode == "block":
-            grid, block = self.rows(nrow), self.cfg.tree
-        else:
-            grid, block = blocks_for(nrow, self.cfg), self.cfg.threads
-        yy = y if y is not None else x
-
-        def bind(arr):
-            a = (nrow, A, inner, arr(out.root), out.offset, arr(x.root), x.offset,
-                 arr(yy.root), yy.offset)
-            if nrow == 0 or A == 0:
-                return lambda: None
-            return kernel.bind(grid, block, a)
-        self.emit(label, [x] + ([y] if y is not None else []), [out], bind)
-        return out
-
-    def op_softmax(self, node, ins, t):
-        return self._row("softmax", "softmax", ins[0], None, t.shape, node.attrs["axis"],
-                         t.shape, t.dtype, None)
-
-    def op_log_softmax(self, node, ins, t):
-        return self._row("log_softmax", "log_softmax", ins[0], None, t.shape,
-                         node.attrs["axis"], t.shape, t.dtype, None)
-
-    def op_sparse_softmax_cross_entropy(self, node, ins, t):
-        shape = self.shape(node.inputs[0])
-        return self._row("sparse_ce", node.op, ins[0], ins[1], shape, len(shape) - 1, t.shape,
-                         t.dtype, self.dtype(node.inputs[1]))
-
-    def op_softmax_cross_entropy(self, node, ins, t):
-        shape = self.shape(node.inputs[0])
-        return self._row("dense_ce", node.op, ins[0], ins[1], shape, len(shape) - 1, t.shape,
-                         t.dtype, t.dtype)
-
-    # ---- convolution and pooling ----------------------------------------------------------
-    def _geom(self, x_shape: tuple, out_hw: tuple, k: tuple, strides: tuple, padding: str,
-              dilation: tuple) -> tuple:
-        n, h, w, c = x_shape
-        oh, pt = _window(h, k[0], strides[0], dilation[0], padding)
-        ow, pl = _window(w, k[1], strides[1], dilation[1], padding)
-        assert (oh, ow) == tuple(out_hw), ((oh, ow), out_hw)
-        return (n, h, w, c, oh, ow, k[0], k[1], strides[0], strides[1], dilation[0],
-                dilation[1], pt, pl)
-
-    def _micro(self, m: int, n: int) -> int:
-        """The register micro-tile edge of a GEMM: the largest whose grid still has enough
-        blocks to fill the GPU (small outputs get more, smaller blocks)."""
-        choices = self.cfg.micro  # the simulator: (2,), to always exercise the micro-tiles
-        for r in choices[:-1]:
-            bm = self.cfg.tile * r
-            if -(-m // bm) * -(-n // bm) >= self.cfg.fill_blocks:
-                return r
-        return choices[-1]
-
-    def _conv(self, kind: str, node: Node, x: Layout, k: Layout, t: TensorType,
-              geom: tuple, m: int, n: int, kk: int) -> Layout:
-        """One implicit-GEMM convolution kernel (M x NN outputs, K-long sums)."""
-        T = self.cfg.tile
-        R = self._micro(m, n)
-        bm = T * R
-        cap = self.cfg.max_rows  # the kernels loop over block rows/columns beyond the grid
-        gx, gy = max(1, min(-(-n // bm), cap)), max(1, min(-(-m // bm), cap))
-        splits = 1
-        if kind == "bpf" and CONV_SPLIT_K:
-            want = -(-self.cfg.fill_blocks // (gx * gy)) if CONV_SPLIT_K < 0 else CONV_SPLIT_K
-            splits = max(1, min(want, -(-kk // (4 * T)), cap))
-        kchunk = -(-kk // splits)
-        kchunk = -(-kchunk // T) * T
-        splits = -(-kk // kchunk)
-        kernel = kn.conv_gemm(kind, t.dtype, T, R, splits > 1)
-        out = self.fresh(t.dtype, t.shape)
-        if splits > 1:
-            self.fill(out, t.dtype, 0)
-
-        def bind(arr):
-            args = (m, n, kk, kchunk, *geom, geom_co(kind, geom, t, node, self), arr(out.root),
-                    out.offset, arr(x.root), x.offset, arr(k.root), k.offset)
-            if m == 0 or n == 0:
-                return lambda: None
-            if kk == 0:
-                return kn.fill(t.dtype).bind(blocks_for(m * n, self.cfg), self.cfg.threads,
-                                             (m * n, arr(out.root), out.offset, 0))
-            return kernel.bind((gx, gy, splits), (T, T), args)
-        self.emit(node.op, [x, k] + ([out] if splits > 1 else []), [out], bind)
-        return out
-
-    def op_conv2d(self, node, ins, t):
-        x, w = (self.contig(v, t.dtype) for v in ins)
-        ws = self.shape(node.inputs[1])
-        a = node.attrs
-        geom = self._geom(self.shape(node.inputs[0]), t.shape[1:3], ws[:2], a["strides"],
-                          a["padding"], a["dilation"])
-        return self._conv("fwd", node, x, w, t, geom, prod(t.shape[:3]), ws[3],
-                          ws[0] * ws[1] * ws[2])
-
-    def op_conv2d_backprop_input(self, node, ins, t):
-        ct, w = (self.contig(v, t.dtype) for v in ins)
-        ws = self.shape(node.inputs[1])
-        a = node.attrs
-        geom = self._geom(t.shape, self.shape(node.inputs[0])[1:3], ws[:2], a["strides"],
-                          a["padding"], a["dilation"])
-        return self._conv("bpi", node, ct, w, t, geom, prod(t.shape[:3]), t.shape[3],
-                          ws[0] * ws[1] * ws[3])
-
-    def op_conv2d_backprop_filter(self, node, ins, t):
-        x, ct = (self.contig(v, t.dtype) for v in ins)
-        cs = self.shape(node.inputs[1])
-        a = node.attrs
-        geom = self._geom(self.shape(node.inputs[0]), cs[1:3], a["kernel_size"], a["strides"],
-                          a["padding"], a["dilation"])
-        return self._conv("bpf", node, x, ct, t, geom, prod(t.shape[:3]), t.shape[3],
-                          prod(cs[:3]))
-
-    def _pool_geom(self, x_shape, out_shape, a):
-        return self._geom(x_shape, out_shape[1:3], a["pool_size"], a["strides"], a["padding"],
-                          (1, 1))
-
-    def _pool(self, kind, node, ins, t):
-        x = self.contig(ins[0], t.dtype)
-        geom = self._pool_geom(self.shape(node.inputs[0]), t.shape, node.attrs)
-        out = self.fresh(t.dtype, t.shape)
-        n = prod(t.shape)
-        self.launch1(node.op, kn.pool(kind, t.dtype), n, [x], out,
-                     lambda arr: (n, *geom, arr(out.root), out.offset, arr(x.root), x.offset))
-        return out
-
-    def op_max_pool2d(self, node, ins, t):
-        return self._pool("max", node, ins, t)
-
-    def op_avg_pool2d(self, node, ins, t):
-        return self._pool("avg", node, ins, t)
-
-    def op_max_pool2d_grad(self, node, ins, t):
-        x, y, ct = (self.contig(v, t.dtype) for v in ins)
-        geom = self._pool_geom(t.shape, self.shape(node.inputs[1]), node.attrs)
-        out = self.fresh(t.dtype, t.shape)
-        n = prod(t.shape)
-        self.launch1(node.op, kn.max_pool_grad(t.dtype), n, [x, y, ct], out,
-                     lambda arr: (n, *geom, arr(out.root), out.offset, arr(x.root), x.offset,
-                                  arr(y.root), y.offset, arr(ct.root), ct.offset))
-        return out
-
-    def op_avg_pool2d_grad(self, node, ins, t):
-        ct = self.contig(ins[0], t.dtype)
-        geom = self._pool_geom(t.shape, self.shape(node.inputs[0]), node.attrs)
-        out = self.fresh(t.dtype, t.shape)
-        n = prod(t.shape)
-        self.launch1(node.op, kn.avg_pool_grad(t.dtype), n, [ct], out,
-                     lambda arr: (n, *geom, arr(out.root), out.offset, arr(ct.root),
-                                  ct.offset))
-        return out
-
-    # ---- gathers, scatters, movement with copies ------------------------------------------
-    def _pjs(self, x_shape: tuple, idx_size: int, axis: int) -> tuple[int, int, int, int]:
-        return (prod(x_shape[:axis]), x_shape[axis], idx_size, prod(x_shape[axis + 1:]))
-
-    def op_take(self, node, ins, t):
-        x = self.contig(ins[0], t.dtype)
-        idx = self.contig(ins[1], self.dtype(node.inputs[1]))
-        p, A, J, S = self._pjs(self.shape(node.inputs[0]), prod(self.shape(node.inputs[1])),
-                               node.attrs["axis"])
-        out = self.fresh(t.dtype, t.shape)
-        n = p * J * S
-        self.launch1("take", kn.take(), n, [x, idx], out,
-                     lambda arr: (n, A, J, S, arr(out.root), out.offset, arr(x.root), x.offset,
-                                  arr(idx.root), idx.offset))
-        return out
-
-    def op_take_grad(self, node, ins, t):
-        ct = self.contig(ins[0], t.dtype)
-        idx = self.contig(ins[1], self.dtype(node.inputs[1]))
-        p, A, J, S = self._pjs(t.shape, prod(self.shape(node.inputs[1])), node.attrs["axis"])
-        out = self.fresh(t.dtype, t.shape)
-        self.fill(out, t.dtype, 0)
-        n = p * J * S
-        self.launch1("take_grad", kn.take_grad(), n, [ct, idx, out], out,
-                     lambda arr: (n, A, J, S, arr(out.root), out.offset, arr(ct.root),
-                                  ct.offset, arr(idx.root), idx.offset))
-        return out
-
-    def op_one_hot(self, node, ins, t):
-        idx = self.contig(ins[0], self.dtype(node.inputs[0]))
-        depth = node.attrs["depth"]
-        out = self.fresh(t.dtype, t.shape)
-        n = prod(t.shape)
-        self.launch1("one_hot", kn.one_hot(t.dtype), n, [idx], out,
-                     lambda arr: (n, depth, arr(out.root), out.offset, arr(idx.root),
-                                  idx.offset))
-        return out
-
-    def op_concatenate(self, node, ins, t):
-        axis = node.attrs["axis"]
-        out = self.fresh(t.dtype, t.shape)
-        start = 0
-        for x in ins:
-            size = x.shape[axis]
-            spec = tuple((start, start + size, 1) if d == axis else (None, None, 1)
-                         for d in range(len(t.shape)))
-            self.copy_into(out.slice(spec), x, t.dtype, "concatenate")
-            start += size
-        return out
-
-    def op_pad(self, node, ins, t):
-        out = self.fresh(t.dtype, t.shape)
-        self.fill(out, t.dtype, node.attrs["value"])
-        spec = tuple((lo, lo + d, 1) for (lo, _), d in zip(node.attrs["pads"], ins[0].shape))
-        self.copy_into(out.slice(spec), ins[0], t.dtype, "pad")
-        return out
-
-    def op_slice_grad(self, node, ins, t):
-        out = self.fresh(t.dtype, t.shape)
-        self.fill(out, t.dtype, 0)
-        self.copy_into(out.slice(node.attrs["spec"]), ins[0], t.dtype, "slice_grad")
-        return out
-
-    def _random(self, kind, node, ins, t):
-        key = self.contig(ins[0], "int64")
-        out = self.fresh(t.dtype, t.shape)
-        n = prod(t.shape)
-        salt = int(node.attrs["salt"])
-        self.launch1(node.op, kn.random(kind, t.dtype), n, [key], out,
-                     lambda arr: (n, arr(out.root), out.offset, arr(key.root), key.offset,
-                                  salt))
-        return out
-
-    def op_random_uniform(self, node, ins, t):
-        return self._random("uniform", node, ins, t)
-
-    def op_random_normal(self, node, ins, t):
-        return self._random("normal", node, ins, t)
-
-    # ---- host fallback --------------------------------------------------------------------
-    def fallback(self, node: Node, ins: list[Layout], t: TensorType) -> Layout:
-        op = get_op(node.op)
-        out = self.fresh(t.dtype, t.shape)
-        dtypes = [self.dtype(i) for i in node.inputs]
-        attrs = dict(node.attrs)
-
-        def bind(arr):
-            def run() -> None:
-                args = [to_host(arr(x.root), x, d) for x, d in zip(ins, dtypes)]
-                with np.errstate(all="ignore"):
-                    value = np.asarray(op.ref(*args, **attrs))
-                upload(arr(out.root), out.offset, value.astype(t.dtype, copy=False))
-            return run
-        self.emit(f"{node.op} (host)", ins, [out], bind)
-        return out
-
-
-def to_host(arr: Any, layout: Layout, dtype: str) -> np.ndarray:
-    """A host copy of a (strided) device view."""
-    if layout.size == 0:
-        return np.zeros(layout.shape, dtype)
-    lo, hi = layout.span()
-    flat = arr[lo:hi + 1].copy_to_host()
-    item = np.dtype(dtype).itemsize
-    view = np.lib.stride_tricks.as_strided(flat[layout.offset - lo:], layout.shape,
-                                           tuple(s * item for s in layout.strides))
-    return np.array(view, copy=True)
-
-
-def upload(arr: Any, offset: int, value: np.ndarray) -> None:
-    flat = np.asarray(value, order="C").reshape(-1)
-    if flat.size:
-        arr[offset:offset + flat.size].copy_to_device(flat)
-
+                shared = self.param_roots.setdefault(id(var), key)
+                self.roots[key] = self.roots[shared] if shared != key else _Root(
+                    "param", t.dtype, prod(t.shape), var=var)
+            elif kind == "const":
+                host = st.consts[key] if key in st.consts else node.attrs["value"].array
+                self.roots[key] = _Root("const", t.dtype, prod(t.shape), host=host)
+            elif kind == "buffer":
+                out = self.kernel(node, [self.layouts[id(i)] for i in node.inputs], t)
+                if out != Layout.fresh(out.root, t.shape) or self.roots[out.root].kind != "temp":
+                    copy = self.fresh(t.dtype, t.shape)
+                    self.copy_into(copy, out, t.dtype, "result")
+                    out = copy
+                self.roots[key] = self.roots[out.root]
+            self.layouts[key] = lay
 
 # ---- the program ---------------------------------------------------------------------------------
 class CudaProgram:
@@ -760,6 +180,7 @@ class CudaProgram:
     def __init__(self, graph: Graph):
         self.cuda = check_available()
         self.graph = graph
+        self.order = with_sources(graph, program_order(graph, ())[0])
         self._plans: dict[tuple, _Plan] = {}
         self._pool: dict[tuple[str, int], Any] = {}
         self._generation = 0
@@ -802,8 +223,6 @@ class CudaProgram:
         if plan is not None and plan.generation == self._generation:
             return plan
         planner = _Planner(self, shapes)
-        planner.feed_roots = []
-        planner.param_roots = {}
         planner.plan()
         plan = self._finish(planner)
         self._plans[shapes] = plan
@@ -829,7 +248,7 @@ class CudaProgram:
                 # copy it before the device copies are overwritten
                 lay = self._copy(pl, lay, dt)
             out_layouts.append(lay)
-        # liveness
+        # liveness (in launch steps: a kernel's own temporaries count too)
         end = len(pl.steps)
         for i, st in enumerate(pl.steps):
             for r in st.reads + st.writes:
@@ -842,17 +261,27 @@ class CudaProgram:
             pl.roots[lay.root].first = -1
             pl.roots[lay.root].last = max(pl.roots[lay.root].last, -1)
         slots = self._allocate(pl)
-        plan = _Plan(generation=self._generation, slots=slots)
+        plan = _Plan(generation=self._generation, slots=slots, checks=pl.checks)
         arrays: dict[int, Any] = {}
-        for rid, root in enumerate(pl.roots):
+        by_root: dict[int, Any] = {}
+        for rid, root in pl.roots.items():
+            found = by_root.get(id(root), by_root)
+            if found is not by_root:  # a second key of the same storage
+                if found is not None:
+                    arrays[rid] = found
+                continue
+            array = None
             if root.kind == "temp":
                 if root.slot >= 0:
-                    arrays[rid] = self._pool[(root.dtype, root.slot)]
+                    array = self._pool[(root.dtype, root.slot)]
             elif root.kind == "param":
-                arrays[rid] = rs.resident(root.var).dev
+                array = rs.resident(root.var).dev
                 plan.params.append((root.var, rs.resident(root.var)))
             else:
-                arrays[rid] = self._const(rid, root)
+                array = self._const(root)
+            by_root[id(root)] = array
+            if array is not None:
+                arrays[rid] = array
         arr = arrays.__getitem__
         for st in pl.steps:
             plan.fns.append(st.bind(arr))
@@ -874,38 +303,21 @@ class CudaProgram:
         return out
 
     def _allocate(self, pl: _Planner) -> dict[tuple[str, int], int]:
-        """Liveness-based slot assignment of the temporaries; grows the program's arena."""
-        starts: dict[int, list[int]] = {}
-        ends: dict[int, list[int]] = {}
-        for rid, root in enumerate(pl.roots):
-            if root.kind != "temp" or root.last < root.first:
-                continue
-            starts.setdefault(root.first, []).append(rid)
-            ends.setdefault(root.last, []).append(rid)
-        free: dict[str, list[int]] = {}
+        """Slots of the program's per-dtype device arena for the temporaries, by lifetime
+        (:func:`kiln.core.memory.assign_intervals`); grows the arena when a slot must."""
+        unique = {id(r): r for r in pl.roots.values()}
         caps: dict[tuple[str, int], int] = {}
-        count: dict[str, int] = {}
-        for i in range(-1, len(pl.steps) + 1):
-            for rid in starts.get(i, []):
-                root = pl.roots[rid]
-                need = max(root.nelem, 1)
-                pool = free.setdefault(root.dtype, [])
-                fits = [s for s in pool if caps[(root.dtype, s)] >= need]
-                if fits:
-                    slot = min(fits, key=lambda s: caps[(root.dtype, s)])
-                elif pool:
-                    slot = max(pool, key=lambda s: caps[(root.dtype, s)])
-                    caps[(root.dtype, slot)] = need
-                else:
-                    slot = count.get(root.dtype, 0)
-                    count[root.dtype] = slot + 1
-                    caps[(root.dtype, slot)] = need
-                if slot in pool:
-                    pool.remove(slot)
-                root.slot = slot
-            for rid in ends.get(i, []):
-                root = pl.roots[rid]
-                free.setdefault(root.dtype, []).append(root.slot)
+        by_dtype: dict[str, dict[int, list[int]]] = {}
+        for key, root in unique.items():
+            if root.kind == "temp" and root.last >= root.first:
+                by_dtype.setdefault(root.dtype, {})[key] = [root.first, root.last,
+                                                            max(root.nelem, 1)]
+        for dtype, span in by_dtype.items():
+            where, sizes = assign_intervals(span)
+            for key, slot in where.items():
+                unique[key].slot = slot
+            for slot, size in enumerate(sizes):
+                caps[(dtype, slot)] = size
         cuda = self.cuda
         grown = False
         for key, cap in caps.items():
@@ -917,7 +329,7 @@ class CudaProgram:
             self._generation += 1
         return caps
 
-    def _const(self, rid: int, root: _Root) -> Any:
+    def _const(self, root: _Root) -> Any:
         host = np.asarray(root.host, dtype=root.dtype, order="C").reshape(-1)
         key = id(root.host)
         found = self._consts.get(key)
@@ -938,8 +350,12 @@ class CudaProgram:
         for k, arr, off, n in plan.feeds:
             if n:
                 arr[off:off + n].copy_to_device(feeds[k].reshape(-1))
-        for fn in plan.fns:
-            fn()
+        try:
+            for fn in plan.fns:
+                fn()
+        finally:  # errors the kernels flagged (an IndexError names its op)
+            for check in plan.checks:
+                check()
         results = []
         for arr, off, shape, dtype in plan.outputs:
             host = np.empty(shape, dtype)

@@ -1,0 +1,256 @@
+"""The compiled steps: one graph per train step, test step and predict function.
+
+A train step is ONE graph (docs/architecture.md, "The data flow"): placeholders for the
+inputs, targets, sample weights and the int64 random key ``[seed, counter]``; the model
+traced inside ``trace(training=True, rng_key=key)``; the weighted losses, regularization
+penalties and layer losses; the metrics' statistics; ``grad`` of the loss; the optimizer's
+update nodes and the layers' own updates (BatchNormalization's moving statistics). Each step
+is compiled once per target/sample-weight signature, with a ``None`` batch dimension, so the
+last partial batch reuses it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import kiln.config
+from kiln import core, ops
+from kiln import losses as losses_module
+from kiln.core import Node, convert_to_tensor, depends_on, format_shape, grad, placeholder
+from kiln.layers.base import flatten
+from kiln.layers.context import trace
+from kiln.models.data import TensorSpec
+
+
+class _Step:
+    """A compiled train/test function and how to read its outputs: ``[total loss, per-output
+    losses..., metric statistics...]``, the trackers of the losses and each metric's slice."""
+
+    __slots__ = ("fn", "trackers", "metric_slices", "uses_key")
+
+    def __init__(self, fn: Any, trackers: list, metric_slices: list, uses_key: bool = False):
+        self.fn = fn
+        self.trackers = trackers
+        self.metric_slices = metric_slices
+        self.uses_key = uses_key
+
+
+def _signature(y_specs: list[TensorSpec], sw_specs: list[TensorSpec]) -> tuple:
+    return (tuple((s.shape, s.dtype) for s in y_specs),
+            tuple((s.shape, s.dtype) for s in sw_specs))
+
+
+class StepGraphsMixin:
+    """Builds (and caches) the train/test steps and the predict function, and picks the step
+    and feeds of one ``*_on_batch`` call."""
+
+    def _function(self, inputs: list, outputs: list, updates: Any, name: str) -> Any:
+        kwargs: dict[str, Any] = {"name": name}
+        if getattr(self, "_memory_budget", None) is not None:
+            kwargs["memory_budget"] = self._memory_budget
+        kwargs["batch_size"] = getattr(self, "_plan_batch_size", None)
+        # Looked up on kiln.core at each call, so a test can count compilations.
+        return core.function(inputs, outputs, updates=updates,
+                             backend=getattr(self, "_backend", None), **kwargs)
+
+    def _feed_placeholders(self, y_specs: list[TensorSpec], sw_specs: list[TensorSpec]
+                           ) -> tuple[list, list, list]:
+        specs = self._model_input_specs()
+        assert specs is not None
+        x_phs = [placeholder(s.shape, s.dtype, name=s.name) for s in specs]
+        names = self.output_names
+        y_phs = [placeholder(s.shape, s.dtype, name=f"{names[i]}_target")
+                 for i, s in enumerate(y_specs)]
+        sw_phs = [placeholder(s.shape, s.dtype, name=f"{names[i]}_sample_weight")
+                  for i, s in enumerate(sw_specs)]
+        return x_phs, y_phs, sw_phs
+
+    def _loss_and_stats(self, outputs: Any, y_phs: list, sw_phs: list, ctx: Any
+                        ) -> tuple[Node, list, list, list, list]:
+        """Total loss, per-output losses (when several outputs), trackers, metric statistics
+        and metric slices (``(metric, start, stop)`` into the step's outputs)."""
+        outs = flatten(outputs)
+        specs = self._outputs or []
+        if len(outs) != len(specs):
+            raise ValueError(f"{self.name}: the model returned {len(outs)} outputs, but "
+                             f"compile() configured {len(specs)}")
+        total: Node | None = None
+        out_losses: list[Node] = []
+        trackers: list = [self._loss_tracker]
+        stats: list[Node] = []
+        metric_slices: list = []
+        for i, (o, pred) in enumerate(zip(specs, outs)):
+            y = y_phs[i] if i < len(y_phs) else None
+            sw = sw_phs[i] if i < len(sw_phs) else None
+            if o.loss is not None:
+                if y is None:
+                    raise ValueError(f"{self.name}: output {o.name!r} has a loss but no "
+                                     "targets were given")
+                try:
+                    value = o.loss(y, pred, sw)
+                except (ValueError, TypeError) as exc:
+                    raise type(exc)(f"{self.name}: loss {o.loss.name!r} of output {o.name!r} "
+                                    f"(prediction shape {format_shape(pred.shape)}, target "
+                                    f"shape {format_shape(y.shape)}): {exc}") from exc
+                if o.tracker is not None:
+                    out_losses.append(value)
+                    trackers.append(o.tracker)
+                term = value if o.weight == 1.0 else value * o.weight
+                total = term if total is None else total + term
+            for group, weight in ((o.metrics, None), (o.weighted_metrics, sw)):
+                for m in group:
+                    if y is None:
+                        raise ValueError(f"{self.name}: metric {m.name!r} of output {o.name!r} "
+                                         "needs targets")
+                    nodes = m.stats(y, pred, weight)
+                    metric_slices.append((m, len(stats), len(stats) + len(nodes)))
+                    stats.extend(nodes)
+        for term in list(self.regularization_losses()) + list(ctx.losses):
+            term = _scalar(term)
+            total = term if total is None else total + term
+        if total is None:
+            raise ValueError(f"{self.name}: no loss to compute; pass `loss` to compile() (or "
+                             "add losses in call() with add_loss)")
+        offset = 1 + len(out_losses)
+        metric_slices = [(m, a + offset, b + offset) for m, a, b in metric_slices]
+        return total, out_losses, trackers, stats, metric_slices
+
+    def _train_step(self, y_specs: list[TensorSpec], sw_specs: list[TensorSpec]) -> _Step:
+        key = _signature(y_specs, sw_specs)
+        step = self._train_fns.get(key)
+        if step is not None:
+            self.train_function = step.fn
+            return step
+        if self.optimizer is None:
+            self._assert_compiled("fit")
+        x_phs, y_phs, sw_phs = self._feed_placeholders(y_specs, sw_specs)
+        rng_key = placeholder((2,), "int64", name="rng_key")
+        with trace(training=True, rng_key=rng_key) as ctx:
+            outputs = self(self._pack_inputs(x_phs), training=True)
+        total, out_losses, trackers, stats, slices = self._loss_and_stats(
+            outputs, y_phs, sw_phs, ctx)
+        variables = self.trainable_weights
+        if not variables:
+            raise ValueError(f"{self.name}: the model has no trainable weights to train")
+        self._build_optimizer_if_ready()
+        grads = grad(total, variables)
+        updates = list(self.optimizer.update_nodes(grads, variables)) + list(ctx.updates)
+        outputs_list = [total] + out_losses + stats
+        # Feed the random key only when the step uses it (Dropout ...).
+        uses_key = depends_on(outputs_list + [v for _, v in updates], rng_key)
+        feeds = x_phs + y_phs + sw_phs + ([rng_key] if uses_key else [])
+        fn = self._function(feeds, outputs_list, updates, "train_function")
+        step = _Step(fn, trackers, slices, uses_key)
+        self._train_fns[key] = step
+        self.train_function = fn
+        return step
+
+    def _test_step(self, y_specs: list[TensorSpec], sw_specs: list[TensorSpec]) -> _Step:
+        key = _signature(y_specs, sw_specs)
+        step = self._test_fns.get(key)
+        if step is not None:
+            self.test_function = step.fn
+            return step
+        x_phs, y_phs, sw_phs = self._feed_placeholders(y_specs, sw_specs)
+        with trace(training=False) as ctx:
+            outputs = self(self._pack_inputs(x_phs), training=False)
+        total, out_losses, trackers, stats, slices = self._loss_and_stats(
+            outputs, y_phs, sw_phs, ctx)
+        fn = self._function(x_phs + y_phs + sw_phs, [total] + out_losses + stats, None,
+                            "test_function")
+        step = _Step(fn, trackers, slices)
+        self._test_fns[key] = step
+        self.test_function = fn
+        return step
+
+    def _predict_fn(self) -> Any:
+        fn = self._predict_fns.get("default")
+        if fn is None:
+            specs = self._model_input_specs()
+            assert specs is not None
+            x_phs = [placeholder(s.shape, s.dtype, name=s.name) for s in specs]
+            with trace(training=False):
+                outputs = self(self._pack_inputs(x_phs), training=False)
+            fn = self._function(x_phs, list(flatten(outputs)), None, "predict_function")
+            self._predict_fns["default"] = fn
+        self.predict_function = fn
+        return fn
+
+    def _accumulate(self, step: _Step, outs: list, n: int) -> None:
+        """Adds one batch of ``n`` samples (a step's outputs) to the trackers and metrics."""
+        for i, t in enumerate(step.trackers):
+            t.total += float(outs[i]) * n
+            t.count += n
+        for m, a, b in step.metric_slices:
+            m.merge(outs[a:b])
+
+    def _batch_step(self, mode: str, x: Any, y: Any, sample_weight: Any, class_weight: Any
+                    ) -> tuple[Any, list]:
+        """The step (or predict function) and the feeds for one ``*_on_batch`` call.
+
+        A single array ``x`` (and ``y``) whose signature was seen before skips the general
+        standardization: only the dtype conversion and the label-range check remain, so a
+        loop of ``train_on_batch`` costs little more than the compiled step itself.
+        """
+        fast = (sample_weight is None and class_weight is None and type(x) is np.ndarray
+                and (y is None or type(y) is np.ndarray))
+        if fast:
+            key = (mode, x.shape[1:], x.dtype.str, None if y is None else
+                   (y.shape[1:], y.dtype.str))
+            entry = self._batch_cache.get(key)
+            if entry is not None and len(x) and (y is None or len(y) == len(x)):
+                step, xd, yd, n_classes = entry
+                feeds = [x if x.dtype == xd else x.astype(xd)]
+                if y is not None and yd is not None:
+                    feeds.append(y if y.dtype == yd else y.astype(yd))
+                    if n_classes is not None and (y.min() < 0 or y.max() >= n_classes):
+                        entry = None  # the general path raises the error
+                if entry is not None:
+                    return step, feeds
+        if mode == "predict":
+            xs, ys, sws = self._standardize_x(x), [], []
+            step = self._predict_fn()
+        else:
+            xs, ys, sws = self._prepare_arrays(x, y, sample_weight, class_weight, need_y=True)
+            make = self._train_step if mode == "train" else self._test_step
+            step = make(self._specs_of(ys), self._specs_of(sws))
+        if fast and len(xs) == 1 and len(ys) <= 1 and not sws and xs[0].shape == x.shape and (
+                not ys or ys[0].shape == y.shape):
+            n_classes = None
+            outs = self._outputs or []
+            if ys and outs and outs[0].loss is not None and \
+                    losses_module.is_sparse_categorical(outs[0].loss):
+                n_classes = self._model_output_specs()[0].shape[-1]
+            self._batch_cache[key] = (step, xs[0].dtype, ys[0].dtype if ys else None,
+                                      n_classes)
+        return step, xs + ys + sws
+
+    def compile_report(self) -> Any:
+        """The compiler's report (passes, kernels, memory) of the training step; builds the
+        train function on demand from the model's input and output shapes."""
+        self._assert_compiled("compile_report")
+        if self.train_function is None:
+            if self._model_input_specs() is None:
+                raise ValueError(f"{self.name}: build the model first (call it on data, "
+                                 "build(input_shape) or fit())")
+            out_specs = self._model_output_specs()
+            self._resolve_outputs(None)
+            y_specs = []
+            for o, s in zip(self._outputs or [], out_specs):
+                if o.loss is not None and losses_module.is_sparse_categorical(o.loss):
+                    y_specs.append(TensorSpec(s.shape[:-1], "int32"))
+                else:
+                    y_specs.append(TensorSpec(s.shape, kiln.config.floatx()))
+            self._train_step(y_specs, [])
+        return self.train_function.report
+
+
+def _scalar(term: Any) -> Node:
+    """A loss term (a layer loss or regularization penalty) as a scalar node."""
+    node = convert_to_tensor(term)
+    return ops.sum(node) if node.ndim else node
+
+
+__all__ = ["StepGraphsMixin"]

@@ -1,0 +1,139 @@
+"""kiln's one class registry: the tables every part of kiln consults to turn a class name in
+a saved config into a class (docs/architecture.md, "The layers of the house").
+
+It sits at the bottom of the package order (it imports nothing from kiln), so losses, metrics,
+optimizers, saving and models all consult the same tables:
+
+* user classes, registered with ``@kiln.saving.register_serializable`` (``"package>name"``);
+* ``custom_objects`` and :func:`custom_object_scope` blocks;
+* kiln's own classes that packages declare with :func:`register_builtin` (``Sequential``,
+  ``Model`` ...).
+
+:func:`get_registered_object` answers from these tables; ``kiln.saving.resolve_class`` adds
+kiln's layers and Layer subclasses defined so far. Nothing named in a file is ever imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+# User classes: "Package>Name" -> class, and class -> "Package>Name".
+_REGISTRY: dict[str, Any] = {}
+_NAMES: dict[Any, str] = {}
+# kiln's own classes that kiln.layers does not export (register_builtin): name -> class.
+_BUILTINS: dict[str, type] = {}
+_scope = threading.local()
+
+
+def register_serializable(package: str = "Custom", name: str | None = None) -> Any:
+    """Class decorator: makes a custom layer, model, loss, metric, optimizer or schedule
+    loadable by name (``"package>name"``) without ``custom_objects``.
+
+    Args:
+        package: a namespace for the name (default ``"Custom"``).
+        name: the name to register (default: the class name).
+
+    Returns:
+        The decorator; it returns the class unchanged.
+
+    Example:
+        >>> @kiln.saving.register_serializable(package="MyProject")
+        ... class Scale(kiln.layers.Layer):
+        ...     def __init__(self, factor=2.0, **kwargs):
+        ...         super().__init__(**kwargs)
+        ...         self.factor = factor
+        ...     def get_config(self):
+        ...         return {**super().get_config(), "factor": self.factor}
+    """
+    if not isinstance(package, str) or not package or ">" in package:
+        raise ValueError(f"register_serializable: `package` must be a non-empty string "
+                         f"without '>', received {package!r}")
+
+    def decorator(obj: Any) -> Any:
+        obj_name = name if name is not None else getattr(obj, "__name__", None)
+        if not obj_name:
+            raise ValueError(f"register_serializable: cannot find a name for {obj!r}; "
+                             "pass name=...")
+        key = f"{package}>{obj_name}"
+        previous = _REGISTRY.get(key)
+        if previous is not None and previous is not obj and getattr(
+                previous, "__qualname__", None) != getattr(obj, "__qualname__", None):
+            raise ValueError(f"register_serializable: {key!r} is already registered to "
+                             f"{previous!r}")
+        _REGISTRY[key] = obj
+        _NAMES[obj] = key
+        return obj
+
+    return decorator
+
+
+def register_builtin(name: str, cls: type) -> None:
+    """Makes one of kiln's own classes known to ``kiln.saving.resolve_class`` under ``name``.
+
+    kiln's packages above ``saving`` call it when they are imported (``kiln.models``:
+    ``Sequential``, ``Functional``, ``Model``); layers need not, they are found in
+    ``kiln.layers``. Unlike :func:`register_serializable` it is not for user classes:
+    :func:`registered_objects` does not list these, and saved configs name them without a
+    ``registered_name``.
+
+    Args:
+        name: the class name as configs write it (``"class_name"``).
+        cls: the class.
+    """
+    if not isinstance(name, str) or not name or not isinstance(cls, type):
+        raise TypeError(f"register_builtin: expected a name and a class, received {name!r}, "
+                        f"{cls!r}")
+    _BUILTINS[name] = cls
+
+
+def get_builtin(name: str) -> type | None:
+    """The class of kiln's registered under ``name`` by :func:`register_builtin`, or None."""
+    return _BUILTINS.get(name)
+
+
+def get_registered_name(obj: Any) -> str | None:
+    """``"package>name"`` of a registered class (or of an instance's class), else None."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return _NAMES.get(cls) or _NAMES.get(obj)
+
+
+def get_registered_object(name: str, custom_objects: dict | None = None) -> Any:
+    """The class registered (or passed in ``custom_objects``, or in an active
+    :func:`custom_object_scope`) under ``name``; None when unknown.
+
+    ``name`` may be ``"package>name"`` or the bare ``name``; a bare name matches a
+    registration in any package when exactly one exists.
+    """
+    for table in (custom_objects or {}), *reversed(getattr(_scope, "stack", [])):
+        if name in table:
+            return table[name]
+        if ">" in name and name.split(">", 1)[1] in table:
+            return table[name.split(">", 1)[1]]
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if ">" not in name:
+        hits = [cls for key, cls in _REGISTRY.items() if key.split(">", 1)[1] == name]
+        if len(hits) == 1:
+            return hits[0]
+    return None
+
+
+@contextlib.contextmanager
+def custom_object_scope(custom_objects: dict) -> Iterator[None]:
+    """Within the ``with`` block, ``custom_objects`` resolve like registered classes."""
+    stack = getattr(_scope, "stack", None)
+    if stack is None:
+        stack = _scope.stack = []
+    stack.append(dict(custom_objects))
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def registered_objects() -> dict[str, Any]:
+    """A copy of the registry (``"package>name"`` -> class)."""
+    return dict(_REGISTRY)
