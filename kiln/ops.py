@@ -13,6 +13,7 @@ from __future__ import annotations
 # ruff: noqa: F401
 from kiln.core.autodiff import grad
 from kiln.core.ops._rules import as_node as _as_node
+from kiln.core.ops.conv import conv1d, conv2d, conv2d_transpose
 from kiln.core.ops.elementwise import BUILDERS as _EW
 from kiln.core.ops.elementwise import cast, clip, identity, ones_like, where, zeros_like
 from kiln.core.ops.linalg import matmul
@@ -38,7 +39,7 @@ from kiln.core.ops.nn import (
     softmax_cross_entropy,
     sparse_softmax_cross_entropy,
 )
-from kiln.core.ops.nn_conv import *  # noqa: F401,F403
+from kiln.core.ops.pool import avg_pool1d, avg_pool2d, max_pool1d, max_pool2d
 from kiln.core.ops.random import dropout, random_normal, random_uniform
 from kiln.core.ops.reduce import BUILDERS as _RED
 from kiln.core.ops.reduce import size_of

@@ -3,66 +3,37 @@ questions the trainer asks about a loss (``is_sparse_categorical`` ...)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
+from kiln.losses import hinges, probabilistic, regression
 from kiln.losses.base import Loss, LossFunctionWrapper
-from kiln.losses.hinges import (
-    CategoricalHinge,
-    Hinge,
-    SquaredHinge,
-    categorical_hinge,
-    hinge,
-    squared_hinge,
-)
-from kiln.losses.probabilistic import (
-    BinaryCrossentropy,
-    CategoricalCrossentropy,
-    KLDivergence,
-    Poisson,
-    SparseCategoricalCrossentropy,
-    binary_crossentropy,
-    categorical_crossentropy,
-    kl_divergence,
-    poisson,
-    sparse_categorical_crossentropy,
-)
-from kiln.losses.regression import (
-    CosineSimilarity,
-    Huber,
-    LogCosh,
-    MeanAbsoluteError,
-    MeanAbsolutePercentageError,
-    MeanSquaredError,
-    MeanSquaredLogarithmicError,
-    cosine_similarity,
-    huber,
-    log_cosh,
-    mean_absolute_error,
-    mean_absolute_percentage_error,
-    mean_squared_error,
-    mean_squared_logarithmic_error,
-)
 from kiln.registry import get_registered_object
 
-_FUNCTIONS: dict[str, Callable] = {f.__name__: f for f in (
-    mean_squared_error, mean_absolute_error, mean_absolute_percentage_error,
-    mean_squared_logarithmic_error, huber, log_cosh, kl_divergence, poisson, cosine_similarity,
-    hinge, squared_hinge, categorical_hinge, binary_crossentropy, categorical_crossentropy,
-    sparse_categorical_crossentropy)}
-_ALIASES: dict[str, Callable] = {
-    "mse": mean_squared_error, "MSE": mean_squared_error,
-    "mae": mean_absolute_error, "MAE": mean_absolute_error,
-    "mape": mean_absolute_percentage_error, "MAPE": mean_absolute_percentage_error,
-    "msle": mean_squared_logarithmic_error, "MSLE": mean_squared_logarithmic_error,
-    "kld": kl_divergence, "KLD": kl_divergence, "kullback_leibler_divergence": kl_divergence,
-    "logcosh": log_cosh, "huber_loss": huber,
-}
-_CLASSES: dict[str, type[Loss]] = {c.__name__: c for c in (
-    MeanSquaredError, MeanAbsoluteError, MeanAbsolutePercentageError,
-    MeanSquaredLogarithmicError, Huber, LogCosh, KLDivergence, Poisson, CosineSimilarity, Hinge,
-    SquaredHinge, CategoricalHinge, BinaryCrossentropy, CategoricalCrossentropy,
-    SparseCategoricalCrossentropy, LossFunctionWrapper)}
+
+def defined_in(modules: tuple, keep: Callable[[Any], bool], own: bool = True) -> dict[str, Any]:
+    """The public objects of the family ``modules`` that ``keep`` accepts, by name: the
+    built-in tables below, with no second list of names to maintain. With ``own``, only what a
+    module defines itself (not what it imports, like the helper ``eager``)."""
+    return {name: obj for m in modules for name, obj in vars(m).items()
+            if not name.startswith("_") and keep(obj)
+            and (not own or getattr(obj, "__module__", None) == m.__name__)}
+
+
+FAMILIES = (regression, probabilistic, hinges)
+_FUNCTIONS: dict[str, Callable] = defined_in(FAMILIES, inspect.isfunction)
+_ALIASES: dict[str, Callable] = {alias: _FUNCTIONS[name] for alias, name in {
+    "mse": "mean_squared_error", "MSE": "mean_squared_error",
+    "mae": "mean_absolute_error", "MAE": "mean_absolute_error",
+    "mape": "mean_absolute_percentage_error", "MAPE": "mean_absolute_percentage_error",
+    "msle": "mean_squared_logarithmic_error", "MSLE": "mean_squared_logarithmic_error",
+    "kld": "kl_divergence", "KLD": "kl_divergence", "kullback_leibler_divergence": "kl_divergence",
+    "logcosh": "log_cosh", "huber_loss": "huber"}.items()}
+_CLASSES: dict[str, type[Loss]] = {
+    **defined_in(FAMILIES, lambda o: isinstance(o, type) and issubclass(o, Loss)
+                 and o is not Loss, own=False),
+    "LossFunctionWrapper": LossFunctionWrapper}
 
 
 def _valid_names() -> list[str]:
@@ -172,12 +143,12 @@ def as_loss_object(identifier: Any) -> Loss | None:
 def is_sparse_categorical(loss: Any) -> bool:
     """Whether ``loss`` (a function or a Loss object) takes integer class labels."""
     fn = getattr(loss, "fn", loss)
-    return fn is sparse_categorical_crossentropy
+    return fn is probabilistic.sparse_categorical_crossentropy
 
 
 def is_binary_crossentropy(loss: Any) -> bool:
-    return getattr(loss, "fn", loss) is binary_crossentropy
+    return getattr(loss, "fn", loss) is probabilistic.binary_crossentropy
 
 
 def is_categorical_crossentropy(loss: Any) -> bool:
-    return getattr(loss, "fn", loss) is categorical_crossentropy
+    return getattr(loss, "fn", loss) is probabilistic.categorical_crossentropy

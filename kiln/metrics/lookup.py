@@ -6,70 +6,33 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.losses import lookup as _losses
-from kiln.losses.lookup import find_class
-from kiln.metrics.accuracy import (
-    BinaryAccuracy,
-    CategoricalAccuracy,
-    SparseCategoricalAccuracy,
-    SparseTopKCategoricalAccuracy,
-    TopKCategoricalAccuracy,
-)
-from kiln.metrics.auc import AUC
-from kiln.metrics.base import Mean, MeanMetricWrapper, Metric, Sum
-from kiln.metrics.confusion import (
-    FalseNegatives,
-    FalsePositives,
-    Precision,
-    Recall,
-    TrueNegatives,
-    TruePositives,
-)
-from kiln.metrics.probabilistic import (
-    BinaryCrossentropy,
-    CategoricalCrossentropy,
-    CategoricalHinge,
-    Hinge,
-    KLDivergence,
-    Poisson,
-    SparseCategoricalCrossentropy,
-    SquaredHinge,
-)
-from kiln.metrics.regression import (
-    LogCoshError,
-    MeanAbsoluteError,
-    MeanAbsolutePercentageError,
-    MeanSquaredError,
-    MeanSquaredLogarithmicError,
-    RootMeanSquaredError,
-)
+from kiln.losses.lookup import defined_in, find_class
+from kiln.metrics import accuracy, auc, base, confusion, probabilistic, regression
+from kiln.metrics.base import MeanMetricWrapper, Metric
 
-_CLASSES: dict[str, type[Metric]] = {c.__name__: c for c in (
-    Mean, Sum, MeanMetricWrapper, BinaryAccuracy, CategoricalAccuracy, SparseCategoricalAccuracy,
-    TopKCategoricalAccuracy, SparseTopKCategoricalAccuracy, MeanSquaredError, MeanAbsoluteError,
-    MeanAbsolutePercentageError, MeanSquaredLogarithmicError, RootMeanSquaredError, LogCoshError,
-    KLDivergence, Poisson, Hinge, SquaredHinge, CategoricalHinge, BinaryCrossentropy,
-    CategoricalCrossentropy, SparseCategoricalCrossentropy, Precision, Recall, AUC,
-    TruePositives, FalsePositives, TrueNegatives, FalseNegatives)}
+_CLASSES: dict[str, type[Metric]] = defined_in(
+    (base, accuracy, regression, probabilistic, confusion, auc),
+    lambda o: isinstance(o, type) and issubclass(o, Metric) and o is not Metric, own=False)
 
 # string name -> metric class (instantiated with name=<the string>, like Keras 3's logs)
-_NAMES: dict[str, type[Metric]] = {
-    "binary_accuracy": BinaryAccuracy, "categorical_accuracy": CategoricalAccuracy,
-    "sparse_categorical_accuracy": SparseCategoricalAccuracy,
-    "top_k_categorical_accuracy": TopKCategoricalAccuracy,
-    "sparse_top_k_categorical_accuracy": SparseTopKCategoricalAccuracy,
-    "mean_squared_error": MeanSquaredError, "mse": MeanSquaredError,
-    "mean_absolute_error": MeanAbsoluteError, "mae": MeanAbsoluteError,
-    "mean_absolute_percentage_error": MeanAbsolutePercentageError,
-    "mape": MeanAbsolutePercentageError,
-    "mean_squared_logarithmic_error": MeanSquaredLogarithmicError,
-    "msle": MeanSquaredLogarithmicError, "root_mean_squared_error": RootMeanSquaredError,
-    "logcosh": LogCoshError, "log_cosh": LogCoshError, "kl_divergence": KLDivergence,
-    "kld": KLDivergence, "poisson": Poisson, "hinge": Hinge, "squared_hinge": SquaredHinge,
-    "categorical_hinge": CategoricalHinge, "binary_crossentropy": BinaryCrossentropy,
-    "categorical_crossentropy": CategoricalCrossentropy,
-    "sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
-    "precision": Precision, "recall": Recall, "auc": AUC, "mean": Mean, "sum": Sum,
-}
+_NAMES: dict[str, type[Metric]] = {alias: _CLASSES[name] for alias, name in {
+    "binary_accuracy": "BinaryAccuracy", "categorical_accuracy": "CategoricalAccuracy",
+    "sparse_categorical_accuracy": "SparseCategoricalAccuracy",
+    "top_k_categorical_accuracy": "TopKCategoricalAccuracy",
+    "sparse_top_k_categorical_accuracy": "SparseTopKCategoricalAccuracy",
+    "mean_squared_error": "MeanSquaredError", "mse": "MeanSquaredError",
+    "mean_absolute_error": "MeanAbsoluteError", "mae": "MeanAbsoluteError",
+    "mean_absolute_percentage_error": "MeanAbsolutePercentageError",
+    "mape": "MeanAbsolutePercentageError",
+    "mean_squared_logarithmic_error": "MeanSquaredLogarithmicError",
+    "msle": "MeanSquaredLogarithmicError", "root_mean_squared_error": "RootMeanSquaredError",
+    "logcosh": "LogCoshError", "log_cosh": "LogCoshError", "kl_divergence": "KLDivergence",
+    "kld": "KLDivergence", "poisson": "Poisson", "hinge": "Hinge", "squared_hinge": "SquaredHinge",
+    "categorical_hinge": "CategoricalHinge", "binary_crossentropy": "BinaryCrossentropy",
+    "categorical_crossentropy": "CategoricalCrossentropy",
+    "sparse_categorical_crossentropy": "SparseCategoricalCrossentropy",
+    "precision": "Precision", "recall": "Recall", "auc": "AUC", "mean": "Mean", "sum": "Sum",
+}.items()}
 
 
 def valid_names() -> list[str]:
@@ -135,14 +98,14 @@ def accuracy_for(identifier: str, loss: Any, y_true_shape: tuple, y_true_int: bo
     categorical or sparse categorical cross-entropy), else by the shapes."""
     name = identifier
     if _losses.is_sparse_categorical(loss):
-        return SparseCategoricalAccuracy(name=name)
+        return _CLASSES["SparseCategoricalAccuracy"](name=name)
     if _losses.is_binary_crossentropy(loss):
-        return BinaryAccuracy(name=name)
+        return _CLASSES["BinaryAccuracy"](name=name)
     if _losses.is_categorical_crossentropy(loss):
-        return CategoricalAccuracy(name=name)
+        return _CLASSES["CategoricalAccuracy"](name=name)
     if y_pred_shape and y_pred_shape[-1] == 1:
-        return BinaryAccuracy(name=name)
+        return _CLASSES["BinaryAccuracy"](name=name)
     if len(y_true_shape) < len(y_pred_shape) or (
             y_true_shape and y_true_shape[-1] == 1 and len(y_true_shape) == len(y_pred_shape)):
-        return SparseCategoricalAccuracy(name=name)
-    return CategoricalAccuracy(name=name)
+        return _CLASSES["SparseCategoricalAccuracy"](name=name)
+    return _CLASSES["CategoricalAccuracy"](name=name)

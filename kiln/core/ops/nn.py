@@ -1,6 +1,7 @@
 """Neural-network ops: softmax, log_softmax and the stable softmax cross-entropies.
 
-Convolution and pooling live in ``nn_conv.py``.
+Convolution and pooling live in ``conv.py`` and ``pool.py`` (their window rule in
+``window.py``).
 """
 
 from __future__ import annotations

@@ -10,8 +10,7 @@ import pytest
 
 import kiln
 import kiln.ops as K
-from kiln.core.backends import cpu
-from kiln.core.backends.cpu import program as cpu_program
+from kiln.core.backends import cpu, lowering
 from kiln.core.backends.cpu.registry import BUILDERS
 from kiln.core.ir import Graph
 
@@ -139,7 +138,7 @@ def test_non_contiguous_feeds():
 
 def test_op_without_kernel_falls_back_to_its_reference_with_one_warning(monkeypatch):
     monkeypatch.delitem(BUILDERS, "argmax")
-    monkeypatch.setattr(cpu_program, "_warned", set())
+    monkeypatch.setattr(lowering, "_warned", set())
     x = kiln.placeholder((None, 4))
     xv = np.random.default_rng(0).normal(size=(3, 4)).astype("float32")
     with pytest.warns(RuntimeWarning, match="no kernel for op 'argmax'"):

@@ -3,10 +3,10 @@
 ``compile_graph(graph) -> CpuProgram``; ``program.run(feeds) -> outputs`` (graph.outputs in
 order). See ``program.py`` for the executor (host buffers and kernel calls on top of the
 device-neutral planner ``kiln/core/plan.py``, profiler), ``lowering.py`` for the rewrites
-applied before planning, ``jit.py`` for the one JIT wrapper (disk cache,
-``KILN_JIT=0``), ``codegen.py`` / ``elementwise.py`` for the generated elementwise, fused and
-reduction kernels, ``threads.py`` for the thread pools, and one file
-per family for the other kernels (``linalg``, ``nn``, ``conv``, ``gather``, ``random``,
+applied before planning, ``jit.py`` for numba's side of the one JIT loader
+(``kiln/core/backends/jit.py``; ``KILN_JIT=0``), ``codegen.py`` / ``elementwise.py`` for the
+generated elementwise, fused and reduction kernels, ``threads.py`` for the thread pools, and one
+file per family for the other kernels (``linalg``, ``nn``, ``conv``, ``gather``, ``random``,
 ``reduce``, ``movement``).
 
 Importing this package registers the ops it covers in ``KERNELS["cpu"]`` (elementwise ops are
@@ -37,19 +37,13 @@ from kiln.core.backends.cpu.codegen import REDUCE_OPS  # noqa: E402
 from kiln.core.backends.cpu.program import CpuProgram  # noqa: E402
 from kiln.core.backends.cpu.registry import BUILDERS  # noqa: E402
 from kiln.core.ir import Graph  # noqa: E402
-from kiln.core.ops.registry import ELEMENTWISE, FUSED, KERNELS, SHAPE, all_ops  # noqa: E402
+from kiln.core.ops.registry import KERNELS  # noqa: E402
 
 
 def covered_ops() -> set[str]:
-    """Names of the registered ops with a CPU kernel (generated, hand-written or NumPy with
-    ``out=``), planned as views (``OpDef.view``) or as plan constants (kind SHAPE); the rest
-    run on their reference with a warning."""
-    names = set(BUILDERS) | set(REDUCE_OPS) | {"logsumexp"}
-    for name, op in all_ops().items():
-        if op.view is not None or op.kind in (SHAPE, FUSED) or (
-                op.kind == ELEMENTWISE and op.scalar is not None):
-            names.add(name)
-    return {n for n in names if n in all_ops()}
+    """Names of the registered ops the CPU runs without their reference: a builder
+    (``registry.BUILDERS``), a generated loop, a view or a plan constant."""
+    return BUILDERS.covered(lambda name, op: name in REDUCE_OPS or name == "logsumexp")
 
 
 def register_kernels() -> set[str]:

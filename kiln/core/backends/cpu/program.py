@@ -24,7 +24,6 @@ reference (with a one-time warning) for anything else.
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,22 +35,11 @@ from kiln.core.backends.cpu.codegen import REDUCE_OPS
 from kiln.core.backends.cpu.elementwise import build_group, build_loop
 from kiln.core.backends.cpu.lowering import lower
 from kiln.core.backends.cpu.registry import BUILDERS
+from kiln.core.backends.lowering import warn_fallback
 from kiln.core.ir import Graph, Node
 from kiln.core.layout import Layout, as_array
 from kiln.core.ops.registry import ELEMENTWISE, FUSED, REDUCE, get_op
 from kiln.core.plan import StaticPlan, planned_buffers, program_order, with_sources
-
-_warned: set[str] = set()
-
-
-def warn_fallback(op: str, reason: str = "") -> None:
-    """Warns once per op that it runs on its NumPy reference."""
-    if op in _warned:
-        return
-    _warned.add(op)
-    why = f" ({reason})" if reason else ""
-    warnings.warn(f"kiln cpu backend: no kernel for op {op!r}{why}; running its NumPy "
-                  "reference (slow)", RuntimeWarning, stacklevel=3)
 
 
 @dataclass
@@ -339,7 +327,7 @@ class PlanBuilder:
         if fn is None and is_generated(node):
             fn = build_loop
         if fn is None:
-            warn_fallback(node.op)
+            warn_fallback("cpu", node.op)
             fn = build_reference
         fn(self, node)
 

@@ -1,6 +1,8 @@
-"""How each op runs on the CPU backend: ``BUILDERS[op](b, node)`` adds the kernel calls
-computing ``node`` into its output buffer (``b`` is the executor's
-:class:`~kiln.core.backends.cpu.program.PlanBuilder`).
+"""How each op runs on the CPU backend: ``BUILDERS`` (a
+:class:`~kiln.core.backends.lowering.KernelTable`) maps an op to the function
+``builder(b, node)`` that adds the kernel calls computing ``node`` into its output buffer (``b``
+is the executor's :class:`~kiln.core.backends.cpu.program.PlanBuilder`); ``@builder("op")``
+registers one.
 
 Elementwise ops, fused nodes and the generated reductions need no entry: their loops are
 generated from the ops' scalar bodies (``elementwise.py``). Views and shape-only inputs are
@@ -11,15 +13,7 @@ reshape of strided data is a copy).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from kiln.core.backends.lowering import KernelTable
 
-BUILDERS: dict[str, Callable[..., None]] = {}
-
-
-def builder(*names: str):
-    """Decorator registering a kernel builder for ops ``names``."""
-    def deco(fn):
-        for n in names:
-            BUILDERS[n] = fn
-        return fn
-    return deco
+BUILDERS = KernelTable("cpu")
+builder = BUILDERS.register

@@ -43,12 +43,7 @@ from kiln.core.backends.cuda._device import (
     real_gpu_available,
     simulator_enabled,
 )
-from kiln.core.backends.cuda._program import (
-    KERNEL_OPS,
-    CudaProgram,
-    compile_graph,
-    ops_with_kernels,
-)
+from kiln.core.backends.cuda._program import CudaProgram, compile_graph, ops_with_kernels
 from kiln.core.backends.cuda._resident import sync_to_host
 from kiln.core.ops.registry import KERNELS
 
@@ -68,4 +63,4 @@ def device_info() -> dict:
 
 __all__ = ["compile_graph", "CudaProgram", "CudaUnavailableError", "check_available",
            "is_available", "real_gpu_available", "simulator_enabled", "sync_to_host",
-           "device_info", "KERNEL_OPS", "ops_with_kernels"]
+           "device_info", "ops_with_kernels"]

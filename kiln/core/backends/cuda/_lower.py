@@ -17,22 +17,16 @@ from kiln.core.backends.cuda import _codegen as cg
 from kiln.core.backends.cuda import _kernels as kn
 from kiln.core.backends.cuda._device import blocks_for
 from kiln.core.backends.cuda._jit import load
+from kiln.core.backends.lowering import KernelTable, warn_fallback
 from kiln.core.ir import Node, TensorType
 from kiln.core.layout import Layout, coalesce, contiguous_strides, prod
 from kiln.core.ops.fused import program_of
 from kiln.core.ops.registry import ELEMENTWISE, REDUCE, get_op
 from kiln.core.ops.window import window
 
-# Ops with a kernel here besides the elementwise ops, fused nodes and reductions (generated);
-# views (OpDef.view) and plan constants (kind SHAPE) are planned in kiln/core/plan.py.
-KERNEL_OPS = frozenset({
-    "fused", "matmul", "softmax", "log_softmax", "sparse_softmax_cross_entropy",
-    "softmax_cross_entropy", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter",
-    "max_pool2d", "avg_pool2d", "max_pool2d_grad", "avg_pool2d_grad", "take", "take_grad",
-    "one_hot", "concatenate", "pad", "slice_grad", "random_uniform", "random_normal",
-    *cg.REDUCE_OPS})
-
-_warned: set[str] = set()
+#: op -> the Lowering method emitting its kernel (elementwise ops, fused nodes and reductions
+#: are generated; views and plan constants are planned in kiln/core/plan.py)
+KERNELS = KernelTable("cuda")
 
 # Split-K of conv2d_backprop_filter (a GEMM with few outputs and N * OH * OW-long sums): -1
 # picks the number of K pieces that fills the GPU, 0 turns it off, n > 0 forces n pieces.
@@ -46,15 +40,6 @@ def geom_co(kind: str, geom: tuple, t: TensorType, node: Node, pl: Lowering) -> 
     if kind == "bpi":
         return pl.shape(node.inputs[0])[3]
     return t.shape[3]
-
-
-def _warn_fallback(op: str, why: str) -> None:
-    if op in _warned:
-        return
-    _warned.add(op)
-    warnings.warn(f"kiln cuda backend: no CUDA kernel for op {op!r} ({why}); it runs on the "
-                  "host with its NumPy reference (inputs copied to the host and the result "
-                  "back), which is slow", RuntimeWarning, stacklevel=3)
 
 
 # ---- cuBLAS through CuPy, when installed --------------------------------------------------------
@@ -156,12 +141,13 @@ class Lowering:
                 return self.elementwise(node, ins, t)
             if op.kind == REDUCE:
                 return self.reduce(node, ins, t)
-            method = getattr(self, f"op_{node.op}", None)
-            if method is None:
+            emit = KERNELS.get(node.op)
+            if emit is None:
                 raise cg.Untranslatable("no kernel")
-            return method(node, ins, t)
+            return emit(self, node, ins, t)
         except cg.Untranslatable as exc:
-            _warn_fallback(node.op, str(exc))
+            warn_fallback("cuda", node.op, str(exc), detail=" on the host (inputs copied to the "
+                          "host and the result back)")
             return self.fallback(node, ins, t)
 
     # ---- elementwise, fused and reductions ------------------------------------------------
@@ -249,6 +235,7 @@ class Lowering:
         return out
 
     # ---- linear algebra -------------------------------------------------------------------
+    @KERNELS.register("matmul")
     def op_matmul(self, node: Node, ins: list[Layout], t: TensorType) -> Layout:
         a, b = ins
         dtype = t.dtype
@@ -327,19 +314,23 @@ class Lowering:
         self.emit(label, [x] + ([y] if y is not None else []), [out], bind)
         return out
 
+    @KERNELS.register("softmax")
     def op_softmax(self, node, ins, t):
         return self._row("softmax", "softmax", ins[0], None, t.shape, node.attrs["axis"],
                          t.shape, t.dtype, None)
 
+    @KERNELS.register("log_softmax")
     def op_log_softmax(self, node, ins, t):
         return self._row("log_softmax", "log_softmax", ins[0], None, t.shape,
                          node.attrs["axis"], t.shape, t.dtype, None)
 
+    @KERNELS.register("sparse_softmax_cross_entropy")
     def op_sparse_softmax_cross_entropy(self, node, ins, t):
         shape = self.shape(node.inputs[0])
         return self._row("sparse_ce", node.op, ins[0], ins[1], shape, len(shape) - 1, t.shape,
                          t.dtype, self.dtype(node.inputs[1]))
 
+    @KERNELS.register("softmax_cross_entropy")
     def op_softmax_cross_entropy(self, node, ins, t):
         shape = self.shape(node.inputs[0])
         return self._row("dense_ce", node.op, ins[0], ins[1], shape, len(shape) - 1, t.shape,
@@ -397,6 +388,7 @@ class Lowering:
         self.emit(node.op, [x, k] + ([out] if splits > 1 else []), [out], bind)
         return out
 
+    @KERNELS.register("conv2d")
     def op_conv2d(self, node, ins, t):
         x, w = (self.contig(v, t.dtype) for v in ins)
         ws = self.shape(node.inputs[1])
@@ -406,6 +398,7 @@ class Lowering:
         return self._conv("fwd", node, x, w, t, geom, prod(t.shape[:3]), ws[3],
                           ws[0] * ws[1] * ws[2])
 
+    @KERNELS.register("conv2d_backprop_input")
     def op_conv2d_backprop_input(self, node, ins, t):
         ct, w = (self.contig(v, t.dtype) for v in ins)
         ws = self.shape(node.inputs[1])
@@ -415,6 +408,7 @@ class Lowering:
         return self._conv("bpi", node, ct, w, t, geom, prod(t.shape[:3]), t.shape[3],
                           ws[0] * ws[1] * ws[3])
 
+    @KERNELS.register("conv2d_backprop_filter")
     def op_conv2d_backprop_filter(self, node, ins, t):
         x, ct = (self.contig(v, t.dtype) for v in ins)
         cs = self.shape(node.inputs[1])
@@ -437,12 +431,15 @@ class Lowering:
                      lambda arr: (n, *geom, arr(out.root), out.offset, arr(x.root), x.offset))
         return out
 
+    @KERNELS.register("max_pool2d")
     def op_max_pool2d(self, node, ins, t):
         return self._pool("max", node, ins, t)
 
+    @KERNELS.register("avg_pool2d")
     def op_avg_pool2d(self, node, ins, t):
         return self._pool("avg", node, ins, t)
 
+    @KERNELS.register("max_pool2d_grad")
     def op_max_pool2d_grad(self, node, ins, t):
         x, y, ct = (self.contig(v, t.dtype) for v in ins)
         geom = self._pool_geom(t.shape, self.shape(node.inputs[1]), node.attrs)
@@ -453,6 +450,7 @@ class Lowering:
                                   arr(y.root), y.offset, arr(ct.root), ct.offset))
         return out
 
+    @KERNELS.register("avg_pool2d_grad")
     def op_avg_pool2d_grad(self, node, ins, t):
         ct = self.contig(ins[0], t.dtype)
         geom = self._pool_geom(t.shape, self.shape(node.inputs[0]), node.attrs)
@@ -467,6 +465,7 @@ class Lowering:
     def _pjs(self, x_shape: tuple, idx_size: int, axis: int) -> tuple[int, int, int, int]:
         return (prod(x_shape[:axis]), x_shape[axis], idx_size, prod(x_shape[axis + 1:]))
 
+    @KERNELS.register("take")
     def op_take(self, node, ins, t):
         x = self.contig(ins[0], t.dtype)
         idx = self.contig(ins[1], self.dtype(node.inputs[1]))
@@ -481,6 +480,7 @@ class Lowering:
                                   arr(idx.root), idx.offset, check.flag, 0))
         return out
 
+    @KERNELS.register("take_grad")
     def op_take_grad(self, node, ins, t):
         ct = self.contig(ins[0], t.dtype)
         idx = self.contig(ins[1], self.dtype(node.inputs[1]))
@@ -495,6 +495,7 @@ class Lowering:
                                   ct.offset, arr(idx.root), idx.offset, check.flag, 0))
         return out
 
+    @KERNELS.register("one_hot")
     def op_one_hot(self, node, ins, t):
         idx = self.contig(ins[0], self.dtype(node.inputs[0]))
         depth = node.attrs["depth"]
@@ -505,6 +506,7 @@ class Lowering:
                                   idx.offset))
         return out
 
+    @KERNELS.register("concatenate")
     def op_concatenate(self, node, ins, t):
         axis = node.attrs["axis"]
         out = self.fresh(t.dtype, t.shape)
@@ -517,6 +519,7 @@ class Lowering:
             start += size
         return out
 
+    @KERNELS.register("pad")
     def op_pad(self, node, ins, t):
         out = self.fresh(t.dtype, t.shape)
         self.fill(out, t.dtype, node.attrs["value"])
@@ -524,6 +527,7 @@ class Lowering:
         self.copy_into(out.slice(spec), ins[0], t.dtype, "pad")
         return out
 
+    @KERNELS.register("slice_grad")
     def op_slice_grad(self, node, ins, t):
         out = self.fresh(t.dtype, t.shape)
         self.fill(out, t.dtype, 0)
@@ -540,9 +544,11 @@ class Lowering:
                                   salt))
         return out
 
+    @KERNELS.register("random_uniform")
     def op_random_uniform(self, node, ins, t):
         return self._random("uniform", node, ins, t)
 
+    @KERNELS.register("random_normal")
     def op_random_normal(self, node, ins, t):
         return self._random("normal", node, ins, t)
 

@@ -25,23 +25,21 @@ from typing import Any
 
 import numpy as np
 
+from kiln.core.backends.cuda import _codegen as cg
 from kiln.core.backends.cuda import _resident as rs
 from kiln.core.backends.cuda._device import blocks_for, check_available, launch_config
-from kiln.core.backends.cuda._lower import KERNEL_OPS, Lowering
+from kiln.core.backends.cuda._lower import KERNELS, Lowering
 from kiln.core.ir import Graph, Node, TensorType
 from kiln.core.layout import Layout, prod
 from kiln.core.memory import assign_intervals
-from kiln.core.ops.registry import ELEMENTWISE, SHAPE
+from kiln.core.ops.registry import KERNELS as COVERED
+from kiln.core.ops.registry import REDUCE
 from kiln.core.plan import StaticPlan, program_order, with_sources
 
 
 def ops_with_kernels() -> set[str]:
     """Names of the registered ops the cuda backend runs on the device."""
-    from kiln.core.ops import all_ops
-
-    return {name for name, op in all_ops().items()
-            if name in KERNEL_OPS or op.view is not None or op.kind == SHAPE
-            or (op.kind == ELEMENTWISE and op.scalar is not None)}
+    return KERNELS.covered(lambda name, op: op.kind == REDUCE and name in cg.REDUCE_OPS)
 
 
 # ---- plans ---------------------------------------------------------------------------------------
@@ -392,7 +390,5 @@ class CudaProgram:
 
 def compile_graph(graph: Graph, updates: object = None) -> CudaProgram:
     """Compiles ``graph`` for the GPU (raises CudaUnavailableError when it cannot run)."""
-    from kiln.core.ops.registry import KERNELS
-
-    KERNELS.setdefault("cuda", set()).update(ops_with_kernels())  # ops registered since
+    COVERED.setdefault("cuda", set()).update(ops_with_kernels())  # ops registered since
     return CudaProgram(graph)
