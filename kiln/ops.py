@@ -13,7 +13,9 @@ from __future__ import annotations
 # ruff: noqa: F401
 from kiln.core.autodiff import grad
 from kiln.core.ops._rules import as_node as _as_node
+from kiln.core.ops.attention import dot_product_attention
 from kiln.core.ops.conv import conv1d, conv2d, conv2d_transpose
+from kiln.core.ops.einsum import einsum
 from kiln.core.ops.elementwise import BUILDERS as _EW
 from kiln.core.ops.elementwise import cast, clip, identity, ones_like, where, zeros_like
 from kiln.core.ops.linalg import matmul
@@ -44,6 +46,7 @@ from kiln.core.ops.random import dropout, random_normal, random_uniform
 from kiln.core.ops.reduce import BUILDERS as _RED
 from kiln.core.ops.reduce import size_of
 from kiln.core.ops.registry import apply as _apply
+from kiln.core.ops.scan import scan
 from kiln.core.ops.source import constant, placeholder
 
 neg = _EW["neg"]
@@ -97,3 +100,25 @@ argmin = _RED["argmin"]
 def stop_gradient(x):
     """``x`` in the forward pass; no gradient flows through it."""
     return _apply("stop_gradient", _as_node(x))
+
+
+def any(x, axis=None, keepdims=False):  # noqa: A001
+    """Whether any element along ``axis`` is true (nonzero), as bool."""
+    return greater(max(cast(_as_node(x), "float32"), axis=axis, keepdims=keepdims), 0.0)
+
+
+def all(x, axis=None, keepdims=False):  # noqa: A001
+    """Whether every element along ``axis`` is true (nonzero), as bool."""
+    return greater(min(cast(_as_node(x), "float32"), axis=axis, keepdims=keepdims), 0.0)
+
+
+def reshape_like(x, like):
+    """``x`` reshaped to the (run-time) shape of ``like``; only ``like``'s shape is read."""
+    return _apply("reshape_like", _as_node(x), _as_node(like))
+
+
+def flip(x, axis=0):
+    """``x`` reversed along ``axis`` (a view: no copy)."""
+    x = _as_node(x)
+    axis = axis % x.ndim
+    return slice(x, [(None, None, -1) if a == axis else (None, None, 1) for a in range(x.ndim)])

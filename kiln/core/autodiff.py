@@ -72,44 +72,78 @@ def grad(y: Any, xs: Sequence[Any] | Any, seed: Any = None) -> list[Node]:
         if x.dtype not in FLOAT_DTYPES:
             raise TypeError(f"grad: cannot differentiate with respect to {x.type}")
 
-    order = toposort([y])
-    # Only nodes on a path from some x to y matter.
-    targets = {id(x) for x in xs_list}
-    on_path: set[int] = set()
-    for n in order:
-        if id(n) in targets or any(id(i) in on_path for i in n.inputs):
-            on_path.add(id(n))
-
-    cts: dict[int, list[Node]] = {}
     ct_y = as_node(seed, y.dtype) if seed is not None else None
     if ct_y is None:
         from kiln.core.ops.elementwise import ones_like
 
         ct_y = ones_like(y)
-    cts[id(y)] = [ct_y]
+    grads = vjp_graph([y], [ct_y], xs_list)
+    return [g if g is not None else _zeros_like(x) for g, x in zip(grads, xs_list)]
+
+
+def vjp_graph(ys: Sequence[Node], cts: Sequence[Node], xs: Sequence[Node]) -> list[Node | None]:
+    """The vector-Jacobian product: gradient nodes of ``sum_k <ys[k], cts[k]>`` with respect to
+    each of ``xs`` (None where no path leads from it to any ``ys``).
+
+    A ``projection`` node (``scan_output``) passes its cotangent to its multi-output input
+    (``scan``), whose VJP receives ``(ct of the packed buffer or None, {index: ct})``. In reverse
+    topological order the loop node comes after all its projections and their users, so its
+    cotangents are complete when it is reached.
+    """
+    order = toposort(ys)
+    # Only nodes on a path from some x to some y matter.
+    targets = {id(x) for x in xs}
+    on_path: set[int] = set()
+    for n in order:
+        if id(n) in targets or any(id(i) in on_path for i in n.inputs):
+            on_path.add(id(n))
+
+    parts_of: dict[int, list[Node]] = {}
+    picked: dict[int, dict[int, list[Node]]] = {}  # id(multi-output node) -> index -> cts
+    for y, ct in zip(ys, cts):
+        parts_of.setdefault(id(y), []).append(ct)
     result: dict[int, Node] = {}
 
     for node in reversed(order):
-        if id(node) not in on_path or id(node) not in cts:
+        if id(node) not in on_path or id(node) not in parts_of:
             continue
-        parts = cts.pop(id(node))
-        ct = parts[0]
-        for p in parts[1:]:
-            ct = apply("add", ct, p)
-        if id(node) in targets:
+        parts = parts_of.pop(id(node))
+        ct = _sum(parts)
+        if id(node) in targets and ct is not None:
             result[id(node)] = ct
         if not node.inputs:
             continue
         op = get_op(node.op)
-        if not op.differentiable:
+        if op.projection:
+            parent = node.inputs[0]
+            if not get_op(parent.op).multi_output:
+                raise NotImplementedError(f"autodiff: cannot differentiate {node.op} of a "
+                                          f"{parent.op} node (a second derivative of a loop)")
+            picked.setdefault(id(parent), {}).setdefault(node.attrs["index"], []).append(ct)
+            parts_of.setdefault(id(parent), [])
+            continue
+        if op.multi_output:
+            per = {k: _sum(v) for k, v in picked.pop(id(node), {}).items()}
+            grads = op.vjp((ct, per), node, *node.inputs, **node.attrs)
+        elif not op.differentiable or ct is None:
             continue  # zero gradient (explicitly non-differentiable op)
-        grads = op.vjp(ct, node, *node.inputs, **node.attrs)
+        else:
+            grads = op.vjp(ct, node, *node.inputs, **node.attrs)
         if len(grads) != len(node.inputs):
             raise RuntimeError(f"vjp of {node.op} returned {len(grads)} gradients for "
                                f"{len(node.inputs)} inputs")
         for inp, g in zip(node.inputs, grads):
             if g is None or id(inp) not in on_path or inp.dtype not in FLOAT_DTYPES:
                 continue
-            cts.setdefault(id(inp), []).append(unbroadcast(g, inp))
+            parts_of.setdefault(id(inp), []).append(unbroadcast(g, inp))
 
-    return [result[id(x)] if id(x) in result else _zeros_like(x) for x in xs_list]
+    return [result.get(id(x)) for x in xs]
+
+
+def _sum(parts: Sequence[Node]) -> Node | None:
+    if not parts:
+        return None
+    ct = parts[0]
+    for p in parts[1:]:
+        ct = apply("add", ct, p)
+    return ct

@@ -42,7 +42,8 @@ class Variable:
         if dtype is None:
             dtype = "float32" if arr.dtype.kind == "f" else canonical_dtype(arr.dtype)
         self.dtype = canonical_dtype(dtype)
-        self._value = np.array(arr, dtype=self.dtype, copy=True)
+        # C order always: compiled programs read a Variable through its flat buffer
+        self._value = np.array(arr, dtype=self.dtype, copy=True, order="C")
         self.name = name or f"variable_{next(_counter)}"
         self.trainable = trainable
         self._node: Node | None = None

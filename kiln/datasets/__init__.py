@@ -1,7 +1,10 @@
-"""Keras-compatible datasets: ``mnist`` and ``fashion_mnist``.
+"""Keras-compatible datasets: ``mnist``, ``fashion_mnist`` and ``imdb``.
 
-Each module has ``load_data(path=None)`` returning ``((x_train, y_train), (x_test, y_test))``
-as ``uint8`` arrays. ``mnist.load_sample()`` returns a 10,000/2,000 sample shipped with kiln.
+``mnist`` and ``fashion_mnist`` have ``load_data(path=None)`` returning
+``((x_train, y_train), (x_test, y_test))`` as ``uint8`` arrays; ``mnist.load_sample()`` returns
+a 10,000/2,000 sample shipped with kiln. ``imdb.load_data(...)`` takes Keras' arguments
+(``num_words``, ``skip_top``, ``maxlen``, ...) and returns reviews as object arrays of lists
+of word indices; ``imdb.get_word_index()`` returns the word -> index dict.
 
 Example:
     >>> from kiln.datasets import mnist
@@ -10,8 +13,8 @@ Example:
     (dtype('uint8'), 2000)
 """
 
-from kiln.datasets import fashion_mnist, mnist
+from kiln.datasets import fashion_mnist, imdb, mnist
 from kiln.datasets._fetch import DownloadError
 from kiln.datasets._source import DatasetNotFoundError
 
-__all__ = ["DatasetNotFoundError", "DownloadError", "fashion_mnist", "mnist"]
+__all__ = ["DatasetNotFoundError", "DownloadError", "fashion_mnist", "imdb", "mnist"]

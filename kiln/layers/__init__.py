@@ -8,9 +8,10 @@ Example:
     >>> y = kiln.layers.Dense(10, activation="softmax")(kiln.layers.Flatten()(y))
 """
 
+from kiln.layers.attention import AdditiveAttention, Attention, EinsumDense, MultiHeadAttention
 from kiln.layers.base import Layer
 from kiln.layers.convolutional import Conv1D, Conv2D, Conv2DTranspose
-from kiln.layers.core import Activation, Dense, Dropout, Embedding, Lambda
+from kiln.layers.core import Activation, Dense, Dropout, Embedding, Lambda, Masking
 from kiln.layers.input_layer import Input, InputLayer
 from kiln.layers.merging import Add, Average, Concatenate, Maximum, Minimum, Multiply, Subtract
 from kiln.layers.normalization import BatchNormalization, LayerNormalization
@@ -40,12 +41,17 @@ from kiln.layers.reshaping import (
     UpSampling2D,
     ZeroPadding2D,
 )
+from kiln.layers.rnn import GRU, LSTM, RNN, SimpleRNN
+from kiln.layers.rnn_cells import GRUCell, LSTMCell, SimpleRNNCell
+from kiln.layers.wrappers import Bidirectional, TimeDistributed
 
 Convolution1D, Convolution2D, Convolution2DTranspose = Conv1D, Conv2D, Conv2DTranspose
 
 __all__ = [
     "Layer", "Input", "InputLayer",
-    "Dense", "Activation", "Dropout", "Embedding", "Lambda",
+    "Dense", "Activation", "Dropout", "Embedding", "Lambda", "Masking",
+    "RNN", "SimpleRNN", "LSTM", "GRU", "SimpleRNNCell", "LSTMCell", "GRUCell",
+    "Bidirectional", "TimeDistributed",
     "Flatten", "Reshape", "Permute", "RepeatVector", "ZeroPadding2D", "UpSampling2D",
     "Conv1D", "Conv2D", "Conv2DTranspose",
     "Convolution1D", "Convolution2D", "Convolution2DTranspose",
@@ -56,4 +62,5 @@ __all__ = [
     "GlobalMaxPool1D", "GlobalMaxPool2D",
     "BatchNormalization", "LayerNormalization",
     "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate",
+    "EinsumDense", "MultiHeadAttention", "Attention", "AdditiveAttention",
 ]

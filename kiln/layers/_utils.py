@@ -99,3 +99,53 @@ def add_activity_loss(layer: Layer, regularizer: Any, outputs: Node) -> None:
     if batch is not None:
         penalty = penalty / K.cast(batch, penalty.dtype)
     layer.add_loss(penalty)
+
+
+def check_mask(layer: Layer, x: Node, mask: Any, steps_axis: int = 1) -> None:
+    """Raises ValueError naming the layer when ``mask`` is not a ``(batch, steps)`` tensor
+    matching ``x``'s first two dims."""
+    if not isinstance(mask, Node):
+        raise TypeError(f"Layer '{layer.name}' ({type(layer).__name__}): mask must be a tensor, "
+                        f"received {type(mask).__name__}")
+    want = x.shape[:steps_axis + 1]
+    ok = mask.ndim == len(want) and all(a is None or b is None or a == b
+                                        for a, b in zip(mask.shape, want))
+    if not ok:
+        raise ValueError(f"Layer '{layer.name}' ({type(layer).__name__}): the mask has shape "
+                         f"{format_shape(mask.shape)}, expected {format_shape(want)} for inputs "
+                         f"of shape {format_shape(x.shape)}")
+
+
+def serialize_layer(layer: Layer) -> dict:
+    """A nested layer's config as Keras writes it (an RNN's cell, a wrapper's layer)."""
+    from kiln.registry import get_registered_name
+
+    return {"module": "keras.layers", "class_name": type(layer).__name__,
+            "config": layer.get_config(), "registered_name": get_registered_name(layer)}
+
+
+def deserialize_layer(config: Any, custom_objects: dict | None = None) -> Layer:
+    """Rebuilds a nested layer from :func:`serialize_layer`'s dict (or returns a layer
+    given as is). Classes are looked up, never imported from a name in the file."""
+    if isinstance(config, Layer):
+        return config
+    if not isinstance(config, dict) or "class_name" not in config:
+        raise ValueError(f"expected a layer config dict with 'class_name', received {config!r}")
+    import kiln.layers
+    from kiln.registry import get_registered_object
+
+    name = config.get("registered_name") or config["class_name"]
+    cls = get_registered_object(name, custom_objects) or get_registered_object(
+        config["class_name"], custom_objects) or getattr(kiln.layers, config["class_name"], None)
+    if cls is None:
+        stack, found = [Layer], None
+        while stack:
+            for sub in stack.pop().__subclasses__():
+                if sub.__name__ == config["class_name"]:
+                    found = sub
+                stack.append(sub)
+        cls = found
+    if cls is None:
+        raise ValueError(f"unknown layer class {config['class_name']!r}: pass it in "
+                         "custom_objects or register it with kiln.saving.register_serializable")
+    return cls.from_config(dict(config.get("config", {})))

@@ -25,6 +25,21 @@ from kiln.layers.context import current, trace
 # Symbolic tensor -> (layer, call index, output index): the functional API's layer graph.
 HISTORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
+# Symbolic tensor -> its Keras mask (a bool tensor, ``(batch, steps)`` for sequences): what
+# Keras keeps in ``tensor._keras_mask``. Layers set it in ``__call__`` from ``compute_mask``
+# and read it for the next layer's ``mask`` argument (docs/architecture.md, "Masking").
+MASKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def get_mask(t: Any) -> Node | None:
+    """The Keras mask carried by tensor ``t`` (None when it carries none)."""
+    return MASKS.get(t) if isinstance(t, Node) else None
+
+
+def set_mask(t: Any, mask: Any) -> None:
+    if isinstance(t, Node) and isinstance(mask, Node):
+        MASKS[t] = mask
+
 _NAME_COUNTS: dict[str, int] = {}
 
 
@@ -146,7 +161,10 @@ class Layer:
         shape = tuple(int(d) for d in shape)
         dtype = dtype or self.dtype
         init = initializers.get(initializer)
-        value = np.asarray(init(shape, dtype=dtype), dtype=dtype)
+        # C order: a compiled CPU program reads a Variable through a flat view of its buffer,
+        # and a Fortran-ordered value (the orthogonal initializer's, for a wide matrix) would
+        # be read through a copy that neither set_weights nor the optimizer ever updates
+        value = np.asarray(init(shape, dtype=dtype), dtype=dtype, order="C")
         if value.shape != shape:
             raise ValueError(f"{self.name}: initializer for {name!r} returned shape "
                              f"{value.shape}, expected {shape}")
@@ -294,19 +312,30 @@ class Layer:
             return self._call_eager(inputs, *args, training=training, **kwargs)
         self._check_inputs(inputs)
         self._maybe_build(inputs)
+        recorded = dict(kwargs)  # what the functional API replays (not the implicit mask)
         if training is not None or self._call_accepts("training"):
             if self._call_accepts("training"):
                 kwargs["training"] = training
+        mask = kwargs.get("mask")
+        if mask is None:
+            found = map_structure(get_mask, inputs)
+            mask = found if any(m is not None for m in flatten(found)) else None
+            if mask is not None and self._call_accepts("mask") and \
+                    "mask" in inspect.signature(self.call).parameters:
+                kwargs["mask"] = mask
         outputs = self.call(inputs, *args, **kwargs)
+        out_mask = self.compute_mask(inputs, mask)
         if current() is not None:
             # Inside a model trace (training step, eager call): nothing to record; recording
             # here would keep every traced graph alive in ``_inbound``.
+            _attach_masks(outputs, out_mask)
             return outputs
         # Functional construction: give this call its own output tensors, even when the
         # layer returns its input or hash-consing finds an equal node elsewhere.
         outputs = map_structure(lambda t: K.identity(t) if isinstance(t, Node) else t, outputs)
+        _attach_masks(outputs, out_mask)
         index = len(self._inbound)
-        self._inbound.append(CallRecord(inputs, outputs, {k: v for k, v in kwargs.items()
+        self._inbound.append(CallRecord(inputs, outputs, {k: v for k, v in recorded.items()
                                                           if k != "training"}, tuple(args)))
         for i, out in enumerate(flatten(outputs)):
             if isinstance(out, Node) and out not in HISTORY:
@@ -315,6 +344,16 @@ class Layer:
 
     def _check_inputs(self, inputs: Any) -> None:
         """Hook for input checks that name the layer and the shape received."""
+
+    # ---- masking (Keras' contract) -------------------------------------------------------
+    supports_masking = False
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        """The mask of this layer's output: the input's mask when the layer supports masking
+        (it keeps the time axis, e.g. Dense or Dropout on sequences), else None."""
+        if not self.supports_masking:
+            return None
+        return mask
 
     def _call_eager(self, inputs: Any, *args: Any, training: bool | None = None,
                     **kwargs: Any) -> Any:
@@ -326,29 +365,38 @@ class Layer:
         from kiln.random_state import next_seed
 
         arrays = map_structure(np.asarray, inputs)
+        # Array keyword arguments (``mask=``, ``initial_state=``) are fed like the inputs
+        tensor_kwargs = {k: map_structure(np.asarray, v) for k, v in kwargs.items()
+                         if _is_arrays(v)}
+        kwargs = {k: v for k, v in kwargs.items() if k not in tensor_kwargs}
         flat = flatten(arrays)
-        key = (eager.signature(flat, who=self.name), bool(training), repr(args),
-               repr(sorted(kwargs.items())))
+        flat_kw = flatten([tensor_kwargs[k] for k in sorted(tensor_kwargs)])
+        key = (eager.signature(flat + flat_kw, who=self.name), bool(training), repr(args),
+               repr(sorted(kwargs.items())), tuple(sorted(tensor_kwargs)))
 
         def build() -> tuple[Any, Any]:
-            phs = map_structure(lambda a: eager.placeholder_for(a, self.dtype, "bool",
-                                                                who=self.name), arrays)
+            def to_ph(a: np.ndarray) -> Node:
+                return eager.placeholder_for(a, self.dtype, "bool", who=self.name)
+            phs = map_structure(to_ph, arrays)
+            ph_kwargs = {k: map_structure(to_ph, v) for k, v in tensor_kwargs.items()}
             # A training call carries a random key (Dropout ...), fed fresh on every call
             rng_key = placeholder((2,), "int64", name="rng_key") if training else None
             with trace(training=bool(training), rng_key=rng_key) as ctx:
-                out = self(phs, *args, training=training, **kwargs)
+                out = self(phs, *args, training=training, **kwargs, **ph_kwargs)
             if rng_key is not None and not depends_on(
                     flatten(out) + [v for _, v in ctx.updates], rng_key):
                 rng_key = None
             # Updates recorded in training (BatchNormalization's moving statistics) apply on
             # each eager call, as in Keras.
-            feeds = flatten(phs) + ([rng_key] if rng_key is not None else [])
+            feeds = flatten(phs) + flatten([ph_kwargs[k] for k in sorted(ph_kwargs)]) + (
+                [rng_key] if rng_key is not None else [])
             compiled = function(feeds, flatten(out), updates=ctx.updates,
                                 name=f"{self.name}_eager")
             return compiled, (out, rng_key is not None)
 
         entry = eager.cache_for(self).lookup(key, build)
         out_structure, keyed = entry.info
+        flat = flat + flat_kw
         if keyed:  # a fresh key from kiln's global generator (set_random_seed reproduces it)
             flat = flat + [np.array([next_seed(), 0], dtype=np.int64)]
         results = iter(entry(*flat))
@@ -393,6 +441,23 @@ class Layer:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r} built={self.built}>"
+
+
+def _is_arrays(v: Any) -> bool:
+    """An eager call's array keyword argument (a mask, initial states): a NumPy array or a
+    non-empty list/tuple of them."""
+    if isinstance(v, list | tuple):
+        return bool(v) and all(isinstance(a, np.ndarray) for a in v)
+    return isinstance(v, np.ndarray)
+
+
+def _attach_masks(outputs: Any, masks: Any) -> None:
+    if masks is None:
+        return
+    outs = flatten(outputs)
+    ms = flatten(masks) if isinstance(masks, list | tuple) else [masks] * len(outs)
+    for t, m in zip(outs, ms):
+        set_mask(t, m)
 
 
 def check_rank(layer: Layer, x: Node, rank: int | Sequence[int], what: str = "input") -> None:

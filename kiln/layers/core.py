@@ -35,6 +35,8 @@ class Dense(Layer):
         >>> y = layer(kiln.Input((784,)))      # 784 * 512 + 512 = 401,920 parameters
     """
 
+    supports_masking = True  # keeps the time axis: the mask passes through
+
     def __init__(self, units: int, activation: Any = None, use_bias: bool = True,
                  kernel_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
                  kernel_regularizer: Any = None, bias_regularizer: Any = None,
@@ -111,6 +113,8 @@ class Activation(Layer):
         >>> y = kiln.layers.Activation("softmax")(x)
     """
 
+    supports_masking = True  # keeps the time axis: the mask passes through
+
     def __init__(self, activation: Any, **kwargs: Any):
         super().__init__(**kwargs)
         self.activation = activations.get(activation)
@@ -148,6 +152,8 @@ class Dropout(Layer):
     Example:
         >>> y = kiln.layers.Dropout(0.5)(x)
     """
+
+    supports_masking = True  # keeps the time axis: the mask passes through
 
     def __init__(self, rate: float, noise_shape: Any = None, seed: int | None = None,
                  **kwargs: Any):
@@ -216,7 +222,9 @@ class Embedding(Layer):
         embeddings_regularizer: optional weight penalty.
         activity_regularizer: optional penalty on the output.
         embeddings_constraint: must be None.
-        mask_zero: must be False (masking is not supported).
+        mask_zero: index 0 is padding: the output carries a mask ``inputs != 0`` that the
+            next layers (RNNs, attention, masked pooling, the loss) honour, as in Keras; the
+            vocabulary must then keep index 0 for padding.
 
     Example:
         >>> ids = kiln.Input((20,), dtype="int32")
@@ -235,14 +243,18 @@ class Embedding(Layer):
         for arg, v in (("input_dim", input_dim), ("output_dim", output_dim)):
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ValueError(f"Embedding: {arg} must be a positive int, received {arg}={v!r}")
-        if mask_zero:
-            raise ValueError("Embedding: mask_zero=True is not supported by kiln (no masking)")
         no_constraint("Embedding", embeddings_constraint=embeddings_constraint)
         self.input_dim, self.output_dim = int(input_dim), int(output_dim)
         self.embeddings_initializer = initializers.get(embeddings_initializer)
         self.embeddings_regularizer = regularizers.get(embeddings_regularizer)
         self.activity_regularizer = regularizers.get(activity_regularizer)
         self._initial_weights = weights
+        self.mask_zero = bool(mask_zero)
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        if not self.mask_zero:
+            return None
+        return K.not_equal(inputs, K.constant(0, inputs.dtype))
 
     def build(self, input_shape: Any) -> None:
         self.embeddings = self.add_weight("embeddings", (self.input_dim, self.output_dim),
@@ -269,8 +281,45 @@ class Embedding(Layer):
             "embeddings_regularizer": regularizers.serialize(self.embeddings_regularizer),
             "activity_regularizer": regularizers.serialize(self.activity_regularizer),
             "embeddings_constraint": None,
-            "mask_zero": False,
+            "mask_zero": self.mask_zero,
         })
+        return config
+
+
+class Masking(Layer):
+    """Masks the time steps whose features all equal ``mask_value`` (padding): the output is
+    the input with those steps zeroed, and carries a ``(batch, steps)`` mask that the next
+    layers honour (RNNs keep their state over masked steps, attention ignores them, masked
+    pooling and the loss skip them), as in Keras.
+
+    Args:
+        mask_value: the padding value (default 0.0).
+
+    Example:
+        >>> x = kiln.layers.Masking(0.0)(kiln.Input((None, 8)))
+        >>> y = kiln.layers.LSTM(16)(x)
+    """
+
+    supports_masking = True
+
+    def __init__(self, mask_value: float = 0.0, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.mask_value = float(mask_value)
+
+    def _keep(self, inputs: Node) -> Node:
+        differs = K.not_equal(inputs, K.constant(self.mask_value, inputs.dtype))
+        return K.any(differs, axis=-1)
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        return self._keep(inputs)
+
+    def call(self, inputs: Node) -> Node:
+        keep = K.expand_dims(K.cast(self._keep(inputs), inputs.dtype), -1)
+        return inputs * keep
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config["mask_value"] = self.mask_value
         return config
 
 

@@ -54,6 +54,12 @@ class _Merge(Layer):
     def call(self, inputs: Any) -> Node:
         return self._merge(list(inputs))
 
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        """As Keras: a step is kept when every input that carries a mask keeps it."""
+        masks = [m for m in (mask if isinstance(mask, list | tuple) else [mask])
+                 if m is not None]
+        return reduce(K.logical_and, masks) if masks else None
+
 
 class Add(_Merge):
     """Elementwise sum of a list of tensors.
@@ -137,6 +143,12 @@ class Concatenate(_Merge):
 
     def _merge(self, inputs: list[Node]) -> Node:
         return K.concatenate(inputs, axis=self.axis)
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        if isinstance(inputs, list | tuple) and inputs and isinstance(inputs[0], Node) and \
+                self.axis % inputs[0].ndim != inputs[0].ndim - 1:
+            return None  # joined along the steps: no per-step mask carries over
+        return super().compute_mask(inputs, mask)
 
     def get_config(self) -> dict:
         config = super().get_config()

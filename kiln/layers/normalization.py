@@ -74,6 +74,8 @@ class BatchNormalization(Layer):
         >>> y = kiln.layers.BatchNormalization()(kiln.layers.Conv2D(32, 3)(x))
     """
 
+    supports_masking = True  # keeps the time axis: the mask passes through
+
     def __init__(self, axis: int = -1, momentum: float = 0.99, epsilon: float = 1e-3,
                  center: bool = True, scale: bool = True, beta_initializer: Any = "zeros",
                  gamma_initializer: Any = "ones", moving_mean_initializer: Any = "zeros",
@@ -196,6 +198,8 @@ class LayerNormalization(Layer):
     Example:
         >>> y = kiln.layers.LayerNormalization()(x)
     """
+
+    supports_masking = True  # keeps the time axis: the mask passes through
 
     def __init__(self, axis: Any = -1, epsilon: float = 1e-3, center: bool = True,
                  scale: bool = True, rms_scaling: bool = False, beta_initializer: Any = "zeros",

@@ -6,7 +6,12 @@ from typing import Any
 
 import kiln.ops as K
 from kiln.core import Node
-from kiln.layers._utils import normalize_data_format, normalize_padding, normalize_tuple
+from kiln.layers._utils import (
+    check_mask,
+    normalize_data_format,
+    normalize_padding,
+    normalize_tuple,
+)
 from kiln.layers.base import Layer, check_rank
 
 
@@ -116,10 +121,24 @@ _GLOBAL_DOC = """
 
 
 class GlobalAveragePooling1D(_GlobalPooling):
-    __doc__ = ("Mean over the steps of ``(batch, steps, channels)``.\n"
-               + _GLOBAL_DOC.format(ones="1, "))
+    __doc__ = ("Mean over the steps of ``(batch, steps, channels)``; with a mask (from "
+               "``Embedding(mask_zero=True)``, ``Masking`` ...) the mean over the unmasked "
+               "steps only.\n" + _GLOBAL_DOC.format(ones="1, "))
     rank = 1
     reduce = staticmethod(K.mean)
+    supports_masking = True
+
+    def call(self, inputs: Node, mask: Node | None = None) -> Node:
+        if mask is None:
+            return super().call(inputs)
+        check_mask(self, inputs, mask)
+        w = K.expand_dims(K.cast(mask, inputs.dtype), -1)
+        total = K.sum(inputs * w, axis=1, keepdims=self.keepdims)
+        count = K.sum(w, axis=1, keepdims=self.keepdims)
+        return total / K.maximum(count, K.constant(1.0, inputs.dtype))
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        return None
 
 
 class GlobalMaxPooling1D(_GlobalPooling):

@@ -19,6 +19,7 @@ import kiln.config
 import kiln.ops as K
 from kiln import eager as eager_path
 from kiln.core import Node, convert_to_tensor, format_shape, is_tensor
+from kiln.layers.base import get_mask
 
 EPSILON = 1e-7
 REDUCTIONS = ("sum_over_batch_size", "sum", "none", "mean", "mean_with_sample_weight")
@@ -163,6 +164,23 @@ def reduce_weighted_values(values: Node, sample_weight: Any = None,
     return total / K.size_of(values)
 
 
+def mask_weights(mask: Node, sample_weight: Any, values: Node, reduction: str) -> Node:
+    """Keras' ``apply_mask``: masked entries weigh 0; for a mean, the valid ones weigh
+    ``total / valid``, so the mean is over the unmasked entries only (0 when none is)."""
+    m = K.cast(mask, values.dtype)
+    if standardize_reduction(reduction) in ("sum_over_batch_size", "mean"):
+        total = K.cast(K.size_of(m), values.dtype)
+        valid = K.sum(m)
+        m = m * (total / K.maximum(valid, _c(1.0, valid)))
+    if sample_weight is None:
+        return m
+    sw = _to_node(sample_weight, values.dtype)
+    m, sw = squeeze_or_expand_to_same_rank(m, sw)
+    while sw.ndim < m.ndim:
+        sw = K.expand_dims(sw, -1)
+    return m * sw
+
+
 # ---- loss objects ---------------------------------------------------------------------------
 def _builtin(obj: Any, package: str) -> bool:
     """Whether ``obj``'s class is one of kiln's own (its graph follows from its config)."""
@@ -200,7 +218,10 @@ class Loss:
         raise NotImplementedError(f"{type(self).__name__} must implement call()")
 
     def _reduced(self, y_true: Node, y_pred: Node, sample_weight: Any = None) -> Node:
+        mask = get_mask(y_pred)  # a Keras mask on the prediction (a masked sequence model)
         values = convert_to_tensor(self.call(y_true, y_pred))
+        if mask is not None:
+            sample_weight = mask_weights(mask, sample_weight, values, self.reduction)
         return reduce_weighted_values(values, sample_weight, self.reduction)
 
     def _graph_key(self) -> tuple:

@@ -1,9 +1,11 @@
-"""Utilities: seeding and (with the viz extra) pictures of models and training."""
+"""Utilities: seeding, padding sequences and (with the viz extra) pictures of models and
+training."""
 
 from __future__ import annotations
 
 from kiln.random_state import set_seed as _set_seed
 from kiln.utils.plot import plot_history, plot_model
+from kiln.utils.sequence import pad_sequences
 
 
 def set_random_seed(seed: int) -> None:
@@ -17,4 +19,4 @@ def set_random_seed(seed: int) -> None:
     _set_seed(seed)
 
 
-__all__ = ["set_random_seed", "plot_model", "plot_history"]
+__all__ = ["set_random_seed", "plot_model", "plot_history", "pad_sequences"]

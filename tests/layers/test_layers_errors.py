@@ -81,8 +81,6 @@ def test_invalid_constructor_arguments() -> None:
         L.Dropout(1.0)
     with pytest.raises(ValueError, match="constraints"):
         L.Dense(2, kernel_constraint="max_norm")
-    with pytest.raises(ValueError, match="mask_zero"):
-        L.Embedding(5, 2, mask_zero=True)
     with pytest.raises(ValueError, match="permutation"):
         L.Permute((1, 3))
     with pytest.raises(TypeError, match="unexpected keyword"):

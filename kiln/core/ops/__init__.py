@@ -11,6 +11,7 @@ from kiln.core.ops import (  # noqa: F401  (registration side effects)
     pool,
     random,
     reduce,
+    scan,
     source,
 )
 from kiln.core.ops.registry import KERNELS, Example, OpDef, all_ops, apply, get_op, register

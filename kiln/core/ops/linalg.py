@@ -32,6 +32,12 @@ def swap_last(x: Node) -> Node:
 
 
 def _vjp(ct, out, a, b):
+    if b.ndim == 2 and a.ndim > 2 and a.shape[-1] is not None and ct.shape[-1] is not None:
+        # the matrix's gradient as ONE GEMM over the folded batch axes, not a batch of
+        # products summed afterwards (a Dense on sequences, an RNN's input projection)
+        a2 = apply("reshape", a, shape=(-1, a.shape[-1]))
+        c2 = apply("reshape", ct, shape=(-1, ct.shape[-1]))
+        return [apply("matmul", ct, swap_last(b)), apply("matmul", swap_last(a2), c2)]
     return [apply("matmul", ct, swap_last(b)), apply("matmul", swap_last(a), ct)]
 
 

@@ -15,7 +15,11 @@ An OpDef carries everything the rest of kiln derives from:
   runs as a new layout of their first input's storage (no kernel); None when this case needs
   a copy (a reshape of strided data);
 * ``shape_only``: positions of inputs whose values the op never reads, only their shapes
-  (``broadcast_like``'s target): the planner does not keep them alive for it.
+  (``broadcast_like``'s target): the planner does not keep them alive for it;
+* ``multi_output`` / ``projection``: a node of a ``multi_output`` op (``scan``) computes several
+  values packed in one buffer; ``projection`` ops (``scan_output``) are views picking one out,
+  reading only their first input's values (the others give shapes). Autodiff hands the
+  projections' cotangents to the multi-output op's VJP as ``(direct ct or None, {index: ct})``.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ RANDOM = "random"
 SOURCE = "source"
 SHAPE = "shape"
 FUSED = "fused"
-KINDS = (ELEMENTWISE, REDUCE, MOVEMENT, LINALG, NN, RANDOM, SOURCE, SHAPE, FUSED)
+LOOP = "loop"
+KINDS = (ELEMENTWISE, REDUCE, MOVEMENT, LINALG, NN, RANDOM, SOURCE, SHAPE, FUSED, LOOP)
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,8 @@ class OpDef:
     nondiff_reason: str = ""
     view: Callable[..., Any] | None = None
     shape_only: frozenset[int] = frozenset()
+    multi_output: bool = False
+    projection: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -84,6 +91,8 @@ class OpDef:
 
     def data_inputs(self, n_inputs: int) -> list[int]:
         """Positions of the inputs whose values (not only shapes) the op reads."""
+        if self.projection:
+            return [0]
         return [i for i in range(n_inputs) if i not in self.shape_only]
 
     def __call__(self, *inputs: Node, **attrs: Any) -> Node:

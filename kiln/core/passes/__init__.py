@@ -9,13 +9,14 @@ constant_fold  nodes with constant inputs -> constants (the ops' NumPy reference
 cse            global value numbering (commutative operands, equal constants)
 simplify       algebraic identities + numerical stabilization (log_softmax, cross-entropy)
 dce            drop what no output needs
+loops          one forward loop per sequence, unused loop outputs dropped, bodies optimized
 fuse           elementwise groups (+ reduction epilogue) -> one ``fused`` node each
 remat          recomputation until the memory plan fits ``memory_budget`` (only if given)
 verify         graph invariants (types by the shape rules, acyclic, inputs/outputs kept)
 =============  ======================================================================
 
 With ``KILN_DEBUG=1`` the invariants are checked after every pass. Passes never change
-``graph.inputs`` and keep the outputs' count, order and types.
+``graph.inputs`` and keep the outputs' count, order and types (an unknown dim may become known).
 
 Example:
     >>> graph, report = optimize(kiln.Graph([x], [loss, *updates]), exclude=("fuse",))
@@ -39,6 +40,7 @@ from kiln.core.passes.constant_fold import constant_fold
 from kiln.core.passes.cse import cse
 from kiln.core.passes.dce import dce
 from kiln.core.passes.fuse import fuse
+from kiln.core.passes.loops import loops
 from kiln.core.passes.remat import format_bytes, parse_bytes, remat
 from kiln.core.passes.report import to_dot
 from kiln.core.passes.simplify import simplify
@@ -50,6 +52,7 @@ PIPELINE: list[tuple[str, Callable[..., Graph]]] = [
     ("cse", cse),
     ("simplify", simplify),
     ("dce", dce),
+    ("loops", loops),
     ("fuse", fuse),
     ("remat", remat),
     ("verify", verify),
@@ -122,7 +125,26 @@ class Report:
         lines.append(f"{self.num_kernels} kernels; planned peak {format_bytes(self.peak_bytes)}"
                      f" vs {format_bytes(self.naive_bytes)} without reuse "
                      f"(batch_size={self.batch_size}{budget})")
+        lines += self._loop_lines()
         return "\n".join(lines)
+
+    def _loop_lines(self, indent: str = "") -> list[str]:
+        """One block per loop of the optimized graph: its body's kernels (nested loops
+        indented)."""
+        lines: list[str] = []
+        for n in (self.after.nodes if self.after is not None else []):
+            if n.op != "scan":
+                continue
+            body = n.attrs["body"]
+            sub = getattr(body, "report", None)
+            ops = sorted({m.op for m in body.graph.nodes if m.inputs})
+            lines.append(f"{indent}loop {body.name!r} ({'reverse, ' if n.attrs['reverse'] else ''}"
+                         f"{body.n_carry} carries, {body.n_x} sequences, {len(body.consts)} "
+                         f"consts, {body.n_y} stacked outputs): body of "
+                         f"{sub.num_kernels if sub else '?'} kernels: {', '.join(ops)}")
+            if sub is not None:
+                lines += sub._loop_lines(indent + "  ")
+        return lines
 
     def to_dot(self, stage: str = "after") -> str:
         """DOT text of the graph ``"before"`` or ``"after"`` the pipeline; fused nodes are
@@ -200,5 +222,6 @@ def optimize(graph: Graph, exclude: Iterable[str] | str = (), memory_budget: Any
 
 
 __all__ = ["optimize", "Report", "PassEntry", "PIPELINE", "PASS_NAMES", "GraphInvariantError",
-           "canonicalize", "constant_fold", "cse", "simplify", "dce", "fuse", "remat", "verify",
+           "canonicalize", "constant_fold", "cse", "simplify", "dce", "loops", "fuse", "remat",
+           "verify",
            "parse_bytes", "to_dot"]

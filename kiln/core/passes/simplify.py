@@ -28,6 +28,12 @@ Gradient routing
     ``sum(max_pool2d_grad(y, out, ct))`` over the spatial axes -> ``sum(ct)``
     (:func:`pool_sum`).
 
+Layout
+    ``matmul(transpose(x, perm), w)`` (``w`` a matrix, ``perm`` moving batch axes only) ->
+    ``transpose(matmul(x, w), perm)`` (one GEMM over ``x``'s own layout); a sum of
+    ``slice_grad``s tiling one axis of a tensor (the gradient of gates split from one
+    product) -> ``concatenate`` of their cotangents.
+
 Constant subexpressions that the rules create are folded (see constant_fold).
 
 Example:
@@ -281,6 +287,72 @@ def pool_sum(node: Node) -> Node | None:
     return new if same_type(new, node) else None
 
 
+def matmul_layout(node: Node) -> Node | None:
+    """``matmul(transpose(x, perm), w)`` with ``w`` a matrix and ``perm`` moving only batch
+    axes -> ``transpose(matmul(x, w), perm)``: the product runs on ``x``'s own layout, so
+    the batch axes fold into one GEMM (a sequence's input projection, time-major loops)."""
+    if node.op != "matmul":
+        return None
+    a, w = node.inputs
+    if w.ndim != 2 or a.op != "transpose" or a.ndim < 3:
+        return None
+    perm = tuple(a.attrs["perm"])
+    if perm[-1] != a.ndim - 1:
+        return None
+    inner = try_build("matmul", [a.inputs[0], w])
+    if inner is None:
+        return None
+    new = try_build("transpose", [inner], perm=perm)
+    return new if same_type(new, node) else None
+
+
+def _slice_grad_leaves(node: Node, out: list[Node]) -> bool:
+    if node.op == "slice_grad":
+        out.append(node)
+        return True
+    if node.op == "add":
+        return all(_slice_grad_leaves(i, out) for i in node.inputs)
+    return False
+
+
+def slice_grads(node: Node) -> Node | None:
+    """A sum of ``slice_grad``s of one tensor whose unit-step slices along one axis tile it
+    exactly (the gradient of a split into gates) -> ``concatenate`` of their cotangents: no
+    zero-filled full-size tensors and no additions."""
+    if node.op != "add":
+        return None
+    leaves: list[Node] = []
+    if not _slice_grad_leaves(node, leaves) or len(leaves) < 2:
+        return None
+    x = leaves[0].inputs[1]
+    if any(g.inputs[1] is not x for g in leaves):
+        return None
+    pieces = []
+    axis = None
+    for g in leaves:
+        spec = g.attrs["spec"]
+        cut = [k for k, (lo, hi, st) in enumerate(spec) if (lo, hi, st) != (None, None, 1)]
+        if len(cut) != 1 or (axis is not None and cut[0] != axis):
+            return None
+        axis = cut[0]
+        lo, hi, st = spec[axis]
+        size = x.shape[axis]
+        if st != 1 or size is None:
+            return None
+        lo, hi, _ = slice(lo, hi).indices(size)
+        pieces.append((lo, hi, g.inputs[0]))
+    pieces.sort(key=lambda p: p[0])
+    pos = 0
+    for lo, hi, _ in pieces:
+        if lo != pos or hi <= lo:
+            return None
+        pos = hi
+    if pos != x.shape[axis]:
+        return None
+    new = try_build("concatenate", [p[2] for p in pieces], axis=axis)
+    return new if same_type(new, node) else None
+
+
 def _fold(node: Node) -> Node | None:
     if node.op == "size_of" or (node.inputs and all(is_const(i) for i in node.inputs)):
         return fold_rule(node)
@@ -288,7 +360,7 @@ def _fold(node: Node) -> Node | None:
 
 
 RULES = first_rule(identities, movement, drop_broadcast, stabilize, pool_mask, pool_sum,
-                   _fold)
+                   matmul_layout, slice_grads, _fold)
 
 
 def simplify(graph: Graph) -> Graph:

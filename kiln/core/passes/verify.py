@@ -14,7 +14,7 @@ A violation raises :class:`GraphInvariantError` naming the pass, the node and th
 
 from __future__ import annotations
 
-from kiln.core.ir import Graph, toposort
+from kiln.core.ir import Graph, TensorType, toposort
 from kiln.core.ops.registry import get_op
 from kiln.core.passes._util import is_source
 
@@ -47,6 +47,13 @@ def check_graph(graph: Graph, where: str = "verify") -> None:
                                       f"its shape rule gives {expected}")
 
 
+def refines(new: TensorType, old: TensorType) -> bool:
+    """Whether ``new`` is ``old`` with some unknown dims found (a pass may prove a size, e.g.
+    a loop's length from a constant cotangent; it may never change a known one)."""
+    return new.dtype == old.dtype and new.ndim == old.ndim and all(
+        o is None or o == n for n, o in zip(new.shape, old.shape))
+
+
 def check_preserved(before: Graph, after: Graph, where: str) -> None:
     """Raises GraphInvariantError if ``after`` changed what a pass must keep from ``before``."""
     if len(after.inputs) != len(before.inputs) or any(
@@ -56,7 +63,7 @@ def check_preserved(before: Graph, after: Graph, where: str) -> None:
         raise GraphInvariantError(f"{where} changed the number of outputs from "
                                   f"{len(before.outputs)} to {len(after.outputs)}")
     for k, (a, b) in enumerate(zip(after.outputs, before.outputs)):
-        if a.type != b.type:
+        if a.type != b.type and not refines(a.type, b.type):
             raise GraphInvariantError(f"{where} changed the type of output {k} from {b.type} "
                                       f"to {a.type}")
     known = {id(n) for n in before.inputs}

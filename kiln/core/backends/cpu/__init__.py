@@ -28,6 +28,7 @@ from kiln.core.backends.cpu import (  # noqa: E402,F401  (registration side effe
     conv,
     gather,
     linalg,
+    loop,
     movement,
     nn,
     random,

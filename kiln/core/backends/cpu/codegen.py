@@ -63,6 +63,48 @@ class CodegenError(ValueError):
     """The program cannot be generated (the executor then uses the reference)."""
 
 
+# float32 bodies faster than numba's libm call, of known accuracy: op -> (body, helper source).
+# tanh: numba's np.tanh is a scalar libm call of ~24 ns (docs: shared notes); this rational
+# approximation (clamped to +-7.9, linear below 4e-4) is within 3.1e-7 of tanh (relative, in
+# float64) and ~6 ns. The helper is register_jitable: compiled inline under numba, plain
+# Python with KILN_JIT=0; NaN stays NaN. tests/core/backends/test_fast_tanh.py checks it.
+_TANH32 = """
+@numba.extending.register_jitable
+def _tanh32(x):
+    if x != x:
+        return x
+    v = min(max(x, np.float32(-7.90531110763549805)), np.float32(7.90531110763549805))
+    x2 = v * v
+    p = np.float32(-2.76076847742355e-16)
+    p = p * x2 + np.float32(2.00018790482477e-13)
+    p = p * x2 + np.float32(-8.60467152213735e-11)
+    p = p * x2 + np.float32(5.12229709037114e-08)
+    p = p * x2 + np.float32(1.48572235717979e-05)
+    p = p * x2 + np.float32(6.37261928875436e-04)
+    p = p * x2 + np.float32(4.89352455891786e-03)
+    q = np.float32(1.19825839466702e-06)
+    q = q * x2 + np.float32(1.18534705686654e-04)
+    q = q * x2 + np.float32(2.26843463243900e-03)
+    q = q * x2 + np.float32(4.89352518554385e-03)
+    return v if abs(v) < np.float32(0.0004) else np.float32(p * v / q)
+
+
+"""
+# sigmoid: one exp of -|x| (the branchy two-sided form evaluated exp twice on one side), the
+# same accuracy, ~5 instead of ~10 ns.
+_SIGMOID32 = """
+@numba.extending.register_jitable
+def _sigmoid32(x):
+    e = np.exp(-abs(x))
+    r = np.float32(1.0) / (np.float32(1.0) + e)
+    return r if x >= np.float32(0) else np.float32(e * r)
+
+
+"""
+FAST_F32: dict[str, tuple[str, str]] = {"tanh": ("_tanh32({0})", _TANH32),
+                                        "sigmoid": ("_sigmoid32({0})", _SIGMOID32)}
+
+
 def scalar_body(op_name: str, attrs: tuple) -> str:
     op = get_op(op_name)
     if op.kind != ELEMENTWISE or op.scalar is None:
@@ -151,6 +193,7 @@ def generate(spec: LoopSpec) -> str:
         raise CodegenError("side outputs and threads need a loop without reduction")
     args = ", ".join(["o"] + [f"e{k}" for k in range(n_extra)] + [f"a{k}" for k in range(n_in)]
                      + ["p"])
+    helpers: set[str] = set()
     lines = [f"def kernel({args}):"]
     ind = "    "
     emit = lines.append
@@ -225,8 +268,12 @@ def generate(spec: LoopSpec) -> str:
         names = [f"v{-a - 1}" if a < 0 else f"t{a}" for a in iargs]
         arg_dtypes = [spec.in_dtypes[-a - 1] if a < 0 else dtypes[a] for a in iargs]
         floats = {t for t in arg_dtypes + [dtypes[j]] if t.startswith("float")}
-        body = type_literals(scalar_body(op_name, attrs), "float32" if floats == {"float32"}
-                             else "")
+        f32 = floats == {"float32"}
+        if f32 and op_name in FAST_F32:
+            body = FAST_F32[op_name][0]
+            helpers.add(op_name)
+        else:
+            body = type_literals(scalar_body(op_name, attrs), "float32" if f32 else "")
         emit(f"{pad}t{j} = {CTOR[dtypes[j]]}({body.format(*names)})")
     result = f"t{len(spec.program) - 1}"
     if value_dtype != spec.out_dtype:
@@ -246,7 +293,8 @@ def generate(spec: LoopSpec) -> str:
         emit(f"{ind}cnt = p[{idx['extra'] + 1}]")
         emit(f"{ind}for q in range(p[{idx['extra']}]):")
         emit(f"{ind}    o[np.uint64(xo + q)] = {ctor_out}(o[np.uint64(xo + q)] / cnt)")
-    return "\n".join(lines) + "\n"
+    prelude = "".join(FAST_F32[h][1] for h in sorted(helpers))
+    return prelude + "\n".join(lines) + "\n"
 
 
 def label(program: tuple) -> str:

@@ -33,4 +33,9 @@ def build_matmul(b, node: Node) -> None:
             y = Operand(b.layout(yn).transpose((1, 0)), yn.shape[::-1], yn.dtype, b.flat(yn))
             emit_loop(b, MATVEC, [x, y], out, "matmul(matvec)")
             return
-    b.add(np.matmul, (b.array(xn), b.array(yn), b.out(node)))
+    x, out = b.array(xn), b.out(node)
+    if yn.ndim == 2 and xn.ndim > 2 and x.flags.c_contiguous and out.flags.c_contiguous:
+        # batch axes folded into the rows: one GEMM (np.matmul would loop over the batch)
+        x = x.reshape(-1, x.shape[-1])
+        out = out.reshape(-1, out.shape[-1])
+    b.add(np.matmul, (x, b.array(yn), out))

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from kiln.core.backends.cuda import _codegen as cg
+from kiln.core.backends.cuda import _loop  # noqa: F401  (registers the loop's kernel)
 from kiln.core.backends.cuda import _resident as rs
 from kiln.core.backends.cuda._device import blocks_for, check_available, launch_config
 from kiln.core.backends.cuda._lower import KERNELS, Lowering
@@ -186,6 +187,9 @@ class CudaProgram:
         self._update_vars: list[Any] = []
         self.updates_on_device = False
         self.last_plan: _Plan | None = None
+        # a loop body's program keeps its feeds for the whole run (the consts are copied in
+        # once per loop, not once per step): no temporary may take their slots
+        self.keep_feeds = False
 
     # ---- executor protocol ------------------------------------------------------------------
     def bind_updates(self, variables: Sequence[Any]) -> None:
@@ -257,7 +261,8 @@ class CudaProgram:
             pl.roots[lay.root].last = end
         for _, lay in pl.feed_roots:
             pl.roots[lay.root].first = -1
-            pl.roots[lay.root].last = max(pl.roots[lay.root].last, -1)
+            pl.roots[lay.root].last = end if self.keep_feeds else max(pl.roots[lay.root].last,
+                                                                      -1)
         slots = self._allocate(pl)
         plan = _Plan(generation=self._generation, slots=slots, checks=pl.checks)
         arrays: dict[int, Any] = {}
