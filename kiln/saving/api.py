@@ -26,6 +26,7 @@ from kiln.saving.h5util import (
     open_h5,
     require_h5py,
     set_json_attr,
+    set_list_attr,
 )
 from kiln.saving.serialization import deserialize_model, serialize_model
 
@@ -87,7 +88,8 @@ def save_weights(model: Any, filepath: str | os.PathLike, overwrite: bool = True
         filepath: the target; any name (``.weights.h5`` and ``.h5`` are customary).
         overwrite: if False and the file exists, raise FileExistsError.
         format: ``"kiln"`` (default: weights keyed by layer and weight name, dtypes kept) or
-            ``"keras"`` (Keras 3's ``.weights.h5`` layout, loadable by Keras).
+            ``"keras"`` (Keras 3's ``.weights.h5`` layout, loadable by Keras; like Keras, it
+            includes the optimizer's variables once the optimizer is built).
 
     Example:
         >>> model.save_weights("mlp.weights.h5")
@@ -103,7 +105,12 @@ def save_weights(model: Any, filepath: str | os.PathLike, overwrite: bool = True
     def write(tmp: str) -> None:
         with h5py.File(tmp, "w") as h5:
             if format == "keras":
-                wt.write_keras3_model(h5, model)
+                # as Keras' save_weights: the optimizer's variables too, once it is built
+                opt = st.get_optimizer(model)
+                arrays = st.keras_optimizer_arrays(opt) if opt is not None and getattr(
+                    opt, "built", False) else None
+                wt.write_keras3_model(h5, model, arrays,
+                                      str(getattr(opt, "name", "optimizer")))
                 return
             _stamp(h5, "weights")
             build = _build_config(model)
@@ -147,8 +154,12 @@ def plan_weights(model: Any, h5: Any, source: str, skip_mismatch: bool = False,
                        skip_mismatch, what=what)
     wt.ensure_built(model, None, what)
     if layout == "legacy":
-        owners = [wt.Owner(o.key, o.layer, o.keras_weights, o.keras_weights, o.class_name)
-                  for o in wt.weight_owners(model)]
+        # the legacy layout lists a layer's weights in Keras' tracking order (Bidirectional:
+        # forward then backward), not in the attribute-walk order of .weights.h5
+        owners = [wt.Owner(o.key, o.layer, order, order, o.class_name)
+                  for o in wt.weight_owners(model)
+                  for order in [o.keras_weights if o.key == wt.TOP_LEVEL
+                                else wt.keras_legacy_order(o.layer)]]
         return wt.plan(owners, wt.read_legacy_group(group), source, skip_mismatch, what=what)
     file_layers, owners = wt.read_keras3_model(h5, model)
     return wt.plan(owners, file_layers, source, skip_mismatch, by_order=False, what=what)
@@ -196,8 +207,10 @@ def load_weights(model: Any, filepath: str | os.PathLike, skip_mismatch: bool = 
 def _write_kiln_model(h5: Any, model: Any, kind: str, include_config: bool,
                       training: dict | None, include_optimizer: bool = True) -> None:
     _stamp(h5, kind)
+    config = None
     if include_config:
-        set_json_attr(h5, "model_config", serialize_model(model))
+        config = serialize_model(model)
+        set_json_attr(h5, "model_config", config)
     else:
         build = _build_config(model)
         if build is not None:
@@ -206,8 +219,53 @@ def _write_kiln_model(h5: Any, model: Any, kind: str, include_config: bool,
     opt = st.get_optimizer(model)
     if opt is not None and include_optimizer:
         st.write_optimizer(h5.create_group(st.OPTIMIZER_GROUP), opt)
+        if kind == "model" and config is not None:
+            _write_keras_training_config(h5, config.get("compile_config"), opt)
     g = h5.create_group("training_state")
     set_json_attr(g, "state", {"rng": st.get_rng_state(model), **(training or {})})
+
+
+def _write_keras_training_config(h5: Any, compile_config: Any, opt: Any) -> None:
+    """What Keras' legacy ``.h5`` loader reads to compile the model and restore the
+    optimizer (docs/formats.md §2): the root attribute ``training_config`` (the compile
+    config with ``optimizer_config`` = ``{"class_name", "config"}``) and the group
+    ``optimizer_weights`` (attribute ``weight_names``; iteration, learning_rate, slots in
+    Keras' order). Its datasets are hard links to kiln's ``optimizer/<i>`` (no second copy),
+    except ``learning_rate``. kiln itself reads only its own groups."""
+    optimizer = (compile_config or {}).get("optimizer") if isinstance(compile_config, dict) \
+        else None
+    if not isinstance(optimizer, dict) or "class_name" not in optimizer:
+        return
+    training = {k: v for k, v in compile_config.items() if k != "optimizer"}
+    training.setdefault("loss_weights", None)  # Keras' reader requires the key
+    training["optimizer_config"] = {"class_name": optimizer["class_name"],
+                                    "config": optimizer.get("config", {})}
+    set_json_attr(h5, "training_config", training)
+    if not getattr(opt, "built", False):
+        return
+    kiln_group = h5[st.OPTIMIZER_GROUP]
+    variables = list(opt.variables)
+    prefix = str(getattr(opt, "name", "optimizer") or "optimizer")
+    g = h5.create_group("optimizer_weights")
+    names: list[str] = []
+
+    def add(label: str, data: Any) -> None:
+        label = label.replace("/", "_").replace(":", "_") or "variable"
+        base, n = label, 1
+        while f"{prefix}/{label}" in names:
+            label, n = f"{base}_{n}", n + 1
+        names.append(f"{prefix}/{label}")
+        g[names[-1]] = data
+
+    def short(var: Any) -> str:
+        return str(getattr(var, "name", "") or "").split("/", 1)[-1]
+
+    add("iteration", kiln_group["0"])
+    if st.lr_is_fixed(opt):
+        add("learning_rate", np.float32(st.current_lr(opt)))
+    for i, var in enumerate(variables[1:], start=1):
+        add(short(var), kiln_group[str(i)])
+    set_list_attr(g, "weight_names", names)
 
 
 def save_model(model: Any, filepath: str | os.PathLike, overwrite: bool = True,

@@ -14,6 +14,7 @@ import inspect
 import warnings
 from typing import Any
 
+from kiln.saving import keras_ops
 from kiln.saving.registration import (
     custom_object_scope,
     get_registered_name,
@@ -74,6 +75,7 @@ def serialize_model(model: Any, include_compile: bool = True) -> dict:
     build = getattr(model, "get_build_config", None)
     out["build_config"] = build() if callable(build) else None
     out["compile_config"] = get_compile_config(model) if include_compile else None
+    out = _map_entries(out, _operation_to_keras)
     lambdas = [path for path, entry in _walk_layers(out) if entry.get("class_name") == "Lambda"]
     if lambdas:
         warnings.warn(f"saving {getattr(model, 'name', 'model')!r}: Lambda layer(s) {lambdas} "
@@ -251,6 +253,47 @@ def upgrade_legacy_config(config: Any) -> Any:
     return config
 
 
+# ---- Keras operation nodes (kiln/saving/keras_ops.py) -------------------------------------------
+def _map_entries(config: Any, fn: Any) -> Any:
+    """``config`` with every layer entry of its (nested) functional configs replaced by
+    ``fn(entry)``; the input is not modified."""
+    if not isinstance(config, dict):
+        return config
+    inner = config.get("config")
+    if not isinstance(inner, dict) or not isinstance(inner.get("layers"), list):
+        return config
+    entries = [_map_entries(fn(e), fn) if isinstance(e, dict) else e for e in inner["layers"]]
+    return {**config, "config": {**inner, "layers": entries}}
+
+
+def _operation_to_keras(entry: dict) -> dict:
+    if entry.get("class_name") == "KerasOperation" and not entry.get("registered_name") and \
+            "operation" in (entry.get("config") or {}):
+        return keras_ops.to_keras_entry(entry)
+    return entry
+
+
+def operations_to_kiln(config: dict, source: str = "the config",
+                       custom_objects: dict | None = None) -> tuple[dict, bool]:
+    """Rewrites the Keras operation nodes of a functional config (``NotEqual`` ...) as
+    ``KerasOperation`` layers; refuses operations kiln does not map. Returns the config and
+    whether it had any."""
+    found = False
+
+    def known(name: str) -> bool:
+        return _resolve(name, custom_objects) is not None
+
+    def rewrite(entry: dict) -> dict:
+        nonlocal found
+        if not keras_ops.is_operation_entry(entry, known):
+            return entry
+        keras_ops.check_operation_entry(entry, source)
+        found = True
+        return keras_ops.to_kiln_entry(entry)
+
+    return _map_entries(config, rewrite), found
+
+
 # ---- rebuilding ---------------------------------------------------------------------------------
 def _call_from_config(cls: Any, config: dict, custom_objects: dict | None) -> Any:
     from_config = cls.from_config
@@ -267,6 +310,9 @@ def deserialize_model(config: dict, custom_objects: dict | None = None, compile:
                       safe_mode: bool = True, source: str = "the config") -> Any:
     """Rebuilds (and, with ``compile``, compiles) a model from its serialized config."""
     config = upgrade_legacy_config(config)
+    config, has_operations = operations_to_kiln(config, source, custom_objects)
+    if has_operations:  # kiln's class for Keras' operation nodes, ahead of any same-named one
+        custom_objects = {**(custom_objects or {}), "KerasOperation": keras_ops.KerasOperation}
     check_config(config, custom_objects, safe_mode, source)
     cls = None
     for name in (config.get("registered_name"), config.get("class_name")):

@@ -83,6 +83,32 @@ def sublayer_tree(layer: Any) -> list[tuple[str, Any]]:
     return out
 
 
+def keras_legacy_order(layer: Any) -> list[Any]:
+    """A layer's weights in the order of Keras' legacy HDF5 files (``_legacy_weights`` =
+    ``trainable_weights + non_trainable_weights``, both filtered from ``layer.weights``:
+    own weights (trainable first), then each sublayer's in tracking order, i.e. the order the
+    sublayers were assigned: Bidirectional's forward then backward layer,
+    MultiHeadAttention's query, key, value, output). A frozen layer lists ``weights`` as is."""
+    tracked = _tracked(layer, set())
+    if not getattr(layer, "trainable", True) or not hasattr(layer, "_all_weights"):
+        return tracked
+    effective = {id(w): t for w, t in layer._all_weights()}
+    return [w for w in tracked if effective.get(id(w), w.trainable)] + \
+        [w for w in tracked if not effective.get(id(w), w.trainable)]
+
+
+def _tracked(layer: Any, seen: set[int]) -> list[Any]:
+    """Keras' ``Layer.weights``: own variables (trainable first), then the sublayers'."""
+    if id(layer) in seen:
+        return []
+    seen.add(id(layer))
+    out = keras_own_order(layer)
+    subs = layer._sublayers() if hasattr(layer, "_sublayers") else []
+    for sub in subs:
+        out += [w for w in _tracked(sub, seen) if all(w is not x for x in out)]
+    return out
+
+
 def keras_order(layer: Any, _seen: set[int] | None = None) -> list[Any]:
     """A layer's weights flattened in Keras' file order (own ``vars``, then sublayers in
     attribute-walk order)."""
@@ -108,10 +134,16 @@ class Owner:
 
 
 def model_layers(model: Any) -> list[Any]:
+    """``model.layers`` as Keras lists them: without the model itself and without Keras
+    operation nodes (``KerasOperation``, kiln/saving/keras_ops.py), which Keras keeps out of
+    ``model.layers`` and out of its weight files."""
+    from kiln.saving.keras_ops import KerasOperation
+
     layers = getattr(model, "layers", None)
     if layers is None:
         return []
-    return [layer for layer in layers if layer is not model]
+    return [layer for layer in layers
+            if layer is not model and not isinstance(layer, KerasOperation)]
 
 
 def weight_owners(model: Any) -> list[Owner]:
