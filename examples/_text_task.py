@@ -1,9 +1,10 @@
 """A small synthetic sentiment task where word order matters (shared by the text examples).
 
 Token 0 is padding, 1 "good", 2 "bad", 3 "not", the rest neutral filler. A sentence holds one
-to three sentiment words, each negated by a "not" right before it with probability one half;
-its label is 1 when the (negated) sentiments sum above zero. A bag of words cannot tell
-"not good ... bad" from "good ... not bad": a model has to read the order.
+to three sentiment words, each negated by a "not" right before it with probability one half,
+and as many stray "not"s before filler words, which negate nothing; its label is 1 when the
+(negated) sentiments sum above zero. A bag of words cannot tell "not good ... bad" from
+"good ... not bad", nor a "not" that negates from a stray one: a model has to read the order.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ def make(n: int, vocab: int = 200, min_len: int = 8, max_len: int = 40,
             total += polarity
         if total == 0:
             continue
+        for _ in range(int(rng.integers(0, count + 1))):  # stray "not"s before filler
+            s = int(rng.integers(0, length - 1))
+            if words[s] >= 4 and words[s + 1] >= 4:
+                words[s] = NOT
         x[k, max_len - length:] = words
         y[k] = int(total > 0)
         k += 1

@@ -74,7 +74,7 @@ def build(kind, maxlen, vocab, dim):
     x = layers.Dense(dim, activation="relu")(x)
     outputs = layers.Dense(1, activation="sigmoid")(x)
     model = kiln.Model(inputs, outputs, name=kind)
-    model.compile(kiln.optimizers.Adam(2e-3), "binary_crossentropy", metrics=["accuracy"])
+    model.compile(kiln.optimizers.Adam(3e-3), "binary_crossentropy", metrics=["accuracy"])
     return model
 
 
@@ -85,10 +85,10 @@ def main() -> None:
     args = parser.parse_args()
     kiln.utils.set_random_seed(0)
     vocab, maxlen, dim = 100, 32, 32
-    n = 4000 if args.quick else 20000
+    n = 10000 if args.quick else 40000
     x, y = _text_task.make(n + n // 4, vocab=vocab, max_len=maxlen)
     (x_train, y_train), (x_test, y_test) = (x[:n], y[:n]), (x[n:], y[n:])
-    epochs = args.epochs or (6 if args.quick else 10)
+    epochs = args.epochs or 10
     scores = {}
     for kind in ("bag-of-embeddings", "transformer"):
         model = build(kind, maxlen, vocab, dim)
