@@ -214,3 +214,23 @@ def test_bad_loops_are_clear_errors():
         K.scan(lambda h, x: h, h0, xs)
     with pytest.raises(ValueError, match="init has 1"):
         K.scan(lambda h, x: ((h, h), None), h0, xs)
+
+
+def test_a_large_fed_sequence_read_by_the_loop_is_never_stale():
+    """The executor reads large feeds in place (rebinding kernel arguments); the loop holds its
+    inputs in its own step, so a fed sequence must not be bound away from it: two calls with
+    different data give two right answers."""
+    x = kiln.placeholder((None, 64, 128))
+    h0 = kiln.placeholder((64, 128))
+    hT, _ = K.scan(lambda h, xt: (K.tanh(h * 0.5 + xt), None), h0, x)
+    fn = kiln.function([x, h0], [hT, K.sum(x)])  # another kernel reads x: x gets bound
+    rng = np.random.default_rng(6)
+    for _ in range(2):
+        xs = rng.normal(size=(30, 64, 128)).astype("float32")
+        h = np.zeros((64, 128), "float32")
+        want = h
+        for t in range(30):
+            want = np.tanh(want * 0.5 + xs[t])
+        got, total = fn(xs, h)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(total, xs.sum(), rtol=1e-4)

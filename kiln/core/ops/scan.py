@@ -18,9 +18,10 @@ Built here, once, at trace time:
 
 * **lifting**: body nodes that depend on neither the carries nor the step inputs are computed
   outside the loop and enter as consts (loop-invariant code motion by construction);
-* **hoisting**: body nodes that depend only on the step inputs and are elementwise or a
-  ``matmul`` by an invariant matrix are computed for every step at once before the loop (the
-  input projection ``x_t @ W + b`` of an RNN becomes one GEMM over the whole sequence);
+* **hoisting**: a ``matmul`` of the step inputs by an invariant matrix (and the elementwise
+  ops of the step inputs feeding it) is computed for every step at once before the loop (the
+  input projection ``x_t @ W`` of an RNN becomes one GEMM over the whole sequence; the bias
+  add after it stays in the body, fused into the gate kernel);
 
 and when differentiated (``scan``'s VJP):
 
@@ -182,6 +183,15 @@ def scan(fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
             batched = _batchable(n, outer, xonly)
             if batched is not None:
                 outer[id(n)] = batched
+    # only the matmuls and what feeds them leave the loop: an elementwise op after the last
+    # matmul (a bias add) fuses into the body's kernels for free, where over the whole
+    # sequence it would be one more pass over it
+    needed: set[int] = set()
+    for n in reversed(nodes):
+        if id(n) in outer and (n.op == "matmul" or any(id(u) in needed
+                                                        for u in users.get(id(n), []))):
+            needed.add(id(n))
+    outer = {k: v for k, v in outer.items() if k in needed or k in {id(p) for p in x_phs}}
     hoisted_phs: list[Node] = []
     hoisted_outer: list[Node] = []
     for n in nodes:

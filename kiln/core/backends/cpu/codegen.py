@@ -67,7 +67,7 @@ class CodegenError(ValueError):
 # tanh: numba's np.tanh is a scalar libm call of ~24 ns (docs: shared notes); this rational
 # approximation (clamped to +-7.9, linear below 4e-4) is within 3.1e-7 of tanh (relative, in
 # float64) and ~6 ns. The helper is register_jitable: compiled inline under numba, plain
-# Python with KILN_JIT=0; NaN stays NaN. tests/core/backends/test_fast_tanh.py checks it.
+# Python with KILN_JIT=0; NaN stays NaN. tests/core/backends/test_fast_math.py checks it.
 _TANH32 = """
 @numba.extending.register_jitable
 def _tanh32(x):
@@ -90,14 +90,26 @@ def _tanh32(x):
 
 
 """
-# sigmoid: one exp of -|x| (the branchy two-sided form evaluated exp twice on one side), the
-# same accuracy, ~5 instead of ~10 ns.
+# sigmoid: exp(-|x|) by Cephes' expf polynomial with 2^k built from its bits (no libm call,
+# so the loop vectorizes: ~2-3 instead of ~10 ns), r = 1 / (1 + e), e * r for x < 0: relative
+# accuracy 1.7e-7 down to 1e-37 (below, where exp(-87.3) clamps, the error is < 1.2e-38).
 _SIGMOID32 = """
 @numba.extending.register_jitable
 def _sigmoid32(x):
-    e = np.exp(-abs(x))
-    r = np.float32(1.0) / (np.float32(1.0) + e)
-    return r if x >= np.float32(0) else np.float32(e * r)
+    v = max(-abs(x), np.float32(-87.33654))
+    kf = np.floor(v * np.float32(1.44269504088896341) + np.float32(0.5))
+    r = v - kf * np.float32(0.693359375) + kf * np.float32(2.12194440e-4)
+    p = np.float32(1.9875691500e-4)
+    p = p * r + np.float32(1.3981999507e-3)
+    p = p * r + np.float32(8.3334519073e-3)
+    p = p * r + np.float32(4.1665795894e-2)
+    p = p * r + np.float32(1.6666665459e-1)
+    p = p * r + np.float32(5.0000001201e-1)
+    e = (p * (r * r) + r + np.float32(1.0)) * np.int32(
+        (np.int32(kf) + np.int32(127)) << np.int32(23)).view(np.float32)
+    s = np.float32(1.0) / (np.float32(1.0) + e)
+    s = s if x >= np.float32(0) else np.float32(e * s)
+    return x if x != x else s
 
 
 """

@@ -1,14 +1,23 @@
 """The loop op on the CPU: ``scan`` runs its body as a compiled sub-program once per step.
 
 The body graph (optimized by the ``loops`` pass, docs/architecture.md "Loops") becomes its
-own :class:`~kiln.core.backends.cpu.program.CpuProgram` with one plan for the step's shapes:
-its feed buffers hold the carry, the step's inputs and the consts (copied once per run); each
-step copies the step inputs in, calls the body's kernels and copies the new carries and the
-step's outputs out (into the loop's packed output). Each outer plan owns its body program, so
-two compiled functions sharing a body never share buffers.
+own :class:`~kiln.core.backends.cpu.program.CpuProgram` with one plan for the step's shapes.
+Each outer plan owns its body program, so two compiled functions never share its buffers.
+
+Per step, the body's kernels run on:
+
+* the carries: copied into the body's feed buffers (small), the new ones copied back;
+* the step's inputs and the consts: **bound**, not copied, when every kernel argument
+  reading a feed buffer lies inside it: those arguments are rebuilt as views of ``xs[t]``
+  (of the const once per run), as the executor binds large feeds (``program.feed_binding``);
+  else copied;
+* the per-step outputs: bound the same way to their slot ``ys[t]`` of the loop's packed
+  output (the kernel computing an output writes it there), else copied after the step.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -16,6 +25,48 @@ from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Graph
 from kiln.core.layout import prod
 from kiln.core.ops.scan_body import offsets, output_types
+
+_bounds = np.lib.array_utils.byte_bounds
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def binding(steps: list, target: np.ndarray) -> list[tuple[int, int, int, tuple, tuple]] | None:
+    """The kernel arguments viewing ``target``'s memory as ``(step, position, byte offset,
+    shape, strides)``, or None when one cannot be rebuilt around another array of its size
+    (an argument reaching outside ``target``, a closure holding it)."""
+    from kiln.core.backends.cpu.program import closure_arrays
+
+    lo, hi = _bounds(target)
+    refs = []
+    for k, step in enumerate(steps):
+        if any(np.shares_memory(a, target) for a in closure_arrays(step.fn)):
+            return None
+        for pos, a in enumerate(step.args):
+            if not isinstance(a, np.ndarray) or not a.size or not np.shares_memory(a, target):
+                continue
+            a_lo, a_hi = _bounds(a)
+            if a_lo < lo or a_hi > hi or a.dtype != target.dtype:
+                return None
+            refs.append((k, pos, _ptr(a) - _ptr(target), a.shape, a.strides))
+    return refs
+
+
+class _Calls:
+    """The body plan's calls as a mutable list, with :meth:`bind` rebuilding arguments."""
+
+    def __init__(self, plan: Any):
+        self.calls = [(fn, list(args)) for fn, args in plan.calls]
+
+    def bind(self, refs: list, src: np.ndarray) -> None:
+        for k, pos, offset, shape, strides in refs:
+            self.calls[k][1][pos] = np.ndarray(shape, src.dtype, buffer=src, offset=offset,
+                                               strides=strides)
+
+    def frozen(self) -> list[tuple[Any, tuple]]:
+        return [(fn, tuple(args)) for fn, args in self.calls]
 
 
 @builder("scan")
@@ -46,31 +97,55 @@ def build_scan(b, node) -> None:
     shapes = ([c.shape for c in carries0] + [s.shape[1:] for s in seqs]
               + [c.shape for c in consts])
     plan = sub.plan([np.empty(s, np.dtype(p.dtype)) for s, p in zip(shapes, graph.inputs)])
-    feeds = plan.feed_buffers
-    results = plan.outputs
-    calls = plan.calls
+    feeds, results = plan.feed_buffers, plan.outputs
     carry_in, x_in, const_in = feeds[:nc], feeds[nc:nc + nx], feeds[nc + nx:]
     new_carry, y_out = results[:nc], results[nc:]
+    calls = _Calls(plan)
+    # what reads a step input or const, what writes a per-step output: bound where possible
+    x_refs = [binding(plan.steps, buf) for buf in x_in]
+    c_refs = [binding(plan.steps, buf) for buf in const_in]
+    y_refs = []
+    for k, y in enumerate(y_out):
+        aliased = any(np.shares_memory(y, f) for f in feeds) or any(
+            np.shares_memory(y, o) for j, o in enumerate(results) if j != nc + k)
+        y_refs.append(None if aliased else binding(plan.steps, y))
+    bound_x = [k for k, r in enumerate(x_refs) if r is not None]
+    bound_set = set(bound_x)
+    copied_x = [k for k, r in enumerate(x_refs) if r is None]
+    bound_y = [k for k, r in enumerate(y_refs) if r is not None]
+    copied_y = [k for k, r in enumerate(y_refs) if r is None]
     # a new carry that is a view of a feed buffer (a carry passed through, two carries
     # swapped) is staged, so that no carry is overwritten before it is read
     staged = [any(np.shares_memory(r, f) for f in feeds) for r in new_carry]
     stage = [np.empty_like(r) if s else None for r, s in zip(new_carry, staged)]
-    order = range(steps - 1, -1, -1) if node.attrs["reverse"] else range(steps)
+    order = list(range(steps - 1, -1, -1) if node.attrs["reverse"] else range(steps))
     python = plan.info.get("python")
 
     def run_loop() -> None:
         for dst, src in zip(carry_in, carries0):
             np.copyto(dst, src)
-        for dst, src in zip(const_in, consts):
-            np.copyto(dst, src)
+        for j, (dst, src) in enumerate(zip(const_in, consts)):
+            if c_refs[j] is not None and src.flags.c_contiguous:
+                calls.bind(c_refs[j], src)
+            else:
+                np.copyto(dst, src)
+                if c_refs[j] is not None:
+                    calls.bind(c_refs[j], dst)  # a strided const: read from the feed buffer
+        # a bound sequence must be C-contiguous (its steps are then too): else one copy a run
+        seq = [np.ascontiguousarray(s) if k in bound_set and not s.flags.c_contiguous else s
+               for k, s in enumerate(seqs)]
         with np.errstate(all="ignore" if python else "warn"):
             for t in order:
-                for dst, src in zip(x_in, seqs):
-                    np.copyto(dst, src[t])
-                for fn, args in calls:
+                for k in copied_x:
+                    np.copyto(x_in[k], seq[k][t])
+                for k in bound_x:
+                    calls.bind(x_refs[k], seq[k][t])
+                for k in bound_y:
+                    calls.bind(y_refs[k], ys[k][t])
+                for fn, args in calls.calls:
                     fn(*args)
-                for dst, src in zip(ys, y_out):
-                    np.copyto(dst[t], src)
+                for k in copied_y:
+                    np.copyto(ys[k][t], y_out[k])
                 for k in range(nc):
                     if stage[k] is not None:
                         np.copyto(stage[k], new_carry[k])
@@ -79,4 +154,5 @@ def build_scan(b, node) -> None:
         for dst, src in zip(finals, carry_in):
             np.copyto(dst, src)
 
-    b.add(run_loop, (), label=f"scan {body.name} ({steps} steps, {len(calls)} kernels/step)")
+    b.add(run_loop, (), label=f"scan {body.name} ({steps} steps, {len(plan.calls)} kernels/step,"
+          f" {len(bound_x)}/{nx} inputs and {len(bound_y)}/{ny} outputs bound)")

@@ -69,6 +69,42 @@ def softmax_rows_kernel(o, x, p):
                 o[i, r] = o[i, r] / s
 
 
+def softmax_rows_f32_kernel(o, x, p):
+    # float32 (P, R) rows, softmax over the last axis (not log): exp(x - max) by Cephes' expf
+    # polynomial with 2^k built from its bits (no libm call: the loop vectorizes), exactly 0
+    # below exp(-87.3), NaN kept (codegen.py's _SIGMOID32 uses the same exp). Strict float
+    # math (no reassociation, no FMA contraction): a row gives the same bits wherever it sits
+    # in the batch.
+    n_p, n_r = x.shape
+    for i in range(n_p):
+        m = x[i, 0]
+        for r in range(1, n_r):
+            v = x[i, r]
+            if v > m:
+                m = v
+        s = 0.0
+        for r in range(n_r):
+            d = x[i, r] - m
+            v = max(d, np.float32(-87.33654))
+            kf = np.floor(v * np.float32(1.44269504088896341) + np.float32(0.5))
+            f = v - kf * np.float32(0.693359375) + kf * np.float32(2.12194440e-4)
+            q = np.float32(1.9875691500e-4)
+            q = q * f + np.float32(1.3981999507e-3)
+            q = q * f + np.float32(8.3334519073e-3)
+            q = q * f + np.float32(4.1665795894e-2)
+            q = q * f + np.float32(1.6666665459e-1)
+            q = q * f + np.float32(5.0000001201e-1)
+            e = (q * (f * f) + f + np.float32(1.0)) * np.int32(
+                (np.int32(kf) + np.int32(127)) << np.int32(23)).view(np.float32)
+            e = np.float32(0.0) if d < np.float32(-87.33654) else e
+            o[i, r] = d if d != d else e
+        for r in range(n_r):  # in order: a row's result never depends on its neighbours
+            s += o[i, r]
+        inv = 1.0 / s
+        for r in range(n_r):
+            o[i, r] = o[i, r] * inv
+
+
 def sparse_xent_kernel(o, x, labels):
     # x: (P, C) logits, labels: (P,) ints, o: (P,)
     n_p, n_c = x.shape
@@ -124,7 +160,8 @@ def build_softmax(b, node: Node) -> None:
     p = np.array([int(node.op == "log_softmax")], np.int64)
     if q == 1:
         args = (out.reshape(p_, r), x.reshape(p_, r), p)
-        fn = softmax_rows_kernel
+        fast = node.op == "softmax" and node.dtype == "float32"
+        fn = softmax_rows_f32_kernel if fast else softmax_rows_kernel
     else:
         args = (out.reshape(p_, r, q), x.reshape(p_, r, q), p)
         fn = softmax_kernel

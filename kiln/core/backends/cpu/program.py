@@ -149,6 +149,35 @@ class Plan:
 BIND_MIN_BYTES = 32768
 
 
+def closure_arrays(fn: Callable, depth: int = 4) -> list[np.ndarray]:
+    """The arrays a step's function holds in its closure, also inside lists, tuples, dicts and
+    objects (a loop's step holds its inputs in lists): arguments cannot be rebound for them."""
+    found: list[np.ndarray] = []
+    seen: set[int] = set()
+
+    def visit(v: Any, d: int) -> None:
+        if id(v) in seen or d < 0:
+            return
+        seen.add(id(v))
+        if isinstance(v, np.ndarray):
+            found.append(v)
+        elif isinstance(v, list | tuple | set):
+            for item in v:
+                visit(item, d - 1)
+        elif isinstance(v, dict):
+            for item in v.values():
+                visit(item, d - 1)
+        elif callable(v) and getattr(v, "__closure__", None):
+            for cell in v.__closure__:
+                visit(cell.cell_contents, d - 1)
+        elif hasattr(v, "__dict__") and not isinstance(v, type):
+            visit(vars(v), d - 1)
+
+    for cell in getattr(fn, "__closure__", None) or ():
+        visit(cell.cell_contents, depth)
+    return found
+
+
 def feed_binding(steps: list[Step], buffer: np.ndarray,
                  outputs: list[np.ndarray]) -> FeedBinding | None:
     """The :class:`FeedBinding` of a feed buffer, or None when the feed is small, or some step
@@ -166,10 +195,8 @@ def feed_binding(steps: list[Step], buffer: np.ndarray,
         return None
     refs: dict[int, list] = {}
     for k, step in enumerate(steps):
-        for cell in getattr(step.fn, "__closure__", None) or ():
-            value = cell.cell_contents
-            if isinstance(value, np.ndarray) and np.shares_memory(value, buffer):
-                return None
+        if any(np.shares_memory(a, buffer) for a in closure_arrays(step.fn)):
+            return None
         for pos, a in enumerate(step.args):
             if not isinstance(a, np.ndarray) or not np.shares_memory(a, buffer):
                 continue

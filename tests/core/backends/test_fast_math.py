@@ -1,4 +1,4 @@
-"""The float32 tanh and sigmoid of the CPU's generated loops (a rational approximation, see
+"""The float32 tanh, sigmoid and softmax of the CPU's generated loops (a rational approximation, see
 ``kiln/core/backends/cpu/codegen.py``) against float64 NumPy on a dense grid and the special
 values; float64 keeps libm's tanh."""
 
@@ -54,3 +54,25 @@ def test_float32_sigmoid_keeps_relative_accuracy_in_the_tails():
     nan = kiln.function([xp], K.sigmoid(xp), backend="cpu")(np.full(x.shape, np.nan,
                                                                     np.float32))
     assert np.isnan(nan).all()
+
+
+@pytest.mark.nojit
+def test_float32_softmax_rows_special_values_and_accuracy():
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=(64, 128)) * 10).astype(np.float32)
+    x[1, :5] = -np.inf          # masked entries: exactly zero weight
+    x[2, 3] = np.nan            # a NaN row stays NaN
+    x[3, :] = -1e9              # a fully masked row (finite): uniform
+    x[4, 7] = 1e30              # one huge logit: all the weight
+    xp = kiln.placeholder(x.shape, "float32")
+    got = kiln.function([xp], K.softmax(xp, axis=-1), backend="cpu")(x)
+    x64 = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x64 - x64.max(axis=-1, keepdims=True))
+        want = e / e.sum(axis=-1, keepdims=True)
+    ok = ~np.isnan(want).any(axis=-1)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=2e-6, atol=1e-12)
+    assert np.all(got[1, :5] == 0.0)
+    assert np.isnan(got[2]).all()
+    np.testing.assert_allclose(got[3], 1.0 / 128, rtol=1e-6)
+    assert got[4, 7] == 1.0 and np.all(np.delete(got[4], 7) == 0.0)
