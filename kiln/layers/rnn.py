@@ -119,7 +119,7 @@ class RNN(Layer):
     def _initial_states(self, inputs: Node, initial_state: Any) -> list[Node]:
         sizes = _sizes(self.cell)
         if initial_state is None:
-            return _zero_states(inputs, sizes)
+            return _zero_states(K.transpose(inputs, (1, 0, 2)), sizes)
         states = list(initial_state) if isinstance(initial_state, list | tuple) else \
             [initial_state]
         if len(states) != len(sizes):
@@ -147,7 +147,7 @@ class RNN(Layer):
         seq = K.transpose(inputs, (1, 0, 2))  # time-major (a view)
         prepare = getattr(cell, "prepare_masks", None)
         if prepare is not None:
-            prepare(_first_step(inputs), states0[0], training)
+            prepare(_first_step(seq), states0[0], training)
         takes_training = cell._call_accepts("training") if hasattr(cell, "_call_accepts") \
             else False
         masked = mask is not None
@@ -178,7 +178,7 @@ class RNN(Layer):
             # Keras (its scan loop) repeats the first state on masked steps: the previous
             # output, or the initial state before the first unmasked step
             same = int(out_size) == _sizes(cell)[0]
-            init.append(states0[0] if same else _zero_states(inputs, [int(out_size)])[0])
+            init.append(states0[0] if same else _zero_states(seq, [int(out_size)])[0])
         xs = [seq, K.transpose(mask, (1, 0))] if masked else seq
         final, ys = K.scan(step, init, xs, reverse=self.go_backwards, name=self.name)
         if prepare is not None:
@@ -219,10 +219,12 @@ class RNN(Layer):
         return cls(**config)
 
 
-def _first_step(inputs: Node) -> Node:
-    """``inputs[:, 0, :]``: one step's input (for the dropout masks' shape)."""
-    return K.reshape(K.slice(inputs, [(None, None, 1), (0, 1, 1), (None, None, 1)]),
-                     (-1, inputs.shape[-1]))
+# Both read the time-major sequence (the transpose the loop runs on), so that no other
+# layout of the input has to be computed (an embedding gathers time-major directly).
+def _first_step(seq: Node) -> Node:
+    """``seq[0]`` of a time-major sequence: one step's input (for the dropout masks' shape)."""
+    return K.reshape(K.slice(seq, [(0, 1, 1), (None, None, 1), (None, None, 1)]),
+                     (-1, seq.shape[-1]))
 
 
 def _last(ys: Node, backwards: bool) -> Node:
@@ -232,11 +234,11 @@ def _last(ys: Node, backwards: bool) -> Node:
     return K.reshape(t, (-1, ys.shape[-1]))
 
 
-def _zero_states(inputs: Node, sizes: list[int]) -> list[Node]:
-    """Zero states ``(batch, size)``, the batch taken from ``inputs``."""
-    col = K.zeros_like(K.slice(inputs, [(None, None, 1), (0, 1, 1), (0, 1, 1)]))
+def _zero_states(seq: Node, sizes: list[int]) -> list[Node]:
+    """Zero states ``(batch, size)``, the batch taken from the time-major ``seq``."""
+    col = K.zeros_like(K.slice(seq, [(0, 1, 1), (None, None, 1), (0, 1, 1)]))
     col = K.reshape(col, (-1, 1))
-    return [col + K.constant(np.zeros(s), inputs.dtype) for s in sizes]
+    return [col + K.constant(np.zeros(s), seq.dtype) for s in sizes]
 
 
 class _CellRNN(RNN):

@@ -30,7 +30,8 @@ Gradient routing
 
 Layout
     ``matmul(transpose(x, perm), w)`` (``w`` a matrix, ``perm`` moving batch axes only) ->
-    ``transpose(matmul(x, w), perm)`` (one GEMM over ``x``'s own layout); a sum of
+    ``transpose(matmul(x, w), perm)`` (one GEMM over ``x``'s own layout); a transpose of a
+    gather's index axes moves onto the indices (also in its gradient ``take_grad``); a sum of
     ``slice_grad``s tiling one axis of a tensor (the gradient of gates split from one
     product) -> ``concatenate`` of their cotangents.
 
@@ -306,6 +307,45 @@ def matmul_layout(node: Node) -> Node | None:
     return new if same_type(new, node) else None
 
 
+def _index_perm(perm: tuple, n_idx: int, ndim: int) -> tuple | None:
+    """``perm`` if it moves only the first ``n_idx`` axes among themselves, else None."""
+    perm = tuple(perm)
+    if len(perm) != ndim or perm[n_idx:] != tuple(range(n_idx, ndim)):
+        return None
+    return perm[:n_idx]
+
+
+def gather_layout(node: Node) -> Node | None:
+    """A transpose of a gather's index axes moves onto the (small) indices:
+    ``transpose(take(t, idx), perm) -> take(t, transpose(idx, perm))``, and its gradient
+    ``take_grad(transpose(ct, perm), idx) -> take_grad(ct, transpose(idx, inverse))``: an
+    embedding read time-major (an RNN's input) comes out contiguous, no copy either way."""
+    if node.op == "transpose" and node.inputs[0].op == "take":
+        take = node.inputs[0]
+        table, idx = take.inputs
+        if take.attrs["axis"] != 0:
+            return None
+        p = _index_perm(node.attrs["perm"], idx.ndim, node.ndim)
+        if p is None or idx.ndim < 2:
+            return None
+        moved = try_build("transpose", [idx], perm=p)
+        new = try_build("take", [table, moved], axis=0) if moved is not None else None
+        return new if same_type(new, node) else None
+    if node.op == "take_grad" and node.inputs[0].op == "transpose":
+        ct, idx, table = node.inputs
+        if node.attrs["axis"] != 0 or idx.ndim < 2:
+            return None
+        p = _index_perm(ct.attrs["perm"], idx.ndim, ct.ndim)
+        if p is None:
+            return None
+        inverse = tuple(int(i) for i in sorted(range(len(p)), key=lambda k: p[k]))
+        moved = try_build("transpose", [idx], perm=inverse)
+        new = try_build("take_grad", [ct.inputs[0], moved, table], axis=0) \
+            if moved is not None else None
+        return new if same_type(new, node) else None
+    return None
+
+
 def _slice_grad_leaves(node: Node, out: list[Node]) -> bool:
     if node.op == "slice_grad":
         out.append(node)
@@ -360,7 +400,7 @@ def _fold(node: Node) -> Node | None:
 
 
 RULES = first_rule(identities, movement, drop_broadcast, stabilize, pool_mask, pool_sum,
-                   matmul_layout, slice_grads, _fold)
+                   matmul_layout, gather_layout, slice_grads, _fold)
 
 
 def simplify(graph: Graph) -> Graph:

@@ -7,12 +7,15 @@ Each outer plan owns its body program, so two compiled functions never share its
 Per step, the body's kernels run on:
 
 * the carries: copied into the body's feed buffers (small), the new ones copied back;
-* the step's inputs and the consts: **bound**, not copied, when every kernel argument
-  reading a feed buffer lies inside it: those arguments are rebuilt as views of ``xs[t]``
-  (of the const once per run), as the executor binds large feeds (``program.feed_binding``);
+* the step's inputs and the consts: **bound**, not copied, when they are C-contiguous and
+  every kernel argument reading the feed buffer lies inside it: those arguments are views of
+  ``xs[t]`` (of the const), as the executor binds large feeds (``program.feed_binding``);
   else copied;
 * the per-step outputs: bound the same way to their slot ``ys[t]`` of the loop's packed
   output (the kernel computing an output writes it there), else copied after the step.
+
+The inputs, consts and output slots are fixed arrays of the outer plan, so every step's call
+list is built once per plan: the loop itself only calls kernels and copies the carries.
 """
 
 from __future__ import annotations
@@ -102,47 +105,50 @@ def build_scan(b, node) -> None:
     new_carry, y_out = results[:nc], results[nc:]
     calls = _Calls(plan)
     # what reads a step input or const, what writes a per-step output: bound where possible
-    x_refs = [binding(plan.steps, buf) for buf in x_in]
-    c_refs = [binding(plan.steps, buf) for buf in const_in]
+    # (the layouts are this plan's, so which arrays are C-contiguous is known now)
+    x_refs = [binding(plan.steps, buf) if seq.flags.c_contiguous else None
+              for buf, seq in zip(x_in, seqs)]
+    c_refs = [binding(plan.steps, buf) if src.flags.c_contiguous else None
+              for buf, src in zip(const_in, consts)]
     y_refs = []
     for k, y in enumerate(y_out):
         aliased = any(np.shares_memory(y, f) for f in feeds) or any(
             np.shares_memory(y, o) for j, o in enumerate(results) if j != nc + k)
         y_refs.append(None if aliased else binding(plan.steps, y))
-    bound_x = [k for k, r in enumerate(x_refs) if r is not None]
-    bound_set = set(bound_x)
     copied_x = [k for k, r in enumerate(x_refs) if r is None]
-    bound_y = [k for k, r in enumerate(y_refs) if r is not None]
+    copied_c = [k for k, r in enumerate(c_refs) if r is None]
     copied_y = [k for k, r in enumerate(y_refs) if r is None]
+    order = list(range(steps - 1, -1, -1) if node.attrs["reverse"] else range(steps))
+    # every step's calls, built once per plan: the consts, the step's inputs and its output
+    # slots are fixed arrays of this plan, so no argument is rebuilt while the loop runs
+    for j, refs in enumerate(c_refs):
+        if refs is not None:
+            calls.bind(refs, consts[j])
+    per_step = []
+    for t in order:
+        for k, refs in enumerate(x_refs):
+            if refs is not None:
+                calls.bind(refs, seqs[k][t])
+        for k, refs in enumerate(y_refs):
+            if refs is not None:
+                calls.bind(refs, ys[k][t])
+        per_step.append((t, calls.frozen()))
     # a new carry that is a view of a feed buffer (a carry passed through, two carries
     # swapped) is staged, so that no carry is overwritten before it is read
     staged = [any(np.shares_memory(r, f) for f in feeds) for r in new_carry]
     stage = [np.empty_like(r) if s else None for r, s in zip(new_carry, staged)]
-    order = list(range(steps - 1, -1, -1) if node.attrs["reverse"] else range(steps))
     python = plan.info.get("python")
 
     def run_loop() -> None:
         for dst, src in zip(carry_in, carries0):
             np.copyto(dst, src)
-        for j, (dst, src) in enumerate(zip(const_in, consts)):
-            if c_refs[j] is not None and src.flags.c_contiguous:
-                calls.bind(c_refs[j], src)
-            else:
-                np.copyto(dst, src)
-                if c_refs[j] is not None:
-                    calls.bind(c_refs[j], dst)  # a strided const: read from the feed buffer
-        # a bound sequence must be C-contiguous (its steps are then too): else one copy a run
-        seq = [np.ascontiguousarray(s) if k in bound_set and not s.flags.c_contiguous else s
-               for k, s in enumerate(seqs)]
+        for j in copied_c:
+            np.copyto(const_in[j], consts[j])
         with np.errstate(all="ignore" if python else "warn"):
-            for t in order:
+            for t, step_calls in per_step:
                 for k in copied_x:
-                    np.copyto(x_in[k], seq[k][t])
-                for k in bound_x:
-                    calls.bind(x_refs[k], seq[k][t])
-                for k in bound_y:
-                    calls.bind(y_refs[k], ys[k][t])
-                for fn, args in calls.calls:
+                    np.copyto(x_in[k], seqs[k][t])
+                for fn, args in step_calls:
                     fn(*args)
                 for k in copied_y:
                     np.copyto(ys[k][t], y_out[k])
@@ -154,5 +160,6 @@ def build_scan(b, node) -> None:
         for dst, src in zip(finals, carry_in):
             np.copyto(dst, src)
 
+    bound = (f"{nx - len(copied_x)}/{nx} inputs and {ny - len(copied_y)}/{ny} outputs bound")
     b.add(run_loop, (), label=f"scan {body.name} ({steps} steps, {len(plan.calls)} kernels/step,"
-          f" {len(bound_x)}/{nx} inputs and {len(bound_y)}/{ny} outputs bound)")
+          f" {bound})")
