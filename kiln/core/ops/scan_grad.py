@@ -110,8 +110,12 @@ class GradInfo:
                         and tuple(a.attrs["perm"]) == (1, 0)
                         and id(a.inputs[0]) in position and term.type == body.consts[j].type
                         and None not in (a.shape[0], term.shape[1])):
-                    self.hoisted.append((m, position[id(a.inputs[0])], len(ys_out)))
-                    ys_out.append(term.inputs[1])
+                    b = term.inputs[1]
+                    at = next((i for i, y in enumerate(ys_out) if y is b), None)
+                    if at is None:  # (often b_t is already an output: the inputs' gradient)
+                        at = len(ys_out)
+                        ys_out.append(b)
+                    self.hoisted.append((m, position[id(a.inputs[0])], at))
                 else:
                     kept.append(term)
             if kept:

@@ -5,6 +5,8 @@ slice_grad.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from kiln.core.backends.cpu import jit
@@ -20,16 +22,16 @@ def build_reshape_copy(b, node: Node) -> None:
     b.add(np.copyto, (dst, src), label=f"{node.op}(copy)")
 
 
+def _concatenate_into(axis: int, out: np.ndarray, *arrays: np.ndarray) -> None:
+    np.concatenate(arrays, axis=axis, out=out)
+
+
 @builder("concatenate")
 def build_concatenate(b, node: Node) -> None:
-    arrays = tuple(b.array(i) for i in node.inputs)
-    out = b.out(node)
-    axis = node.attrs["axis"]
-
-    def concatenate() -> None:
-        np.concatenate(arrays, axis=axis, out=out)
-
-    b.add(concatenate, ())
+    # the arrays are the call's arguments (not held in a closure), so that feed binding and
+    # a loop's bound inputs/outputs can rebuild them
+    args = (b.out(node),) + tuple(b.array(i) for i in node.inputs)
+    b.add(functools.partial(_concatenate_into, node.attrs["axis"]), args, label="concatenate")
 
 
 @builder("pad")
