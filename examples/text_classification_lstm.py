@@ -66,7 +66,7 @@ def main() -> None:
     model.fit(x_train, y_train, batch_size=64, epochs=args.epochs or (5 if args.quick else 4),
               validation_split=0.1, verbose=2)
     loss, acc = model.evaluate(x_test, y_test, verbose=0)
-    print(f"test accuracy {acc:.3f} (loss {loss:.3f}); trained in "
+    print(f"test accuracy: {acc:.3f} (loss {loss:.3f}); trained in "
           f"{time.perf_counter() - t0:.1f} s")
 
 
