@@ -27,6 +27,8 @@ accumulates in a register (vectorized with fastmath reassociation), otherwise in
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -63,58 +65,19 @@ class CodegenError(ValueError):
     """The program cannot be generated (the executor then uses the reference)."""
 
 
-# float32 bodies faster than numba's libm call, of known accuracy: op -> (body, helper source).
-# tanh: numba's np.tanh is a scalar libm call of ~24 ns (docs: shared notes); this rational
-# approximation (clamped to +-7.9, linear below 4e-4) is within 3.1e-7 of tanh (relative, in
-# float64) and ~6 ns. The helper is register_jitable: compiled inline under numba, plain
-# Python with KILN_JIT=0; NaN stays NaN. tests/core/backends/test_fast_math.py checks it.
-_TANH32 = """
-@numba.extending.register_jitable
-def _tanh32(x):
-    if x != x:
-        return x
-    v = min(max(x, np.float32(-7.90531110763549805)), np.float32(7.90531110763549805))
-    x2 = v * v
-    p = np.float32(-2.76076847742355e-16)
-    p = p * x2 + np.float32(2.00018790482477e-13)
-    p = p * x2 + np.float32(-8.60467152213735e-11)
-    p = p * x2 + np.float32(5.12229709037114e-08)
-    p = p * x2 + np.float32(1.48572235717979e-05)
-    p = p * x2 + np.float32(6.37261928875436e-04)
-    p = p * x2 + np.float32(4.89352455891786e-03)
-    q = np.float32(1.19825839466702e-06)
-    q = q * x2 + np.float32(1.18534705686654e-04)
-    q = q * x2 + np.float32(2.26843463243900e-03)
-    q = q * x2 + np.float32(4.89352518554385e-03)
-    return v if abs(v) < np.float32(0.0004) else np.float32(p * v / q)
+# float32 bodies faster than numba's libm calls, of known accuracy (kiln/core/backends/cpu/
+# scalars.py): op -> (body, the scalars function it calls).
+FAST_F32: dict[str, tuple[str, str]] = {"tanh": ("_tanh32({0})", "tanh32"),
+                                        "sigmoid": ("_sigmoid32({0})", "sigmoid32")}
 
 
-"""
-# sigmoid: exp(-|x|) by Cephes' expf polynomial with 2^k built from its bits (no libm call,
-# so the loop vectorizes: ~2-3 instead of ~10 ns), r = 1 / (1 + e), e * r for x < 0: relative
-# accuracy 1.7e-7 down to 1e-37 (below, where exp(-87.3) clamps, the error is < 1.2e-38).
-_SIGMOID32 = """
-@numba.extending.register_jitable
-def _sigmoid32(x):
-    v = max(-abs(x), np.float32(-87.33654))
-    kf = np.floor(v * np.float32(1.44269504088896341) + np.float32(0.5))
-    r = v - kf * np.float32(0.693359375) + kf * np.float32(2.12194440e-4)
-    p = np.float32(1.9875691500e-4)
-    p = p * r + np.float32(1.3981999507e-3)
-    p = p * r + np.float32(8.3334519073e-3)
-    p = p * r + np.float32(4.1665795894e-2)
-    p = p * r + np.float32(1.6666665459e-1)
-    p = p * r + np.float32(5.0000001201e-1)
-    e = (p * (r * r) + r + np.float32(1.0)) * np.int32(
-        (np.int32(kf) + np.int32(127)) << np.int32(23)).view(np.float32)
-    s = np.float32(1.0) / (np.float32(1.0) + e)
-    s = s if x >= np.float32(0) else np.float32(e * s)
-    return x if x != x else s
+def _scalars_hash() -> str:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scalars.py")
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
-"""
-FAST_F32: dict[str, tuple[str, str]] = {"tanh": ("_tanh32({0})", _TANH32),
-                                        "sigmoid": ("_sigmoid32({0})", _SIGMOID32)}
+SCALARS_HASH = _scalars_hash()
 
 
 def scalar_body(op_name: str, attrs: tuple) -> str:
@@ -305,7 +268,9 @@ def generate(spec: LoopSpec) -> str:
         emit(f"{ind}cnt = p[{idx['extra'] + 1}]")
         emit(f"{ind}for q in range(p[{idx['extra']}]):")
         emit(f"{ind}    o[np.uint64(xo + q)] = {ctor_out}(o[np.uint64(xo + q)] / cnt)")
-    prelude = "".join(FAST_F32[h][1] for h in sorted(helpers))
+    prelude = "".join(f"from kiln.core.backends.cpu.scalars import {FAST_F32[h][1]} as "
+                      f"_{FAST_F32[h][1]}  # scalars {SCALARS_HASH}\n" for h in sorted(helpers))
+    prelude += "\n\n" if prelude else ""
     return prelude + "\n".join(lines) + "\n"
 
 
