@@ -215,3 +215,54 @@ def test_sum_of_max_pool_gradient_over_space_is_the_sum_of_the_cotangent(axis, k
     (want,) = evaluate(g.outputs, feeds)
     (got,) = evaluate(rewritten.outputs, feeds)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+# ---- layout rules (loops and sequences) ---------------------------------------------------------
+def _check(outputs, inputs, feeds):
+    g = Graph(inputs, outputs)
+    out = simplify(g)
+    want = evaluate(g.outputs, feeds)
+    got = evaluate(out.outputs, feeds)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    for o, n in zip(out.outputs, g.outputs):
+        assert o.type == n.type
+    return out.count_ops()
+
+
+def test_matmul_of_a_batch_transpose_runs_on_the_untransposed_operand():
+    x = kiln.placeholder((None, 5, 3), "float64")
+    w = kiln.placeholder((3, 4), "float64")
+    y = K.matmul(K.transpose(x, (1, 0, 2)), w)  # time-major product
+    ops = _check([y], [x, w], {x: RNG.normal(size=(2, 5, 3)), w: RNG.normal(size=(3, 4))})
+    g = simplify(Graph([x, w], [y]))
+    mm = next(n for n in g.nodes if n.op == "matmul")
+    assert mm.inputs[0] is x and g.outputs[0].op == "transpose", ops
+
+
+def test_a_transpose_of_gathered_rows_moves_onto_the_indices_and_into_the_gradient():
+    table = kiln.placeholder((7, 3), "float64")
+    idx = kiln.placeholder((None, 4), "int32")
+    y = K.transpose(K.take(table, idx, axis=0), (1, 0, 2))
+    ct = kiln.placeholder((4, None, 3), "float64")
+    (g,) = kiln.grad(K.sum(y * ct), [table])
+    feeds = {table: RNG.normal(size=(7, 3)), idx: RNG.integers(0, 7, size=(2, 4)),
+             ct: RNG.normal(size=(4, 2, 3))}
+    _check([y, g], [table, idx, ct], feeds)
+    out = simplify(Graph([table, idx, ct], [y, g]))
+    take = out.outputs[0]
+    assert take.op == "take" and take.inputs[1].op == "transpose"
+    tg = next(n for n in out.nodes if n.op == "take_grad")
+    assert tg.inputs[0].op != "transpose" and tg.inputs[1].op == "transpose"
+
+
+def test_slice_grads_that_tile_an_axis_become_one_concatenate():
+    z = kiln.placeholder((None, 8), "float64")
+    parts = [K.slice(z, [(None, None, 1), (k, k + 2, 1)]) for k in range(0, 8, 2)]
+    y = K.sigmoid(parts[0]) * K.tanh(parts[2]) + parts[1] * parts[3]
+    (g,) = kiln.grad(K.sum(y), [z])
+    ops = _check([g], [z], {z: RNG.normal(size=(3, 8))})
+    assert "slice_grad" not in ops and ops.get("concatenate") == 1, ops
+    # a partial tiling is left alone (the rule would have to invent zeros)
+    (g2,) = kiln.grad(K.sum(parts[0] * parts[1]), [z])
+    assert "slice_grad" in _check([g2], [z], {z: RNG.normal(size=(3, 8))})
