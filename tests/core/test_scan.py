@@ -234,3 +234,42 @@ def test_a_large_fed_sequence_read_by_the_loop_is_never_stale():
         got, total = fn(xs, h)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(total, xs.sum(), rtol=1e-4)
+
+
+def test_a_residual_read_only_for_its_shape_is_not_stacked():
+    """The gradient of gates sliced from one product reads the product only for its shape
+    (slice_grad); once the backward body is optimized (the slice_grads become a concatenate),
+    the forward loop stops stacking it."""
+    x = kiln.placeholder((None, 2, 3), "float64")
+    h0 = kiln.placeholder((2, 4), "float64")
+    w = kiln.placeholder((3, 8), "float64")
+    u = kiln.placeholder((4, 8), "float64")
+
+    def step(h, xt):
+        z = K.matmul(xt, w) + K.matmul(h, u)
+        a = K.slice(z, [(None, None, 1), (0, 4, 1)])
+        b = K.slice(z, [(None, None, 1), (4, 8, 1)])
+        h = K.tanh(a) * K.sigmoid(b)
+        return h, None
+
+    hT, _ = K.scan(step, h0, x)
+    grads = kiln.grad(K.sum(hT), [x, h0, w, u])
+    fn = kiln.function([x, h0, w, u], grads)
+    fwd = next(n for n in fn.optimized_graph.nodes
+               if n.op == "scan" and not n.attrs["reverse"])
+    shapes = [y.shape for y in fwd.attrs["body"].ys]
+    assert (2, 8) not in shapes, shapes
+    args = _rnn_inputs(6, np.random.default_rng(8))
+    args[2] = np.random.default_rng(9).normal(size=(3, 8)) * 0.5
+    args[3] = np.random.default_rng(10).normal(size=(4, 8)) * 0.5
+    got = fn(*args)
+
+    def f() -> float:
+        xs, h, W, U = args
+        for t in range(len(xs)):
+            z = xs[t] @ W + h @ U
+            h = np.tanh(z[:, :4]) / (1 + np.exp(-z[:, 4:]))
+        return float(np.sum(h))
+
+    for k in range(4):
+        np.testing.assert_allclose(got[k], _numeric_grad(f, args[k]), rtol=1e-5, atol=1e-8)
