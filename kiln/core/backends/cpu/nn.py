@@ -9,10 +9,14 @@ maximum is taken from the row itself (NaN and infinities give NaN rows, like the
 
 from __future__ import annotations
 
+import inspect
+import textwrap
+
 import numpy as np
 
 from kiln.core.backends.cpu import jit
 from kiln.core.backends.cpu.registry import builder
+from kiln.core.backends.cpu.scalars import exp_neg32 as _exp_neg32
 from kiln.core.ir import Node
 
 
@@ -70,11 +74,10 @@ def softmax_rows_kernel(o, x, p):
 
 
 def softmax_rows_f32_kernel(o, x, p):
-    # float32 (P, R) rows, softmax over the last axis (not log): exp(x - max) by Cephes' expf
-    # polynomial with 2^k built from its bits (no libm call: the loop vectorizes), exactly 0
-    # below exp(-87.3), NaN kept (codegen.py's _SIGMOID32 uses the same exp). Strict float
-    # math (no reassociation, no FMA contraction): a row gives the same bits wherever it sits
-    # in the batch.
+    # float32 (P, R) rows, softmax over the last axis (not log): exp(x - max) by scalars.py's
+    # exp_neg32 (vectorizable; exactly 0 below exp(-87.3), NaN kept). Strict float math (no
+    # reassociation, no FMA contraction) and an in-order float64 sum: a row gives the same
+    # bits wherever it sits in the batch.
     n_p, n_r = x.shape
     for i in range(n_p):
         m = x[i, 0]
@@ -82,23 +85,10 @@ def softmax_rows_f32_kernel(o, x, p):
             v = x[i, r]
             if v > m:
                 m = v
+        for r in range(n_r):
+            o[i, r] = _exp_neg32(x[i, r] - m)
         s = 0.0
         for r in range(n_r):
-            d = x[i, r] - m
-            v = max(d, np.float32(-87.33654))
-            kf = np.floor(v * np.float32(1.44269504088896341) + np.float32(0.5))
-            f = v - kf * np.float32(0.693359375) + kf * np.float32(2.12194440e-4)
-            q = np.float32(1.9875691500e-4)
-            q = q * f + np.float32(1.3981999507e-3)
-            q = q * f + np.float32(8.3334519073e-3)
-            q = q * f + np.float32(4.1665795894e-2)
-            q = q * f + np.float32(1.6666665459e-1)
-            q = q * f + np.float32(5.0000001201e-1)
-            e = (q * (f * f) + f + np.float32(1.0)) * np.int32(
-                (np.int32(kf) + np.int32(127)) << np.int32(23)).view(np.float32)
-            e = np.float32(0.0) if d < np.float32(-87.33654) else e
-            o[i, r] = d if d != d else e
-        for r in range(n_r):  # in order: a row's result never depends on its neighbours
             s += o[i, r]
         inv = 1.0 / s
         for r in range(n_r):
@@ -165,7 +155,18 @@ def build_softmax(b, node: Node) -> None:
     else:
         args = (out.reshape(p_, r, q), x.reshape(p_, r, q), p)
         fn = softmax_kernel
-    b.add(jit.load_function(fn).specialize(args), args)
+    kernel = _softmax_f32() if fn is softmax_rows_f32_kernel else jit.load_function(fn)
+    b.add(kernel.specialize(args), args)
+
+
+def _softmax_f32() -> jit.Kernel:
+    """softmax_rows_f32_kernel with scalars.py imported (its hash in the cache key)."""
+    from kiln.core.backends.cpu.codegen import SCALARS_HASH
+
+    source = (f"from kiln.core.backends.cpu.scalars import exp_neg32 as _exp_neg32  "
+              f"# scalars {SCALARS_HASH}\n\n\n"
+              + textwrap.dedent(inspect.getsource(softmax_rows_f32_kernel)))
+    return jit.load(source, "softmax_rows_f32_kernel", signature="softmax_rows_f32")
 
 
 @builder("sparse_softmax_cross_entropy", "softmax_cross_entropy")
