@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fd_oracle import numeric_grad
 
 import kiln
 import kiln.ops as K
@@ -64,18 +65,6 @@ def test_einsum_matches_numpy(equation, shapes):
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 
-def _numeric_grad(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    g = np.zeros_like(x)
-    flat, gflat = x.reshape(-1), g.reshape(-1)
-    for i in range(flat.size):
-        old = flat[i]
-        flat[i] = old + eps
-        hi = f()
-        flat[i] = old - eps
-        lo = f()
-        flat[i] = old
-        gflat[i] = (hi - lo) / (2 * eps)
-    return g
 
 
 GRAD_EQUATIONS = [e for e in EQUATIONS if e[0] not in ("ij,jk", "i,i", "ii")] + [
@@ -93,7 +82,7 @@ def test_einsum_gradient_matches_finite_differences(equation, shapes):
     for k, x in enumerate(arrays):
         def f():
             return float(np.sum(np.einsum(equation, *arrays) * weights))
-        np.testing.assert_allclose(analytic[k], _numeric_grad(f, x), rtol=1e-6, atol=1e-8,
+        np.testing.assert_allclose(analytic[k], numeric_grad(f, x), rtol=1e-6, atol=1e-8,
                                    err_msg=f"{equation}: d/d operand {k}")
 
 
@@ -121,7 +110,7 @@ def test_einsum_with_unknown_dimensions(equation, shapes):
     for k, x in enumerate(arrays):
         def f():
             return float(np.sum(np.einsum(equation, *arrays) * weights))
-        np.testing.assert_allclose(analytic[k], _numeric_grad(f, x), rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(analytic[k], numeric_grad(f, x), rtol=1e-6, atol=1e-8)
 
 
 def test_einsum_float32_and_constants():
@@ -234,7 +223,7 @@ def test_dot_product_attention_gradient_matches_finite_differences():
     for g, x in zip(grads, arrays):
         def f():
             return float(np.sum(ref_attention(*arrays, mask=mask, is_causal=True) * w))
-        np.testing.assert_allclose(g, _numeric_grad(f, x), rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(g, numeric_grad(f, x), rtol=1e-6, atol=1e-8)
 
 
 @pytest.mark.parametrize("shapes,kwargs,match", [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fd_oracle import numeric_grad
 
 import kiln
 from kiln.core.ops import all_ops
@@ -106,18 +107,6 @@ def test_shape_rule_with_unknown_batch(name):
             assert d is None or d == e, f"{name}: {node.shape} vs {expected}"
 
 
-def _numeric_grad(f, x: np.ndarray, eps: float) -> np.ndarray:
-    g = np.zeros_like(x)
-    flat, gflat = x.reshape(-1), g.reshape(-1)
-    for i in range(flat.size):
-        old = flat[i]
-        flat[i] = old + eps
-        hi = f()
-        flat[i] = old - eps
-        lo = f()
-        flat[i] = old
-        gflat[i] = (hi - lo) / (2 * eps)
-    return g
 
 
 @pytest.mark.parametrize("name", DIFFERENTIABLE)
@@ -142,6 +131,6 @@ def test_gradient_matches_finite_differences(name):
             return float(np.sum(np.asarray(op.ref(*inputs, **attrs)) * weights))
 
         for k, i in enumerate(wrt):
-            numeric = _numeric_grad(f, inputs[i], example.fd_eps)
+            numeric = numeric_grad(f, inputs[i], example.fd_eps)
             np.testing.assert_allclose(analytic[k], numeric, rtol=1e-5, atol=1e-6,
                                        err_msg=f"{name} d/d input {i} {example.attrs}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fd_oracle import numeric_grad
 
 import kiln
 import kiln.ops as K
@@ -13,17 +14,6 @@ import kiln.ops as K
 BACKENDS = ["reference", "cpu"]
 
 
-def _numeric_grad(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    g = np.zeros_like(x)
-    for i in range(x.size):
-        old = x.flat[i]
-        x.flat[i] = old + eps
-        hi = f()
-        x.flat[i] = old - eps
-        lo = f()
-        x.flat[i] = old
-        g.flat[i] = (hi - lo) / (2 * eps)
-    return g
 
 
 def _rnn_np(xs, h0, W, U, reverse=False):
@@ -95,7 +85,7 @@ def test_gradient_through_50_steps_matches_finite_differences(backend):
         return float(np.sum(y * 0.3) + np.sum(h * h))
 
     for k in range(4):
-        np.testing.assert_allclose(analytic[k], _numeric_grad(f, args[k]), rtol=1e-5,
+        np.testing.assert_allclose(analytic[k], numeric_grad(f, args[k]), rtol=1e-5,
                                    atol=1e-7, err_msg=f"input {k}")
 
 
@@ -126,7 +116,7 @@ def test_several_carries_no_sequences_and_a_length():
         np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
         for k, arr in enumerate((av, bv)):
-            num = _numeric_grad(lambda: float(np.sum(np.multiply(*loop(av, bv)))), arr)
+            num = numeric_grad(lambda: float(np.sum(np.multiply(*loop(av, bv)))), arr)
             np.testing.assert_allclose(got[2 + k], num, rtol=1e-6, atol=1e-8)
 
 
@@ -166,7 +156,7 @@ def test_nested_and_reversed_loops_forward_and_gradient(backend):
     got = fn(*args)
     np.testing.assert_allclose(got[0], f(), rtol=1e-12)
     for k in range(3):
-        np.testing.assert_allclose(got[1 + k], _numeric_grad(f, args[k]), rtol=1e-5, atol=1e-8)
+        np.testing.assert_allclose(got[1 + k], numeric_grad(f, args[k]), rtol=1e-5, atol=1e-8)
 
 
 def _loops(graph):
@@ -272,4 +262,4 @@ def test_a_residual_read_only_for_its_shape_is_not_stacked():
         return float(np.sum(h))
 
     for k in range(4):
-        np.testing.assert_allclose(got[k], _numeric_grad(f, args[k]), rtol=1e-5, atol=1e-8)
+        np.testing.assert_allclose(got[k], numeric_grad(f, args[k]), rtol=1e-5, atol=1e-8)

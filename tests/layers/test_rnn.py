@@ -20,6 +20,7 @@ import re
 
 import numpy as np
 import pytest
+from fd_oracle import numeric_grad
 
 import kiln
 import kiln.ops as K
@@ -263,17 +264,6 @@ def _gru_v1_np(x, h, kernel, rk, bias, go_backwards=False):
     return np.stack(outs, 1), h
 
 
-def _numeric_grad(f, a, eps=1e-6):
-    g = np.zeros_like(a)
-    for i in range(a.size):
-        old = a.flat[i]
-        a.flat[i] = old + eps
-        hi = f()
-        a.flat[i] = old - eps
-        lo = f()
-        a.flat[i] = old
-        g.flat[i] = (hi - lo) / (2 * eps)
-    return g
 
 
 @pytest.mark.parametrize("go_backwards", [False, True])
@@ -298,7 +288,7 @@ def test_gru_reset_before_matches_keras_formula(go_backwards):
     for g, p in zip(got_grads, params):
         def loss():
             return float(np.sum(_gru_v1_np(x, h0, *params, go_backwards)[0] * w_seq))
-        np.testing.assert_allclose(g, _numeric_grad(loss, p), rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(g, numeric_grad(loss, p), rtol=1e-6, atol=1e-8)
 
 
 # ---- initial_state, return_state, go_backwards in models -----------------------------------
