@@ -12,6 +12,14 @@ from kiln.layers.base import Layer
 from kiln.layers.context import current
 
 
+def positive_int(who: str, name: str, value: Any) -> int:
+    """``value`` as an int, or ValueError naming the layer class and the argument (bools and
+    floats are refused, as Keras refuses them)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
+        raise ValueError(f"{who}: {name} must be a positive int, received {name}={value!r}")
+    return int(value)
+
+
 def normalize_tuple(layer_or_name: Any, value: Any, n: int, arg: str,
                     allow_zero: bool = False) -> tuple[int, ...]:
     """An int or a sequence of ``n`` ints as a tuple of ``n`` ints (positive, or >= 0)."""

@@ -13,6 +13,7 @@ import numpy as np
 
 import kiln.ops as K
 from kiln.core import Node, format_shape
+from kiln.layers._utils import positive_int
 from kiln.layers.base import Layer, get_mask, is_symbolic
 from kiln.layers.context import current, in_training
 from kiln.layers.einsum_dense import EinsumDense, _err, _init_weight_args, _serialized
@@ -103,10 +104,8 @@ class MultiHeadAttention(Layer):
                                  f"kiln (only the default {arg}={default!r})")
         super().__init__(**kwargs)
         for arg, v in (("num_heads", num_heads), ("key_dim", key_dim), ("value_dim", value_dim)):
-            if (v is not None or arg != "value_dim") and (
-                    isinstance(v, bool) or not isinstance(v, int) or v <= 0):
-                raise ValueError(f"MultiHeadAttention: {arg} must be a positive int, received "
-                                 f"{arg}={v!r}")
+            if v is not None or arg != "value_dim":
+                positive_int("MultiHeadAttention", arg, v)
         self.dropout = _check_rate("MultiHeadAttention", dropout)
         _init_weight_args(self, locals())
         if isinstance(attention_axes, int):

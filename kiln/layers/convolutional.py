@@ -14,6 +14,7 @@ from kiln.layers._utils import (
     normalize_data_format,
     normalize_padding,
     normalize_tuple,
+    positive_int,
 )
 from kiln.layers.base import Layer, check_last_dim, check_rank
 
@@ -35,9 +36,7 @@ class _Conv(Layer):
         drop_keras_extras(type(self).__name__, kwargs)
         super().__init__(**kwargs)
         cls = type(self).__name__
-        if isinstance(filters, bool) or not isinstance(filters, int) or filters <= 0:
-            raise ValueError(f"{cls}: filters must be a positive int, received "
-                             f"filters={filters!r}")
+        positive_int(cls, "filters", filters)
         if groups != 1:
             raise ValueError(f"{cls}: grouped convolutions are not supported by kiln, received "
                              f"groups={groups!r} (use groups=1)")

@@ -8,7 +8,13 @@ from typing import Any
 import kiln.ops as K
 from kiln import activations, initializers, regularizers
 from kiln.core import Node, format_shape
-from kiln.layers._utils import add_activity_loss, check_min_rank, drop_keras_extras, no_constraint
+from kiln.layers._utils import (
+    add_activity_loss,
+    check_min_rank,
+    drop_keras_extras,
+    no_constraint,
+    positive_int,
+)
 from kiln.layers.base import Layer, check_last_dim
 from kiln.layers.context import current, in_training
 
@@ -44,8 +50,7 @@ class Dense(Layer):
                  bias_constraint: Any = None, **kwargs: Any):
         drop_keras_extras("Dense", kwargs)
         super().__init__(**kwargs)
-        if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
-            raise ValueError(f"Dense: units must be a positive int, received units={units!r}")
+        units = positive_int("Dense", "units", units)
         no_constraint("Dense", kernel_constraint=kernel_constraint,
                       bias_constraint=bias_constraint)
         self.units = int(units)
@@ -240,9 +245,8 @@ class Embedding(Layer):
             kwargs["input_shape"] = (input_length,)
         weights = kwargs.pop("weights", None)
         super().__init__(**kwargs)
-        for arg, v in (("input_dim", input_dim), ("output_dim", output_dim)):
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ValueError(f"Embedding: {arg} must be a positive int, received {arg}={v!r}")
+        input_dim = positive_int("Embedding", "input_dim", input_dim)
+        output_dim = positive_int("Embedding", "output_dim", output_dim)
         no_constraint("Embedding", embeddings_constraint=embeddings_constraint)
         self.input_dim, self.output_dim = int(input_dim), int(output_dim)
         self.embeddings_initializer = initializers.get(embeddings_initializer)

@@ -8,7 +8,7 @@ import numpy as np
 
 import kiln.ops as K
 from kiln.core import Node, format_shape
-from kiln.layers._utils import check_static, normalize_data_format, normalize_tuple
+from kiln.layers._utils import check_static, normalize_data_format, normalize_tuple, positive_int
 from kiln.layers.base import Layer, check_rank
 
 
@@ -132,9 +132,7 @@ class RepeatVector(Layer):
 
     def __init__(self, n: int, **kwargs: Any):
         super().__init__(**kwargs)
-        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-            raise ValueError(f"RepeatVector: n must be a positive int, received n={n!r}")
-        self.n = int(n)
+        self.n = positive_int("RepeatVector", "n", n)
 
     def _check_inputs(self, inputs: Any) -> None:
         if isinstance(inputs, Node):

@@ -18,15 +18,9 @@ import numpy as np
 import kiln.ops as K
 from kiln import activations, initializers, regularizers
 from kiln.core import Node, format_shape
-from kiln.layers._utils import no_constraint
+from kiln.layers._utils import no_constraint, positive_int
 from kiln.layers.base import Layer
 from kiln.layers.context import current, in_training
-
-
-def _positive_units(cls: str, units: Any) -> int:
-    if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
-        raise ValueError(f"{cls}: units must be a positive int, received units={units!r}")
-    return int(units)
 
 
 def _rate(cls: str, name: str, value: Any) -> float:
@@ -53,7 +47,7 @@ class DropoutCell(Layer):
         super().__init__(**kwargs)
         no_constraint(cls, kernel_constraint=kernel_constraint,
                       recurrent_constraint=recurrent_constraint, bias_constraint=bias_constraint)
-        self.units = _positive_units(cls, units)
+        self.units = positive_int(cls, "units", units)
         self.activation = activations.get(activation)
         self.use_bias = bool(use_bias)
         self.kernel_initializer = initializers.get(kernel_initializer)
