@@ -15,18 +15,29 @@ from kiln import config
 from kiln.core import Function, Graph, Node, TensorType, Variable, function, grad, placeholder
 
 Tensor = Node
+KerasTensor = Node  # Keras' name for a symbolic tensor
 
 __version__ = "0.1.0"
 
 # Heavier parts load on first use, so that `import kiln` stays fast and the core stays usable
 # on its own.
 _LAZY_MODULES = {"ops", "layers", "models", "optimizers", "callbacks", "losses", "metrics",
-                 "activations", "initializers", "regularizers", "saving", "datasets", "utils"}
+                 "activations", "initializers", "regularizers", "saving", "datasets", "utils",
+                 "distribution", "export", "random", "constraints"}
 _LAZY_ATTRS = {
     "Input": ("kiln.layers", "Input"),
     "Sequential": ("kiln.models", "Sequential"),
     "Model": ("kiln.models", "Model"),
     "load_model": ("kiln.models", "load_model"),
+    "GradientTape": ("kiln.models.custom_steps", "GradientTape"),
+    # Keras' top-level base classes
+    "Layer": ("kiln.layers", "Layer"),
+    "Loss": ("kiln.losses", "Loss"),
+    "Metric": ("kiln.metrics", "Metric"),
+    "Optimizer": ("kiln.optimizers", "Optimizer"),
+    "Initializer": ("kiln.initializers", "Initializer"),
+    "Regularizer": ("kiln.regularizers", "Regularizer"),
+    "Constraint": ("kiln.constraints", "Constraint"),
 }
 
 
@@ -40,4 +51,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["config", "Function", "Variable", "function", "grad", "placeholder", "Graph", "Node",
-           "Tensor", "TensorType", *sorted(_LAZY_MODULES), *sorted(_LAZY_ATTRS)]
+           "Tensor", "KerasTensor", "TensorType", *sorted(_LAZY_MODULES), *sorted(_LAZY_ATTRS)]

@@ -19,6 +19,7 @@ from typing import Any
 
 import kiln.ops as K
 from kiln.core import Node, convert_to_tensor
+from kiln.registry import get_registered_name, get_registered_object
 
 
 def _c(value: float, x: Node) -> Node:
@@ -45,8 +46,11 @@ def relu(x: Any, negative_slope: float = 0.0, max_value: float | None = None,
     if negative_slope == 0.0 and max_value is None and threshold == 0.0:
         return K.relu(x)
     if threshold != 0.0:
-        below = negative_slope * (x - _c(threshold, x))
-        y = K.where(K.greater_equal(x, _c(threshold, x)), x, below)
+        # where(x < threshold, ...): NaN fails the test and stays NaN (as every activation
+        # propagates it); a zero slope gives 0 below, also at -inf (0 * -inf would be NaN)
+        below = (negative_slope * (x - _c(threshold, x)) if negative_slope != 0.0
+                 else _c(0.0, x))
+        y = K.where(K.less(x, _c(threshold, x)), below, x)
     elif negative_slope != 0.0:
         y = K.where(K.greater_equal(x, _c(0.0, x)), x, x * _c(negative_slope, x))
     else:
@@ -199,21 +203,29 @@ def serialize(activation: Callable[..., Any] | None) -> str:
     for name, fn in _ALL.items():  # first (canonical) name wins
         if fn is activation:
             return name
+    registered = get_registered_name(activation)  # register_keras_serializable
+    if registered is not None:
+        return registered
     return getattr(activation, "__name__", type(activation).__name__)
 
 
-def deserialize(config: Any) -> Callable[..., Node]:
-    """The activation function named by ``config`` (a name or Keras' function dict)."""
+def deserialize(config: Any, custom_objects: dict | None = None) -> Callable[..., Node]:
+    """The activation function named by ``config`` (a name or Keras' function dict): a
+    built-in, or a function registered with ``register_keras_serializable`` / passed in
+    ``custom_objects`` (never imported from a module named in a file)."""
     if isinstance(config, dict):
         config = config.get("config", config.get("class_name"))
     if not isinstance(config, str):
         raise TypeError(f"activations.deserialize: expected a name or a dict, received "
                         f"{type(config).__name__}")
-    try:
+    if config in _ALL:
         return _ALL[config]
-    except KeyError:
-        raise ValueError(f"Unknown activation {config!r}; valid names: "
-                         f"{', '.join(sorted(_ALL))}") from None
+    found = get_registered_object(config, custom_objects)
+    if callable(found):
+        return found
+    raise ValueError(f"Unknown activation {config!r}; valid names: "
+                     f"{', '.join(sorted(_ALL))} (or register the function with "
+                     "kiln.saving.register_keras_serializable)")
 
 
 def get(identifier: Any) -> Callable[..., Node]:

@@ -4,7 +4,8 @@ Environment variables (read when kiln is imported; the setters below change them
     KILN_BACKEND   default backend for compiled functions: "cpu" (numba) or "reference".
     KILN_JIT=0     run every generated kernel as plain Python (debugging).
     KILN_DEBUG=1   verify graph invariants after every optimization pass.
-    KILN_CACHE_DIR where generated kernel source and numba's cache live (~/.cache/kiln).
+    KILN_CACHE_DIR where generated kernel source and numba's cache live (~/.cache/kiln;
+                   created with mode 0700, checked on every load: docs/architecture.md).
     KILN_DEVICE    "cpu" (default), "cuda" or "auto".
     KILN_PROFILE=1 print time per kernel after each compiled call.
 """

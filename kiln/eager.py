@@ -12,10 +12,10 @@ called; the next call with the same *signature* reuses the compiled function.
   depends on their own Python state (a layer's weights, a user's loss) keep a cache of their
   own (:func:`cache_for`); value-like keys (a built-in loss function and its arguments) share
   :data:`SHARED`;
-* threads: filling a cache holds the cache's lock (a graph is traced and compiled once), and
-  each entry holds a lock while it runs, because a compiled program computes in preallocated
-  buffers: two threads calling the same function at once would overwrite each other's
-  intermediate values. Different entries run concurrently.
+* threads: filling a cache holds the cache's lock (a graph is traced and compiled once);
+  calling an entry needs no lock of its own, as a compiled function is safe to call from
+  several threads (docs/architecture.md, "Threads": calls of a function without updates run
+  in separate buffers, concurrently; a function with updates runs one call at a time).
 
 Example:
     >>> def build():
@@ -49,19 +49,17 @@ MAXSIZE = 64
 class Entry:
     """One compiled function and what its caller needs to use it (``info``).
 
-    Calling the entry calls the function under the entry's lock (see the module docstring).
+    Calling the entry calls the function (thread-safe: see the module docstring).
     """
 
-    __slots__ = ("function", "info", "_lock")
+    __slots__ = ("function", "info")
 
     def __init__(self, function: Function, info: Any = None):
         self.function = function
         self.info = info
-        self._lock = threading.Lock()
 
     def __call__(self, *feeds: Any) -> Any:
-        with self._lock:
-            return self.function(*feeds)
+        return self.function(*feeds)
 
     def __repr__(self) -> str:
         return f"<eager.Entry {self.function.name!r}>"
@@ -239,3 +237,26 @@ def run(key: Hashable, graph: Callable[..., Any], arrays: Sequence[Any], float_d
             found = entry(False)
         return found(*arrays)
     return entry(dynamic)(*arrays)
+
+
+class EagerArray(np.ndarray):
+    """A layer called on arrays returns these: NumPy arrays with the conveniences of an eager
+    Keras tensor: ``.numpy()`` (a plain copy) and ``._keras_mask`` (the mask the layer
+    computed, e.g. ``Embedding(mask_zero=True)``; None otherwise). Arrays derived from one
+    by arithmetic carry no mask."""
+
+    _keras_mask: Any = None
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self._keras_mask = None
+
+    def numpy(self) -> np.ndarray:
+        """A plain NumPy copy."""
+        return np.array(self)
+
+
+def eager_result(value: np.ndarray, mask: np.ndarray | None = None) -> EagerArray:
+    """``value`` viewed as an :class:`EagerArray` carrying ``mask``."""
+    out = np.asarray(value).view(EagerArray)
+    out._keras_mask = mask
+    return out

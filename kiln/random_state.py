@@ -7,7 +7,13 @@ import random
 
 import numpy as np
 
-_state: dict = {"seed": None, "rng": np.random.default_rng(), "draws": 0}
+# The random layers' streams come from a generator of their own, derived from the seed (so a
+# Dropout added to a model does not change the other layers' initial weights); before any
+# set_seed it starts from this fixed tag, so a script builds the same streams in every process.
+_STREAMS_TAG = 0x5EED_57AE
+
+_state: dict = {"seed": None, "rng": np.random.default_rng(), "draws": 0,
+                "streams": np.random.default_rng(_STREAMS_TAG)}
 
 
 def set_seed(seed: int) -> None:
@@ -15,6 +21,7 @@ def set_seed(seed: int) -> None:
     seed = int(seed)
     _state["seed"] = seed
     _state["rng"] = np.random.default_rng(seed)
+    _state["streams"] = np.random.default_rng([_STREAMS_TAG, seed])
     _state["draws"] = 0
     random.seed(seed)
     np.random.seed(seed % (2**32))
@@ -28,3 +35,11 @@ def numpy_rng() -> np.random.Generator:
 def next_seed() -> int:
     """A fresh 31-bit seed drawn from the generator (for a model's dropout stream)."""
     return int(_state["rng"].integers(0, 2**31 - 1))
+
+
+def layer_stream() -> int:
+    """The random stream (a 32-bit salt) of a random layer built without ``seed=``: Dropout,
+    the recurrent cells' dropout, attention dropout. Drawn when the layer is constructed, so
+    two models built alike after the same ``set_seed`` draw the same streams whatever their
+    layers' automatic names ("dropout", "dropout_1" ...)."""
+    return int(_state["streams"].integers(0, 2**32))

@@ -137,3 +137,8 @@ def custom_object_scope(custom_objects: dict) -> Iterator[None]:
 def registered_objects() -> dict[str, Any]:
     """A copy of the registry (``"package>name"`` -> class)."""
     return dict(_REGISTRY)
+
+
+def custom_objects_table() -> dict[str, Any]:
+    """The live registry table (Keras' ``get_custom_objects``: writes to it register)."""
+    return _REGISTRY

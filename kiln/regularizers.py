@@ -17,8 +17,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 import kiln.ops as K
 from kiln.core import Node, convert_to_tensor
+from kiln.registry import get_registered_object
 
 
 def _factor(value: Any, name: str) -> float:
@@ -108,9 +111,52 @@ class L1L2(Regularizer):
         return {"l1": self.l1, "l2": self.l2}
 
 
-_CLASSES: dict[str, type[Regularizer]] = {"L1": L1, "L2": L2, "L1L2": L1L2}
+class OrthogonalRegularizer(Regularizer):
+    """Penalizes non-orthogonal rows (or columns) of a rank-2 weight:
+    ``factor * 0.5 * sum(|P - diag(P)|) / (n (n - 1) / 2)`` with ``P`` the Gram matrix of the
+    L2-normalized rows (``mode="rows"``) or columns (``"columns"``), Keras 3's formula.
+
+    Args:
+        factor: the factor (default 0.01).
+        mode: ``"rows"`` or ``"columns"``.
+    """
+
+    def __init__(self, factor: float = 0.01, mode: str = "rows"):
+        self.factor = _factor(factor, "factor")
+        if mode not in ("rows", "columns"):
+            raise ValueError(f"Invalid value for argument mode. Expected one of {{'rows', "
+                             f"'columns'}}. Received: mode={mode!r}")
+        self.mode = mode
+
+    def __call__(self, x: Any) -> Node:
+        x = convert_to_tensor(x)
+        if x.ndim != 2:
+            raise ValueError("Inputs to OrthogonalRegularizer must have rank 2. Received: "
+                             f"inputs.shape={tuple(x.shape)}")
+        axis = 1 if self.mode == "rows" else 0
+        sq = K.sum(K.square(x), axis=axis, keepdims=True)
+        unit = x * K.rsqrt(K.maximum(sq, K.constant(1e-12, x.dtype)))
+        product = unit @ K.transpose(unit) if axis == 1 else K.transpose(unit) @ unit
+        size = int(x.shape[1 - axis])
+        if size < 2:
+            return K.constant(0.0, x.dtype)
+        off = K.constant(1.0 - np.eye(size), x.dtype)
+        pairs = size * (size - 1) / 2.0
+        return K.constant(self.factor * 0.5 / pairs, x.dtype) * K.sum(K.abs(product * off))
+
+    def get_config(self) -> dict:
+        return {"factor": self.factor, "mode": self.mode}
+
+
+# Keras' lower-case aliases of the classes: ``l2(0.01)`` is ``L2(0.01)``
+l1, l2, l1_l2, orthogonal_regularizer = L1, L2, L1L2, OrthogonalRegularizer
+
+_CLASSES: dict[str, type[Regularizer]] = {"L1": L1, "L2": L2, "L1L2": L1L2,
+                                          "OrthogonalRegularizer": OrthogonalRegularizer}
 _STRINGS: dict[str, Any] = {"l1": L1, "l2": L2, "l1_l2": lambda: L1L2(l1=0.01, l2=0.01),
-                            "L1": L1, "L2": L2, "L1L2": L1L2}
+                            "L1": L1, "L2": L2, "L1L2": L1L2,
+                            "orthogonal_regularizer": OrthogonalRegularizer,
+                            "OrthogonalRegularizer": OrthogonalRegularizer}
 
 
 def serialize(regularizer: Regularizer | None) -> dict | None:
@@ -145,7 +191,8 @@ def deserialize(config: Any, custom_objects: dict | None = None) -> Regularizer 
         raise TypeError(f"regularizers.deserialize: expected a dict with 'class_name', received "
                         f"{config!r}")
     name = config["class_name"]
-    cls = (custom_objects or {}).get(name) or _CLASSES.get(name)
+    cls = get_registered_object(config.get("registered_name") or name, custom_objects) \
+        or _CLASSES.get(name)
     if cls is None:
         raise _unknown(name)
     return cls.from_config(dict(config.get("config") or {}))
@@ -169,4 +216,5 @@ def get(identifier: Any) -> Any:
     raise TypeError(f"Could not interpret regularizer identifier {identifier!r}")
 
 
-__all__ = ["Regularizer", "L1", "L2", "L1L2", "get", "serialize", "deserialize"]
+__all__ = ["Regularizer", "L1", "L2", "L1L2", "OrthogonalRegularizer", "l1", "l2", "l1_l2",
+           "orthogonal_regularizer", "get", "serialize", "deserialize"]

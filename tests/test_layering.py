@@ -32,12 +32,17 @@ ORDER: list[set[str]] = [
     {"ops"},
     # "eager" (the one eager path, compile-and-cache for layers, losses and metrics) is
     # placed with the small helper modules that layers build on.
-    {"activations", "initializers", "regularizers", "random_state", "eager"},
+    {"activations", "initializers", "regularizers", "constraints", "random_state", "eager",
+     # "distribution" (kiln.distribution: ranks, the MPI transport) needs only core.
+     "distribution"},
     {"layers"},
-    {"losses", "metrics", "optimizers"},
+    {"losses", "metrics", "optimizers",
+     # "random" (kiln.random: Keras-style draws, SeedGenerator) reads the trace context
+     "random"},
     # callbacks and saving need only a duck-typed model; models (fit builds a CallbackList,
-    # save calls saving) sits above them.
-    {"callbacks", "saving"},
+    # save calls saving, export calls kiln.export) sits above them. export writes a graph
+    # (kiln.core, kiln.ops) to a file (kiln.saving.atomic).
+    {"callbacks", "saving", "export"},
     {"models"},
     {"utils"},
 ]

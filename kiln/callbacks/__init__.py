@@ -22,7 +22,8 @@ from kiln.callbacks.misc import CSVLogger, LambdaCallback, LearningRateScheduler
 from kiln.callbacks.model_checkpoint import ModelCheckpoint
 from kiln.callbacks.progbar_logger import ProgbarLogger
 from kiln.callbacks.reduce_lr_on_plateau import ReduceLROnPlateau
+from kiln.callbacks.tensorboard import TensorBoard
 
 __all__ = ["BackupAndRestore", "Callback", "CallbackList", "History", "ProgbarLogger",
            "EarlyStopping", "ModelCheckpoint", "ReduceLROnPlateau", "LearningRateScheduler",
-           "CSVLogger", "TerminateOnNaN", "LambdaCallback"]
+           "CSVLogger", "TerminateOnNaN", "LambdaCallback", "TensorBoard"]

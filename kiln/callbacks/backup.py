@@ -8,6 +8,7 @@ import os
 import shutil
 from typing import Any
 
+from kiln import distribution
 from kiln.callbacks.callback import Callback
 
 BACKUP_NAME = "backup.h5"
@@ -105,6 +106,9 @@ class BackupAndRestore(Callback):
     def _save(self) -> None:
         from kiln.saving import save_checkpoint
 
+        if not distribution.is_chief():  # several ranks: rank 0 writes, every rank reads
+            return
+
         os.makedirs(self.backup_dir, exist_ok=True)
         extra: dict[str, Any] = {}
         if self._step > 0 and self._epoch_start_rng is not None:
@@ -117,16 +121,21 @@ class BackupAndRestore(Callback):
                         callbacks=self._siblings(), extra=extra)
 
     def _restore(self) -> None:
-        from kiln import random_state
+        """Restores the backup, all or nothing: ``load_checkpoint`` checks the file and,
+        through ``check``, what this callback restores beyond it (the generator state at
+        the epoch's start, the metrics so far, the other callbacks' states) before anything
+        is applied; a refused backup leaves the model and every callback unchanged."""
         from kiln.saving import load_checkpoint
+        from kiln.saving.state import set_generator_state
+        from kiln.saving.validate import check_backup_extra
 
         siblings = self._siblings()
-        info = load_checkpoint(self.model, self._path, callbacks=None)
+        info = load_checkpoint(self.model, self._path, callbacks=None,
+                               check=lambda found: check_backup_extra(
+                                   self.model, found, siblings, repr(self._path)))
         epoch_start = info["extra"].get("epoch_start_rng")
         if info["step"] > 0 and epoch_start:
-            gen = random_state._state.get("rng")
-            if gen is not None:
-                gen.bit_generator.state = epoch_start
+            set_generator_state(epoch_start)
             self._epoch_start_rng = epoch_start  # for later mid-epoch backups of this epoch
         self._restore_callback_states(siblings, info["callbacks"])
         self._epoch, self._step = info["epoch"], info["step"]
@@ -248,7 +257,8 @@ class BackupAndRestore(Callback):
         epochs = self.params.get("epochs") if self.params else None
         done = self._finished or bool(getattr(self.model, "stop_training", False)) or (
             epochs is not None and self._epoch >= int(epochs))
-        if done and self.delete_checkpoint and os.path.isdir(self.backup_dir):
+        if done and self.delete_checkpoint and distribution.is_chief() and \
+                os.path.isdir(self.backup_dir):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self._path)
             with contextlib.suppress(OSError):

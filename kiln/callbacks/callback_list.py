@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln import distribution
 from kiln.callbacks.callback import Callback
 from kiln.callbacks.history import History
 from kiln.callbacks.progbar_logger import ProgbarLogger
@@ -63,6 +64,8 @@ class CallbackList(Callback):
                  add_progbar: bool = False, model: Any = None, **params: Any):
         super().__init__()
         self.callbacks: list[Callback] = _flatten(callbacks) if callbacks else []
+        if not distribution.is_chief():  # several ranks: only rank 0 prints and logs
+            self.callbacks = [cb for cb in self.callbacks if not getattr(cb, "chief_only", False)]
         self._history: History | None = None
         self._progbar: ProgbarLogger | None = None
         for cb in self.callbacks:

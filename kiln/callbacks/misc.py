@@ -69,6 +69,8 @@ class CSVLogger(Callback):
         >>> CSVLogger("training.log", append=True)
     """
 
+    chief_only = True  # with several ranks (kiln.distribution), only rank 0 writes the file
+
     def __init__(self, filename: str | os.PathLike, separator: str = ",", append: bool = False):
         super().__init__()
         self.sep = separator

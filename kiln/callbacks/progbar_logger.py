@@ -64,6 +64,8 @@ class ProgbarLogger(Callback):
         >>> cbs = CallbackList([ProgbarLogger()], verbose=2, epochs=3, steps=100)
     """
 
+    chief_only = True  # with several ranks (kiln.distribution), only rank 0 prints
+
     def __init__(self, file: IO[str] | None = None, mininterval: float = 0.1):
         super().__init__()
         self.file = file

@@ -10,6 +10,8 @@ docs/architecture.md, "The layers of the house".
   :func:`is_tensor`, :func:`grad`;
 * compiling: :func:`function` / :class:`Function`, :func:`optimize`,
   :func:`backend_for_device`;
+* tracing steps: :func:`trace_variables` (symbolic ``Variable.assign`` records updates);
+* collectives: :func:`register_group` (a transport's in-place sum, used by ``allreduce``);
 * graph utilities for the frontend: :func:`toposort`, :func:`depends_on`, :func:`rebuild`,
   :func:`canonical_dtype`, :func:`format_shape`.
 """
@@ -21,6 +23,7 @@ from kiln.core import (
 from kiln.core.autodiff import grad
 from kiln.core.executor import Function, backend_for_device, function
 from kiln.core.ir import (
+    TENSOR_MASKS,
     Graph,
     HashableArray,
     Node,
@@ -33,8 +36,9 @@ from kiln.core.ir import (
 from kiln.core.ops._rules import as_node as convert_to_tensor
 from kiln.core.ops._rules import fmt as format_shape
 from kiln.core.ops._rules import is_node as is_tensor
+from kiln.core.ops.collective import register_group
 from kiln.core.ops.source import constant, placeholder
-from kiln.core.variable import Variable
+from kiln.core.variable import Variable, VariableTrace, trace_variables
 
 
 def optimize(graph, exclude=(), **kwargs):
@@ -45,4 +49,5 @@ def optimize(graph, exclude=(), **kwargs):
 __all__ = ["Graph", "Node", "TensorType", "HashableArray", "Variable", "Function", "function",
            "grad", "placeholder", "constant", "convert_to_tensor", "is_tensor", "toposort",
            "depends_on", "rebuild", "canonical_dtype", "format_shape", "backend_for_device",
-           "optimize"]
+           "optimize", "register_group", "trace_variables", "VariableTrace",
+           "TENSOR_MASKS"]

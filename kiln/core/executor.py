@@ -4,10 +4,19 @@ A :class:`Function` owns one graph (outputs plus the new values of updated Varia
 optimization pipeline on it, and hands it to a backend. Calling it checks the fed arrays against
 the placeholders' types, runs the program, applies the updates (all computed from the old
 values, then written in place) and returns the outputs.
+
+Threads (docs/architecture.md, "Threads"): a program computes in preallocated buffers, so a
+call must own the buffers it runs in. A function with updates (a training step), or whose
+backend has no ``run_copied``, runs one call at a time under the function's lock (serial
+semantics for the Variables too; uncontended it costs well under a microsecond). A function
+without updates on a backend with ``run_copied`` (the CPU) runs concurrent calls in separate
+plans (each call checks one out, copies its outputs, returns it), so threads predicting with
+one model run in parallel (the kernels release the GIL) and give the serial results.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -114,6 +123,10 @@ class Function:
             bind([var for var, _ in self.updates])
         self.compile_seconds = time.perf_counter() - t0
         self.calls = 0
+        self._lock = threading.Lock()
+        # the thread-safe path (see the module docstring): pure functions on a backend that
+        # runs each call in a plan of its own and returns copies of the outputs
+        self._run_copied = None if self.updates else getattr(self.program, "run_copied", None)
 
     def __call__(self, *args: Any) -> Any:
         if len(args) == 1 and len(self.inputs) != 1 and isinstance(args[0], list | tuple):
@@ -128,15 +141,21 @@ class Function:
                     and (skip == 0 or a.ndim == len(shape) + 1)):
                 a = check_feed(self.name, i, ph, a)
             feeds.append(a)
-        results = self.program.run(feeds)
-        n = len(self.outputs)
-        outs = [np.array(r, copy=True) for r in results[:n]]
-        if not getattr(self.program, "updates_on_device", False):
-            for (var, _), value in zip(self.updates, results[n:]):
-                if value is not var.value:
-                    var.value[...] = value
-                var._version += 1  # device copies of `var` are stale now
-        self.calls += 1
+        if self._run_copied is not None:
+            outs = self._run_copied(feeds)
+            with self._lock:
+                self.calls += 1
+            return outs[0] if self._single else outs
+        with self._lock:  # the program's buffers and the Variables: one call at a time
+            results = self.program.run(feeds)
+            n = len(self.outputs)
+            outs = [np.array(r, copy=True) for r in results[:n]]
+            if not getattr(self.program, "updates_on_device", False):
+                for (var, _), value in zip(self.updates, results[n:]):
+                    if value is not var.value:
+                        var.value[...] = value
+                    var._version += 1  # device copies of `var` are stale now
+            self.calls += 1
         return outs[0] if self._single else outs
 
     def profile(self, *args: Any) -> Any:
@@ -144,7 +163,8 @@ class Function:
         if hasattr(self.program, "profile"):
             feeds = [check_feed(self.name, i, ph, a)
                      for i, (ph, a) in enumerate(zip(self.inputs, args))]
-            return self.program.profile(feeds)
+            with self._lock:
+                return self.program.profile(feeds)
         raise NotImplementedError(f"the {self.backend_name} backend has no profiler")
 
 

@@ -130,6 +130,12 @@ def _key_part(value: Any) -> Any:
     return value
 
 
+# Symbolic tensor -> its Keras mask (a bool tensor): what Keras keeps in
+# ``tensor._keras_mask``. Layers set it (kiln/layers/base.py, docs/architecture.md "Masking");
+# weak keys, so a mask lives as long as its tensor.
+TENSOR_MASKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 class Node:
     """One value in the graph: ``op(inputs, **attrs)`` with a static :class:`TensorType`.
 
@@ -156,6 +162,12 @@ class Node:
         raise AttributeError("kiln graph nodes are immutable")
 
     # --- type access -------------------------------------------------------------------
+    @property
+    def _keras_mask(self) -> Node | None:
+        """The Keras mask this tensor carries (set by the layer that computed it; None when
+        it carries none): Keras' ``tensor._keras_mask``."""
+        return TENSOR_MASKS.get(self)
+
     @property
     def shape(self) -> Shape:
         return self.type.shape

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -10,6 +13,49 @@ import numpy as np
 from kiln.core.ir import Node, canonical_dtype
 
 _counter = itertools.count()
+
+
+class VariableTrace:
+    """While tracing one step graph: ``Variable.assign(node)`` (and ``assign_add``/``sub``)
+    records an update instead of writing, and later reads of that Variable in the same trace
+    see the updated node, as statements run in order (TensorFlow's graph mode behaves so).
+
+    ``updates`` maps ``id(variable)`` to ``(variable, latest node)`` in first-update order:
+    the step's updates, written when the compiled step runs."""
+
+    def __init__(self) -> None:
+        self.updates: dict[int, tuple[Variable, Node]] = {}
+        self._reads: dict[int, Node] = {}
+
+    def record(self, var: Variable, node: Node) -> None:
+        from kiln.core.ops.registry import apply
+
+        self.updates[id(var)] = (var, node)
+        # a read after the update is the variable's new value, not a function of what
+        # computed it: no gradient flows back through the update (a GAN's generator step
+        # differentiates through the updated discriminator, not through its update)
+        self._reads[id(var)] = apply("stop_gradient", node)
+
+    def current(self, var: Variable) -> Node | None:
+        return self._reads.get(id(var))
+
+    def update_list(self) -> list[tuple[Variable, Node]]:
+        return list(self.updates.values())
+
+
+_TRACE: contextvars.ContextVar[VariableTrace | None] = contextvars.ContextVar(
+    "kiln_variable_trace", default=None)
+
+
+@contextlib.contextmanager
+def trace_variables() -> Iterator[VariableTrace]:
+    """Activates a :class:`VariableTrace` (see there) for the block; yields it."""
+    trace = VariableTrace()
+    token = _TRACE.set(trace)
+    try:
+        yield trace
+    finally:
+        _TRACE.reset(token)
 
 
 class Variable:
@@ -85,7 +131,17 @@ class Variable:
         return self.value.copy()
 
     def assign(self, value: Any) -> Variable:
-        """Overwrites the value in place; the shape must match."""
+        """Overwrites the value in place; the shape must match.
+
+        With a symbolic ``value`` (a graph node) inside a traced step (a layer's ``call``, a
+        custom ``train_step``), records a graph update instead: the compiled step writes it,
+        and later reads in the same trace see it (:class:`VariableTrace`)."""
+        if isinstance(value, Node) or hasattr(value, "__kiln_node__") and not isinstance(
+                value, Variable):
+            return self._assign_symbolic(value)
+        trace = _TRACE.get()
+        if isinstance(value, Variable) and trace is not None:
+            return self._assign_symbolic(value)
         arr = np.asarray(value, dtype=self.dtype)
         if arr.shape != self._value.shape:
             arr = np.broadcast_to(arr, self._value.shape) if arr.ndim == 0 else arr
@@ -97,7 +153,47 @@ class Variable:
         self._version += 1
         return self
 
+    def assign_add(self, delta: Any) -> Variable:
+        """``assign(value + delta)`` (symbolic in a traced step, like :meth:`assign`)."""
+        if _symbolic_context(delta):
+            return self._assign_symbolic(self.__kiln_node__() + delta)
+        return self.assign(self.value + np.asarray(delta, dtype=self.dtype))
+
+    def assign_sub(self, delta: Any) -> Variable:
+        """``assign(value - delta)`` (symbolic in a traced step, like :meth:`assign`)."""
+        if _symbolic_context(delta):
+            return self._assign_symbolic(self.__kiln_node__() - delta)
+        return self.assign(self.value - np.asarray(delta, dtype=self.dtype))
+
+    def _assign_symbolic(self, value: Any) -> Variable:
+        from kiln.core.ops._rules import as_node
+        from kiln.core.ops.elementwise import cast
+
+        trace = _TRACE.get()
+        if trace is None:
+            raise ValueError(f"Variable {self.name!r}: assign() received a symbolic tensor "
+                             "outside a traced step; symbolic updates happen inside a layer's "
+                             "call() or a train_step traced by fit (or pass a NumPy value)")
+        node = as_node(value, self.dtype)
+        if node.dtype != self.dtype:
+            node = cast(node, self.dtype)
+        if node.shape != self._value.shape:
+            from kiln.core.ops.movement import broadcast_to
+            try:
+                node = broadcast_to(node, self._value.shape)
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"Variable {self.name!r}: cannot assign a value of shape "
+                                 f"{node.shape} to a variable of shape {self._value.shape}"
+                                 ) from exc
+        trace.record(self, node)
+        return self
+
     def __kiln_node__(self) -> Node:
+        trace = _TRACE.get()
+        if trace is not None:
+            current = trace.current(self)
+            if current is not None:
+                return current
         if self._node is None:
             from kiln.core.ops.source import param_node
 
@@ -112,3 +208,12 @@ class Variable:
         return f"<kiln.Variable {self.name!r} shape={self.shape} dtype={self.dtype}>"
 
     # Arithmetic works like on the param node (operators are attached by kiln.core.ops).
+
+
+def _symbolic_context(value: Any) -> bool:
+    """Whether ``assign_add``/``assign_sub`` of ``value`` is a graph update: a symbolic value,
+    or any value inside a traced step (``self.count.assign_add(1)`` in ``call`` counts calls
+    of the compiled step, not traces). ``assign`` of a NumPy value stays immediate even in a
+    trace: layers built lazily inside a trace initialize their weights with it."""
+    return isinstance(value, Node) or hasattr(value, "__kiln_node__") or \
+        _TRACE.get() is not None

@@ -1,4 +1,5 @@
-"""Keras-compatible datasets: ``mnist``, ``fashion_mnist`` and ``imdb``.
+"""Keras-compatible datasets: ``mnist``, ``fashion_mnist``, ``imdb``, ``reuters``, ``cifar10``,
+``cifar100``, ``boston_housing`` and ``california_housing``.
 
 ``mnist`` and ``fashion_mnist`` have ``load_data(path=None)`` returning
 ``((x_train, y_train), (x_test, y_test))`` as ``uint8`` arrays; ``mnist.load_sample()`` returns
@@ -13,8 +14,18 @@ Example:
     (dtype('uint8'), 2000)
 """
 
-from kiln.datasets import fashion_mnist, imdb, mnist
+from kiln.datasets import (
+    boston_housing,
+    california_housing,
+    cifar10,
+    cifar100,
+    fashion_mnist,
+    imdb,
+    mnist,
+    reuters,
+)
 from kiln.datasets._fetch import DownloadError
 from kiln.datasets._source import DatasetNotFoundError
 
-__all__ = ["DatasetNotFoundError", "DownloadError", "fashion_mnist", "imdb", "mnist"]
+__all__ = ["DatasetNotFoundError", "DownloadError", "boston_housing", "california_housing",
+           "cifar10", "cifar100", "fashion_mnist", "imdb", "mnist", "reuters"]

@@ -64,3 +64,75 @@ __all__ = [
     "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate",
     "EinsumDense", "MultiHeadAttention", "Attention", "AdditiveAttention",
 ]
+
+# more layers (issue 15)
+from kiln.layers.activation_layers import ELU, Identity, LeakyReLU, PReLU, ReLU, Softmax  # noqa: E402
+from kiln.layers.convolutional import Conv1DTranspose  # noqa: E402
+from kiln.layers.convolutional_depthwise import (  # noqa: E402
+    DepthwiseConv1D,
+    DepthwiseConv2D,
+    SeparableConv1D,
+    SeparableConv2D,
+)
+from kiln.layers.merging import (  # noqa: E402
+    Dot,
+    add,
+    average,
+    concatenate,
+    dot,
+    maximum,
+    minimum,
+    multiply,
+    subtract,
+)
+from kiln.layers.noise import (  # noqa: E402
+    GaussianDropout,
+    GaussianNoise,
+    SpatialDropout1D,
+    SpatialDropout2D,
+)
+from kiln.layers.normalization_more import GroupNormalization, UnitNormalization  # noqa: E402
+from kiln.layers.reshaping import Cropping1D, Cropping2D, UpSampling1D, ZeroPadding1D  # noqa: E402
+
+Convolution1DTranspose = Conv1DTranspose
+SeparableConvolution1D, SeparableConvolution2D = SeparableConv1D, SeparableConv2D
+__all__ += [
+    "ReLU", "LeakyReLU", "ELU", "PReLU", "Softmax", "Identity",
+    "Conv1DTranspose", "Convolution1DTranspose", "DepthwiseConv1D", "DepthwiseConv2D",
+    "SeparableConv1D", "SeparableConv2D", "SeparableConvolution1D", "SeparableConvolution2D",
+    "Dot", "add", "subtract", "multiply", "average", "maximum", "minimum", "concatenate", "dot",
+    "GaussianNoise", "GaussianDropout", "SpatialDropout1D", "SpatialDropout2D",
+    "UnitNormalization", "GroupNormalization",
+    "Cropping1D", "Cropping2D", "ZeroPadding1D", "UpSampling1D",
+]
+
+# preprocessing (kiln/layers/preprocessing)
+from kiln.layers.preprocessing import (  # noqa: E402
+    CategoryEncoding,
+    CenterCrop,
+    Discretization,
+    Hashing,
+    IntegerLookup,
+    Normalization,
+    RandomBrightness,
+    RandomContrast,
+    RandomCrop,
+    RandomFlip,
+    RandomRotation,
+    RandomTranslation,
+    RandomZoom,
+    Rescaling,
+    Resizing,
+    StringLookup,
+)
+
+__all__ += [
+    "Rescaling", "Normalization", "Discretization", "CategoryEncoding", "Resizing", "CenterCrop",
+    "RandomFlip", "RandomRotation", "RandomZoom", "RandomTranslation", "RandomContrast",
+    "RandomBrightness", "RandomCrop", "StringLookup", "IntegerLookup", "Hashing",
+]
+
+# Keras' layers.serialize / deserialize (kiln/layers/serialization.py)
+from kiln.layers.serialization import deserialize, serialize  # noqa: E402
+
+__all__ += ["serialize", "deserialize"]

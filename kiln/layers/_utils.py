@@ -12,6 +12,18 @@ from kiln.layers.base import Layer
 from kiln.layers.context import current
 
 
+def random_stream(seed: int | None, draws: bool) -> int | None:
+    """A random layer's stream (the salt of its random numbers): its ``seed`` (mod 2^32), or,
+    without one, a stream drawn from kiln's seeded generator when the layer draws random
+    numbers at all (:func:`kiln.random_state.layer_stream`; its config stores it as the
+    ``seed``, so a saved and loaded model draws the same numbers); None when it draws none."""
+    from kiln.random_state import layer_stream
+
+    if seed is not None:
+        return int(seed) % (2**32)
+    return layer_stream() if draws else None
+
+
 def positive_int(who: str, name: str, value: Any) -> int:
     """``value`` as an int, or ValueError naming the layer class and the argument (bools and
     floats are refused, as Keras refuses them)."""
@@ -65,10 +77,43 @@ def normalize_padding(cls_name: str, padding: Any, allowed: tuple[str, ...] = ("
 
 
 def no_constraint(cls_name: str, **constraints: Any) -> None:
+    """Refuses weight constraints (for a layer whose weights cannot take one)."""
     for key, value in constraints.items():
         if value is not None:
-            raise ValueError(f"{cls_name}: weight constraints are not supported by kiln yet; "
+            raise ValueError(f"{cls_name}: weight constraints are not supported by this layer; "
                              f"received {key}={value!r} (use None)")
+
+
+def set_constraints(layer: Any, **constraints: Any) -> None:
+    """Resolves and stores ``kernel_constraint=`` ... on the layer (``constraints.get``: a
+    name, config, Constraint or callable; a bad one raises here, in ``__init__``).
+    ``Layer.add_weight(name)`` then attaches ``<name>_constraint`` to the weight, and the
+    optimizer applies it after each update (docs/architecture.md, "Constraints")."""
+    from kiln import constraints as constraints_module
+
+    resolved = {}
+    for key, value in constraints.items():
+        try:
+            resolved[key] = constraints_module.get(value)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{type(layer).__name__}: invalid {key}: {exc}") from exc
+    for key, value in resolved.items():
+        setattr(layer, key, value)
+
+
+def constraint_config(layer: Any, *keys: str) -> dict[str, Any]:
+    """The serialized constraints of ``layer`` for ``get_config`` (None when absent; a plain
+    function cannot be stored and raises TypeError naming the layer)."""
+    from kiln import constraints as constraints_module
+
+    out = {}
+    for key in keys:
+        value = getattr(layer, key, None)
+        try:
+            out[key] = constraints_module.serialize(value)
+        except TypeError as exc:
+            raise TypeError(f"{layer.name}: {key}: {exc}") from exc
+    return out
 
 
 def drop_keras_extras(cls_name: str, kwargs: dict) -> None:

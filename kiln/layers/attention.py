@@ -6,14 +6,13 @@ arrays) packs every tensor argument, masks included, so all are fed as placehold
 from __future__ import annotations
 
 import math
-import zlib
 from typing import Any
 
 import numpy as np
 
 import kiln.ops as K
 from kiln.core import Node, format_shape
-from kiln.layers._utils import positive_int
+from kiln.layers._utils import positive_int, random_stream
 from kiln.layers.base import Layer, get_mask, is_symbolic
 from kiln.layers.context import current, in_training
 from kiln.layers.einsum_dense import EinsumDense, _err, _init_weight_args, _serialized
@@ -23,12 +22,11 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 def _dropout(layer: Any, x: Node, training: bool | None) -> Node:
     """Dropout of attention probabilities, as the Dropout layer: in training, in a trace with
-    a random key; the stream is the layer's seed or crc32 of its name."""
+    a random key; the stream is the layer's seed or the one drawn when it was constructed."""
     ctx = current()
     if layer.dropout == 0.0 or not in_training(training) or ctx is None or ctx.rng_key is None:
         return x
-    salt = layer.seed % 2**32 if layer.seed is not None else zlib.crc32(layer.name.encode())
-    return K.dropout(x, layer.dropout, ctx.rng_key, salt)
+    return K.dropout(x, layer.dropout, ctx.rng_key, layer._stream or 0)
 
 
 def _mask(layer: Layer, mask: Any, what: str, want: tuple, same_rank: bool = True) -> Node:
@@ -76,7 +74,7 @@ class MultiHeadAttention(Layer):
         use_bias: biases in the projections. output_shape: default the query's last dim.
         attention_axes: None only (or the same axes spelled out). flash_attention: no effect.
         kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
-        activity_regularizer: of the projections; kernel/bias_constraint: must be None.
+        activity_regularizer, kernel/bias_constraint: of the projections.
 
     Call: ``layer(query, value, key=None, query_mask=None, value_mask=None, key_mask=None,
     attention_mask=None, return_attention_scores=False, training=None,
@@ -122,6 +120,7 @@ class MultiHeadAttention(Layer):
         self.attention_axes = None if attention_axes is None else tuple(attention_axes)
         self.flash_attention = flash_attention
         self.seed = None if seed is None else int(seed)
+        self._stream = random_stream(self.seed, self.dropout > 0)
         # the sublayers, created in build; assigned here so their order is Keras' weight order
         self.query_dense = self.key_dense = self.value_dense = self.output_dense = None
 
@@ -137,7 +136,8 @@ class MultiHeadAttention(Layer):
             bias_axes=o if self.use_bias else None, name=name,
             kernel_initializer=self.kernel_initializer, bias_initializer=self.bias_initializer,
             kernel_regularizer=self.kernel_regularizer, bias_regularizer=self.bias_regularizer,
-            activity_regularizer=self.activity_regularizer, dtype=self.dtype)
+            activity_regularizer=self.activity_regularizer, dtype=self.dtype,
+            kernel_constraint=self.kernel_constraint, bias_constraint=self.bias_constraint)
         layer.build(shape)
         return layer
 
@@ -292,7 +292,7 @@ class MultiHeadAttention(Layer):
             "dropout": self.dropout, "use_bias": self.use_bias,
             "output_shape": None if self._output_shape is None else list(self._output_shape),
             "attention_axes": None if self.attention_axes is None else list(self.attention_axes),
-            **_serialized(self), "seed": self.seed})
+            **_serialized(self), "seed": self.seed if self.seed is not None else self._stream})
         return config
 
 
@@ -327,6 +327,7 @@ class Attention(Layer):
         self.score_mode = score_mode
         self.dropout = _check_rate(type(self).__name__, dropout)
         self.seed = None if seed is None else int(seed)
+        self._stream = random_stream(self.seed, self.dropout > 0)
 
     def __call__(self, inputs: Any, *args: Any, mask: Any = None, training: bool | None = None,
                  **kwargs: Any) -> Any:
@@ -415,8 +416,8 @@ class Attention(Layer):
         config = super().get_config()
         config.update({"use_scale": self.use_scale, "score_mode": self.score_mode,
                        "dropout": self.dropout})
-        if self.seed is not None:
-            config["seed"] = self.seed
+        if self._stream is not None:
+            config["seed"] = self.seed if self.seed is not None else self._stream
         return config
 
 

@@ -12,14 +12,22 @@ from __future__ import annotations
 import inspect
 import re
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 import kiln.config
 import kiln.ops as K
-from kiln.core import Node, Variable, depends_on, format_shape, placeholder
+from kiln.core import (
+    TENSOR_MASKS,
+    Node,
+    Variable,
+    depends_on,
+    format_shape,
+    placeholder,
+    trace_variables,
+)
 from kiln.layers.context import current, trace
 
 # Symbolic tensor -> (layer, call index, output index): the functional API's layer graph.
@@ -28,7 +36,7 @@ HISTORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # Symbolic tensor -> its Keras mask (a bool tensor, ``(batch, steps)`` for sequences): what
 # Keras keeps in ``tensor._keras_mask``. Layers set it in ``__call__`` from ``compute_mask``
 # and read it for the next layer's ``mask`` argument (docs/architecture.md, "Masking").
-MASKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+MASKS: weakref.WeakKeyDictionary = TENSOR_MASKS  # Node._keras_mask reads it
 
 
 def get_mask(t: Any) -> Node | None:
@@ -97,6 +105,13 @@ class CallRecord:
         self.args = args
 
 
+#: weight name -> the layer attribute holding its constraint, where Keras' argument name is not
+#: ``<weight name>_constraint``
+_CONSTRAINT_ATTRS = {"recurrent_kernel": "recurrent_constraint",
+                     "depthwise_kernel": "depthwise_constraint",
+                     "pointwise_kernel": "pointwise_constraint"}
+
+
 class Layer:
     """Base class of all layers.
 
@@ -152,11 +167,15 @@ class Layer:
             regularizer: a name, Regularizer or callable ``w -> scalar tensor``; its penalty
                 joins the loss inside the training graph.
             trainable: whether optimizers update it.
+            constraint: a name, Constraint or callable ``w -> w`` the optimizer applies to
+                the weight after each update (stored as ``Variable.constraint``); by default
+                the layer's ``<name>_constraint`` attribute (``kernel_constraint`` ...,
+                ``recurrent_constraint`` for ``recurrent_kernel``), when it has one.
 
         Returns:
             The new :class:`kiln.Variable`.
         """
-        from kiln import initializers, regularizers
+        from kiln import constraints, initializers, regularizers
 
         shape = tuple(int(d) for d in shape)
         dtype = dtype or self.dtype
@@ -171,6 +190,9 @@ class Layer:
         var = Variable(value, name=f"{self.name}/{name or 'weight'}", trainable=trainable,
                        dtype=dtype)
         var.short_name = name or "weight"
+        if constraint is None and name:
+            constraint = getattr(self, _CONSTRAINT_ATTRS.get(name, f"{name}_constraint"), None)
+        var.constraint = constraints.get(constraint)
         self._weights.append(var)
         if regularizer is not None:
             self._regularizers.append((var, regularizers.get(regularizer)))
@@ -202,6 +224,35 @@ class Layer:
         self._trainable = bool(value)
         for layer in self._sublayers():
             layer.trainable = value
+
+    @property
+    def input(self) -> Any:
+        """The symbolic input of the layer's one call on symbolic tensors (Keras'
+        ``layer.input``)."""
+        return self._only_call("input").inputs
+
+    @property
+    def output(self) -> Any:
+        """The symbolic output of the layer's one call on symbolic tensors (Keras'
+        ``layer.output``; for a model built by the functional API, its outputs)."""
+        value = self.__dict__.get("_output_value")
+        if value is not None:
+            return value
+        return self._only_call("output").outputs
+
+    @output.setter
+    def output(self, value: Any) -> None:
+        self.__dict__["_output_value"] = value
+
+    def _only_call(self, what: str) -> CallRecord:
+        calls = self.__dict__.get("_inbound") or []
+        if not calls:
+            raise AttributeError(f"Layer '{self.name}' has never been called on symbolic "
+                                 f"tensors and thus has no defined {what}")
+        if len(calls) > 1:
+            raise AttributeError(f"Layer '{self.name}' has been called {len(calls)} times; "
+                                 f"its {what} is ambiguous (Keras: use get_{what}_at(index))")
+        return calls[0]
 
     @property
     def weights(self) -> list[Variable]:
@@ -269,8 +320,10 @@ class Layer:
         return out
 
     @property
-    def losses(self) -> list[Node]:
-        return self.regularization_losses()
+    def losses(self) -> list[Any]:
+        """The weight regularization penalties (tensors), and the values passed to
+        ``add_loss`` during the last call on arrays (reset at each such call, as in Keras)."""
+        return self.regularization_losses() + list(self.__dict__.get("_eager_losses", ()))
 
     def add_loss(self, loss: Node) -> None:
         """Adds a loss term (a scalar tensor) computed inside ``call`` to the training loss."""
@@ -374,32 +427,60 @@ class Layer:
         key = (eager.signature(flat + flat_kw, who=self.name), bool(training), repr(args),
                repr(sorted(kwargs.items())), tuple(sorted(tensor_kwargs)))
 
-        def build() -> tuple[Any, Any]:
-            def to_ph(a: np.ndarray) -> Node:
-                return eager.placeholder_for(a, self.dtype, "bool", who=self.name)
-            phs = map_structure(to_ph, arrays)
-            ph_kwargs = {k: map_structure(to_ph, v) for k, v in tensor_kwargs.items()}
-            # A training call carries a random key (Dropout ...), fed fresh on every call
-            rng_key = placeholder((2,), "int64", name="rng_key") if training else None
-            with trace(training=bool(training), rng_key=rng_key) as ctx:
-                out = self(phs, *args, training=training, **kwargs, **ph_kwargs)
-            if rng_key is not None and not depends_on(
-                    flatten(out) + [v for _, v in ctx.updates], rng_key):
-                rng_key = None
-            # Updates recorded in training (BatchNormalization's moving statistics) apply on
-            # each eager call, as in Keras.
-            feeds = flatten(phs) + flatten([ph_kwargs[k] for k in sorted(ph_kwargs)]) + (
-                [rng_key] if rng_key is not None else [])
-            compiled = function(feeds, flatten(out), updates=ctx.updates,
-                                name=f"{self.name}_eager")
-            return compiled, (out, rng_key is not None)
+        def build(batch: bool) -> Callable[[], tuple[Any, Any]]:
+            def fill() -> tuple[Any, Any]:
+                def to_ph(a: np.ndarray) -> Node:
+                    return eager.placeholder_for(a, self.dtype, "bool", batch=batch,
+                                                 who=self.name)
+                phs = map_structure(to_ph, arrays)
+                ph_kwargs = {k: map_structure(to_ph, v) for k, v in tensor_kwargs.items()}
+                # A training call carries a random key (Dropout ...), fed fresh on every call
+                rng_key = placeholder((2,), "int64", name="rng_key") if training else None
+                with trace(training=bool(training), rng_key=rng_key) as ctx, \
+                        trace_variables() as assigned:
+                    out = self(phs, *args, training=training, **kwargs, **ph_kwargs)
+                    # a returned Variable is its value after the call's updates
+                    out = map_structure(lambda t: t.__kiln_node__() if isinstance(
+                        t, Variable) else t, out)
+                # Updates recorded in the call (BatchNormalization's moving statistics in
+                # training, a Variable.assign_add in call) apply on each eager call, as in Keras.
+                updates = {id(v): (v, n) for v, n in ctx.updates}
+                updates.update({id(v): (v, n) for v, n in assigned.update_list()})
+                update_list = list(updates.values())
+                if rng_key is not None and not depends_on(
+                        flatten(out) + [v for _, v in update_list], rng_key):
+                    rng_key = None
+                feeds = flatten(phs) + flatten([ph_kwargs[k] for k in sorted(ph_kwargs)]) + (
+                    [rng_key] if rng_key is not None else [])
+                outs = flatten(out)
+                masks = [get_mask(t) for t in outs]  # returned too: result._keras_mask
+                added = [ops_sum_scalar(t) for t in ctx.losses]  # add_loss: layer.losses
+                compiled = function(feeds, outs + [m for m in masks if m is not None] + added,
+                                    updates=update_list or None, name=f"{self.name}_eager")
+                return compiled, (out, rng_key is not None, [m is not None for m in masks],
+                                  len(added))
+            return fill
 
-        entry = eager.cache_for(self).lookup(key, build)
-        out_structure, keyed = entry.info
+        cache = eager.cache_for(self)
+        try:  # one function for every batch size, unless call() needs the concrete size
+            entry = cache.lookup(key, build(True))
+        except (TypeError, ValueError) as first:  # e.g. ops.zeros((inputs.shape[0], n))
+            static = (eager.signature(flat + flat_kw, batch=False, who=self.name),) + key[1:]
+            try:
+                entry = cache.lookup(static, build(False))
+            except (TypeError, ValueError):
+                raise first from None  # a genuine error: report it as the general trace did
+        out_structure, keyed, has_mask, n_losses = entry.info
         flat = flat + flat_kw
         if keyed:  # a fresh key from kiln's global generator (set_random_seed reproduces it)
             flat = flat + [np.array([next_seed(), 0], dtype=np.int64)]
-        results = iter(entry(*flat))
+        values = entry(*flat)
+        self.__dict__["_eager_losses"] = list(values[len(values) - n_losses:]) \
+            if n_losses else []
+        n = len(has_mask)
+        masks = iter(values[n:])
+        results = iter([eager.eager_result(v, next(masks) if m else None)
+                        for v, m in zip(values[:n], has_mask)])
         return map_structure(lambda _: next(results), out_structure)
 
     def compute_output_shape(self, input_shape: Any) -> Any:
@@ -476,3 +557,11 @@ def check_last_dim(layer: Layer, x: Node, dim: int) -> None:
         raise ValueError(f"Input 0 of layer '{layer.name}' is incompatible with the layer: "
                          f"expected axis -1 of input shape to have value {dim}, but received "
                          f"input with shape {format_shape(x.shape)}")
+
+
+def ops_sum_scalar(term: Any) -> Node:
+    """A loss term (``add_loss``) as a scalar tensor (summed when it is not one)."""
+    import kiln.ops as K
+
+    node = K.convert_to_tensor(term)
+    return K.sum(node) if node.ndim else node

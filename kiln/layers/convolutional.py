@@ -1,4 +1,5 @@
-"""Convolution layers (channels-last): Conv1D, Conv2D, Conv2DTranspose."""
+"""Convolution layers (channels-last): Conv1D, Conv2D (both with ``groups``), Conv1DTranspose,
+Conv2DTranspose. Depthwise and separable convolutions: ``convolutional_depthwise.py``."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from kiln import activations, initializers, regularizers
 from kiln.core import Node, format_shape
 from kiln.layers._utils import (
     add_activity_loss,
+    constraint_config,
     drop_keras_extras,
-    no_constraint,
     normalize_data_format,
     normalize_padding,
     normalize_tuple,
     positive_int,
+    set_constraints,
 )
 from kiln.layers.base import Layer, check_last_dim, check_rank
 
@@ -37,10 +39,11 @@ class _Conv(Layer):
         super().__init__(**kwargs)
         cls = type(self).__name__
         positive_int(cls, "filters", filters)
-        if groups != 1:
-            raise ValueError(f"{cls}: grouped convolutions are not supported by kiln, received "
-                             f"groups={groups!r} (use groups=1)")
-        no_constraint(cls, kernel_constraint=kernel_constraint, bias_constraint=bias_constraint)
+        positive_int(cls, "groups", groups)
+        if filters % groups:
+            raise ValueError(f"{cls}: the number of filters must be divisible by the number of "
+                             f"groups, received filters={filters}, groups={groups}")
+        set_constraints(self, kernel_constraint=kernel_constraint, bias_constraint=bias_constraint)
         self.filters = int(filters)
         self.kernel_size = normalize_tuple(cls, kernel_size, self.rank, "kernel_size")
         self.strides = normalize_tuple(cls, strides, self.rank, "strides")
@@ -51,7 +54,7 @@ class _Conv(Layer):
             raise ValueError(f"{cls}: strides > 1 together with dilation_rate > 1 is not "
                              f"supported, received strides={self.strides}, "
                              f"dilation_rate={self.dilation_rate}")
-        self.groups = 1
+        self.groups = int(groups)
         self.activation = activations.get(activation)
         self.use_bias = bool(use_bias)
         self.kernel_initializer = initializers.get(kernel_initializer)
@@ -67,13 +70,18 @@ class _Conv(Layer):
                 check_last_dim(self, inputs, self._in_channels)
 
     def _kernel_shape(self, channels: int) -> tuple[int, ...]:
-        return self.kernel_size + (channels, self.filters)
+        return self.kernel_size + (channels // self.groups, self.filters)
 
     def build(self, input_shape: Any) -> None:
         channels = input_shape[-1]
         if channels is None:
             raise ValueError(f"Layer '{self.name}' ({type(self).__name__}) needs a known number "
                              f"of channels (last axis), received input shape "
+                             f"{format_shape(input_shape)}")
+        if channels % self.groups:
+            raise ValueError(f"Layer '{self.name}' ({type(self).__name__}): the number of input "
+                             f"channels must be divisible by the number of groups, received "
+                             f"groups={self.groups} and input shape "
                              f"{format_shape(input_shape)}")
         self._in_channels = int(channels)
         self.kernel = self.add_weight("kernel", self._kernel_shape(self._in_channels),
@@ -112,8 +120,7 @@ class _Conv(Layer):
             "kernel_regularizer": regularizers.serialize(self.kernel_regularizer),
             "bias_regularizer": regularizers.serialize(self.bias_regularizer),
             "activity_regularizer": regularizers.serialize(self.activity_regularizer),
-            "kernel_constraint": None,
-            "bias_constraint": None,
+            **constraint_config(self, "kernel_constraint", "bias_constraint"),
         })
         return config
 
@@ -124,7 +131,7 @@ class Conv1D(_Conv):
     Output: ``(batch, new_steps, filters)`` with ``new_steps = (steps - k_eff) // stride + 1``
     for "valid", ``ceil(steps / stride)`` for "same", and ``steps`` for "causal" (stride 1),
     where ``k_eff = (kernel_size - 1) * dilation_rate + 1``. Kernel: ``(kernel_size,
-    channels, filters)``.
+    channels / groups, filters)``.
 
     Args:
         filters: number of output channels.
@@ -133,6 +140,7 @@ class Conv1D(_Conv):
         padding: "valid" (default), "same" or "causal" (left padding, for sequence models).
         data_format: None or "channels_last" (channels_first is refused).
         dilation_rate: int (default 1).
+        groups: grouped convolution (default 1), as in Conv2D.
         activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer,
         bias_regularizer, activity_regularizer: as in Dense.
 
@@ -145,7 +153,7 @@ class Conv1D(_Conv):
 
     def _convolve(self, inputs: Node) -> Node:
         return K.conv1d(inputs, self.kernel, strides=self.strides[0], padding=self.padding,
-                        dilation_rate=self.dilation_rate[0])
+                        dilation_rate=self.dilation_rate[0], groups=self.groups)
 
 
 class Conv2D(_Conv):
@@ -164,7 +172,9 @@ class Conv2D(_Conv):
         padding: "valid" (default) or "same".
         data_format: None or "channels_last" (channels_first is refused).
         dilation_rate: int or pair (default 1).
-        groups: must be 1.
+        groups: grouped convolution (default 1): the input channels and the filters split
+            into ``groups`` blocks, filter block g sees only input block g; kernel ``(kh, kw,
+            channels / groups, filters)``. Both counts must be divisible by it.
         activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer,
         bias_regularizer, activity_regularizer: as in Dense.
 
@@ -178,7 +188,7 @@ class Conv2D(_Conv):
 
     def _convolve(self, inputs: Node) -> Node:
         return K.conv2d(inputs, self.kernel, strides=self.strides, padding=self.padding,
-                        dilation_rate=self.dilation_rate)
+                        dilation_rate=self.dilation_rate, groups=self.groups)
 
 
 class Conv2DTranspose(_Conv):
@@ -245,6 +255,78 @@ class Conv2DTranspose(_Conv):
         return K.conv2d_transpose(inputs, self.kernel, strides=self.strides,
                                   padding=self.padding, output_padding=self.output_padding,
                                   dilation_rate=self.dilation_rate)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.pop("groups", None)
+        config["output_padding"] = self.output_padding
+        return config
+
+
+class Conv1DTranspose(_Conv):
+    """Transposed 1-D convolution over ``(batch, steps, channels)``, as Keras'
+    Conv1DTranspose (computed as a Conv2DTranspose over a height of 1).
+
+    Output length without ``output_padding``: ``n * stride + max(k_eff - stride, 0)`` for
+    "valid" and ``n * stride`` for "same"; with it: ``(n - 1) * stride + k_eff - 2 * pad +
+    output_padding`` (``pad = k_eff // 2`` for "same", 0 for "valid"). Kernel:
+    ``(kernel_size, filters, channels)`` (Keras' layout). The number of steps must be known.
+
+    Args:
+        filters: number of output channels.
+        kernel_size: int (or 1-tuple).
+        strides: int (default 1).
+        padding: "valid" (default) or "same".
+        output_padding: None (default) or an int smaller than the stride.
+        data_format: None or "channels_last".
+        dilation_rate: int (default 1).
+        activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer,
+        bias_regularizer, activity_regularizer: as in Dense.
+
+    Example:
+        >>> y = kiln.layers.Conv1DTranspose(8, 3, strides=2, padding="same")(
+        ...     kiln.Input((10, 4)))            # (None, 20, 8)
+    """
+
+    rank = 1
+    transpose = True
+
+    def __init__(self, filters: int, kernel_size: Any, strides: Any = 1, padding: str = "valid",
+                 output_padding: Any = None, data_format: str | None = None,
+                 dilation_rate: Any = 1, activation: Any = None, use_bias: bool = True,
+                 kernel_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
+                 kernel_regularizer: Any = None, bias_regularizer: Any = None,
+                 activity_regularizer: Any = None, kernel_constraint: Any = None,
+                 bias_constraint: Any = None, **kwargs: Any):
+        kwargs.pop("groups", None)
+        super().__init__(filters, kernel_size, strides=strides, padding=padding,
+                         data_format=data_format, dilation_rate=dilation_rate,
+                         activation=activation, use_bias=use_bias,
+                         kernel_initializer=kernel_initializer,
+                         bias_initializer=bias_initializer,
+                         kernel_regularizer=kernel_regularizer,
+                         bias_regularizer=bias_regularizer,
+                         activity_regularizer=activity_regularizer,
+                         kernel_constraint=kernel_constraint, bias_constraint=bias_constraint,
+                         **kwargs)
+        self.output_padding = None if output_padding is None else normalize_tuple(
+            "Conv1DTranspose", output_padding, 1, "output_padding", allow_zero=True)
+        if self.output_padding is not None and self.output_padding[0] >= self.strides[0]:
+            raise ValueError(f"Conv1DTranspose: output_padding {self.output_padding} must be "
+                             f"smaller than the strides {self.strides}")
+
+    def _kernel_shape(self, channels: int) -> tuple[int, ...]:
+        return self.kernel_size + (self.filters, channels)
+
+    def _convolve(self, inputs: Node) -> Node:
+        if inputs.shape[1] is None:
+            raise ValueError(f"Layer '{self.name}' (Conv1DTranspose) needs a known number of "
+                             f"steps, received input shape {format_shape(inputs.shape)}")
+        opad = None if self.output_padding is None else (0, self.output_padding[0])
+        y = K.conv2d_transpose(K.expand_dims(inputs, 1), K.expand_dims(self.kernel, 0),
+                               strides=(1, self.strides[0]), padding=self.padding,
+                               output_padding=opad, dilation_rate=(1, self.dilation_rate[0]))
+        return K.squeeze(y, 1)
 
     def get_config(self) -> dict:
         config = super().get_config()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
 import kiln.ops as K
@@ -11,9 +10,11 @@ from kiln.core import Node, format_shape
 from kiln.layers._utils import (
     add_activity_loss,
     check_min_rank,
+    constraint_config,
     drop_keras_extras,
-    no_constraint,
     positive_int,
+    random_stream,
+    set_constraints,
 )
 from kiln.layers.base import Layer, check_last_dim
 from kiln.layers.context import current, in_training
@@ -34,7 +35,7 @@ class Dense(Layer):
         bias_initializer: initializer of the bias (default ``"zeros"``).
         kernel_regularizer, bias_regularizer: optional weight penalties.
         activity_regularizer: optional penalty on the output (divided by the batch size).
-        kernel_constraint, bias_constraint: must be None (not supported).
+        kernel_constraint, bias_constraint: optional constraints (``kiln.constraints``).
 
     Example:
         >>> layer = kiln.layers.Dense(512, activation="relu")
@@ -51,8 +52,8 @@ class Dense(Layer):
         drop_keras_extras("Dense", kwargs)
         super().__init__(**kwargs)
         units = positive_int("Dense", "units", units)
-        no_constraint("Dense", kernel_constraint=kernel_constraint,
-                      bias_constraint=bias_constraint)
+        set_constraints(self, kernel_constraint=kernel_constraint,
+                        bias_constraint=bias_constraint)
         self.units = int(units)
         self.activation = activations.get(activation)
         self.use_bias = bool(use_bias)
@@ -99,8 +100,7 @@ class Dense(Layer):
             "bias_initializer": initializers.serialize(self.bias_initializer),
             "kernel_regularizer": regularizers.serialize(self.kernel_regularizer),
             "bias_regularizer": regularizers.serialize(self.bias_regularizer),
-            "kernel_constraint": None,
-            "bias_constraint": None,
+            **constraint_config(self, "kernel_constraint", "bias_constraint"),
             "quantization_config": None,
         })
         if self.activity_regularizer is not None:
@@ -151,8 +151,10 @@ class Dropout(Layer):
         noise_shape: optional shape of the keep/drop mask, broadcast against the input
             (``None`` entries take the input's size), e.g. ``(None, 1, features)`` to drop the
             same features at every time step.
-        seed: optional int; it selects this layer's random stream (default: a hash of the
-            layer's name, stable across processes).
+        seed: optional int; it selects this layer's random stream (default: a stream drawn
+            from kiln's seeded generator when the layer is built, so two models built alike
+            after the same ``kiln.utils.set_random_seed`` drop the same units; the config
+            stores it as ``seed``, so a saved and loaded model keeps it).
 
     Example:
         >>> y = kiln.layers.Dropout(0.5)(x)
@@ -169,13 +171,13 @@ class Dropout(Layer):
         self.noise_shape = None if noise_shape is None else tuple(
             None if d is None else int(d) for d in noise_shape)
         self.seed = None if seed is None else int(seed)
+        self._stream = random_stream(self.seed, self.rate > 0)
 
     @property
     def salt(self) -> int:
-        """The random stream of this layer: the seed, or crc32 of the name."""
-        if self.seed is not None:
-            return self.seed % (2**32)
-        return zlib.crc32(self.name.encode("utf-8"))
+        """The random stream of this layer: the seed (mod 2^32), or the one drawn when it
+        was constructed (see ``seed``)."""
+        return 0 if self._stream is None else self._stream
 
     def _check_inputs(self, inputs: Any) -> None:
         if self.noise_shape is not None and isinstance(inputs, Node):
@@ -204,7 +206,8 @@ class Dropout(Layer):
 
     def get_config(self) -> dict:
         config = super().get_config()
-        config.update({"rate": self.rate, "seed": self.seed,
+        config.update({"rate": self.rate,
+                       "seed": self.seed if self.seed is not None else self._stream,
                        "noise_shape": None if self.noise_shape is None else
                        list(self.noise_shape)})
         return config
@@ -226,7 +229,7 @@ class Embedding(Layer):
         embeddings_initializer: default ``"uniform"`` (``RandomUniform(-0.05, 0.05)``).
         embeddings_regularizer: optional weight penalty.
         activity_regularizer: optional penalty on the output.
-        embeddings_constraint: must be None.
+        embeddings_constraint: optional constraint.
         mask_zero: index 0 is padding: the output carries a mask ``inputs != 0`` that the
             next layers (RNNs, attention, masked pooling, the loss) honour, as in Keras; the
             vocabulary must then keep index 0 for padding.
@@ -247,7 +250,7 @@ class Embedding(Layer):
         super().__init__(**kwargs)
         input_dim = positive_int("Embedding", "input_dim", input_dim)
         output_dim = positive_int("Embedding", "output_dim", output_dim)
-        no_constraint("Embedding", embeddings_constraint=embeddings_constraint)
+        set_constraints(self, embeddings_constraint=embeddings_constraint)
         self.input_dim, self.output_dim = int(input_dim), int(output_dim)
         self.embeddings_initializer = initializers.get(embeddings_initializer)
         self.embeddings_regularizer = regularizers.get(embeddings_regularizer)
@@ -284,7 +287,7 @@ class Embedding(Layer):
             "embeddings_initializer": initializers.serialize(self.embeddings_initializer),
             "embeddings_regularizer": regularizers.serialize(self.embeddings_regularizer),
             "activity_regularizer": regularizers.serialize(self.activity_regularizer),
-            "embeddings_constraint": None,
+            **constraint_config(self, "embeddings_constraint"),
             "mask_zero": self.mask_zero,
         })
         return config

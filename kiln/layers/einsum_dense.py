@@ -9,7 +9,12 @@ from typing import Any
 import kiln.ops as K
 from kiln import activations, initializers, regularizers
 from kiln.core import Node, format_shape
-from kiln.layers._utils import add_activity_loss, drop_keras_extras, no_constraint
+from kiln.layers._utils import (
+    add_activity_loss,
+    constraint_config,
+    drop_keras_extras,
+    set_constraints,
+)
 from kiln.layers.base import Layer
 
 
@@ -23,8 +28,8 @@ _REGS = ("kernel_regularizer", "bias_regularizer", "activity_regularizer")
 
 def _init_weight_args(layer: Layer, args: dict) -> None:
     """Sets the kernel/bias initializers and regularizers from the constructor's locals."""
-    no_constraint(type(layer).__name__, kernel_constraint=args["kernel_constraint"],
-                  bias_constraint=args["bias_constraint"])
+    set_constraints(layer, kernel_constraint=args["kernel_constraint"],
+                    bias_constraint=args["bias_constraint"])
     for name in _INITS + _REGS:
         setattr(layer, name, (initializers if name in _INITS else regularizers).get(args[name]))
 
@@ -32,7 +37,7 @@ def _init_weight_args(layer: Layer, args: dict) -> None:
 def _serialized(layer: Any) -> dict:
     return {**{n: initializers.serialize(getattr(layer, n)) for n in _INITS},
             **{n: regularizers.serialize(getattr(layer, n)) for n in _REGS},
-            "kernel_constraint": None, "bias_constraint": None}
+            **constraint_config(layer, "kernel_constraint", "bias_constraint")}
 
 
 def analyze_einsum(who: str, equation: str, bias_axes: str | None, input_shape: tuple,
@@ -104,7 +109,7 @@ class EinsumDense(Layer):
             one); ``None`` entries come from the input.
         activation: default none. bias_axes: the output letters with a bias, or None.
         kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
-        activity_regularizer: as Dense's; kernel_constraint, bias_constraint: must be None.
+        activity_regularizer: as Dense's; kernel_constraint, bias_constraint: optional constraints.
 
     Example:
         >>> dense = kiln.layers.EinsumDense("abc,cd->abd", (None, 64), bias_axes="d")

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import kiln.ops as K
-from kiln import initializers, regularizers
+from kiln import distribution, initializers, regularizers
 from kiln.core import Node, format_shape
-from kiln.layers._utils import no_constraint
+from kiln.layers._utils import constraint_config, set_constraints
 from kiln.layers.base import Layer
-from kiln.layers.context import in_training
+from kiln.layers.context import current, in_training
 
 
 def _axes(layer: Layer, axis: Any, ndim: int) -> tuple[int, ...]:
@@ -87,8 +87,8 @@ class BatchNormalization(Layer):
             if kwargs.pop(key, None):
                 raise ValueError(f"BatchNormalization: {key} is not supported by kiln")
         super().__init__(**kwargs)
-        no_constraint("BatchNormalization", beta_constraint=beta_constraint,
-                      gamma_constraint=gamma_constraint)
+        set_constraints(self, beta_constraint=beta_constraint,
+                        gamma_constraint=gamma_constraint)
         if isinstance(axis, list | tuple):
             if len(axis) != 1:
                 raise ValueError(f"BatchNormalization: axis must be one int, received {axis!r}")
@@ -136,8 +136,12 @@ class BatchNormalization(Layer):
         shape = tuple(self.moving_mean.shape)
         reduce_axes = tuple(a for a in range(ndim) if a not in axes)
         if in_training(training) and self.trainable:
-            mean = K.mean(inputs, axis=reduce_axes, keepdims=True)
-            var = K.mean(K.square(inputs - mean), axis=reduce_axes, keepdims=True)
+            moments = self._synchronized_moments(inputs, reduce_axes)
+            if moments is None:
+                mean = K.mean(inputs, axis=reduce_axes, keepdims=True)
+                var = K.mean(K.square(inputs - mean), axis=reduce_axes, keepdims=True)
+            else:
+                mean, var = moments
             m = self.momentum
             for var_, stat in ((self.moving_mean, mean), (self.moving_variance, var)):
                 new = var_ * K.constant(m, var_.dtype) + \
@@ -154,6 +158,27 @@ class BatchNormalization(Layer):
             out = out + _broadcast(self.beta, ndim, axes, shape)
         return out
 
+    def _synchronized_moments(self, inputs: Node, reduce_axes: tuple[int, ...]
+                              ) -> tuple[Node, Node] | None:
+        """With ``synchronized=True`` in a data-parallel step (kiln.distribution): the batch
+        mean and variance over the GLOBAL batch, every rank's sums and counts added by
+        ``allreduce`` (whose gradient is an allreduce: the backward pass is synchronized too).
+        None otherwise (per-replica statistics, the Keras default)."""
+        ctx = current()
+        weight = None if ctx is None else ctx.replica_weight
+        dist = distribution.active()
+        if not self.synchronized or weight is None or dist is None:
+            return None
+        group = dist.group_name
+        dtype = inputs.dtype
+        active = K.cast(K.greater(weight, K.cast(0, weight.dtype)), dtype)  # 0: a padding row
+        count = K.reshape(K.cast(K.size_of(inputs, axis=reduce_axes), dtype) * active, (1,))
+        count = K.allreduce(count, group)
+        total = K.sum(inputs, axis=reduce_axes, keepdims=True) * active
+        mean = K.allreduce(total, group) / count
+        square = K.sum(K.square(inputs - mean), axis=reduce_axes, keepdims=True) * active
+        return mean, K.allreduce(square, group) / count
+
     def get_config(self) -> dict:
         config = super().get_config()
         config.update({
@@ -169,8 +194,7 @@ class BatchNormalization(Layer):
                 self.moving_variance_initializer),
             "beta_regularizer": regularizers.serialize(self.beta_regularizer),
             "gamma_regularizer": regularizers.serialize(self.gamma_regularizer),
-            "beta_constraint": None,
-            "gamma_constraint": None,
+            **constraint_config(self, "beta_constraint", "gamma_constraint"),
             "synchronized": self.synchronized,
             "renorm": False,
             "renorm_clipping": None,
@@ -207,8 +231,8 @@ class LayerNormalization(Layer):
                  gamma_regularizer: Any = None, beta_constraint: Any = None,
                  gamma_constraint: Any = None, **kwargs: Any):
         super().__init__(**kwargs)
-        no_constraint("LayerNormalization", beta_constraint=beta_constraint,
-                      gamma_constraint=gamma_constraint)
+        set_constraints(self, beta_constraint=beta_constraint,
+                        gamma_constraint=gamma_constraint)
         self.axis = int(axis) if isinstance(axis, int) else [int(a) for a in axis]
         self.epsilon = float(epsilon)
         self.center, self.scale = bool(center), bool(scale)
@@ -270,7 +294,6 @@ class LayerNormalization(Layer):
             "gamma_initializer": initializers.serialize(self.gamma_initializer),
             "beta_regularizer": regularizers.serialize(self.beta_regularizer),
             "gamma_regularizer": regularizers.serialize(self.gamma_regularizer),
-            "beta_constraint": None,
-            "gamma_constraint": None,
+            **constraint_config(self, "beta_constraint", "gamma_constraint"),
         })
         return config

@@ -1,4 +1,5 @@
-"""Reshaping layers: Flatten, Reshape, Permute, RepeatVector, ZeroPadding2D, UpSampling2D."""
+"""Reshaping layers: Flatten, Reshape, Permute, RepeatVector, ZeroPadding1D, ZeroPadding2D,
+UpSampling1D, UpSampling2D, Cropping1D, Cropping2D."""
 
 from __future__ import annotations
 
@@ -231,4 +232,166 @@ class UpSampling2D(Layer):
         config = super().get_config()
         config.update({"size": self.size, "data_format": self.data_format,
                        "interpolation": self.interpolation})
+        return config
+
+
+def _pair(who: str, arg: str, value: Any) -> tuple[int, int]:
+    """An int (both sides) or a pair ``(before, after)`` of non-negative ints."""
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        out = (int(value),) * 2
+    else:
+        out = normalize_tuple(who, value, 2, arg, allow_zero=True)
+    if min(out) < 0:
+        raise ValueError(f"{who}: {arg} must be non-negative, received {arg}={value!r}")
+    return out  # type: ignore[return-value]
+
+
+class ZeroPadding1D(Layer):
+    """Pads sequences with zeros along the steps: ``(batch, steps, c)`` -> ``(batch, left +
+    steps + right, c)``.
+
+    Args:
+        padding: an int (both sides, default 1) or a pair ``(left, right)``.
+        data_format: ``None`` or ``"channels_last"``.
+
+    Example:
+        >>> kiln.layers.ZeroPadding1D((1, 2))(kiln.Input((5, 3))).shape
+        (None, 8, 3)
+    """
+
+    def __init__(self, padding: Any = 1, data_format: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.padding = _pair("ZeroPadding1D", "padding", padding)
+        self.data_format = normalize_data_format("ZeroPadding1D", data_format)
+
+    def _check_inputs(self, inputs: Any) -> None:
+        if isinstance(inputs, Node):
+            check_rank(self, inputs, 3)
+
+    def call(self, inputs: Node) -> Node:
+        return K.pad(inputs, ((0, 0), self.padding, (0, 0)))
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update({"padding": self.padding, "data_format": self.data_format})
+        return config
+
+
+class UpSampling1D(Layer):
+    """Repeats each step ``size`` times: ``(batch, steps, c)`` -> ``(batch, steps * size, c)``.
+
+    Args:
+        size: the number of repetitions (default 2).
+
+    Example:
+        >>> kiln.layers.UpSampling1D(3)(kiln.Input((4, 2))).shape
+        (None, 12, 2)
+    """
+
+    def __init__(self, size: int = 2, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.size = positive_int("UpSampling1D", "size", size)
+
+    def _check_inputs(self, inputs: Any) -> None:
+        if isinstance(inputs, Node):
+            check_rank(self, inputs, 3)
+
+    def call(self, inputs: Node) -> Node:
+        check_static(self, inputs, (1, 2), "number of steps and channels")
+        _, steps, c = inputs.shape
+        x = K.reshape(inputs, (-1, steps, 1, c))
+        if self.size > 1:
+            x = K.concatenate([x] * self.size, axis=2)
+        return K.reshape(x, (-1, steps * self.size, c))
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config["size"] = self.size
+        return config
+
+
+def _crop(layer: Layer, inputs: Node, crops: tuple[tuple[int, int], ...]) -> Node:
+    spec: list[tuple[Any, Any, int]] = [(None, None, 1)]
+    for i, (lo, hi) in enumerate(crops):
+        n = inputs.shape[1 + i]
+        if n is not None and lo + hi >= n:
+            raise ValueError(f"Layer '{layer.name}' ({type(layer).__name__}): cropping "
+                             f"{crops} leaves nothing of axis {1 + i} of the input of shape "
+                             f"{format_shape(inputs.shape)}")
+        if n is None and hi:
+            raise ValueError(f"Layer '{layer.name}' ({type(layer).__name__}) needs a known size "
+                             f"on axis {1 + i} to crop its end, received input shape "
+                             f"{format_shape(inputs.shape)}")
+        spec.append((lo, None if n is None else n - hi, 1))
+    spec += [(None, None, 1)] * (inputs.ndim - 1 - len(crops))
+    return K.slice(inputs, spec)
+
+
+class Cropping1D(Layer):
+    """Crops sequences along the steps: ``(batch, steps, c)`` -> ``(batch, steps - start -
+    end, c)``.
+
+    Args:
+        cropping: an int (both ends) or a pair ``(start, end)`` (default ``(1, 1)``).
+
+    Example:
+        >>> kiln.layers.Cropping1D((1, 2))(kiln.Input((6, 3))).shape
+        (None, 3, 3)
+    """
+
+    def __init__(self, cropping: Any = (1, 1), **kwargs: Any):
+        super().__init__(**kwargs)
+        self.cropping = _pair("Cropping1D", "cropping", cropping)
+
+    def _check_inputs(self, inputs: Any) -> None:
+        if isinstance(inputs, Node):
+            check_rank(self, inputs, 3)
+
+    def call(self, inputs: Node) -> Node:
+        return _crop(self, inputs, (self.cropping,))
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config["cropping"] = self.cropping
+        return config
+
+
+class Cropping2D(Layer):
+    """Crops images: ``(batch, h, w, c)`` -> ``(batch, h - top - bottom, w - left - right,
+    c)``.
+
+    Args:
+        cropping: an int (all sides), a pair ``(symmetric_h, symmetric_w)`` or
+            ``((top, bottom), (left, right))`` (default no cropping).
+        data_format: ``None`` or ``"channels_last"``.
+
+    Example:
+        >>> kiln.layers.Cropping2D(((1, 0), (2, 2)))(kiln.Input((8, 8, 3))).shape
+        (None, 7, 4, 3)
+    """
+
+    def __init__(self, cropping: Any = ((0, 0), (0, 0)), data_format: str | None = None,
+                 **kwargs: Any):
+        super().__init__(**kwargs)
+        who = "Cropping2D"
+        self.data_format = normalize_data_format(who, data_format)
+        if isinstance(cropping, int | np.integer) and not isinstance(cropping, bool):
+            crops = (_pair(who, "cropping", cropping),) * 2
+        elif isinstance(cropping, list | tuple) and len(cropping) == 2:
+            crops = tuple(_pair(who, "cropping", c) for c in cropping)
+        else:
+            raise ValueError(f"{who}: cropping must be an int, a pair of ints or a pair of "
+                             f"(before, after) pairs, received cropping={cropping!r}")
+        self.cropping = crops
+
+    def _check_inputs(self, inputs: Any) -> None:
+        if isinstance(inputs, Node):
+            check_rank(self, inputs, 4)
+
+    def call(self, inputs: Node) -> Node:
+        return _crop(self, inputs, self.cropping)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update({"cropping": self.cropping, "data_format": self.data_format})
         return config

@@ -10,7 +10,6 @@ before it traces the step; a cell called on its own draws them in its call.
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,7 @@ import numpy as np
 import kiln.ops as K
 from kiln import activations, initializers, regularizers
 from kiln.core import Node, format_shape
-from kiln.layers._utils import no_constraint, positive_int
+from kiln.layers._utils import constraint_config, positive_int, random_stream, set_constraints
 from kiln.layers.base import Layer
 from kiln.layers.context import current, in_training
 
@@ -45,8 +44,9 @@ class DropoutCell(Layer):
         cls = type(self).__name__
         kwargs.pop("implementation", None)  # Keras 2 configs: one implementation here
         super().__init__(**kwargs)
-        no_constraint(cls, kernel_constraint=kernel_constraint,
-                      recurrent_constraint=recurrent_constraint, bias_constraint=bias_constraint)
+        set_constraints(self, kernel_constraint=kernel_constraint,
+                        recurrent_constraint=recurrent_constraint,
+                        bias_constraint=bias_constraint)
         self.units = positive_int(cls, "units", units)
         self.activation = activations.get(activation)
         self.use_bias = bool(use_bias)
@@ -59,6 +59,8 @@ class DropoutCell(Layer):
         self.dropout = _rate(cls, "dropout", dropout)
         self.recurrent_dropout = _rate(cls, "recurrent_dropout", recurrent_dropout)
         self.seed = None if seed is None else int(seed)
+        # the stream of its dropout masks: the seed, or one drawn from kiln's seeded generator
+        self._stream = random_stream(self.seed, self.dropout > 0 or self.recurrent_dropout > 0)
         self._masks: tuple[Node | None, Node | None] | None = None
 
     @property
@@ -102,8 +104,7 @@ class DropoutCell(Layer):
 
     # ---- dropout --------------------------------------------------------------------------
     def _salt(self, k: int) -> int:
-        base = self.seed if self.seed is not None else zlib.crc32(self.name.encode("utf-8"))
-        return (base + 7919 * k) % (2**32)
+        return ((self._stream or 0) + 7919 * k) % (2**32)
 
     def _mask(self, like: Node, rate: float, k: int) -> Node | None:
         ctx = current()
@@ -142,12 +143,11 @@ class DropoutCell(Layer):
             "kernel_regularizer": regularizers.serialize(self.kernel_regularizer),
             "recurrent_regularizer": regularizers.serialize(self.recurrent_regularizer),
             "bias_regularizer": regularizers.serialize(self.bias_regularizer),
-            "kernel_constraint": None,
-            "recurrent_constraint": None,
-            "bias_constraint": None,
+            **constraint_config(self, "kernel_constraint", "recurrent_constraint",
+                                "bias_constraint"),
             "dropout": self.dropout,
             "recurrent_dropout": self.recurrent_dropout,
-            "seed": self.seed,
+            "seed": self.seed if self.seed is not None else self._stream,
         })
         return config
 

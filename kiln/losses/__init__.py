@@ -11,6 +11,9 @@ by a function compiled once per input signature: :mod:`kiln.eager`).
   cosine similarity;
 * :mod:`~kiln.losses.probabilistic`: cross-entropies, KL divergence, Poisson;
 * :mod:`~kiln.losses.hinges`: hinge, squared hinge, categorical hinge;
+* :mod:`~kiln.losses.focal`: binary and categorical focal cross-entropy;
+* :mod:`~kiln.losses.overlap`: Dice, Tversky;
+* :mod:`~kiln.losses.generalized`: the generalized cross-entropy;
 * :mod:`~kiln.losses.lookup`: :func:`get`, :func:`serialize`, :func:`deserialize`.
 
 Example:
@@ -29,6 +32,16 @@ from kiln.losses.base import (
     squeeze_or_expand_to_same_rank,
     standardize_reduction,
 )
+from kiln.losses.focal import (
+    BinaryFocalCrossentropy,
+    CategoricalFocalCrossentropy,
+    binary_focal_crossentropy,
+    categorical_focal_crossentropy,
+)
+from kiln.losses.generalized import (
+    CategoricalGeneralizedCrossEntropy,
+    categorical_generalized_cross_entropy,
+)
 from kiln.losses.hinges import (
     CategoricalHinge,
     Hinge,
@@ -45,7 +58,9 @@ from kiln.losses.lookup import (
     is_categorical_crossentropy,
     is_sparse_categorical,
     serialize,
+    target_rule,
 )
+from kiln.losses.overlap import Dice, Tversky, dice, tversky
 from kiln.losses.probabilistic import (
     BinaryCrossentropy,
     CategoricalCrossentropy,
@@ -86,5 +101,9 @@ __all__ = [
     "Poisson", "SparseCategoricalCrossentropy", "SquaredHinge", "get", "serialize",
     "deserialize", "reduce_weighted_values", "squeeze_or_expand_to_same_rank", "EPSILON",
     "REDUCTIONS", "as_loss_object", "eager", "is_binary_crossentropy",
-    "is_categorical_crossentropy", "is_sparse_categorical", "standardize_reduction"
+    "is_categorical_crossentropy", "is_sparse_categorical", "standardize_reduction",
+    "target_rule",
+    "BinaryFocalCrossentropy", "CategoricalFocalCrossentropy", "binary_focal_crossentropy",
+    "categorical_focal_crossentropy", "Dice", "Tversky", "dice", "tversky",
+    "CategoricalGeneralizedCrossEntropy", "categorical_generalized_cross_entropy",
 ]

@@ -155,13 +155,14 @@ def reduce_weighted_values(values: Node, sample_weight: Any = None,
         sw = None
     if reduction == "none" or values.ndim == 0:
         return values
-    total = K.sum(values)
     if reduction == "sum":
-        return total
+        return K.sum(values)
+    # The means divide before they sum: the mean of losses near float32's maximum (a
+    # cross-entropy from logits of 3e38) is finite, where their sum is not.
     if reduction == "mean_with_sample_weight" and sw is not None:
         divisor = K.sum(K.broadcast_like(sw, values))
-        return total / K.maximum(divisor, _c(1e-12, divisor))
-    return total / K.size_of(values)
+        return K.sum(values / K.maximum(divisor, _c(1e-12, divisor)))
+    return K.sum(values / K.size_of(values))
 
 
 def mask_weights(mask: Node, sample_weight: Any, values: Node, reduction: str) -> Node:

@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from kiln.losses import hinges, probabilistic, regression
+from kiln.losses import focal, generalized, hinges, overlap, probabilistic, regression
 from kiln.losses.base import Loss, LossFunctionWrapper
 from kiln.registry import get_registered_object
 
@@ -21,7 +21,7 @@ def defined_in(modules: tuple, keep: Callable[[Any], bool], own: bool = True) ->
             and (not own or getattr(obj, "__module__", None) == m.__name__)}
 
 
-FAMILIES = (regression, probabilistic, hinges)
+FAMILIES = (regression, probabilistic, hinges, focal, overlap, generalized)
 _FUNCTIONS: dict[str, Callable] = defined_in(FAMILIES, inspect.isfunction)
 _ALIASES: dict[str, Callable] = {alias: _FUNCTIONS[name] for alias, name in {
     "mse": "mean_squared_error", "MSE": "mean_squared_error",
@@ -143,7 +143,20 @@ def as_loss_object(identifier: Any) -> Loss | None:
 def is_sparse_categorical(loss: Any) -> bool:
     """Whether ``loss`` (a function or a Loss object) takes integer class labels."""
     fn = getattr(loss, "fn", loss)
-    return fn is probabilistic.sparse_categorical_crossentropy
+    return fn is probabilistic.sparse_categorical_crossentropy or \
+        fn is generalized.categorical_generalized_cross_entropy
+
+
+def target_rule(loss: Any) -> str | None:
+    """What a loss expects of its targets, for the trainer's shape check: ``"sparse"``
+    (integer class labels: the prediction's shape without its last axis, or with a last axis
+    of 1), ``"same"`` (the prediction's shape; a trailing axis of 1 may be added or dropped),
+    or None for a loss kiln does not define (a custom loss may read targets of any shape)."""
+    fn = getattr(loss, "fn", loss)
+    if is_sparse_categorical(fn):
+        return "sparse"
+    builtin = any(fn is f for f in _FUNCTIONS.values())
+    return "same" if builtin else None
 
 
 def is_binary_crossentropy(loss: Any) -> bool:

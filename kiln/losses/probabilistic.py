@@ -88,13 +88,14 @@ def categorical_crossentropy(y_true: Any, y_pred: Any, from_logits: bool = False
         y_true = y_true * _c(1.0 - label_smoothing, y_true) + _c(label_smoothing / n, y_true)
     last = axis == y_pred.ndim - 1
     logits = y_pred if from_logits else (_softmax_logits(y_pred) if last else None)
-    if logits is not None and last:
-        return K.softmax_cross_entropy(logits, y_true)
     if logits is not None:
-        log_prob = K.log_softmax(logits, axis=axis)
-    else:
-        p = y_pred / K.sum(y_pred, axis=axis, keepdims=True)
-        log_prob = K.log(K.clip(p, _c(EPSILON, p), _c(1.0 - EPSILON, p)))
+        if not last:  # the class axis moved last: the fused stable form (a label of 0 adds
+            # 0 even where its log-probability is -inf, which y * log_softmax makes NaN)
+            perm = [d for d in range(y_pred.ndim) if d != axis] + [axis]
+            logits, y_true = K.transpose(logits, perm), K.transpose(y_true, perm)
+        return K.softmax_cross_entropy(logits, y_true)
+    p = y_pred / K.sum(y_pred, axis=axis, keepdims=True)
+    log_prob = K.log(K.clip(p, _c(EPSILON, p), _c(1.0 - EPSILON, p)))
     return -K.sum(y_true * log_prob, axis=axis)
 
 

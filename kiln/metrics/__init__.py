@@ -11,6 +11,11 @@ compiles the statistics once per input signature (:mod:`kiln.eager`) and merges 
 * :mod:`~kiln.metrics.regression`, :mod:`~kiln.metrics.probabilistic`: the losses as metrics;
 * :mod:`~kiln.metrics.confusion`: Precision, Recall, true/false positives/negatives;
 * :mod:`~kiln.metrics.auc`: AUC;
+* :mod:`~kiln.metrics.constrained`: sensitivity/specificity/precision/recall at a constraint;
+* :mod:`~kiln.metrics.f_score`: F1, F-beta and R2 scores;
+* :mod:`~kiln.metrics.iou`: IoU, MeanIoU, BinaryIoU, OneHotIoU, OneHotMeanIoU;
+* :mod:`~kiln.metrics.correlation`: cosine similarity, Pearson and concordance correlation;
+* :mod:`~kiln.metrics.stateful`: Keras-style metrics with variables (``add_variable``);
 * :mod:`~kiln.metrics.lookup`: :func:`get`, :func:`serialize`, :func:`deserialize`.
 
 Example:
@@ -22,6 +27,7 @@ Example:
 
 from kiln.losses.base import EPSILON, eager, squeeze_or_expand_to_same_rank
 from kiln.metrics.accuracy import (
+    Accuracy,
     BinaryAccuracy,
     CategoricalAccuracy,
     SparseCategoricalAccuracy,
@@ -44,6 +50,22 @@ from kiln.metrics.confusion import (
     TrueNegatives,
     TruePositives,
 )
+from kiln.metrics.constrained import (
+    PrecisionAtRecall,
+    RecallAtPrecision,
+    SensitivityAtSpecificity,
+    SpecificityAtSensitivity,
+)
+from kiln.metrics.correlation import (
+    ConcordanceCorrelation,
+    CosineSimilarity,
+    PearsonCorrelation,
+    concordance_correlation,
+    cosine_similarity,
+    pearson_correlation,
+)
+from kiln.metrics.f_score import F1Score, FBetaScore, R2Score
+from kiln.metrics.iou import BinaryIoU, IoU, MeanIoU, OneHotIoU, OneHotMeanIoU
 from kiln.metrics.lookup import (
     accuracy_for,
     deserialize,
@@ -81,5 +103,10 @@ __all__ = [
     "categorical_accuracy", "sparse_categorical_accuracy", "top_k_categorical_accuracy",
     "sparse_top_k_categorical_accuracy", "get", "serialize", "deserialize", "mean_stats",
     "accuracy_for", "valid_names", "eager", "EPSILON", "NEG_INF",
-    "squeeze_or_expand_to_same_rank"
+    "squeeze_or_expand_to_same_rank",
+    "Accuracy", "PrecisionAtRecall",
+    "RecallAtPrecision", "SensitivityAtSpecificity", "SpecificityAtSensitivity",
+    "ConcordanceCorrelation", "CosineSimilarity", "PearsonCorrelation",
+    "concordance_correlation", "cosine_similarity", "pearson_correlation", "F1Score",
+    "FBetaScore", "R2Score", "IoU", "BinaryIoU", "MeanIoU", "OneHotIoU", "OneHotMeanIoU",
 ]

@@ -98,3 +98,18 @@ SparseTopKCategoricalAccuracy = wrapper_class(
     "SparseTopKCategoricalAccuracy", sparse_top_k_categorical_accuracy,
     "sparse_top_k_categorical_accuracy", {"k": 5},
     "How often the integer label is in the top ``k``.")
+
+
+@eager
+def accuracy(y_true: Any, y_pred: Any) -> Node:
+    """``y_true == y_pred`` elementwise as floats (exact match; Keras' ``Accuracy``)."""
+    y_true, y_pred = _pred_true(y_true, y_pred)
+    y_true = K.cast(y_true, y_pred.dtype) if y_true.dtype != y_pred.dtype else y_true
+    y_true, y_pred = squeeze_or_expand_to_same_rank(y_true, y_pred)
+    return K.cast(K.equal(y_true, y_pred), y_pred.dtype)
+
+
+Accuracy = wrapper_class("Accuracy", accuracy, "accuracy", {},
+                         "How often predictions equal labels exactly (the mean over all "
+                         "entries). The string ``\"accuracy\"`` in ``compile`` instead picks "
+                         "binary/categorical/sparse accuracy by the loss and shapes.")

@@ -26,7 +26,9 @@ import kiln.config
 import kiln.ops as K
 from kiln import eager as eager_path
 from kiln.core import Node
+from kiln.layers import context as trace_context
 from kiln.losses.base import _builtin, _float, _symbolic, squeeze_or_expand_to_same_rank
+from kiln.metrics import stateful
 
 
 class Metric:
@@ -42,27 +44,107 @@ class Metric:
 
     #: number of tensor arguments of ``update_state`` before ``sample_weight``
     n_inputs = 2
+    #: a Keras-style subclass of a built-in metric: the built-in ``stats``/``merge``
+    _builtin_stats: Callable | None = None
+    _builtin_merge: Callable | None = None
 
     def __init__(self, name: str | None = None, dtype: Any = None):
         from kiln.layers.base import snake_case
 
         self.name = name or snake_case(type(self).__name__)
         self.dtype = dtype or kiln.config.floatx()
-        self.reset_state()
+        self._metric_variables: list[stateful.MetricVariable] = []
+        # a Keras-style metric creates its variables after this; a subclass of a built-in
+        # metric still needs the built-in state
+        if not self._keras_style() or self._builtin_stats is not None:
+            self.reset_state()
+
+    # -- Keras-style variables (kiln/metrics/stateful.py)
+    def add_variable(self, shape: Any = (), initializer: Any = "zeros", dtype: Any = None,
+                     aggregation: str = "sum", name: str | None = None) -> Any:
+        """Creates a state variable (Keras 3's ``Metric.add_variable``).
+
+        Args:
+            shape: its shape.
+            initializer: a name, an Initializer or None (zeros).
+            dtype: default the metric's dtype.
+            aggregation: how processes combine it: ``"sum"`` (updates must be additive:
+                ``assign_add``, see :mod:`kiln.metrics.stateful`).
+            name: its name.
+
+        Returns:
+            A :class:`kiln.Variable`: read it with ``kiln.ops`` in ``update_state`` and
+            ``result``, update it with ``assign``/``assign_add``.
+        """
+        var = stateful.make_variable(self.name, shape, initializer, dtype or self.dtype,
+                                     aggregation, name, len(self._metric_variables))
+        self._metric_variables.append(var)
+        return var
+
+    def add_weight(self, name: Any = None, shape: Any = (), initializer: Any = "zeros",
+                   dtype: Any = None, aggregation: str = "sum") -> Any:
+        """Like :meth:`add_variable` (Keras' older name; ``name`` may come first)."""
+        if name is not None and not isinstance(name, str):  # add_weight(shape, ...)
+            name, shape = None, name
+        return self.add_variable(shape, initializer, dtype, aggregation, name)
+
+    @classmethod
+    def _keras_style(cls) -> bool:
+        """Whether the class is a Keras-style metric: its own ``update_state`` and no
+        ``stats`` (see :mod:`kiln.metrics.stateful`)."""
+        return getattr(cls, "_user_update_state", None) is not None
 
     # -- graph half
-    def stats(self, y_true: Node, y_pred: Node, sample_weight: Node | None = None
-              ) -> list[Node]:
-        raise NotImplementedError(f"{type(self).__name__} must implement stats()")
+    def stats(self, y_true: Node, y_pred: Node | None = None,
+              sample_weight: Node | None = None) -> list[Node]:
+        """The batch's statistics. A Keras-style metric: the increments its ``update_state``
+        makes to its variables (:mod:`kiln.metrics.stateful`)."""
+        if self._keras_style():
+            args = (y_true,) if self.n_inputs == 1 else (y_true, y_pred)
+            return stateful.traced_increments(
+                self, lambda *a, **k: self._user_update_state(*a, **k), args, sample_weight)
+        raise NotImplementedError(f"{type(self).__name__} must implement stats() (or "
+                                  "update_state with variables, Keras' way)")
 
     # -- Python half
     def merge(self, values: list[np.ndarray]) -> None:
+        if self._keras_style():
+            n = len(self._metric_variables)
+            for var, delta in zip(self._metric_variables, values[:n]):
+                var.assign(var.value + np.asarray(delta, var.dtype))
+            if self._builtin_stats is not None and len(values) > n:
+                self._builtin_merge(values[n:])
+            return
         raise NotImplementedError(f"{type(self).__name__} must implement merge()")
 
     def result(self) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement result()")
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "result" in cls.__dict__:
+            cls.result = _deferrable(  # type: ignore[method-assign]
+                stateful.computed(cls.__dict__["result"]))
+        if "update_state" in cls.__dict__ and "stats" not in cls.__dict__:
+            # Keras-style: Metric.stats traces it, Metric.update_state runs it through the
+            # compiled statistics. A subclass of a built-in metric (Mean ...) whose
+            # update_state calls super().update_state(...) keeps the built-in statistics too.
+            user = cls.__dict__["update_state"]
+            if cls.stats is not Metric.stats:
+                cls._builtin_stats = cls.stats
+                cls._builtin_merge = cls.merge
+                cls.stats = Metric.stats  # type: ignore[method-assign]
+                cls.merge = Metric.merge  # type: ignore[method-assign]
+            cls._user_update_state = user
+            cls.n_inputs = stateful.n_tensor_args(user)
+            cls.update_state = stateful.routed(user, Metric.update_state)  # type: ignore
+
     def reset_state(self) -> None:
+        """Keras' default for a metric with variables: every variable back to zeros."""
+        if self._metric_variables or self._keras_style():
+            for var in self._metric_variables:
+                var.assign(np.zeros(var.shape, var.dtype))
+            return
         raise NotImplementedError(f"{type(self).__name__} must implement reset_state()")
 
     def _graph_key(self) -> tuple:
@@ -77,12 +159,25 @@ class Metric:
         other metrics keep theirs. The compiled call is thread-safe; the metric's state is
         not (use one metric per thread).
         """
+        recorder = stateful.recorder(self)
+        if recorder is not None:  # super().update_state(...) in a Keras-style update_state
+            assert self._builtin_stats is not None
+            recorder.append(list(self._builtin_stats(*args, sample_weight=sample_weight)))
+            return
         if len(args) != self.n_inputs:
             raise TypeError(f"{self.name}: update_state expects {self.n_inputs} arrays (and "
                             f"sample_weight=), received {len(args)}")
         if _symbolic(*args, sample_weight):
-            raise TypeError(f"{self.name}: update_state takes NumPy arrays; inside a graph use "
-                            "metric.stats(...) (models do this for compiled metrics)")
+            ctx = trace_context.current()
+            if ctx is None:
+                raise TypeError(f"{self.name}: update_state received symbolic tensors outside "
+                                "a traced step (a layer's call or a train_step traced by fit); "
+                                "pass NumPy arrays")
+            # inside a traced step: the statistics become outputs of the compiled step, merged
+            # into this metric after every run (kiln/models/custom_steps.py)
+            nodes = list(self.stats(*args, sample_weight=sample_weight))
+            ctx.metric_updates.append((self, nodes))
+            return
         arrays = list(args) + ([] if sample_weight is None else [sample_weight])
         n = self.n_inputs
 
@@ -99,11 +194,14 @@ class Metric:
         return self.result()
 
     @property
-    def variables(self) -> list[np.ndarray]:
+    def variables(self) -> list[Any]:
+        """The state: the Variables of a Keras-style metric, else NumPy arrays."""
+        if self._metric_variables:
+            return list(self._metric_variables)
         return [np.asarray(v) for v in self._state_values()]
 
     def _state_values(self) -> list[Any]:
-        return []
+        return [v.numpy() for v in self._metric_variables]
 
     def get_state(self) -> list:
         """The accumulated state as JSON-able lists (checkpoints store it mid-epoch, so that
@@ -120,6 +218,8 @@ class Metric:
 
     def _set_state_values(self, values: list[np.ndarray]) -> None:
         """Inverse of ``_state_values`` (stateless metrics have nothing to set)."""
+        for var, value in zip(self._metric_variables, values):
+            var.assign(value)
 
     def get_config(self) -> dict:
         return {"name": self.name, "dtype": self.dtype}
@@ -130,6 +230,22 @@ class Metric:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r}>"
+
+
+def _deferrable(result: Callable) -> Callable:
+    """``result`` that, while a custom train_step is traced, returns a
+    :class:`~kiln.layers.context.DeferredResult` (the logs read the metric after each step)."""
+
+    def wrapped(self: Metric) -> Any:
+        ctx = trace_context.current()
+        if ctx is not None and ctx.defer_results:
+            return trace_context.DeferredResult(self)
+        return result(self)
+
+    wrapped.__name__ = result.__name__
+    wrapped.__doc__ = result.__doc__
+    wrapped.__wrapped__ = result  # type: ignore[attr-defined]
+    return wrapped
 
 
 def weights_like(sample_weight: Node | None, values: Node) -> Node | None:

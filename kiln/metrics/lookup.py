@@ -7,11 +7,23 @@ from typing import Any
 
 from kiln.losses import lookup as _losses
 from kiln.losses.lookup import defined_in, find_class
-from kiln.metrics import accuracy, auc, base, confusion, probabilistic, regression
+from kiln.metrics import (
+    accuracy,
+    auc,
+    base,
+    confusion,
+    constrained,
+    correlation,
+    f_score,
+    iou,
+    probabilistic,
+    regression,
+)
 from kiln.metrics.base import MeanMetricWrapper, Metric
 
 _CLASSES: dict[str, type[Metric]] = defined_in(
-    (base, accuracy, regression, probabilistic, confusion, auc),
+    (base, accuracy, regression, probabilistic, confusion, auc, constrained, correlation,
+     f_score, iou),
     lambda o: isinstance(o, type) and issubclass(o, Metric) and o is not Metric, own=False)
 
 # string name -> metric class (instantiated with name=<the string>, like Keras 3's logs)
@@ -32,6 +44,9 @@ _NAMES: dict[str, type[Metric]] = {alias: _CLASSES[name] for alias, name in {
     "categorical_crossentropy": "CategoricalCrossentropy",
     "sparse_categorical_crossentropy": "SparseCategoricalCrossentropy",
     "precision": "Precision", "recall": "Recall", "auc": "AUC", "mean": "Mean", "sum": "Sum",
+    "cosine_similarity": "CosineSimilarity", "pearson_correlation": "PearsonCorrelation",
+    "concordance_correlation": "ConcordanceCorrelation", "f1_score": "F1Score",
+    "fbeta_score": "FBetaScore", "r2_score": "R2Score",
 }.items()}
 
 

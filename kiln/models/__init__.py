@@ -8,9 +8,11 @@ Example:
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kiln import saving
+from kiln.models.custom_steps import GradientTape, StepTraceError, unpack_x_y_sample_weight
 from kiln.models.functional import Functional
 from kiln.models.model import Model, deserialize_layer
 from kiln.models.sequential import Sequential
@@ -28,4 +30,20 @@ def model_from_config(config: dict, custom_objects: dict | None = None) -> Model
     return deserialize_layer(config, custom_objects)
 
 
-__all__ = ["Model", "Sequential", "Functional", "load_model", "model_from_config"]
+def model_from_json(json_string: str, custom_objects: dict | None = None) -> Model:
+    """Rebuilds a model from :meth:`Model.to_json` (fresh weights)."""
+    return model_from_config(json.loads(json_string), custom_objects)
+
+
+def clone_model(model: Model, custom_objects: dict | None = None, **kwargs: Any) -> Model:
+    """A model of the same architecture with freshly initialized weights (Keras'
+    ``clone_model`` without ``clone_function``/``input_tensors``)."""
+    for key in ("clone_function", "input_tensors", "call_function"):
+        if kwargs.get(key) is not None:
+            raise NotImplementedError(f"clone_model: {key} is not supported by kiln")
+    return model_from_config(json.loads(model.to_json()), custom_objects)
+
+
+__all__ = ["Model", "Sequential", "Functional", "load_model", "model_from_config",
+           "model_from_json", "clone_model",
+           "GradientTape", "StepTraceError", "unpack_x_y_sample_weight"]

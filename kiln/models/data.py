@@ -162,6 +162,55 @@ def num_samples(arrays: list[np.ndarray], labels: list[str], model_name: str) ->
     return next(iter(sizes.values())) if sizes else 0
 
 
+class NonFiniteDataError(ValueError):
+    """Data given to ``fit``/``evaluate`` holds NaN or infinite values (a ValueError)."""
+
+
+# Rows are checked in blocks of about this many elements: the check's temporary stays small.
+_CHECK_BLOCK = 1 << 20
+
+
+def first_non_finite(a: np.ndarray) -> tuple[tuple[int, ...], Any, int] | None:
+    """``(index, value, count)`` of the first NaN/inf of a float array and how many there are,
+    or None when every value is finite (integer and bool arrays always are)."""
+    if a.dtype.kind not in "fc" or a.size == 0:
+        return None
+    if a.ndim == 0:
+        return None if np.isfinite(a) else ((), a[()], 1)
+    rows = max(1, _CHECK_BLOCK // max(1, a[0].size))
+    for start in range(0, a.shape[0], rows):
+        block = np.isfinite(a[start:start + rows])
+        if not block.all():
+            index = np.unravel_index(int(np.argmin(block.reshape(-1))), block.shape)
+            index = (index[0] + start,) + tuple(int(i) for i in index[1:])
+            count = int(a.size - np.count_nonzero(np.isfinite(a)))
+            return tuple(int(i) for i in index), a[index], count
+    return None
+
+
+def check_finite(arrays: list[np.ndarray], labels: list[str], model_name: str,
+                 where: str = "") -> None:
+    """Raises :class:`NonFiniteDataError` naming the first array (by its label, as
+    ``x['input']``) that holds NaN or inf, the first such value and its index.
+
+    Args:
+        arrays: the standardized arrays.
+        labels: their names in messages.
+        model_name: the model's name.
+        where: what the arrays are, for the message (e.g. " (validation data)").
+    """
+    for label, a in zip(labels, arrays):
+        found = first_non_finite(a)
+        if found is None:
+            continue
+        index, value, count = found
+        raise NonFiniteDataError(
+            f"{model_name}: {label}{where} holds {count} non-finite value"
+            f"{'s' if count > 1 else ''} (the first, {value}, at index {index} of an array of "
+            f"shape {format_shape(a.shape)}); training on NaN or inf makes the weights NaN. "
+            "Clean the data, or pass check_finite=False to fit/evaluate to use it as it is")
+
+
 def train_validation_split(arrays: list[np.ndarray], validation_split: float
                            ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Splits off the LAST ``validation_split`` fraction of the samples (before any
@@ -283,6 +332,8 @@ class IterableAdapter:
             if self.shuffle:
                 order = numpy_rng().permutation(len(self.source))
             src = self.source
+            if callable(getattr(src, "iter_batches", None)):  # kiln.utils.PyDataset: workers
+                return src.iter_batches(order)
             return (src[int(i)] for i in order)
         if hasattr(self.source, "__next__") and not hasattr(self.source, "__iter__"):
             return self.source
@@ -316,7 +367,12 @@ class IterableAdapter:
     def _epoch(self, items: Iterator) -> Iterator[list]:
         count = 0
         for item in items:
-            yield self.convert(item)
+            try:
+                feeds = self.convert(item)
+            except NonFiniteDataError as exc:  # say which batch: the data comes batch by batch
+                raise NonFiniteDataError(f"{exc} (in batch {count} of this epoch of the data "
+                                         "iterator)") from None
+            yield feeds
             count += 1
             if self.steps is not None and count >= self.steps:
                 break
@@ -330,7 +386,10 @@ class IterableAdapter:
 
 
 def unpack_item(item: Any) -> tuple[Any, Any, Any]:
-    """``x``, ``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)`` -> ``(x, y, sw)``."""
+    """``x``, ``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)`` -> ``(x, y, sw)``. A list of
+    1 to 3 elements counts as a tuple, as in Keras (a torch DataLoader yields ``[x, y]``)."""
+    if isinstance(item, list) and 1 <= len(item) <= 3:
+        item = tuple(item)
     if isinstance(item, tuple):
         if len(item) == 1:
             return item[0], None, None
@@ -345,4 +404,5 @@ def unpack_item(item: Any) -> tuple[Any, Any, Any]:
 
 __all__ = ["TensorSpec", "spec_from_shapes", "structure_of", "pack", "flatten_data",
            "ArrayAdapter", "IterableAdapter", "unpack_item", "train_validation_split",
-           "num_samples", "is_iterable_data"]
+           "num_samples", "is_iterable_data", "NonFiniteDataError", "check_finite",
+           "first_non_finite"]

@@ -8,12 +8,16 @@ callbacks and the progress bar see one call per execution, as in Keras 3.
 
 from __future__ import annotations
 
+import functools
+import threading
 import warnings
 from typing import Any
 
 import numpy as np
 
 from kiln import callbacks as callbacks_module
+from kiln import distribution as dist_module
+from kiln.models import distributed
 from kiln.models.compile_utils import positive_int, resolve_verbose
 from kiln.models.data import (
     ArrayAdapter,
@@ -22,6 +26,40 @@ from kiln.models.data import (
     pack,
     train_validation_split,
 )
+
+
+class _StateLock:
+    """A model's re-entrant lock for the methods that use its metrics (see
+    :func:`_one_at_a_time`); a copy of the model gets a fresh one."""
+
+    __slots__ = ("lock",)
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+
+    def __reduce__(self) -> tuple:
+        return (_StateLock, ())
+
+
+_STATE_LOCK_GUARD = threading.Lock()
+
+
+def _one_at_a_time(method: Any) -> Any:
+    """Runs ``method`` under the model's state lock: fit, evaluate and the train/test batch
+    methods reset, accumulate and read the model's metrics, so two threads running them on
+    one model at once would mix their numbers. predict needs no lock (docs/architecture.md,
+    "Threads")."""
+
+    @functools.wraps(method)
+    def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        holder = self.__dict__.get("_state_lock")
+        if holder is None:
+            with _STATE_LOCK_GUARD:  # not setattr: models track their attributes
+                holder = self.__dict__.setdefault("_state_lock", _StateLock())
+        with holder.lock:
+            return method(self, *args, **kwargs)
+
+    return locked
 
 
 class LoopsMixin:
@@ -60,12 +98,14 @@ class LoopsMixin:
         self._initial_metric_states = dict(metric_states) if metric_states else None
 
     # ---- fit ---------------------------------------------------------------------------------
+    @_one_at_a_time
     def fit(self, x: Any = None, y: Any = None, batch_size: int | None = None, epochs: int = 1,
             verbose: Any = "auto", callbacks: Any = None, validation_split: float = 0.0,
             validation_data: Any = None, shuffle: Any = True, class_weight: Any = None,
             sample_weight: Any = None, initial_epoch: int = 0,
             steps_per_epoch: int | None = None, validation_steps: int | None = None,
-            validation_batch_size: int | None = None, validation_freq: Any = 1) -> Any:
+            validation_batch_size: int | None = None, validation_freq: Any = 1,
+            check_finite: bool = True) -> Any:
         """Trains the model.
 
         Args:
@@ -88,6 +128,10 @@ class LoopsMixin:
             validation_steps: steps of each validation run.
             validation_batch_size: batch size of validation (default ``batch_size``).
             validation_freq: validate every N epochs (int) or at the listed epochs (1-based).
+            check_finite: refuse NaN or inf in ``x``, ``y``, ``sample_weight`` and the
+                validation data with a ValueError naming the array and the first such value
+                (arrays are checked once per call, generator batches as they arrive); False
+                trains on them as they are (default True).
 
         Returns:
             The :class:`kiln.callbacks.History` (``history.history`` maps metric names to
@@ -110,36 +154,47 @@ class LoopsMixin:
             raise ValueError("fit: validation_split must be a float in [0, 1), received "
                              f"{validation_split!r}")
         verbose = resolve_verbose(verbose)
-        if validation_split and validation_data is None:
-            if is_iterable_data(x):
-                raise ValueError("fit: validation_split is only supported for array inputs; "
-                                 "pass validation_data for generators")
-            xs, ys, sws = self._prepare_arrays(x, y, sample_weight, class_weight, need_y=True)
-            (train_arrays, val_arrays) = train_validation_split(xs + ys + sws,
-                                                                validation_split)
-            n_x, n_y = len(xs), len(ys)
-            x, y = train_arrays[:n_x], train_arrays[n_x:n_x + n_y]
-            sample_weight = train_arrays[n_x + n_y:] or None
-            class_weight = None
-            vx, vy = val_arrays[:n_x], val_arrays[n_x:n_x + n_y]
-            vsw = val_arrays[n_x + n_y:] or None
-            validation_data = (vx, vy, vsw) if vsw else (vx, vy)
-            x = self._pack_inputs(list(x))
-            y = pack(list(y), self._model_output_structure())
-            if sample_weight is not None and len(sample_weight) == 1:
-                sample_weight = sample_weight[0]
-        train, first = self._make_adapter(x, y, sample_weight, batch_size, steps_per_epoch,
-                                          shuffle, True, class_weight)
-        val = None
-        if validation_data is not None:
-            val = self._validation_adapter(validation_data, validation_batch_size or
-                                           batch_size, validation_steps)
-        y_specs, sw_specs = self._split_specs(first)
-        step = self._train_step(y_specs, sw_specs)  # compiles; raises before any update
-        if val is not None:
-            vy_specs, vsw_specs = self._split_specs(val[1])
-            self._test_step(vy_specs, vsw_specs)
-            val = val[0]
+        if self._custom("train"):  # an overridden train_step (kiln/models/custom_steps.py)
+            train, first, val, step = self._custom_fit_data(
+                x, y, sample_weight, class_weight, batch_size, steps_per_epoch, shuffle,
+                validation_split, validation_data, validation_batch_size, validation_steps)
+        else:
+            if validation_split and validation_data is None:
+                if is_iterable_data(x):
+                    raise ValueError("fit: validation_split is only supported for array inputs; "
+                                     "pass validation_data for generators")
+                xs, ys, sws = self._prepare_arrays(x, y, sample_weight, class_weight, need_y=True,
+                                                   check=check_finite)
+                (train_arrays, val_arrays) = train_validation_split(xs + ys + sws,
+                                                                    validation_split)
+                n_x, n_y = len(xs), len(ys)
+                x, y = train_arrays[:n_x], train_arrays[n_x:n_x + n_y]
+                sample_weight = train_arrays[n_x + n_y:] or None
+                class_weight = None
+                vx, vy = val_arrays[:n_x], val_arrays[n_x:n_x + n_y]
+                vsw = val_arrays[n_x + n_y:] or None
+                validation_data = (vx, vy, vsw) if vsw else (vx, vy)
+                x = self._pack_inputs(list(x))
+                y = pack(list(y), self._model_output_structure())
+                if sample_weight is not None and len(sample_weight) == 1:
+                    sample_weight = sample_weight[0]
+            train, first = self._make_adapter(x, y, sample_weight, batch_size, steps_per_epoch,
+                                              shuffle, True, class_weight, check_finite)
+            val = None
+            if validation_data is not None:
+                val = self._validation_adapter(validation_data, validation_batch_size or
+                                               batch_size, validation_steps, check_finite)
+            y_specs, sw_specs = self._split_specs(first)
+            step = self._train_step(y_specs, sw_specs)  # compiles; raises before any update
+            if val is not None:
+                vy_specs, vsw_specs = self._split_specs(val[1])
+                self._test_step(vy_specs, vsw_specs)
+                val = val[0]
+        # Several ranks: same model and data everywhere, then rank 0's state (before a backup
+        # is restored in on_train_begin, which every rank reads alike).
+        distributed.start(self, "fit", {"samples": getattr(train, "n", None),
+                                        "steps": train.steps, "batch_size": batch_size,
+                                        "epochs": int(epochs), "feeds": _specs(first)})
         callbacks = self._callback_list(callbacks, verbose, epochs, train.steps,
                                         add_history=True)
         for cb in getattr(callbacks, "callbacks", []):
@@ -178,6 +233,7 @@ class LoopsMixin:
         before_step = self.optimizer.before_step
         accumulate = self._accumulate
         metrics = self.metrics
+        logs_of = step.logs or (lambda: {m.name: m.result() for m in metrics})
         training_logs = None
         for epoch in range(int(initial_epoch), int(epochs)):
             for m in metrics:
@@ -210,19 +266,17 @@ class LoopsMixin:
                 if in_execution == per_execution:
                     in_execution = 0
                     if batch_end:
-                        callbacks.on_train_batch_end(steps_done - 1, {m.name: m.result()
-                                                                      for m in metrics})
+                        callbacks.on_train_batch_end(steps_done - 1, logs_of())
                     if self.stop_training:
                         break
             if in_execution and batch_end:  # the epoch's last, shorter execution
-                callbacks.on_train_batch_end(steps_done - 1, {m.name: m.result()
-                                                              for m in metrics})
+                callbacks.on_train_batch_end(steps_done - 1, logs_of())
             if steps_done == 0:
                 warnings.warn(f"{self.name}: the training data ran out before epoch {epoch}; "
                               "interrupting training (pass steps_per_epoch and a generator "
                               "that yields steps_per_epoch * epochs batches)", stacklevel=3)
                 break
-            epoch_logs = {m.name: m.result() for m in metrics}
+            epoch_logs = logs_of()
             if val is not None and _should_validate(epoch, validation_freq):
                 val_logs = self.evaluate(val, callbacks=callbacks, return_dict=True,
                                          verbose=0)
@@ -237,14 +291,18 @@ class LoopsMixin:
                        add_history: bool = False) -> Any:
         if isinstance(callbacks, callbacks_module.CallbackList):
             return callbacks
+        # Only rank 0 prints the progress bar (kiln.distribution).
         return callbacks_module.CallbackList(callbacks, add_history=add_history,
-                                             add_progbar=verbose != 0, model=self,
+                                             add_progbar=verbose != 0 and dist_module.is_chief(),
+                                             model=self,
                                              verbose=verbose, epochs=epochs, steps=steps)
 
     # ---- evaluate / predict ------------------------------------------------------------------
+    @_one_at_a_time
     def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None,
                  verbose: Any = "auto", sample_weight: Any = None, steps: int | None = None,
-                 callbacks: Any = None, return_dict: bool = False) -> Any:
+                 callbacks: Any = None, return_dict: bool = False,
+                 check_finite: bool = True) -> Any:
         """Loss and metrics of the model on data (in inference mode).
 
         Args:
@@ -254,6 +312,7 @@ class LoopsMixin:
             steps: number of batches (default: all).
             callbacks: Callbacks (their ``on_test_*`` hooks are called).
             return_dict: return ``{name: value}`` instead of a scalar/list.
+            check_finite: refuse NaN or inf in the data, as in :meth:`fit` (default True).
 
         Returns:
             The loss (a float) when there are no metrics and one output; otherwise the list
@@ -263,13 +322,27 @@ class LoopsMixin:
         batch_size = positive_int("evaluate: batch_size", batch_size)
         steps = positive_int("evaluate: steps", steps)
         verbose = resolve_verbose(verbose)
-        if isinstance(x, ArrayAdapter | IterableAdapter):  # fit's validation data
-            adapter = x
+        structure = getattr(x, "custom_structure", None)  # fit's data for a custom test_step
+        if isinstance(x, ArrayAdapter | IterableAdapter) and structure is None:
+            adapter = x  # fit's validation data
             first = [a[:1] for a in adapter.arrays] if isinstance(x, ArrayAdapter) else None
+        elif structure is not None or self._custom("test"):
+            if structure is None:
+                adapter, first, structure = self._custom_adapter(
+                    x, y, sample_weight, batch_size, steps, False, "evaluate")
+            else:
+                adapter = x
+                first = [a[:1] for a in x.arrays] if isinstance(x, ArrayAdapter) else \
+                    x.convert(x.peek())
         else:
             adapter, first = self._make_adapter(x, y, sample_weight, batch_size, steps, False,
-                                                True)
-        step = None if first is None else self._test_step(*self._split_specs(first))
+                                                True, check_finite=check_finite)
+        if structure is not None:
+            step = self._custom_step("test", first, structure)
+        else:
+            step = None if first is None else self._test_step(*self._split_specs(first))
+        distributed.start(self, "evaluate", {"samples": getattr(adapter, "n", None),
+                                             "steps": adapter.steps, "feeds": _specs(first)})
         callbacks = self._callback_list(callbacks, verbose, 1, adapter.steps)
         self.reset_metrics()
         metrics = self.metrics
@@ -277,12 +350,20 @@ class LoopsMixin:
         callbacks.on_test_begin()
         accumulate = self._accumulate
         per_execution = self._steps_per_execution
+
+        def logs_of() -> dict:
+            if step is not None and step.logs is not None:
+                return step.logs()
+            return {m.name: m.result() for m in metrics}
+
         i = in_execution = 0
         for feeds in adapter.epoch():
             if step is None:
                 step = self._test_step(*self._split_specs(feeds))
             if batch_begin and not in_execution:
                 callbacks.on_test_batch_begin(i)
+            if step.uses_key:
+                feeds.append(np.array([self._rng_seed or 0, self._rng_counter], np.int64))
             outs = step.fn(*feeds)
             accumulate(step, outs, len(feeds[0]))
             i += 1
@@ -290,10 +371,10 @@ class LoopsMixin:
             if in_execution == per_execution:
                 in_execution = 0
                 if batch_end:
-                    callbacks.on_test_batch_end(i - 1, {m.name: m.result() for m in metrics})
+                    callbacks.on_test_batch_end(i - 1, logs_of())
         if in_execution and batch_end:  # the last, shorter execution
-            callbacks.on_test_batch_end(i - 1, {m.name: m.result() for m in metrics})
-        logs = {m.name: m.result() for m in self.metrics}
+            callbacks.on_test_batch_end(i - 1, logs_of())
+        logs = logs_of()
         callbacks.on_test_end(logs)
         if return_dict:
             return logs
@@ -318,8 +399,16 @@ class LoopsMixin:
         batch_size = positive_int("predict: batch_size", batch_size)
         steps = positive_int("predict: steps", steps)
         verbose = resolve_verbose(verbose)
-        adapter, _ = self._make_adapter(x, None, None, batch_size, steps, False, False)
-        fn = self._predict_fn()
+        custom = self._custom("predict")
+        if custom:  # an overridden predict_step (kiln/models/custom_steps.py)
+            adapter, first, structure = self._custom_adapter(x, None, None, batch_size, steps,
+                                                             False, "predict")
+            fn = self._custom_step("predict", first, structure).fn
+        else:
+            adapter, first = self._make_adapter(x, None, None, batch_size, steps, False, False)
+            fn = self._predict_fn()
+        distributed.start(self, "predict", {"samples": getattr(adapter, "n", None),
+                                            "steps": adapter.steps, "feeds": _specs(first)})
         callbacks = self._callback_list(callbacks, verbose, 1, adapter.steps)
         batch_begin, batch_end = _batch_hooks(callbacks, "predict")
         callbacks.on_predict_begin()
@@ -342,13 +431,17 @@ class LoopsMixin:
             callbacks.on_predict_batch_end(
                 i - 1, {"outputs": _execution_outputs(chunks, in_execution)})
         callbacks.on_predict_end()
-        n_out = len(self._model_output_specs())
         if not chunks:
             raise ValueError(f"{self.name}: predict received no data")
+        if custom:
+            results = [np.concatenate([c[j] for c in chunks]) for j in range(len(chunks[0]))]
+            return results[0] if len(results) == 1 else results
+        n_out = len(self._model_output_specs())
         results = [np.concatenate([c[j] for c in chunks]) for j in range(n_out)]
         return pack(results, self._model_output_structure())
 
     # ---- on_batch ----------------------------------------------------------------------------
+    @_one_at_a_time
     def train_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,
                        class_weight: Any = None, return_dict: bool = False) -> Any:
         """One training step on one batch; returns the loss (and metrics) so far."""
@@ -363,6 +456,7 @@ class LoopsMixin:
         self._accumulate(step, outs, len(feeds[0]))
         return self._on_batch_result(return_dict)
 
+    @_one_at_a_time
     def test_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,
                       return_dict: bool = False) -> Any:
         """Loss and metrics on one batch (inference mode), accumulated like Keras 3."""
@@ -376,10 +470,13 @@ class LoopsMixin:
         """The model's outputs on one batch."""
         fn, feeds = self._batch_step("predict", x, None, None, None)
         outs = fn(*feeds)
+        if self._custom("predict"):
+            return outs[0] if len(outs) == 1 else list(outs)
         return pack(outs, self._model_output_structure())
 
     def _on_batch_result(self, return_dict: bool) -> Any:
-        logs = self._logs()
+        reader = self.__dict__.get("_batch_logs")  # a custom step's logs
+        logs = reader() if reader is not None else self._logs()
         if return_dict:
             return logs
         values = list(logs.values())
@@ -387,6 +484,13 @@ class LoopsMixin:
 
 
 # ---- helpers -------------------------------------------------------------------------------
+def _specs(feeds: Any) -> Any:
+    """The per-sample shapes and dtypes of a feed list (what every rank must agree on)."""
+    if feeds is None:
+        return None
+    return [[list(np.shape(f)[1:]), str(np.asarray(f).dtype)] for f in feeds]
+
+
 def _should_validate(epoch: int, freq: Any) -> bool:
     if isinstance(freq, int):
         return (epoch + 1) % freq == 0

@@ -20,15 +20,16 @@ from typing import Any
 
 import numpy as np
 
-import kiln.layers
-from kiln import saving
-from kiln.core import placeholder
-from kiln.layers.base import Layer, map_structure
+from kiln import distribution, export, saving
+from kiln.core import Graph, placeholder
+from kiln.layers import serialization as layer_serialization
+from kiln.layers.base import Layer, flatten, map_structure
 from kiln.layers.context import trace
+from kiln.layers.serialization import jsonable
 from kiln.models.data import TensorSpec, spec_from_shapes, structure_of
 from kiln.models.summary import print_summary
 from kiln.models.trainer import Trainer
-from kiln.saving.registration import get_registered_name, register_builtin, resolve_class
+from kiln.saving.registration import register_builtin, resolve_class
 
 
 def deserialize_layer(config: dict, custom_objects: dict[str, Any] | None = None) -> Layer:
@@ -56,26 +57,7 @@ def deserialize_layer(config: dict, custom_objects: dict[str, Any] | None = None
 
 def serialize_layer(layer: Layer) -> dict:
     """``{"module", "class_name", "config", "registered_name", "build_config"}``."""
-    cls = type(layer)
-    builtin = getattr(kiln.layers, cls.__name__, None) is cls or cls.__module__.startswith(
-        "kiln.")
-    out = {"module": "kiln.layers" if builtin and not isinstance(layer, Model) else
-           cls.__module__, "class_name": cls.__name__, "config": layer.get_config(),
-           "registered_name": None if builtin else (get_registered_name(cls) or cls.__name__)}
-    build = layer.get_build_config() if hasattr(layer, "get_build_config") else None
-    if build is not None:
-        out["build_config"] = _jsonable(build)
-    return out
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
+    return layer_serialization.serialize(layer)
 
 
 def _is_jsonable(x: Any) -> bool:
@@ -312,21 +294,62 @@ class Model(Trainer, Layer):
 
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps({"class_name": type(self).__name__ if not self._is_graph_network
-                           else "Functional", "config": _jsonable(self.get_config())},
+                           else "Functional", "config": jsonable(self.get_config())},
                           **kwargs)
 
     # ---- saving (implemented by kiln.saving) ----------------------------------------------
     def save(self, filepath: Any, *args: Any, **kwargs: Any) -> Any:
-        """Saves the model (``.keras``, ``.h5``): see ``kiln.saving``."""
+        """Saves the model (``.keras``, ``.h5``): see ``kiln.saving``. With several ranks
+        (``kiln.distribution``) only rank 0 writes; call ``kiln.distribution.barrier()``
+        before other ranks read the file."""
+        if not distribution.is_chief():
+            return None
         return saving.save_model(self, filepath, *args, **kwargs)
 
     def save_weights(self, filepath: Any, *args: Any, **kwargs: Any) -> Any:
-        """Saves the weights (``.weights.h5``, ``.h5``): see ``kiln.saving``."""
+        """Saves the weights (``.weights.h5``, ``.h5``): see ``kiln.saving``. With several
+        ranks only rank 0 writes (as :meth:`save`)."""
+        if not distribution.is_chief():
+            return None
         return saving.save_weights(self, filepath, *args, **kwargs)
 
     def load_weights(self, filepath: Any, *args: Any, **kwargs: Any) -> Any:
         """Loads weights saved by ``save_weights`` or Keras: see ``kiln.saving``."""
         return saving.load_weights(self, filepath, *args, **kwargs)
+
+    def export(self, filepath: Any = None, format: str = "onnx", opset: int | None = None,
+               dynamic_batch: bool = True, **kwargs: Any) -> Any:
+        """Writes the inference graph as an ONNX model (``kiln.export.to_onnx``): inputs and
+        outputs named like the model's, weights as initializers, a dynamic batch dimension.
+
+        Args:
+            filepath: the ``.onnx`` file (written atomically), or None to only return it.
+            format: "onnx", the one format kiln exports.
+            opset: the ONNX opset (default 17).
+            dynamic_batch: a symbolic batch dimension (False fixes it to 1).
+            **kwargs: more options of ``kiln.export.to_onnx`` (``unroll``).
+
+        Returns:
+            The ``onnx.ModelProto`` (needs ``pip install "kiln-nn[onnx]"``).
+
+        Example:
+            >>> model.export("model.onnx")
+        """
+        if format != "onnx":
+            raise ValueError(f"{self.name}: export supports format='onnx' only, received "
+                             f"{format!r}")
+        specs = self._model_input_specs()
+        if specs is None:
+            raise ValueError(f"{self.name}: build the model before exporting it (call it on "
+                             "data, build(input_shape) or fit())")
+        inputs = [placeholder(s.shape, s.dtype, name=s.name) for s in specs]
+        with export.record_layers(self) as origin, trace(training=False):
+            outputs = self(self._pack_inputs(inputs), training=False)
+        # with several ranks (kiln.distribution) only rank 0 writes the file
+        path = filepath if distribution.is_chief() else None
+        return export.to_onnx(Graph(inputs, list(flatten(outputs))), path, opset=opset,
+                              dynamic_batch=dynamic_batch, output_names=self.output_names,
+                              name=self.name, origin=origin, **kwargs)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r} built={self.built}>"

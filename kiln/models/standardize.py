@@ -14,10 +14,12 @@ from kiln import losses as losses_module
 from kiln.core import format_shape, placeholder
 from kiln.layers.base import flatten
 from kiln.layers.context import trace
+from kiln.models.compile_utils import _per_output
 from kiln.models.data import (
     ArrayAdapter,
     IterableAdapter,
     TensorSpec,
+    check_finite,
     flatten_data,
     is_iterable_data,
     num_samples,
@@ -154,55 +156,106 @@ class StandardizeMixin:
             return "int32"
         return kiln.config.floatx()
 
-    def _check_labels(self, ys: list[np.ndarray]) -> None:
-        """Sparse labels must lie in [0, classes): checked once over the whole target array."""
-        outputs = self._outputs or []
-        for o, y, spec in zip(outputs, ys, self._model_output_specs()):
-            if o.loss is None or not losses_module.is_sparse_categorical(o.loss) or not y.size:
+    def _output_losses(self) -> list:
+        """The loss object of each output (None where it has none), without resolving the
+        outputs: a refused target must not fix the metrics chosen from its shape."""
+        if self._outputs is not None:
+            return [o.loss for o in self._outputs]
+        per_loss = _per_output((self._compile_args or {}).get("loss"), self.output_names,
+                               "loss", self.name)
+        return [losses_module.as_loss_object(loss) for loss in per_loss]
+
+    def _check_targets(self, ys: list[np.ndarray]) -> None:
+        """Each target's shape against its output's (for kiln's own losses, which would
+        otherwise broadcast a (64, 3) target against a (64, 1) output), and sparse labels:
+        finite integers in [0, classes), checked before their conversion to int."""
+        names = self.output_names
+        for name, loss, y, spec in zip(names, self._output_losses(), ys,
+                                       self._model_output_specs()):
+            rule = None if loss is None else losses_module.target_rule(loss)
+            if rule is None:
                 continue
-            n = spec.shape[-1] if spec.shape else None
-            if n is None:
-                continue
-            lo, hi = y.min(), y.max()
-            if hi >= n or lo < 0:
-                bad = hi if hi >= n else lo
+            out = spec.shape
+            if rule == "sparse":
+                wants = [out[:-1], out[:-1] + (1,)]
+                hint = ("integer class labels; for one-hot targets use "
+                        "categorical_crossentropy")
+            else:
+                wants = [out] + ([out[:-1]] if out and out[-1] == 1 else []) + [out + (1,)]
+                hint = "the output's shape, with or without a trailing axis of 1"
+            if not any(_shape_matches(y.shape, w) for w in wants):
                 raise ValueError(
-                    f"{self.name}: received a label value of {bad} for output {o.name!r}, "
-                    f"which has {n} classes: sparse_categorical_crossentropy needs integer "
-                    f"labels in [0, {n - 1}] (target shape {format_shape(y.shape)})")
+                    f"{self.name}: target y[{name!r}] of shape {format_shape(y.shape)} does not "
+                    f"match output {name!r} of shape {format_shape(out)} (loss "
+                    f"{getattr(loss, 'name', loss)!r} expects "
+                    f"{' or '.join(format_shape(w) for w in wants)}: {hint})")
+            if rule == "sparse" and y.size:
+                self._check_labels(name, y, out[-1] if out else None)
+
+    def _check_labels(self, name: str, y: np.ndarray, n: int | None) -> None:
+        """Sparse labels must be integers in [0, n): checked once over the whole array."""
+        def refuse(value: Any, what: str, index: tuple) -> None:
+            has = "" if n is None else f", which has {n} classes"
+            raise ValueError(
+                f"{self.name}: received {what} {value} for output {name!r}{has} (at index "
+                f"{index} of the target, shape {format_shape(y.shape)}): "
+                "sparse_categorical_crossentropy needs integer labels"
+                + ("" if n is None else f" in [0, {n - 1}]"))
+
+        if y.dtype.kind in "fc":
+            for bad, what in ((~np.isfinite(y), "a label value of"),
+                              (y != np.round(y), "a non-integer label value of")):
+                if bad.any():
+                    index = tuple(int(i) for i in np.argwhere(bad)[0])
+                    refuse(y[index], what, index)
+        if n is None:
+            return
+        lo, hi = y.min(), y.max()
+        if hi >= n or lo < 0:
+            index = tuple(int(i) for i in np.argwhere((y >= n) | (y < 0))[0])
+            refuse(y[index], "a label value of", index)
 
     def _prepare_arrays(self, x: Any, y: Any, sample_weight: Any, class_weight: Any,
-                        need_y: bool) -> tuple[list, list, list]:
-        """Standardized x, y and sample-weight arrays (validated: nothing has run yet)."""
+                        need_y: bool, check: bool = False, where: str = ""
+                        ) -> tuple[list, list, list]:
+        """Standardized x, y and sample-weight arrays (validated: nothing has run yet).
+
+        ``check``: refuse NaN/inf in them (``fit``/``evaluate``'s ``check_finite``); ``where``
+        tells the message what the data is (`` (validation data)``)."""
         if x is None:
             raise ValueError(f"{self.name}: x is required")
         xs = self._standardize_x(x)
-        n = num_samples(xs, [f"x[{s.name!r}]" for s in self._model_input_specs() or []],
-                        self.name)
+        x_labels = [f"x[{s.name!r}]" for s in self._model_input_specs() or []]
+        n = num_samples(xs, x_labels, self.name)
         if n == 0:
             raise ValueError(f"{self.name}: received empty input arrays (0 samples)")
         if y is None:
             if need_y and self._needs_targets():
                 raise ValueError(f"{self.name}: the model has a loss, so fit/evaluate need "
                                  "targets `y` (received y=None)")
+            if check:
+                check_finite(xs, x_labels, self.name, where)
             if need_y:
                 self._resolve_outputs(None)
             return xs, [], []
         ys = self._standardize_y(y)
         sws = self._standardize_sw(sample_weight, len(ys))
-        if class_weight is not None:
-            cw = self._class_weights(ys, class_weight)
-            sws = [cw] if sws is None else [sws[0] * cw]
-        labels = [f"x[{s.name!r}]" for s in self._model_input_specs() or []]
-        labels += [f"y[{name!r}]" for name in self.output_names[:len(ys)]]
+        labels = x_labels + [f"y[{name!r}]" for name in self.output_names[:len(ys)]]
         labels += [f"sample_weight[{i}]" for i in range(len(sws or []))]
         num_samples(xs + ys + (sws or []), labels, self.name)  # equal lengths, or ValueError
+        self._check_targets(ys)
+        if check:
+            check_finite(xs + ys + (sws or []), labels, self.name, where)
+        if class_weight is not None:
+            cw = self._class_weights(ys, class_weight)
+            if check:
+                check_finite([cw], ["the sample weights from class_weight"], self.name, where)
+            sws = [cw] if sws is None else [sws[0] * cw]
         outputs = self._resolve_outputs([TensorSpec((None,) + a.shape[1:],
                                                     "int32" if a.dtype.kind in "iu" else
                                                     "float32") for a in ys])
         ys = [a if a.dtype.name == self._target_dtype(o, a) else
               a.astype(self._target_dtype(o, a)) for o, a in zip(outputs, ys)]
-        self._check_labels(ys)
         return xs, ys, sws or []
 
     def _needs_targets(self) -> bool:
@@ -234,45 +287,56 @@ class StandardizeMixin:
         return out
 
     # ---- adapters ----------------------------------------------------------------------------
-    def _item_converter(self, with_y: bool) -> Any:
-        """Converts a generator item into feeds, checking labels per batch."""
+    def _item_converter(self, with_y: bool, check: bool = False, where: str = "") -> Any:
+        """Converts a generator item into feeds, checking labels (and with ``check``,
+        finiteness) per batch."""
         def convert(item: Any) -> list:
             x, y, sw = unpack_item(item)
             if not with_y:
                 return self._standardize_x(x)
-            xs, ys, sws = self._prepare_arrays(x, y, sw, None, need_y=True)
+            xs, ys, sws = self._prepare_arrays(x, y, sw, None, need_y=True, check=check,
+                                               where=where)
             return xs + ys + sws
         return convert
 
     def _make_adapter(self, x: Any, y: Any, sample_weight: Any, batch_size: int | None,
                       steps: int | None, shuffle: Any, with_y: bool,
-                      class_weight: Any = None) -> tuple[Any, list]:
-        """An adapter and its first feeds (used to pick the step signature)."""
+                      class_weight: Any = None, check_finite: bool = False,
+                      where: str = "") -> tuple[Any, list]:
+        """An adapter and its first feeds (used to pick the step signature).
+
+        ``check_finite`` (``fit``/``evaluate``'s argument): arrays are checked for NaN/inf
+        here, once; batches of a generator as they arrive."""
+        check = check_finite and with_y
         if is_iterable_data(x):
             if y is not None:
                 raise ValueError(f"{self.name}: when x is a generator/iterable, y must be "
                                  "None (the batches carry the targets)")
-            adapter = IterableAdapter(x, self._item_converter(with_y), steps,
+            adapter = IterableAdapter(x, self._item_converter(with_y, check, where), steps,
                                       shuffle=bool(shuffle))
             first = adapter.convert(adapter.peek())
             return adapter, first
-        xs, ys, sws = self._prepare_arrays(x, y, sample_weight, class_weight, need_y=with_y)
+        xs, ys, sws = self._prepare_arrays(x, y, sample_weight, class_weight, need_y=with_y,
+                                           check=check, where=where)
         arrays = xs + ys + sws if with_y else xs
         adapter = ArrayAdapter(arrays, batch_size or 32, shuffle, steps)
         return adapter, [a[:1] for a in arrays]
 
     def _validation_adapter(self, validation_data: Any, batch_size: int | None,
-                            steps: int | None) -> tuple[Any, list]:
+                            steps: int | None, check_finite: bool = False
+                            ) -> tuple[Any, list]:
+        where = " (validation data)"
         if is_iterable_data(validation_data):
             return self._make_adapter(validation_data, None, None, batch_size, steps, False,
-                                      True)
+                                      True, check_finite=check_finite, where=where)
         if not isinstance(validation_data, list | tuple) or len(validation_data) not in (2, 3):
             raise ValueError("fit: validation_data must be a tuple (x_val, y_val) or (x_val, "
                              "y_val, val_sample_weight), or an iterable of batches; received "
                              f"{type(validation_data).__name__}")
         vx, vy = validation_data[0], validation_data[1]
         vsw = validation_data[2] if len(validation_data) == 3 else None
-        return self._make_adapter(vx, vy, vsw, batch_size, steps, False, True)
+        return self._make_adapter(vx, vy, vsw, batch_size, steps, False, True,
+                                  check_finite=check_finite, where=where)
 
     @staticmethod
     def _specs_of(arrays: list[np.ndarray]) -> list[TensorSpec]:
@@ -284,6 +348,11 @@ class StandardizeMixin:
         rest = feeds[n_x:]
         n_y = len(self._outputs or [])
         return self._specs_of(rest[:n_y]), self._specs_of(rest[n_y:])
+
+
+def _shape_matches(shape: tuple, want: tuple) -> bool:
+    """``shape`` (an array's) fits ``want`` (None dims fit any size)."""
+    return len(shape) == len(want) and all(w is None or w == d for d, w in zip(shape, want))
 
 
 __all__ = ["StandardizeMixin"]

@@ -11,6 +11,7 @@ last partial batch reuses it.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,9 +19,18 @@ import numpy as np
 import kiln.config
 from kiln import core, ops
 from kiln import losses as losses_module
-from kiln.core import Node, convert_to_tensor, depends_on, format_shape, grad, placeholder
+from kiln.core import (
+    Node,
+    convert_to_tensor,
+    depends_on,
+    format_shape,
+    grad,
+    placeholder,
+    trace_variables,
+)
 from kiln.layers.base import flatten
 from kiln.layers.context import trace
+from kiln.models import distributed
 from kiln.models.data import TensorSpec
 
 
@@ -28,18 +38,22 @@ class _Step:
     """A compiled train/test function and how to read its outputs: ``[total loss, per-output
     losses..., metric statistics...]``, the trackers of the losses and each metric's slice."""
 
-    __slots__ = ("fn", "trackers", "metric_slices", "uses_key")
+    __slots__ = ("fn", "trackers", "metric_slices", "uses_key", "logs", "last")
 
     def __init__(self, fn: Any, trackers: list, metric_slices: list, uses_key: bool = False):
         self.fn = fn
         self.trackers = trackers
         self.metric_slices = metric_slices
         self.uses_key = uses_key
+        self.logs: Any = None  # a custom step's logs reader (kiln/models/custom_steps.py)
+        self.last: Any = None  # its last outputs (custom steps log their last batch's tensors)
 
 
 def _signature(y_specs: list[TensorSpec], sw_specs: list[TensorSpec]) -> tuple:
+    """The cache key of a step: the target and sample-weight specs, and the distribution
+    (a step compiled for several ranks has the allreduce in it)."""
     return (tuple((s.shape, s.dtype) for s in y_specs),
-            tuple((s.shape, s.dtype) for s in sw_specs))
+            tuple((s.shape, s.dtype) for s in sw_specs), distributed.key())
 
 
 class StepGraphsMixin:
@@ -127,21 +141,37 @@ class StepGraphsMixin:
             self._assert_compiled("fit")
         x_phs, y_phs, sw_phs = self._feed_placeholders(y_specs, sw_specs)
         rng_key = placeholder((2,), "int64", name="rng_key")
-        with trace(training=True, rng_key=rng_key) as ctx:
+        dist = distributed.active()
+        weight = None if dist is None else distributed.weight_placeholder()
+        with trace(training=True, rng_key=rng_key, replica_weight=weight) as ctx, \
+                trace_variables() as assigned:
             outputs = self(self._pack_inputs(x_phs), training=True)
         total, out_losses, trackers, stats, slices = self._loss_and_stats(
             outputs, y_phs, sw_phs, ctx)
         variables = self.trainable_weights
-        if not variables:
-            raise ValueError(f"{self.name}: the model has no trainable weights to train")
+        if not variables:  # Keras trains it anyway (state updates, metrics), with a warning
+            warnings.warn(f"{self.name}: the model does not have any trainable weights",
+                          stacklevel=4)
         self._build_optimizer_if_ready()
-        grads = grad(total, variables)
-        updates = list(self.optimizer.update_nodes(grads, variables)) + list(ctx.updates)
+        layer_updates = _layer_updates(ctx, assigned)
+        if weight is None:
+            grads = grad(total, variables)
+        else:  # data-parallel: one allreduce of everything the ranks must agree on
+            grads = grad(total * ops.cast(weight, total.dtype), variables)
+            grads, losses_, stats, layer_updates = distributed.reduce_values(
+                dist, weight, grads, [total] + out_losses, stats, layer_updates)
+            total, out_losses = losses_[0], losses_[1:]
+        updates = (list(self.optimizer.update_nodes(grads, variables)) if variables else []
+                   ) + layer_updates
         outputs_list = [total] + out_losses + stats
         # Feed the random key only when the step uses it (Dropout ...).
         uses_key = depends_on(outputs_list + [v for _, v in updates], rng_key)
-        feeds = x_phs + y_phs + sw_phs + ([rng_key] if uses_key else [])
+        batch_feeds = x_phs + y_phs + sw_phs
+        feeds = batch_feeds + ([weight] if weight is not None else []) + (
+            [rng_key] if uses_key else [])
         fn = self._function(feeds, outputs_list, updates, "train_function")
+        if dist is not None:
+            fn = distributed.ShardedFunction(fn, len(batch_feeds), dist)
         step = _Step(fn, trackers, slices, uses_key)
         self._train_fns[key] = step
         self.train_function = fn
@@ -154,27 +184,44 @@ class StepGraphsMixin:
             self.test_function = step.fn
             return step
         x_phs, y_phs, sw_phs = self._feed_placeholders(y_specs, sw_specs)
-        with trace(training=False) as ctx:
+        dist = distributed.active()
+        weight = None if dist is None else distributed.weight_placeholder()
+        with trace(training=False, replica_weight=weight) as ctx, \
+                trace_variables() as assigned:
             outputs = self(self._pack_inputs(x_phs), training=False)
         total, out_losses, trackers, stats, slices = self._loss_and_stats(
             outputs, y_phs, sw_phs, ctx)
-        fn = self._function(x_phs + y_phs + sw_phs, [total] + out_losses + stats, None,
-                            "test_function")
+        batch_feeds = x_phs + y_phs + sw_phs
+        updates = _layer_updates(ctx, assigned) or None
+        if weight is None:
+            fn = self._function(batch_feeds, [total] + out_losses + stats, updates,
+                                "test_function")
+        else:
+            _, losses_, stats, _ = distributed.reduce_values(
+                dist, weight, [], [total] + out_losses, stats, [])
+            fn = self._function(batch_feeds + [weight], losses_ + stats, updates,
+                                "test_function")
+            fn = distributed.ShardedFunction(fn, len(batch_feeds), dist)
         step = _Step(fn, trackers, slices)
         self._test_fns[key] = step
         self.test_function = fn
         return step
 
     def _predict_fn(self) -> Any:
-        fn = self._predict_fns.get("default")
+        key = ("default", distributed.key())
+        fn = self._predict_fns.get(key)
         if fn is None:
             specs = self._model_input_specs()
             assert specs is not None
             x_phs = [placeholder(s.shape, s.dtype, name=s.name) for s in specs]
-            with trace(training=False):
+            with trace(training=False) as ctx, trace_variables() as assigned:
                 outputs = self(self._pack_inputs(x_phs), training=False)
-            fn = self._function(x_phs, list(flatten(outputs)), None, "predict_function")
-            self._predict_fns["default"] = fn
+            fn = self._function(x_phs, list(flatten(outputs)),
+                                _layer_updates(ctx, assigned) or None, "predict_function")
+            dist = distributed.active()
+            if dist is not None:
+                fn = distributed.ShardedFunction(fn, len(x_phs), dist, gather=True)
+            self._predict_fns[key] = fn
         self.predict_function = fn
         return fn
 
@@ -185,6 +232,8 @@ class StepGraphsMixin:
             t.count += n
         for m, a, b in step.metric_slices:
             m.merge(outs[a:b])
+        if step.logs is not None:
+            step.last = outs
 
     def _batch_step(self, mode: str, x: Any, y: Any, sample_weight: Any, class_weight: Any
                     ) -> tuple[Any, list]:
@@ -194,11 +243,14 @@ class StepGraphsMixin:
         standardization: only the dtype conversion and the label-range check remain, so a
         loop of ``train_on_batch`` costs little more than the compiled step itself.
         """
+        self.__dict__["_batch_logs"] = None
+        if self._custom(mode):  # an overridden step (kiln/models/custom_steps.py)
+            return self._custom_batch(mode, x, y, sample_weight, class_weight)
         fast = (sample_weight is None and class_weight is None and type(x) is np.ndarray
                 and (y is None or type(y) is np.ndarray))
         if fast:
             key = (mode, x.shape[1:], x.dtype.str, None if y is None else
-                   (y.shape[1:], y.dtype.str))
+                   (y.shape[1:], y.dtype.str), distributed.key())
             entry = self._batch_cache.get(key)
             if entry is not None and len(x) and (y is None or len(y) == len(x)):
                 step, xd, yd, n_classes = entry
@@ -245,6 +297,14 @@ class StepGraphsMixin:
                     y_specs.append(TensorSpec(s.shape, kiln.config.floatx()))
             self._train_step(y_specs, [])
         return self.train_function.report
+
+
+def _layer_updates(ctx: Any, assigned: Any) -> list:
+    """The state updates of a traced model call: the layers' ``add_update`` (BatchNormalization's
+    moving statistics) and their symbolic ``Variable.assign`` calls; the last one wins."""
+    updates = {id(v): (v, n) for v, n in ctx.updates}
+    updates.update({id(v): (v, n) for v, n in assigned.update_list()})
+    return list(updates.values())
 
 
 def _scalar(term: Any) -> Node:

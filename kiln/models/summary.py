@@ -123,11 +123,12 @@ def print_summary(model: Any, line_length: int | None = None, positions: Any = N
                   print_fn: Callable | None = None, expand_nested: bool = False,
                   show_trainable: bool = False, layer_range: Any = None) -> None:
     """Prints ``model``'s summary (see :meth:`kiln.models.Model.summary`)."""
-    if not model.built:
-        raise ValueError(f"Model {model.name!r} has not yet been built. Build the model first "
-                         "by calling build(input_shape), by calling it on a batch of data, or "
-                         "by giving it an Input (Sequential) before summary()")
-    rows, sequential_like = _rows(model)
+    if model.built:
+        rows, sequential_like = _rows(model)
+    else:  # as Keras 3 prints it: the layers known so far, no shapes, no weights yet
+        rows = [[f"{layer.name} ({type(layer).__name__})", "?", _count(layer)]
+                for layer in model.layers]
+        sequential_like = True
     if sequential_like:
         header = ["Layer (type)", "Output Shape", "Param #"]
         rows = [r[:3] for r in rows]

@@ -6,6 +6,8 @@ different reasons:
 * :mod:`.standardize`: user data -> checked, typed feed arrays;
 * :mod:`.step_graphs`: the compiled train/test steps and predict function (one graph each),
   and which of them a ``*_on_batch`` call runs;
+* :mod:`.custom_steps`: an overridden ``train_step``/``test_step``/``predict_step`` (or
+  ``compute_loss``/``compute_metrics``), traced into the compiled step;
 * :mod:`.loops`: the plain Python loops around them, driven by callbacks.
 """
 
@@ -15,12 +17,13 @@ from typing import Any
 
 from kiln import metrics as metrics_module
 from kiln.models.compile_utils import CompileMixin
+from kiln.models.custom_steps import CustomStepsMixin
 from kiln.models.loops import LoopsMixin
 from kiln.models.standardize import StandardizeMixin
 from kiln.models.step_graphs import StepGraphsMixin
 
 
-class Trainer(LoopsMixin, StepGraphsMixin, StandardizeMixin, CompileMixin):
+class Trainer(LoopsMixin, CustomStepsMixin, StepGraphsMixin, StandardizeMixin, CompileMixin):
     """Mixin with the training API; see :class:`kiln.models.Model`."""
 
     compiled = False

@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from kiln import ops
-from kiln.core import Node, Variable, convert_to_tensor, function, placeholder
+from kiln import constraints, ops
+from kiln.core import Node, Variable, convert_to_tensor
+from kiln.optimizers.applying import ApplyMixin
 from kiln.optimizers.clipping import clip_by_global_norm, clip_by_norm
 from kiln.optimizers.schedules import LearningRateSchedule
 from kiln.optimizers.schedules import deserialize as _deserialize_schedule
@@ -66,7 +67,7 @@ def _number(name: str, value: Any, owner: str) -> float:
     return float(value)
 
 
-class Optimizer:
+class Optimizer(ApplyMixin):
     """Base class of kiln's optimizers (Keras 3 arguments and semantics).
 
     Subclasses declare their slots in ``_slot_groups`` (lists of slot names; the names of one
@@ -455,6 +456,8 @@ class Optimizer:
             vs = [v for v in self._trainable_variables if id(v) in all_new]
             new_values = [all_new[id(v)] for v in vs]
 
+        # Keras applies each variable's constraint after the step (EMA included)
+        new_values = [constraints.apply(v, n, cls) for v, n in zip(vs, new_values)]
         updates: list[tuple[Variable, Node]] = list(zip(vs, new_values))
         order = {id(s): i for i, s in enumerate(self._slot_variables)}
         updates += sorted(self._pending.values(), key=lambda p: order[id(p[0])])
@@ -472,57 +475,6 @@ class Optimizer:
             c = self.clipvalue
             return [ops.clip(g, -c, c) for g in grads]
         return grads
-
-    # ---- Python-side conveniences ----------------------------------------------------------
-    def apply_gradients(self, grads_and_vars: Any, backend: str | None = None) -> Variable:
-        """Applies NumPy gradients: the same graph update, compiled once per variable list.
-
-        Args:
-            grads_and_vars: iterable of ``(gradient array, Variable)`` pairs.
-            backend: backend for the compiled update (default: kiln's default backend).
-
-        Returns:
-            ``iterations``.
-
-        Example:
-            >>> opt.apply_gradients([(np.ones((3, 2)), w)])
-        """
-        pairs = list(grads_and_vars)
-        if not pairs:
-            return self.iterations
-        grads = [g for g, _ in pairs]
-        variables = [v for _, v in pairs]
-        return self.apply(grads, variables, backend=backend)
-
-    def apply(self, grads: Sequence[Any], trainable_variables: Sequence[Variable] | None = None,
-              backend: str | None = None) -> Variable:
-        """Like :meth:`apply_gradients` with separate lists (Keras's ``apply``); without
-        variables, the ones the optimizer was built with."""
-        if trainable_variables is None:
-            if not self.built:
-                raise ValueError(f"{type(self).__name__}.apply: pass the variables, or build "
-                                 "the optimizer first")
-            trainable_variables = self._trainable_variables
-        variables = list(trainable_variables)
-        grads = list(grads)
-        if len(grads) != len(variables):
-            raise ValueError(f"{type(self).__name__}.apply: received {len(grads)} gradients "
-                             f"for {len(variables)} variables")
-        present = tuple(g is not None for g in grads)
-        key = (tuple(id(v) for v in variables), present, backend)
-        fn = self._compiled.get(key)
-        if fn is None:
-            phs = [placeholder(v.shape, v.dtype, name=f"grad_{v.name}")
-                   for v, p in zip(variables, present) if p]
-            it = iter(phs)
-            gnodes = [next(it) if p else None for p in present]
-            fn = function(phs, [], updates=self.update_nodes(gnodes, variables),
-                          backend=backend, name=f"{self.name}.apply")
-            self._compiled[key] = fn
-        self.before_step()
-        feeds = [np.asarray(g, dtype=v.dtype) for g, v in zip(grads, variables) if g is not None]
-        fn(*feeds)
-        return self.iterations
 
     def finalize_variable_values(self, var_list: Sequence[Variable]) -> None:
         """With ``use_ema``, overwrites the variables with their moving averages (Keras calls
@@ -580,3 +532,4 @@ class Optimizer:
 
     def __repr__(self) -> str:
         return f"<kiln.optimizers.{type(self).__name__} {self.name!r} lr={self.learning_rate:g}>"
+

@@ -26,8 +26,10 @@ from kiln.saving.atomic import atomic_path, atomic_write
 from kiln.saving.h5util import FileFormatError
 from kiln.saving.registration import (
     custom_object_scope,
+    get_custom_objects,
     get_registered_name,
     get_registered_object,
+    register_keras_serializable,
     register_serializable,
     resolve_class,
 )
@@ -53,6 +55,6 @@ __all__ = [
     "save_checkpoint", "load_checkpoint",
     "atomic_write", "atomic_path",
     "register_serializable", "get_registered_name", "get_registered_object",
-    "resolve_class", "custom_object_scope",
+    "resolve_class", "custom_object_scope", "register_keras_serializable", "get_custom_objects",
     "serialize", "serialize_model", "deserialize_model",
 ]

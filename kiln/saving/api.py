@@ -1,37 +1,42 @@
 """Saving and loading: weights, whole models and training checkpoints.
 
 Every write goes through :func:`kiln.saving.atomic.atomic_write`; every load reads and checks
-everything before it assigns anything. Formats: ``docs/formats.md``.
+everything before it assigns anything (:mod:`kiln.saving.loading`, :mod:`kiln.saving.validate`),
+and refuses what a file must not do (docs/security.md). Formats: ``docs/formats.md``.
 """
 
 from __future__ import annotations
 
-import datetime
-import io
-import json
 import os
 import warnings
-import zipfile
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from kiln.saving import loading, validate
 from kiln.saving import state as st
 from kiln.saving import weights as wt
 from kiln.saving.atomic import atomic_write
 from kiln.saving.h5util import (
     FileFormatError,
     attr,
+    guard,
     json_attr,
+    list_attr,
     open_h5,
     require_h5py,
     set_json_attr,
     set_list_attr,
+    stored,
 )
+from kiln.saving.keras_zip import KERAS_SCHEMA_VERSION, load_keras_zip, save_keras_zip
+from kiln.saving.loading import FORMAT_VERSION
 from kiln.saving.serialization import deserialize_model, serialize_model
 
-FORMAT_VERSION = 1
-KERAS_SCHEMA_VERSION = "3.15.1"  # the Keras release whose file layout kiln writes
+__all__ = ["FORMAT_VERSION", "KERAS_SCHEMA_VERSION", "save_weights", "load_weights",
+           "save_model", "load_model", "save_checkpoint", "load_checkpoint",
+           "deserialize_model", "serialize_model"]
 
 
 def _kiln_version() -> str:
@@ -46,36 +51,12 @@ def _stamp(h5: Any, kind: str) -> None:
     h5.attrs["kiln_version"] = _kiln_version()
 
 
-def _check_version(h5: Any, source: str) -> str:
-    kind = attr(h5, "kiln_format")
-    version = h5.attrs.get("kiln_format_version")
-    if version is None or int(version) > FORMAT_VERSION:
-        raise FileFormatError(f"{source} was written with kiln file format version {version}; "
-                              f"this kiln reads versions up to {FORMAT_VERSION}. Upgrade kiln")
-    return kind
-
-
 def _build_config(model: Any) -> Any:
     fn = getattr(model, "get_build_config", None)
     try:
         return fn() if callable(fn) else None
     except Exception:  # noqa: BLE001 - optional information
         return None
-
-
-def _is_zip(path: str, what: str = "load") -> bool:
-    """True for a zip (``.keras``); a file that starts like a zip but is not a readable one
-    (truncated) is an error here, not "not an HDF5 file" later."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-        ok = zipfile.is_zipfile(path)
-    except OSError:
-        return False
-    if head == b"PK\x03\x04" and not ok:
-        raise FileFormatError(f"{what}: {path!r} starts like a zip (.keras) archive but cannot "
-                              "be read as one: the file is truncated or corrupt")
-    return ok
 
 
 # ---- weights ------------------------------------------------------------------------------------
@@ -121,61 +102,6 @@ def save_weights(model: Any, filepath: str | os.PathLike, overwrite: bool = True
     atomic_write(path, write)
 
 
-def _weights_source(h5: Any) -> tuple[str, Any]:
-    """Which layout an open HDF5 file has, and the group holding the weights."""
-    kind = attr(h5, "kiln_format")
-    if kind == "weights":
-        return "kiln", h5
-    if kind in ("model", "checkpoint"):
-        if "model_weights" not in h5:
-            raise FileFormatError("the file has no 'model_weights' group (truncated file?)")
-        return "kiln", h5["model_weights"]
-    if "layer_names" in h5.attrs or "layer_names0" in h5.attrs:
-        return "legacy", h5
-    if "model_weights" in h5:
-        return "legacy", h5["model_weights"]
-    if "layers" in h5 or "vars" in h5 or "_layer_checkpoint_dependencies" in h5:
-        return "keras3", h5
-    raise FileFormatError("unrecognized HDF5 layout: neither kiln's ('kiln_format' attribute), "
-                          "Keras 3's ('layers/' group) nor legacy Keras' ('layer_names' "
-                          f"attribute); top-level keys: {sorted(h5.keys())[:10]}")
-
-
-def plan_weights(model: Any, h5: Any, source: str, skip_mismatch: bool = False,
-                 what: str = "load_weights") -> list[tuple[Any, np.ndarray]]:
-    """Reads and checks all weights of an open HDF5 file against ``model``; returns the
-    ``(Variable, array)`` pairs to assign (nothing is assigned here)."""
-    layout, group = _weights_source(h5)
-    if layout == "kiln":
-        _check_version(h5, source)
-        wt.ensure_built(model, json_attr(h5, "build_config") or (
-            (json_attr(h5, "model_config") or {}).get("build_config")), what)
-        return wt.plan(wt.weight_owners(model), wt.read_kiln_group(group), source,
-                       skip_mismatch, what=what)
-    wt.ensure_built(model, None, what)
-    if layout == "legacy":
-        # the legacy layout lists a layer's weights in Keras' tracking order (Bidirectional:
-        # forward then backward), not in the attribute-walk order of .weights.h5
-        owners = [wt.Owner(o.key, o.layer, order, order, o.class_name)
-                  for o in wt.weight_owners(model)
-                  for order in [o.keras_weights if o.key == wt.TOP_LEVEL
-                                else wt.keras_legacy_order(o.layer)]]
-        return wt.plan(owners, wt.read_legacy_group(group), source, skip_mismatch, what=what)
-    file_layers, owners = wt.read_keras3_model(h5, model)
-    return wt.plan(owners, file_layers, source, skip_mismatch, by_order=False, what=what)
-
-
-def _open_any(path: str, what: str) -> tuple[Any, str]:
-    """An open HDF5 file for ``path``; for a ``.keras`` zip, its ``model.weights.h5``."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{what}: no such file {path!r}")
-    if _is_zip(path, what):
-        with zipfile.ZipFile(path) as zf:
-            data = _zip_read(zf, "model.weights.h5", path, what)
-        return open_h5(io.BytesIO(data), what), f"{path!r} (model.weights.h5)"
-    return open_h5(path, what), repr(path)
-
-
 def load_weights(model: Any, filepath: str | os.PathLike, skip_mismatch: bool = False) -> None:
     """Loads weights saved by kiln or Keras into ``model``, all or nothing.
 
@@ -191,14 +117,17 @@ def load_weights(model: Any, filepath: str | os.PathLike, skip_mismatch: bool = 
             instead of raising.
 
     Raises:
-        FileFormatError (a ValueError): not an HDF5 file, truncated, unknown layout.
+        FileFormatError (a ValueError): not an HDF5 file, truncated, unknown layout, a file
+            that refers to other files (external links or storage, virtual datasets), a
+            ``.keras`` member larger than the model can need.
         ValueError: a layer is missing, or a count or shape differs (the message names the
-            layer and both shapes).
+            layer and both shapes; checked on the declared shapes, before any value is
+            read).
     """
     path = os.fspath(filepath)
-    h5, source = _open_any(path, "load_weights")
-    with h5:
-        pairs = plan_weights(model, h5, source, skip_mismatch)
+    h5, source = loading.open_any(model, path, "load_weights")
+    with h5, guard(source, "load_weights"):
+        pairs = loading.plan_weights(model, h5, source, skip_mismatch)
     wt.check_pairs(pairs, "load_weights")
     wt.assign(pairs)
 
@@ -291,7 +220,7 @@ def save_model(model: Any, filepath: str | os.PathLike, overwrite: bool = True,
     if not overwrite and os.path.exists(path):
         raise FileExistsError(f"save_model: {path!r} exists and overwrite=False")
     if path.endswith(".keras"):
-        _save_keras_zip(model, path, include_optimizer)
+        save_keras_zip(model, path, include_optimizer)
         return
     serialize_model(model)  # fail before touching the disk if the model is not serializable
 
@@ -300,47 +229,6 @@ def save_model(model: Any, filepath: str | os.PathLike, overwrite: bool = True,
             _write_kiln_model(h5, model, "model", True, None, include_optimizer)
 
     atomic_write(path, write)
-
-
-def _save_keras_zip(model: Any, path: str, include_optimizer: bool) -> None:
-    h5py = require_h5py()
-    config = serialize_model(model)
-    if not include_optimizer:
-        config["compile_config"] = None
-    opt = st.get_optimizer(model)
-    buf = io.BytesIO()
-    with h5py.File(buf, "w") as h5:
-        arrays = st.keras_optimizer_arrays(opt) if opt is not None and include_optimizer and \
-            getattr(opt, "built", False) else None
-        wt.write_keras3_model(h5, model, arrays, str(getattr(opt, "name", "optimizer")))
-    metadata = {"keras_version": KERAS_SCHEMA_VERSION,
-                "date_saved": datetime.datetime.now().strftime("%Y-%m-%d@%H:%M:%S"),
-                "kiln": {"kiln_version": _kiln_version(), "format_version": FORMAT_VERSION,
-                         "rng": st.get_rng_state(model)}}
-    from kiln.saving.h5util import json_default
-
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as zf:
-            zf.writestr("metadata.json", json.dumps(metadata, default=json_default))
-            zf.writestr("config.json", json.dumps(config, default=json_default))
-            zf.writestr("model.weights.h5", buf.getvalue())
-
-    atomic_write(path, write)
-
-
-def _zip_read(zf: zipfile.ZipFile, name: str, path: str, what: str) -> bytes:
-    try:
-        info = zf.getinfo(name)
-    except KeyError:
-        raise FileFormatError(f"{what}: {path!r} is a zip file without {name!r} (members: "
-                              f"{zf.namelist()[:10]}); not a .keras model") from None
-    if info.file_size > (1 << 32) and info.file_size > 100 * max(info.compress_size, 1):
-        raise FileFormatError(f"{what}: {path!r}: member {name!r} declares {info.file_size} "
-                              "bytes but stores far less; refusing a decompression bomb")
-    try:
-        return zf.read(name)
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise FileFormatError(f"{what}: {path!r}: member {name!r} is corrupt ({exc})") from exc
 
 
 def load_model(filepath: str | os.PathLike, custom_objects: dict | None = None,
@@ -354,10 +242,18 @@ def load_model(filepath: str | os.PathLike, custom_objects: dict | None = None,
         custom_objects: ``{"ClassName": cls}`` for classes not registered with
             :func:`kiln.saving.register_serializable`.
         compile: compile the model and restore the optimizer (default True).
-        safe_mode: refuse configs that would run stored code (Lambda layers).
+        safe_mode: refuse, before anything is built, configs that would run stored code
+            (Lambda layers, serialized lambdas). With False such layers are still refused
+            (kiln never runs stored code); see docs/security.md.
 
     Returns:
         The model.
+
+    Raises:
+        FileFormatError (a ValueError): the file is damaged, of an unknown format or
+            version, refers to other files, declares more data than the model can need, or
+            its config cannot be rebuilt; the message names the file.
+        ValueError: a weight or optimizer variable does not fit the rebuilt model.
 
     Example:
         >>> model = kiln.models.load_model("mlp.keras")
@@ -370,119 +266,69 @@ def _load_model(path: str, custom_objects: dict | None, compile: bool,
                 safe_mode: bool) -> Any:  # noqa: A002
     if not os.path.exists(path):
         raise FileNotFoundError(f"load_model: no such file {path!r}")
-    if _is_zip(path, "load_model"):
-        return _load_keras_zip(path, custom_objects, compile, safe_mode)
-    h5 = open_h5(path, "load_model")
-    with h5:
-        source = repr(path)
-        kind = attr(h5, "kiln_format")
+
+    def rebuild(config: Any, source: str) -> Any:
+        return _rebuild(config, source, custom_objects, compile, safe_mode)
+
+    if loading.is_zip(path, "load_model"):
+        return load_keras_zip(path, custom_objects, compile, safe_mode, rebuild)
+    source, what = repr(path), "load_model"
+    with open_h5(path, what) as h5:
+        with guard(source, what):
+            kind = loading.check_version(h5, source) if "kiln_format" in h5.attrs else None
+            if kind is None and "model_config" not in h5.attrs:
+                raise FileFormatError(f"load_model: {source} holds weights only (no model "
+                                      "config); build the model in code and call "
+                                      "model.load_weights()")
+            config = json_attr(h5, "model_config", source=source)
+            training_config = json_attr(h5, "training_config", source=source) \
+                if kind is None and compile else None
         if kind is not None:
-            _check_version(h5, source)
-            config = json_attr(h5, "model_config")
             if config is None:
                 raise FileFormatError(f"load_model: {source} is a kiln {kind} file that holds "
                                       "weights only (no model config); build the model in "
                                       "code and use load_weights (or load_checkpoint)")
-            model = deserialize_model(config, custom_objects, compile, safe_mode, source)
-            pairs, lr, training = _plan_kiln_state(model, h5, source, compile, "load_model")
-            _apply(model, pairs, lr, training.get("rng"))
+            model = rebuild(config, source)
+            with guard(source, what):
+                pairs, lr, training = loading.plan_kiln_state(model, h5, source, compile, what)
+            loading.apply(model, pairs, lr, training.get("rng"))
             return model
-        if "model_config" in h5.attrs:
-            return _load_legacy_h5(h5, source, custom_objects, compile, safe_mode)
-        raise FileFormatError(f"load_model: {source} holds weights only (no model config); "
-                              "build the model in code and call model.load_weights()")
+        return _load_legacy_h5(h5, source, config, training_config, rebuild, compile)
 
 
-def _plan_kiln_state(model: Any, h5: Any, source: str, with_optimizer: bool,
-                     what: str) -> tuple[list, float | None, dict]:
-    pairs = plan_weights(model, h5, source, what=what)
-    lr = None
-    if with_optimizer and st.OPTIMIZER_GROUP in h5 and st.get_optimizer(model) is not None:
-        saved = st.read_optimizer(h5[st.OPTIMIZER_GROUP])
-        opt_pairs, lr = st.plan_optimizer(model, saved, source, what)
-        pairs = pairs + opt_pairs
-    training = json_attr(h5["training_state"], "state", {}) if "training_state" in h5 else {}
-    if "rng" in training:
-        st.check_rng_state(training["rng"], source)
-    wt.check_pairs(pairs, what)
-    return pairs, lr, training
-
-
-def _apply(model: Any, pairs: list, lr: float | None, rng: dict | None,
-           include_global_rng: bool = False) -> None:
-    wt.assign(pairs)
-    st.set_lr(model, lr)
-    st.refresh_scheduled_lr(model)
-    if rng:
-        st.set_rng_state(model, rng, include_global=include_global_rng)
-
-
-def _load_keras_zip(path: str, custom_objects: dict | None, compile: bool,
-                    safe_mode: bool) -> Any:
+def _rebuild(config: Any, source: str, custom_objects: dict | None, compile: bool,
+             safe_mode: bool) -> Any:  # noqa: A002
+    """The model of a config read from ``source``; a config that the classes it names
+    cannot be built from is a FileFormatError naming the file."""
     try:
-        zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise FileFormatError(f"load_model: {path!r} is not a readable .keras zip ({exc})") \
-            from exc
-    with zf:
-        try:
-            config = json.loads(_zip_read(zf, "config.json", path, "load_model"))
-        except ValueError as exc:
-            if isinstance(exc, FileFormatError):
-                raise
-            raise FileFormatError(f"load_model: {path!r}: config.json is not valid JSON "
-                                  f"({exc})") from exc
-        metadata = {}
-        if "metadata.json" in zf.namelist():
-            try:
-                metadata = json.loads(_zip_read(zf, "metadata.json", path, "load_model"))
-            except ValueError:
-                metadata = {}
-        weights = _zip_read(zf, "model.weights.h5", path, "load_model")
-    kiln_meta = metadata.get("kiln") if isinstance(metadata, dict) else None
-    model = deserialize_model(config, custom_objects, compile, safe_mode, repr(path))
-    source = f"{path!r} (model.weights.h5)"
-    with open_h5(io.BytesIO(weights), "load_model") as h5:
-        pairs = plan_weights(model, h5, source, what="load_model")
-        lr = None
-        if compile and "optimizer" in h5 and "vars" in h5["optimizer"]:
-            arrays = wt.read_keras3_flat_vars(h5["optimizer"]["vars"])[1]
-            opt_pairs, lr = st.plan_keras_optimizer(model, arrays, source,
-                                                    strict=kiln_meta is not None)
-            pairs = pairs + opt_pairs
-    wt.check_pairs(pairs, "load_model")
-    rng = kiln_meta.get("rng") if isinstance(kiln_meta, dict) else None
-    if rng:
-        st.check_rng_state(rng, repr(path))
-    _apply(model, pairs, lr, rng)
-    return model
+        return deserialize_model(config, custom_objects, compile, safe_mode, source)
+    except (KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:
+        raise FileFormatError(f"load_model: {source}: the model cannot be rebuilt from its "
+                              f"config ({type(exc).__name__}: {exc})") from exc
 
 
-def _load_legacy_h5(h5: Any, source: str, custom_objects: dict | None, compile: bool,
-                    safe_mode: bool) -> Any:
-    config = json_attr(h5, "model_config")
-    training_config = json_attr(h5, "training_config") if compile else None
+def _load_legacy_h5(h5: Any, source: str, config: Any, training_config: Any, rebuild: Any,
+                    compile: bool) -> Any:  # noqa: A002
     if training_config and compile:
+        if not isinstance(config, dict) or not isinstance(training_config, dict):
+            raise FileFormatError(f"load_model: {source}: model_config and training_config "
+                                  "should be JSON objects")
         config = dict(config, compile_config=training_config)
     elif compile:
         warnings.warn(f"load_model: {source} has no training configuration; the model is "
-                      "returned uncompiled", stacklevel=3)
-    model = deserialize_model(config, custom_objects, compile, safe_mode, source)
-    pairs = plan_weights(model, h5, source, what="load_model")
-    lr = None
-    if compile and "optimizer_weights" in h5 and st.get_optimizer(model) is not None:
-        g = h5["optimizer_weights"]
-        from kiln.saving.h5util import list_attr, read_dataset
-
-        names = list_attr(g, "weight_names") or []
-        try:
-            arrays = [read_dataset(g[n]) for n in names]
-        except KeyError:
-            arrays = []
-        opt_pairs, lr = st.plan_keras_optimizer(model, arrays, source, strict=False)
-        pairs = pairs + opt_pairs
+                      "returned uncompiled", stacklevel=4)
+    model = rebuild(config, source)
+    with guard(source, "load_model"):
+        pairs = loading.plan_weights(model, h5, source, what="load_model")
+        lr = None
+        if compile and "optimizer_weights" in h5 and st.get_optimizer(model) is not None:
+            g = h5["optimizer_weights"]
+            names = list_attr(g, "weight_names") or []
+            arrays = [stored(g[n]) for n in names] if all(n in g for n in names) else []
+            opt_pairs, lr = st.plan_keras_optimizer(model, arrays, source, strict=False)
+            pairs = pairs + opt_pairs
     wt.check_pairs(pairs, "load_model")
-    _apply(model, pairs, lr, None)
+    loading.apply(model, pairs, lr, None)
     return model
 
 
@@ -526,33 +372,48 @@ def save_checkpoint(model: Any, filepath: str | os.PathLike, epoch: int = 0, ste
 
 
 def load_checkpoint(model: Any, filepath: str | os.PathLike, callbacks: list | None = None,
-                    restore_global_rng: bool = True) -> dict:
+                    restore_global_rng: bool = True,
+                    check: Callable[[dict], None] | None = None) -> dict:
     """Restores a checkpoint written by :func:`save_checkpoint` (or a kiln model file) into
     ``model``, all or nothing, and returns the training position.
+
+    Everything is checked before anything is applied: weights and optimizer variables
+    (counts, declared shapes and dtypes), the learning rate, the epoch and step, the RNG
+    streams (only NumPy's own bit generators), and each callback's saved state; on any
+    error the model, its optimizer, its random streams and the callbacks are unchanged.
 
     Args:
         model: the model, built and compiled as when the checkpoint was written.
         filepath: the checkpoint.
         callbacks: callbacks to restore with ``set_state`` (matched by class name).
         restore_global_rng: also restore kiln's global NumPy generator (shuffling).
+        check: called with the returned dict after the file is checked and before anything
+            is applied; an exception there leaves everything unchanged (BackupAndRestore
+            checks its own entries of ``extra`` with it).
 
     Returns:
         ``{"epoch", "step", "learning_rate", "callbacks", "extra"}``.
+
+    Raises:
+        FileFormatError: the file is not a kiln checkpoint, or a field is invalid (the
+            message names the file and the field).
+        ValueError: weights or optimizer variables do not fit the model.
     """
     path = os.fspath(filepath)
-    h5 = open_h5(path, "load_checkpoint")
-    with h5:
+    what = "load_checkpoint"
+    with open_h5(path, what) as h5, guard(repr(path), what):
         source = repr(path)
         if attr(h5, "kiln_format") not in ("checkpoint", "model"):
             raise FileFormatError(f"load_checkpoint: {source} is not a kiln checkpoint (use "
                                   "load_weights for weight files)")
-        pairs, lr, training = _plan_kiln_state(model, h5, source, True, "load_checkpoint")
-    states = training.get("callbacks") or {}
-    if not isinstance(states, dict):
-        raise FileFormatError(f"load_checkpoint: {source}: callback states are not a dict")
-    _apply(model, pairs, lr, training.get("rng"), include_global_rng=restore_global_rng)
+        loading.check_version(h5, source)
+        pairs, lr, training = loading.plan_kiln_state(model, h5, source, True, what)
+    info = validate.check_training(training, source)
     if callbacks:
-        st.set_callback_states(list(callbacks), states)
-    return {"epoch": int(training.get("epoch", 0)), "step": int(training.get("step", 0)),
-            "learning_rate": training.get("learning_rate"), "callbacks": states,
-            "extra": training.get("extra") or {}}
+        validate.check_callback_states(model, list(callbacks), info["callbacks"], source)
+    if check is not None:
+        check(info)
+    loading.apply(model, pairs, lr, training.get("rng"), include_global_rng=restore_global_rng)
+    if callbacks:
+        st.set_callback_states(list(callbacks), info["callbacks"])
+    return info

@@ -19,7 +19,24 @@ from kiln.registry import (
 )
 
 __all__ = ["custom_object_scope", "get_registered_name", "get_registered_object",
-           "register_builtin", "register_serializable", "registered_objects", "resolve_class"]
+           "register_builtin", "register_serializable", "registered_objects", "resolve_class",
+           "register_keras_serializable", "get_custom_objects"]
+
+#: Keras' name of :func:`register_serializable` (``@register_keras_serializable(package=...)``)
+register_keras_serializable = register_serializable
+
+
+def get_custom_objects() -> dict[str, Any]:
+    """Keras' ``get_custom_objects()``: the live global table of registered objects (keys
+    ``"package>name"``). An entry added to it (``get_custom_objects()["MyLayer"] = MyLayer``)
+    is found by that name when loading, as in Keras.
+
+    Returns:
+        The registry's own dict (not a copy).
+    """
+    from kiln import registry
+
+    return registry.custom_objects_table()
 
 
 def _all_subclasses(base: type) -> list[type]:

@@ -1,10 +1,13 @@
 """Weight stores in HDF5: kiln's layout (read and write), Keras 3's ``.weights.h5`` layout
 (read and write) and the legacy Keras HDF5 layout (read).
 
-Loading is planned completely before anything is assigned: :func:`plan_*` functions read
-every array and check layer presence, weight counts and shapes, and return ``(Variable,
-array)`` pairs; :func:`assign` then writes them. An error in the plan leaves the model as it
-was. The layouts are documented in ``docs/formats.md``.
+Loading is planned completely before anything is assigned: the readers list each layer's
+datasets without reading them (:class:`~kiln.saving.h5util.Stored`: declared shape and
+dtype), :func:`plan` checks layer presence, weight counts, shapes and dtypes against the
+model and only then reads the values, and returns ``(Variable, array)`` pairs; :func:`assign`
+then writes them. An error in the plan leaves the model as it was, and a file declaring
+arrays the model cannot hold is refused before any of its data is read. The layouts are
+documented in ``docs/formats.md``.
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from kiln.saving.h5util import FileFormatError, attr, list_attr, read_dataset, set_list_attr
+from kiln.saving.h5util import FileFormatError, Stored, attr, list_attr, set_list_attr, stored
 
 TOP_LEVEL = "top_level_model_weights"
+#: Deepest group nesting read from a Keras 3 weights file (Keras nests a few levels per
+#: wrapper layer: ``layers/bidirectional/forward_layer/cell/vars``).
+MAX_GROUP_DEPTH = 32
 
 
 # ---- the model side -------------------------------------------------------------------------
@@ -199,7 +205,7 @@ class FileLayer:
 
     name: str
     names: list[str] = field(default_factory=list)
-    arrays: list[np.ndarray] = field(default_factory=list)
+    arrays: list[Any] = field(default_factory=list)  # Stored (not read yet) or np.ndarray
     class_name: str | None = None
 
 
@@ -232,6 +238,16 @@ def _clashes(label: str, labels: list[str]) -> bool:
     return any(x.startswith(label + "/") or label.startswith(x + "/") for x in labels)
 
 
+def _layer_group(group: Any, name: str) -> Any:
+    import h5py
+
+    g = group.get(name) if name else None
+    if not isinstance(g, h5py.Group):
+        raise FileFormatError(f"the file lists layer {name!r} but has no group for it "
+                              "(truncated or edited file?)")
+    return g
+
+
 def read_kiln_group(group: Any) -> list[FileLayer]:
     names = list_attr(group, "layer_names")
     if names is None:
@@ -239,17 +255,14 @@ def read_kiln_group(group: Any) -> list[FileLayer]:
                               "kiln weight group")
     out = []
     for name in names:
-        if name not in group:
-            raise FileFormatError(f"the file lists layer {name!r} but has no group for it "
-                                  "(truncated or edited file?)")
-        g = group[name]
+        g = _layer_group(group, name)
         wnames = list_attr(g, "weight_names") or []
         arrays = []
         for w in wnames:
             if w not in g:
                 raise FileFormatError(f"layer {name!r}: weight {w!r} is listed but missing "
                                       "from the file")
-            arrays.append(read_dataset(g[w]))
+            arrays.append(stored(g[w], f"layer {name!r}, weight {w!r}"))
         out.append(FileLayer(name, wnames, arrays, attr(g, "class_name")))
     return out
 
@@ -261,22 +274,24 @@ def read_legacy_group(group: Any) -> list[FileLayer]:
         raise FileFormatError(f"group {group.name!r} has no 'layer_names' attribute")
     out = []
     for name in names:
-        if name not in group:
-            raise FileFormatError(f"the file lists layer {name!r} but has no group for it")
-        g = group[name]
+        g = _layer_group(group, name)
         wnames = list_attr(g, "weight_names") or []
         arrays = []
         for w in wnames:
             if w not in g:
                 raise FileFormatError(f"layer {name!r}: weight {w!r} is listed but missing "
                                       "from the file")
-            arrays.append(read_dataset(g[w]))
+            arrays.append(stored(g[w], f"layer {name!r}, weight {w!r}"))
         out.append(FileLayer(name, wnames, arrays))
     if TOP_LEVEL in group and TOP_LEVEL not in names:
-        g = group[TOP_LEVEL]
+        g = _layer_group(group, TOP_LEVEL)
         wnames = list_attr(g, "weight_names") or []
         if wnames:
-            out.insert(0, FileLayer(TOP_LEVEL, wnames, [read_dataset(g[w]) for w in wnames]))
+            missing = [w for w in wnames if w not in g]
+            if missing:
+                raise FileFormatError(f"{TOP_LEVEL!r}: weights {missing} are listed but "
+                                      "missing from the file")
+            out.insert(0, FileLayer(TOP_LEVEL, wnames, [stored(g[w]) for w in wnames]))
     return out
 
 
@@ -290,25 +305,42 @@ def _natural_key(name: str) -> tuple:
     return (_name_key(base), num)
 
 
-def read_keras3_flat(group: Any) -> tuple[list[str], list[np.ndarray]]:
-    """All arrays under a Keras 3 object group: its ``vars`` (numeric order), then its
-    sub-objects in Keras' attribute-walk order."""
+def _require_group(obj: Any) -> None:
     import h5py
 
+    if not isinstance(obj, h5py.Group):
+        raise FileFormatError(f"{obj.name!r} should be a group, found a {type(obj).__name__}")
+
+
+def read_keras3_flat(group: Any) -> tuple[list[str], list[Stored]]:
+    """All datasets under a Keras 3 object group (not read): its ``vars`` (numeric order),
+    then its sub-objects in Keras' attribute-walk order. Walked without recursion, and no
+    deeper than :data:`MAX_GROUP_DEPTH` groups."""
+    import h5py
+
+    _require_group(group)
     names: list[str] = []
-    arrays: list[np.ndarray] = []
-    if "vars" in group and isinstance(group["vars"], h5py.Group):
-        v = group["vars"]
-        for key in sorted(v.keys(), key=_numeric_key):
-            if isinstance(v[key], h5py.Dataset):
-                names.append(f"{group.name}/vars/{key}")
-                arrays.append(read_dataset(v[key]))
-    for key in sorted((k for k in group.keys() if k != "vars"), key=_natural_key):
-        sub = group[key]
-        if isinstance(sub, h5py.Group):
-            n, a = read_keras3_flat(sub)
-            names += n
-            arrays += a
+    arrays: list[Stored] = []
+    stack = [(group, 0)]
+    seen: set[Any] = set()  # object ids: a group hard-linked twice (or into a cycle) once
+    while stack:
+        g, depth = stack.pop()
+        if depth > MAX_GROUP_DEPTH:
+            raise FileFormatError(f"group {g.name!r} is nested more than {MAX_GROUP_DEPTH} "
+                                  "groups deep; not a Keras weights layout")
+        if g.id in seen:
+            raise FileFormatError(f"group {g.name!r} is linked more than once under "
+                                  f"{group.name!r}; not a Keras weights layout")
+        seen.add(g.id)
+        if "vars" in g and isinstance(g["vars"], h5py.Group):
+            v = g["vars"]
+            for key in sorted(v.keys(), key=_numeric_key):
+                if isinstance(v[key], h5py.Dataset):
+                    names.append(f"{g.name}/vars/{key}")
+                    arrays.append(stored(v[key]))
+        subs = [g[k] for k in sorted((k for k in g.keys() if k != "vars"), key=_natural_key)]
+        # depth first, in order: push the last sub-object first
+        stack.extend((sub, depth + 1) for sub in reversed(subs) if isinstance(sub, h5py.Group))
     return names, arrays
 
 
@@ -334,6 +366,8 @@ def read_keras3_model(h5: Any, model: Any, keys: dict[int, str] | None = None
     layer_keys = keys or {id(layer): key for layer, key in zip(layers, keras3_keys(layers))}
     root_layers = h5["layers"] if "layers" in h5 else (
         h5["_layer_checkpoint_dependencies"] if "_layer_checkpoint_dependencies" in h5 else None)
+    if root_layers is not None:
+        _require_group(root_layers)
     file_layers: list[FileLayer] = []
     plan_owners: list[Owner] = []
     used_keys: set[str] = set()
@@ -360,10 +394,11 @@ def read_keras3_model(h5: Any, model: Any, keys: dict[int, str] | None = None
     return file_layers, plan_owners
 
 
-def read_keras3_flat_vars(vars_group: Any) -> tuple[list[str], list[np.ndarray]]:
+def read_keras3_flat_vars(vars_group: Any) -> tuple[list[str], list[Stored]]:
+    """The datasets of a ``vars`` group in numeric order (not read)."""
+    _require_group(vars_group)
     keys = sorted(vars_group.keys(), key=_numeric_key)
-    return ([f"{vars_group.name}/{k}" for k in keys], [read_dataset(vars_group[k])
-                                                        for k in keys])
+    return ([f"{vars_group.name}/{k}" for k in keys], [stored(vars_group[k]) for k in keys])
 
 
 def write_keras3_layer(h5: Any, path: str, layer: Any, seen: set[int]) -> None:
@@ -452,12 +487,13 @@ def plan(owners: list[Owner], file_layers: list[FileLayer], source: str,
                              f"{[o.key for o in model_w]})")
         warnings.warn(f"{what}: ignoring layers {names} of {source} that the model does "
                       "not have", stacklevel=3)
-    out: list[tuple[Any, np.ndarray]] = []
+    out: list[tuple[Any, Any]] = []
     for owner, fl in pairs:
         arrays = fl.arrays
         convert = getattr(owner.layer, "_convert_loaded_weights", None)
         if callable(convert) and owner.layer is not None:
-            arrays = list(convert(list(arrays)))
+            arrays = list(convert(read_bounded(arrays, owner.weights, f"{source}, layer "
+                                               f"{fl.name!r}", what)))
         problem = None
         if len(arrays) != len(owner.weights):
             problem = (f"{what}: layer {owner.key!r} ({owner.class_name}) of the model has "
@@ -486,7 +522,50 @@ def plan(owners: list[Owner], file_layers: list[FileLayer], source: str,
             warnings.warn(problem + " (skipped)", stacklevel=3)
             continue
         out += list(zip(owner.weights, arrays))
+    return read_pairs(out, source, what)
+
+
+def read_bounded(arrays: list[Any], weights: list[Any], source: str, what: str) -> list[Any]:
+    """Reads a layer's datasets for a conversion hook, refusing more than twice the float64
+    size of the layer's weights (a conversion may reshape, never needs more)."""
+    limit = 2 * 8 * sum(int(np.prod(w.shape, dtype=np.int64)) for w in weights) + (64 << 10)
+    declared = sum(a.nbytes for a in arrays if isinstance(a, Stored))
+    if declared > limit:
+        raise FileFormatError(f"{what}: {source} declares {declared} bytes of weights where "
+                              f"the model's layer holds at most {limit}; refused before "
+                              "reading")
+    return [a.read() if isinstance(a, Stored) else a for a in arrays]
+
+
+def read_pairs(pairs: list[tuple[Any, Any]], source: str, what: str
+               ) -> list[tuple[Any, np.ndarray]]:
+    """Reads the planned datasets (their shapes and dtypes already checked) and checks the
+    values an integer variable would receive: a float that is not a whole number in the
+    variable's range would be cast to a wrong number silently."""
+    out = []
+    for var, value in pairs:
+        arr = value.read() if isinstance(value, Stored) else np.asarray(value)
+        check_values(var, arr, source, what)
+        out.append((var, arr))
     return out
+
+
+def check_values(var: Any, arr: np.ndarray, source: str, what: str) -> None:
+    """Refuses values that an integer ``var`` cannot hold exactly (NaN, fractions, out of
+    range); the message names the variable and the file."""
+    target = np.dtype(getattr(var, "dtype", arr.dtype))
+    if target.kind not in "iu" or arr.size == 0 or arr.dtype.kind == "b":
+        return
+    info = np.iinfo(target)
+    if arr.dtype.kind == "f":
+        ok = bool(np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)))
+        ok = ok and float(arr.min()) >= info.min and float(arr.max()) < float(info.max) + 1
+    else:
+        ok = int(arr.min()) >= info.min and int(arr.max()) <= info.max
+    if not ok:
+        raise FileFormatError(f"{what}: {source}: the values for {getattr(var, 'name', var)!r} "
+                              f"({target}) are not whole numbers in [{info.min}, {info.max}] "
+                              f"(stored as {arr.dtype}, min {arr.min()}, max {arr.max()})")
 
 
 def check_pairs(pairs: list[tuple[Any, np.ndarray]], what: str) -> None:

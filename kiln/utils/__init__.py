@@ -1,11 +1,19 @@
-"""Utilities: seeding, padding sequences and (with the viz extra) pictures of models and
-training."""
+"""Utilities (``keras.utils``): seeding, one-hot labels, padding sequences, datasets of
+windows, folders and ``PyDataset`` batches, files from URLs, images, and (with the viz
+extra) pictures of models and training."""
 
 from __future__ import annotations
 
 from kiln.random_state import set_seed as _set_seed
+from kiln.utils.files import get_file
+from kiln.utils.image_dataset import image_dataset_from_directory
+from kiln.utils.image_utils import array_to_img, img_to_array, load_img, save_img
+from kiln.utils.numerical import normalize, to_categorical
 from kiln.utils.plot import plot_history, plot_model
+from kiln.utils.py_dataset import PyDataset, Sequence
 from kiln.utils.sequence import pad_sequences
+from kiln.utils.text_dataset import text_dataset_from_directory
+from kiln.utils.timeseries import timeseries_dataset_from_array
 
 
 def set_random_seed(seed: int) -> None:
@@ -19,4 +27,7 @@ def set_random_seed(seed: int) -> None:
     _set_seed(seed)
 
 
-__all__ = ["set_random_seed", "plot_model", "plot_history", "pad_sequences"]
+__all__ = ["set_random_seed", "plot_model", "plot_history", "pad_sequences", "to_categorical",
+           "normalize", "timeseries_dataset_from_array", "PyDataset", "Sequence", "get_file",
+           "image_dataset_from_directory", "text_dataset_from_directory", "load_img",
+           "img_to_array", "array_to_img", "save_img"]

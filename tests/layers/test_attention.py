@@ -401,7 +401,8 @@ def test_multi_head_attention_config_round_trip():
     ({"num_heads": 0, "key_dim": 2}, "num_heads must be a positive int"),
     ({"num_heads": 2, "key_dim": -1}, "key_dim must be a positive int"),
     ({"num_heads": 2, "key_dim": 2, "dropout": 1.0}, "dropout must be a float in"),
-    ({"num_heads": 2, "key_dim": 2, "kernel_constraint": "max_norm"}, "constraints"),
+    ({"num_heads": 2, "key_dim": 2, "kernel_constraint": "max_nrom"},
+     "invalid kernel_constraint: Unknown constraint"),
 ])
 def test_multi_head_attention_constructor_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):

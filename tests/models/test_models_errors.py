@@ -19,12 +19,16 @@ def model():
 
 
 def _unchanged(model, fn):
+    """Runs ``fn`` (expected to raise, inside ``pytest.raises``) and checks, whether it raised
+    or not, that the weights and the optimizer state did not change."""
     before = model.get_weights()
     opt_before = [v.numpy() for v in model.optimizer.variables] if model.optimizer else []
-    fn()
-    assert weights_equal(model.get_weights(), before)
-    if model.optimizer:
-        assert weights_equal([v.numpy() for v in model.optimizer.variables], opt_before)
+    try:
+        fn()
+    finally:
+        assert weights_equal(model.get_weights(), before)
+        if model.optimizer:
+            assert weights_equal([v.numpy() for v in model.optimizer.variables], opt_before)
 
 
 def test_fit_before_compile():

@@ -8,13 +8,17 @@ through :func:`load_source`, which owns the one cache-key scheme and the files:
   ``"cudasim"``), the function's name, the jit options, the signature string and the full text
   of the file (:func:`kernel_key`);
 * the text is written to ``KILN_CACHE_DIR/<target>/k_<key>.py`` atomically (temporary file +
-  rename), and never rewritten when identical (numba's cache index checks its modification
-  time), so numba's ``cache=True`` works across processes (functions built with ``exec`` from a
-  string cannot be cached);
-* a damaged cache never gives wrong results: a file whose content differs from the text wanted
-  (truncated, edited, corrupted) is rewritten; a file whose import raises (a SyntaxError, stale
-  or corrupt bytecode) is rewritten once, its bytecode dropped, and imported again; a second
-  failure raises :class:`KernelLoadError` naming the file.
+  rename; the folders are created with mode 0700: whoever can write the cache can run code as
+  the user), and never rewritten when identical, so numba's disk cache, which needs a
+  function's file, works across processes;
+* the module is built from the text kiln generated, never from what the file holds: a file
+  whose content differs (truncated, edited, not UTF-8, swapped with another kernel's) is
+  rewritten, no bytecode is read or written, and numba's cache of it is keyed by a hash of
+  the text and checked (:mod:`.numba_cache`);
+* a damaged cache never gives wrong results and never stops a run: a damaged entry is
+  discarded, recompiled and rewritten; a cache folder that cannot be used (a file, read-only,
+  a full disk) leaves the kernels compiled in memory only. Either warns once per process
+  (:class:`KernelCacheWarning`, naming ``KILN_CACHE_DIR`` and the path).
 
 The backends wrap the function in their own ``Kernel`` (``cpu/jit.py``: numba ``njit``;
 ``cuda/_jit.py``: ``cuda.jit`` and launches); neither writes files or computes keys.
@@ -26,13 +30,13 @@ Example:
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import importlib
 import importlib.util
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -42,17 +46,51 @@ from typing import Any
 from kiln import config
 
 # Bump when a code generator or a backend's Kernel wrapper changes in a way the text does not show.
-CODEGEN_VERSION = "6"
+CODEGEN_VERSION = "7"  # 7: numba's cache files are sealed (numba_cache.py)
 
 TARGETS = ("cpu", "cuda", "cudasim")
 
 _lock = threading.RLock()
 _loaded: dict[str, Source] = {}
 _versions: dict[str, str] = {}
+_unusable: dict[str, str] = {}  # cache folder -> why it cannot be written (this process)
+_warned: set[str] = set()
 
 
 class KernelLoadError(RuntimeError):
-    """A cached kernel file could not be imported, even after rewriting it."""
+    """A generated kernel's source could not be executed (a bug in its generator)."""
+
+
+class KernelCacheWarning(RuntimeWarning):
+    """The kernel cache (``KILN_CACHE_DIR``) held a damaged entry, or cannot be used."""
+
+
+def warn_cache(kind: str, message: str) -> None:
+    """Warns once per process per ``kind`` (``"damaged"``, ``"unusable"``) about the kernel
+    cache, naming ``KILN_CACHE_DIR``."""
+    with _lock:
+        if kind in _warned:
+            return
+        _warned.add(kind)
+    warnings.warn(f"kiln: {message} (kernel cache: KILN_CACHE_DIR={config.cache_dir()!r}; "
+                  "this is warned once per process)", KernelCacheWarning, stacklevel=3)
+
+
+def private_dir(path: str) -> None:
+    """Creates the folder ``path`` (and any missing parent) with mode 0700.
+
+    Raises:
+        OSError: it cannot be created, or is not a folder.
+    """
+    if not os.path.isdir(path):
+        parent = os.path.dirname(path)
+        if parent and parent != path and not os.path.isdir(parent):
+            private_dir(parent)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise NotADirectoryError(f"{path} exists and is not a folder") from None
 
 
 @dataclass(frozen=True)
@@ -64,7 +102,10 @@ class Source:
         name: the function's name in the file.
         key: the cache key (part of the file name).
         path: the file.
-        module: the imported module.
+        module: the module, built from the text.
+        on_disk: whether ``path`` holds the text (False when the cache folder cannot be
+            used: then nothing may be cached on disk for this kernel).
+        stamp: the sha256 of the text (what numba's cache of the file is keyed by).
     """
 
     target: str
@@ -72,6 +113,8 @@ class Source:
     key: str
     path: str
     module: ModuleType
+    on_disk: bool = True
+    stamp: bytes = b""
 
     @property
     def function(self) -> Callable:
@@ -132,21 +175,20 @@ def write_source(path: str, text: str, *, force: bool = False) -> bool:
     """Writes ``text`` to ``path`` atomically unless an identical file exists (or ``force``).
 
     Returns:
-        True when the file was written. An identical file is never rewritten (numba's cache
-        index checks its modification time); a different one (damaged) always is.
+        True when the file was written. An identical file is never rewritten; a different
+        one (damaged) always is.
+
+    Raises:
+        OSError: the file could not be written (the folder cannot be created or written, the
+            disk is full).
     """
-    if not force:
-        try:
-            with open(path, encoding="utf-8") as f:
-                if f.read() == text:
-                    return False
-        except (OSError, UnicodeDecodeError):
-            pass
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if not force and same_text(path, text):
+        return False
+    private_dir(os.path.dirname(path))
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(text.encode("utf-8"))
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -154,8 +196,29 @@ def write_source(path: str, text: str, *, force: bool = False) -> bool:
     return True
 
 
+def same_text(path: str, text: str) -> bool:
+    """Whether the file ``path`` holds exactly ``text`` (False when it is missing, unreadable,
+    or not UTF-8)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read() == text.encode("utf-8")
+    except OSError:
+        return False
+
+
+def module_from_text(modname: str, path: str, text: str) -> ModuleType:
+    """A module called ``modname`` (not registered) built by executing ``text`` as if it were
+    the file ``path`` (numba's cache and tracebacks name that file)."""
+    module = ModuleType(modname)
+    module.__file__ = path
+    exec(compile(text, path, "exec"), module.__dict__)  # noqa: S102 - kiln's generated text
+    return module
+
+
 def import_file(modname: str, path: str) -> ModuleType:
-    """Imports the Python file ``path`` as a module called ``modname`` (not registered)."""
+    """Imports the Python file ``path`` as a module called ``modname`` (not registered); for
+    tools that compile a recorded kernel file again (the loader itself never imports a file:
+    :func:`module_from_text`)."""
     spec = importlib.util.spec_from_file_location(modname, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
@@ -164,20 +227,27 @@ def import_file(modname: str, path: str) -> ModuleType:
     return module
 
 
-def _drop_bytecode(path: str) -> None:
-    folder, base = os.path.split(path)
-    stem = os.path.splitext(base)[0]
-    for pyc in glob.glob(os.path.join(folder, "__pycache__", f"{stem}.*.pyc")):
-        try:
-            os.remove(pyc)
-        except OSError:
-            pass
+def _store(path: str, text: str) -> tuple[bool, bool]:
+    """Makes ``path`` hold ``text``: ``(written, on_disk)``. A folder that cannot be written
+    is remembered (and warned about once): its kernels live in memory only, except those whose
+    file is already there, identical (a read-only cache still serves)."""
+    folder = os.path.dirname(path)
+    if folder in _unusable:
+        return False, same_text(path, text)
+    try:
+        return write_source(path, text), True
+    except OSError as exc:
+        _unusable[folder] = f"{type(exc).__name__}: {exc}"
+        warn_cache("unusable", f"the kernel cache folder {folder!r} cannot be written "
+                   f"({_unusable[folder]}); kernels are compiled in memory only, so the next "
+                   "process compiles them again. Point KILN_CACHE_DIR to a writable folder")
+        return False, same_text(path, text)
 
 
 def load_source(target: str, source: str, name: str, *, header: str, options: str = "",
                 signature: str = "", prepare: Callable[[ModuleType], None] | None = None,
                 counts: dict[str, Any] | None = None) -> Source:
-    """Writes ``header + source`` to the cache (if needed), imports it, returns the module.
+    """Writes ``header + source`` to the cache (if needed) and builds its module from the text.
 
     Args:
         target: ``"cpu"``, ``"cuda"`` or ``"cudasim"``.
@@ -186,7 +256,7 @@ def load_source(target: str, source: str, name: str, *, header: str, options: st
         header: what the file starts with (imports, shared helpers); part of the key.
         options: the jit options (part of the key).
         signature: what the source is specialized for (part of the key).
-        prepare: called on a freshly imported module (e.g. the simulator's ``math``).
+        prepare: called on a freshly built module (e.g. the simulator's ``math``).
         counts: a backend's counters; ``sources_written`` and ``modules_loaded`` are
             incremented here.
 
@@ -194,7 +264,7 @@ def load_source(target: str, source: str, name: str, *, header: str, options: st
         A :class:`Source`; the same object for the same file within a process.
 
     Raises:
-        KernelLoadError: the file could not be imported, even after rewriting it.
+        KernelLoadError: the text could not be executed (a bug in its generator).
     """
     text = f"# kiln {target} kernel {name} [{signature}] {options}\n{header}{source}"
     key = kernel_key(target, name, text, options=options, signature=signature)
@@ -209,21 +279,15 @@ def load_source(target: str, source: str, name: str, *, header: str, options: st
         # one module per file (the same key in another KILN_CACHE_DIR is another file)
         where = hashlib.sha256(path.encode()).hexdigest()[:8]
         modname = f"kiln_jit_{target}_k_{key}_{where}"
-        written = write_source(path, text)
+        written, on_disk = _store(path, text)
         module = sys.modules.get(modname)
         if module is None:
             try:
-                module = import_file(modname, path)
-            except Exception as first:  # noqa: BLE001 - a damaged cache: rewrite, retry once
-                _drop_bytecode(path)
-                written = write_source(path, text, force=True)
-                try:
-                    module = import_file(modname, path)
-                except Exception as exc:  # noqa: BLE001
-                    raise KernelLoadError(
-                        f"kiln: cannot import the {target} kernel {name!r} from {path} "
-                        f"({type(exc).__name__}: {exc}; it was rewritten after a first "
-                        f"failure: {type(first).__name__}: {first})") from exc
+                module = module_from_text(modname, path, text)
+            except Exception as exc:  # noqa: BLE001 - any error of generated code: name it
+                raise KernelLoadError(
+                    f"kiln: the generated {target} kernel {name!r} ({path}) cannot be "
+                    f"executed: {type(exc).__name__}: {exc}") from exc
             if prepare is not None:
                 prepare(module)
             sys.modules[modname] = module
@@ -231,6 +295,7 @@ def load_source(target: str, source: str, name: str, *, header: str, options: st
                 counts["modules_loaded"] += 1
         if written and counts is not None:
             counts["sources_written"] += 1
-        found = Source(target, name, key, path, module)
+        stamp = hashlib.sha256(text.encode("utf-8")).digest()
+        found = Source(target, name, key, path, module, on_disk, stamp)
         _loaded[path] = found
         return found

@@ -2,9 +2,11 @@
 
 from kiln.core.ops import (  # noqa: F401  (registration side effects)
     _overloads,  # noqa: F401
+    collective,
     conv,
     elementwise,
     fused,
+    image,
     linalg,
     movement,
     nn,

@@ -2,14 +2,20 @@
 
 Registered ops (on 4-D tensors; ``conv1d`` is a builder over ``conv2d``):
 
-* ``conv2d(x, w)``: x (N, H, W, Cin), w (kh, kw, Cin, Cout) -> (N, OH, OW, Cout).
+* ``conv2d(x, w)``: x (N, H, W, Cin), w (kh, kw, Cin / groups, Cout) -> (N, OH, OW, Cout).
 * ``conv2d_backprop_input(ct, w)``: the transpose of ``conv2d`` in ``x`` (the input gradient,
   and the transposed convolution); its static ``input_shape=(H, W, Cin)`` is an attribute.
 * ``conv2d_backprop_filter(x, ct)``: the transpose of ``conv2d`` in ``w``; ``kernel_size`` is an
   attribute.
 
 The three ops are bilinear and each one's VJP is built from the other two, with the same
-strides, padding and dilation, so gradients of any order are exact.
+strides, padding, dilation and groups, so gradients of any order are exact.
+
+Grouped convolution (``groups`` attribute, absent when 1, as TensorFlow and Keras define it):
+the input channels and the output channels are split into ``groups`` consecutive blocks, and
+output block g sees only input block g, through ``w[..., g * Cout/g:(g + 1) * Cout/g]`` of
+shape (kh, kw, Cin / groups, Cout / groups). ``groups == Cin`` is a depthwise convolution.
+The references loop over the groups.
 
 The NumPy references use an im2col over the ``kh * kw`` kernel positions (each a strided slice
 of the padded input) and one GEMM, so they are usable as the fallback kernels.
@@ -44,17 +50,32 @@ __all__ = ["conv2d", "conv1d", "conv2d_transpose"]
 
 
 # ---- conv2d -------------------------------------------------------------------------------------
+def _check_groups(op: str, groups: Any, cout: int | None, what: str) -> None:
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"{op}: groups must be a positive int, received groups={groups!r}")
+    if cout is not None and cout % groups:
+        raise ValueError(f"{op}: the {what} has {cout} output channels, not a multiple of "
+                         f"groups={groups}")
+
+
+def _in_channels(w: TensorType | Node, groups: int) -> int | None:
+    return None if w.shape[2] is None else w.shape[2] * groups
+
+
 def _conv_infer(x: TensorType, w: TensorType, *, strides: Pair, padding: str,
-                dilation: Pair) -> TensorType:
+                dilation: Pair, groups: int = 1) -> TensorType:
     op = "conv2d"
     require_float(op, x, w)
     dtype = same_dtype(op, x, w)
     rank4(op, "input", x)
     rank4(op, "kernel", w)
     check_attrs(op, strides, padding, dilation)
-    if not same(x.shape[3], w.shape[2]):
+    _check_groups(op, groups, w.shape[3], f"kernel of shape {fmt(w.shape)}")
+    if not same(x.shape[3], _in_channels(w, groups)):
+        extra = "" if groups == 1 else f" (in_channels / groups with groups={groups})"
         raise ValueError(f"{op}: input of shape {fmt(x.shape)} has {x.shape[3]} channels but the "
-                         f"kernel of shape {fmt(w.shape)} expects {w.shape[2]}")
+                         f"kernel of shape {fmt(w.shape)} expects {_in_channels(w, groups)}"
+                         f"{extra}")
     if w.shape[0] is None or w.shape[1] is None:
         raise ValueError(f"{op}: the kernel's spatial size must be static, received "
                          f"{fmt(w.shape)}")
@@ -65,8 +86,20 @@ def _conv_infer(x: TensorType, w: TensorType, *, strides: Pair, padding: str,
     return TensorType((x.shape[0], oh, ow, w.shape[3]), dtype)
 
 
-def _conv_ref(x, w, *, strides, padding, dilation):
+def _split_ref(fn, a, b, groups):
+    """Applies ``fn`` per group to the channel blocks of ``a`` and ``b`` (their last axes) and
+    concatenates the results along their last axis."""
+    ga, gb = a.shape[3] // groups, b.shape[3] // groups
+    parts = [fn(a[..., g * ga:(g + 1) * ga], b[..., g * gb:(g + 1) * gb])
+             for g in range(groups)]
+    return np.concatenate(parts, axis=-1)
+
+
+def _conv_ref(x, w, *, strides, padding, dilation, groups=1):
     x, w = np.asarray(x), np.asarray(w)
+    if groups != 1:
+        attrs = {"strides": strides, "padding": padding, "dilation": dilation}
+        return _split_ref(lambda xg, wg: _conv_ref(xg, wg, **attrs), x, w, groups)
     k = w.shape[:2]
     (oh, ow), pads = window2d(x.shape[1:3], k, strides, dilation, padding)
     cols = im2col(pad_hw(x, pads), oh, ow, k, strides, dilation)
@@ -74,24 +107,33 @@ def _conv_ref(x, w, *, strides, padding, dilation):
     return out.reshape(x.shape[0], oh, ow, w.shape[3]).astype(x.dtype, copy=False)
 
 
-def _static_input_shape(op: str, x: Node, w: Node) -> tuple[int, int, int]:
-    h, wd, c = x.shape[1], x.shape[2], x.shape[3] if x.shape[3] is not None else w.shape[2]
+def _groups_attr(groups: int) -> dict:
+    """The ``groups`` attribute as nodes carry it: absent when 1 (ungrouped nodes stay equal to
+    the ones built before grouped convolution existed)."""
+    return {} if groups == 1 else {"groups": groups}
+
+
+def _static_input_shape(op: str, x: Node, w: Node, groups: int = 1
+                        ) -> tuple[int, int, int]:
+    h, wd = x.shape[1], x.shape[2]
+    c = x.shape[3] if x.shape[3] is not None else _in_channels(w, groups)
     if h is None or wd is None or c is None:
         raise ValueError(f"{op}: the gradient needs static spatial dims and channels, received "
                          f"input {fmt(x.shape)}")
     return (h, wd, c)
 
 
-def _conv_vjp(ct, out, x, w, *, strides, padding, dilation):
-    attrs = {"strides": strides, "padding": padding, "dilation": dilation}
+def _conv_vjp(ct, out, x, w, *, strides, padding, dilation, groups=1):
+    attrs = {"strides": strides, "padding": padding, "dilation": dilation,
+             **_groups_attr(groups)}
     return [apply("conv2d_backprop_input", ct, w,
-                  input_shape=_static_input_shape("conv2d", x, w), **attrs),
+                  input_shape=_static_input_shape("conv2d", x, w, groups), **attrs),
             apply("conv2d_backprop_filter", x, ct, kernel_size=w.shape[:2], **attrs)]
 
 
 # ---- conv2d_backprop_input: the transpose in x --------------------------------------------------
 def _bpi_infer(ct: TensorType, w: TensorType, *, input_shape: tuple[int, int, int],
-               strides: Pair, padding: str, dilation: Pair) -> TensorType:
+               strides: Pair, padding: str, dilation: Pair, groups: int = 1) -> TensorType:
     op = "conv2d_backprop_input"
     require_float(op, ct, w)
     dtype = same_dtype(op, ct, w)
@@ -105,9 +147,11 @@ def _bpi_infer(ct: TensorType, w: TensorType, *, input_shape: tuple[int, int, in
     if w.shape[0] is None or w.shape[1] is None:
         raise ValueError(f"{op}: the kernel's spatial size must be static, received "
                          f"{fmt(w.shape)}")
-    if not same(w.shape[2], input_shape[2]):
+    _check_groups(op, groups, w.shape[3], f"kernel of shape {fmt(w.shape)}")
+    if not same(_in_channels(w, groups), input_shape[2]):
         raise ValueError(f"{op}: input_shape {input_shape} has {input_shape[2]} channels but the "
-                         f"kernel of shape {fmt(w.shape)} has {w.shape[2]} input channels")
+                         f"kernel of shape {fmt(w.shape)} with groups={groups} has "
+                         f"{_in_channels(w, groups)} input channels")
     if not same(ct.shape[3], w.shape[3]):
         raise ValueError(f"{op}: cotangent of shape {fmt(ct.shape)} has {ct.shape[3]} channels "
                          f"but the kernel of shape {fmt(w.shape)} has {w.shape[3]} output "
@@ -124,8 +168,13 @@ def _bpi_infer(ct: TensorType, w: TensorType, *, input_shape: tuple[int, int, in
     return TensorType((ct.shape[0],) + tuple(input_shape), dtype)
 
 
-def _bpi_ref(ct, w, *, input_shape, strides, padding, dilation):
+def _bpi_ref(ct, w, *, input_shape, strides, padding, dilation, groups=1):
     ct, w = np.asarray(ct), np.asarray(w)
+    if groups != 1:
+        shape = tuple(input_shape[:2]) + (input_shape[2] // groups,)
+        attrs = {"input_shape": shape, "strides": strides, "padding": padding,
+                 "dilation": dilation}
+        return _split_ref(lambda cg, wg: _bpi_ref(cg, wg, **attrs), ct, w, groups)
     k = w.shape[:2]
     (oh, ow), pads = window2d(input_shape[:2], k, strides, dilation, padding)
     cols = ct.reshape(-1, w.shape[3]) @ w.reshape(-1, w.shape[3]).T
@@ -135,15 +184,16 @@ def _bpi_ref(ct, w, *, input_shape, strides, padding, dilation):
     return dx.astype(ct.dtype, copy=False)
 
 
-def _bpi_vjp(g, out, ct, w, *, input_shape, strides, padding, dilation):
-    attrs = {"strides": strides, "padding": padding, "dilation": dilation}
+def _bpi_vjp(g, out, ct, w, *, input_shape, strides, padding, dilation, groups=1):
+    attrs = {"strides": strides, "padding": padding, "dilation": dilation,
+             **_groups_attr(groups)}
     return [apply("conv2d", g, w, **attrs),
             apply("conv2d_backprop_filter", g, ct, kernel_size=w.shape[:2], **attrs)]
 
 
 # ---- conv2d_backprop_filter: the transpose in w -------------------------------------------------
 def _bpf_infer(x: TensorType, ct: TensorType, *, kernel_size: Pair, strides: Pair, padding: str,
-               dilation: Pair) -> TensorType:
+               dilation: Pair, groups: int = 1) -> TensorType:
     op = "conv2d_backprop_filter"
     require_float(op, x, ct)
     dtype = same_dtype(op, x, ct)
@@ -157,6 +207,10 @@ def _bpf_infer(x: TensorType, ct: TensorType, *, kernel_size: Pair, strides: Pai
     if not same(x.shape[0], ct.shape[0]):
         raise ValueError(f"{op}: input {fmt(x.shape)} and cotangent {fmt(ct.shape)} have "
                          "different batch sizes")
+    _check_groups(op, groups, ct.shape[3], f"cotangent of shape {fmt(ct.shape)}")
+    if x.shape[3] is not None and x.shape[3] % groups:
+        raise ValueError(f"{op}: the input of shape {fmt(x.shape)} has {x.shape[3]} channels, "
+                         f"not a multiple of groups={groups}")
     try:
         (oh, ow), _ = window2d(x.shape[1:3], kernel_size, strides, dilation, padding, op=op)
     except ValueError as exc:
@@ -166,11 +220,16 @@ def _bpf_infer(x: TensorType, ct: TensorType, *, kernel_size: Pair, strides: Pai
                          f"{kernel_size}, strides {strides}, dilation {dilation} and padding "
                          f"{padding!r} has spatial size ({oh}, {ow}), but the cotangent has "
                          f"shape {fmt(ct.shape)}")
-    return TensorType(tuple(kernel_size) + (x.shape[3], ct.shape[3]), dtype)
+    cin = None if x.shape[3] is None else x.shape[3] // groups
+    return TensorType(tuple(kernel_size) + (cin, ct.shape[3]), dtype)
 
 
-def _bpf_ref(x, ct, *, kernel_size, strides, padding, dilation):
+def _bpf_ref(x, ct, *, kernel_size, strides, padding, dilation, groups=1):
     x, ct = np.asarray(x), np.asarray(ct)
+    if groups != 1:
+        attrs = {"kernel_size": kernel_size, "strides": strides, "padding": padding,
+                 "dilation": dilation}
+        return _split_ref(lambda xg, cg: _bpf_ref(xg, cg, **attrs), x, ct, groups)
     (oh, ow), pads = window2d(x.shape[1:3], kernel_size, strides, dilation, padding)
     cols = im2col(pad_hw(x, pads), oh, ow, kernel_size, strides, dilation)
     dw = cols.reshape(-1, cols.shape[-1]).T @ ct.reshape(-1, ct.shape[3])
@@ -178,25 +237,30 @@ def _bpf_ref(x, ct, *, kernel_size, strides, padding, dilation):
         x.dtype, copy=False)
 
 
-def _bpf_vjp(g, out, x, ct, *, kernel_size, strides, padding, dilation):
-    attrs = {"strides": strides, "padding": padding, "dilation": dilation}
+def _bpf_vjp(g, out, x, ct, *, kernel_size, strides, padding, dilation, groups=1):
+    attrs = {"strides": strides, "padding": padding, "dilation": dilation,
+             **_groups_attr(groups)}
     return [apply("conv2d_backprop_input", ct, g,
-                  input_shape=_static_input_shape("conv2d_backprop_filter", x, g), **attrs),
+                  input_shape=_static_input_shape("conv2d_backprop_filter", x, g, groups),
+                  **attrs),
             apply("conv2d", x, g, **attrs)]
 
 
 # ---- conv examples (tiny: gradients are checked by finite differences) --------------------------
-_CONV_CASES = [  # x shape, kernel (kh, kw, cin, cout), strides, padding, dilation
-    ((2, 5, 5, 2), (3, 3, 2, 3), (1, 1), "valid", (1, 1)),
-    ((2, 5, 5, 2), (3, 3, 2, 2), (2, 2), "same", (1, 1)),
-    ((1, 5, 6, 2), (2, 2, 2, 3), (1, 2), "same", (2, 1)),
-    ((1, 6, 5, 3), (2, 3, 3, 2), (2, 1), "valid", (2, 2)),
+_CONV_CASES = [  # x shape, kernel (kh, kw, cin / groups, cout), strides, padding, dilation, groups
+    ((2, 5, 5, 2), (3, 3, 2, 3), (1, 1), "valid", (1, 1), 1),
+    ((2, 5, 5, 2), (3, 3, 2, 2), (2, 2), "same", (1, 1), 1),
+    ((1, 5, 6, 2), (2, 2, 2, 3), (1, 2), "same", (2, 1), 1),
+    ((1, 6, 5, 3), (2, 3, 3, 2), (2, 1), "valid", (2, 2), 1),
+    ((1, 4, 5, 4), (3, 2, 2, 4), (1, 1), "same", (1, 1), 2),     # grouped
+    ((2, 5, 4, 3), (2, 2, 1, 6), (2, 1), "valid", (1, 2), 3),    # depthwise, multiplier 2
 ]
 
 
 def _conv_cases(rng, dt):
-    for xs, ws, strides, padding, dilation in _CONV_CASES:
-        attrs = {"strides": strides, "padding": padding, "dilation": dilation}
+    for xs, ws, strides, padding, dilation, groups in _CONV_CASES:
+        attrs = {"strides": strides, "padding": padding, "dilation": dilation,
+                 **_groups_attr(groups)}
         x = rng.normal(size=xs).astype(dt)
         w = rng.normal(size=ws).astype(dt)
         ct = rng.normal(size=_conv_ref(x, w, **attrs).shape).astype(dt)
@@ -233,17 +297,26 @@ def _float_operands(op: str, x: Any, kernel: Any) -> tuple[Node, Node]:
     return x, k
 
 
+def _groups_arg(op: str, groups: Any) -> int:
+    if isinstance(groups, bool) or not isinstance(groups, int | np.integer) or groups < 1:
+        raise ValueError(f"{op}: groups must be a positive int, received groups={groups!r}")
+    return int(groups)
+
+
 def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: str = "valid",
-           dilation_rate: Any = 1) -> Node:
+           dilation_rate: Any = 1, groups: int = 1) -> Node:
     """2-D convolution (cross-correlation, like Keras), channels-last.
 
     Args:
         x: input of shape (batch, height, width, in_channels).
-        kernel: shape (kernel_h, kernel_w, in_channels, out_channels).
+        kernel: shape (kernel_h, kernel_w, in_channels / groups, out_channels).
         strides: int or pair.
         padding: "valid" or "same" (TensorFlow semantics: out = ceil(in / stride), the odd
             padding pixel goes at the bottom/right).
         dilation_rate: int or pair.
+        groups: grouped convolution: the channels split into ``groups`` consecutive blocks,
+            output block g computed from input block g only (``groups == in_channels``:
+            depthwise). Both channel counts must be multiples of it.
 
     Returns:
         A tensor of shape (batch, out_h, out_w, out_channels).
@@ -254,20 +327,22 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: str = "valid",
     x, k = _float_operands("conv2d", x, kernel)
     return apply("conv2d", x, k, strides=int_tuple("conv2d", "strides", strides, 2),
                  padding=padding_arg("conv2d", padding),
-                 dilation=int_tuple("conv2d", "dilation_rate", dilation_rate, 2))
+                 dilation=int_tuple("conv2d", "dilation_rate", dilation_rate, 2),
+                 **_groups_attr(_groups_arg("conv2d", groups)))
 
 
 def conv1d(x: Any, kernel: Any, strides: Any = 1, padding: str = "valid",
-           dilation_rate: Any = 1) -> Node:
+           dilation_rate: Any = 1, groups: int = 1) -> Node:
     """1-D convolution, channels-last (built on conv2d).
 
     Args:
         x: input of shape (batch, length, in_channels).
-        kernel: shape (kernel_size, in_channels, out_channels).
+        kernel: shape (kernel_size, in_channels / groups, out_channels).
         strides: int (or a 1-sequence).
         padding: "valid", "same" or "causal" (left padding by ``(k - 1) * dilation``, as in
             Keras' Conv1D).
         dilation_rate: int (or a 1-sequence).
+        groups: grouped convolution, as in ``conv2d``.
 
     Returns:
         A tensor of shape (batch, out_length, out_channels).
@@ -283,6 +358,7 @@ def conv1d(x: Any, kernel: Any, strides: Any = 1, padding: str = "valid",
     (s,) = int_tuple("conv1d", "strides", strides, 1)
     (d,) = int_tuple("conv1d", "dilation_rate", dilation_rate, 1)
     p = padding_arg("conv1d", padding, PADDINGS + ("causal",))
+    g = _groups_arg("conv1d", groups)
     if p == "causal":
         if k.shape[0] is None:
             raise ValueError(f"conv1d: causal padding needs a static kernel size, received "
@@ -290,7 +366,7 @@ def conv1d(x: Any, kernel: Any, strides: Any = 1, padding: str = "valid",
         x = pad(x, ((0, 0), ((k.shape[0] - 1) * d, 0), (0, 0)))
         p = "valid"
     y = apply("conv2d", expand_dims(x, 1), expand_dims(k, 0), strides=(1, s), padding=p,
-              dilation=(1, d))
+              dilation=(1, d), **_groups_attr(g))
     return squeeze(y, 1)
 
 

@@ -126,7 +126,7 @@ def _softplus_ref(x):
 _unary("neg", np.negative, "-{0}", lambda ct, out, x: [-ct], _unary_any("neg"))
 _unary("abs", np.abs, "abs({0})", lambda ct, out, x: [ct * apply("sign", x)], _unary_any("abs"),
        _unary_examples(avoid=0.0))
-_unary("sign", np.sign, "(1 if {0} > 0 else (-1 if {0} < 0 else 0))", None, _unary_any("sign"),
+_unary("sign", np.sign, "(1 if {0} > 0 else (-1 if {0} < 0 else {0}))", None, _unary_any("sign"),
        differentiable=False, nondiff_reason="piecewise constant: zero gradient almost everywhere")
 _unary("exp", np.exp, "np.exp({0})", lambda ct, out, x: [ct * out])
 _unary("expm1", np.expm1, "np.expm1({0})", lambda ct, out, x: [ct * (out + _c(1, out))])
@@ -149,7 +149,7 @@ _unary("sigmoid", _sigmoid_ref,
        "(1.0 / (1.0 + np.exp(-{0})) if {0} >= 0 else np.exp({0}) / (1.0 + np.exp({0})))",
        lambda ct, out, x: [ct * out * (_c(1, out) - out)])
 _unary("relu", lambda x: np.maximum(x, 0).astype(np.asarray(x).dtype),
-       "({0} if {0} > 0 else 0)",
+       "(0 if {0} <= 0 else {0})",  # NaN fails the test and stays NaN, as in np.maximum
        lambda ct, out, x: [ct * apply("cast", apply("greater", x, _c(0, x)), dtype=x.dtype)],
        _unary_any("relu"), _unary_examples(avoid=0.0))
 _unary("softplus", _softplus_ref, "(max({0}, 0.0) + np.log1p(np.exp(-abs({0}))))",
@@ -194,10 +194,12 @@ def _min_vjp(ct, out, x, y):
     return [ct * pick_x, ct * (_c(1, ct) - pick_x)]
 
 
-_bin("maximum", np.maximum, "max({0}, {1})", _max_vjp,
-     examples=_binary_examples(separate=True))
-_bin("minimum", np.minimum, "min({0}, {1})", _min_vjp,
-     examples=_binary_examples(separate=True))
+# NaN in either operand gives NaN, as np.maximum/np.minimum (Python's and numba's max(a, b)
+# return a whenever b is NaN, and a CUDA fmax drops NaN).
+_MAX = "({1} if ({1} > {0} or {1} != {1}) else {0})"
+_MIN = "({1} if ({1} < {0} or {1} != {1}) else {0})"
+_bin("maximum", np.maximum, _MAX, _max_vjp, examples=_binary_examples(separate=True))
+_bin("minimum", np.minimum, _MIN, _min_vjp, examples=_binary_examples(separate=True))
 
 _CMP = {"equal": (np.equal, "=="), "not_equal": (np.not_equal, "!="), "less": (np.less, "<"),
         "less_equal": (np.less_equal, "<="), "greater": (np.greater, ">"),
@@ -284,7 +286,7 @@ def _clip_examples(rng, dtype):
 
 register(OpDef("clip", ELEMENTWISE, _clip_infer,
                lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi).astype(np.asarray(x).dtype),
-               _clip_vjp, scalar="min(max({0}, {1}), {2})", examples=_clip_examples))
+               _clip_vjp, scalar=_MIN.format(_MAX, "{2}"), examples=_clip_examples))
 
 
 # ---- builders -------------------------------------------------------------------------------

@@ -108,9 +108,13 @@ def _dense_infer(logits: TensorType, labels: TensorType) -> TensorType:
 
 
 def _dense_ref(logits, labels):
+    # In float64, where x - max(x) cannot overflow (logits of +-3e38); a class with label 0
+    # adds 0, even where its log-probability is -inf: 0 * -inf would make the loss NaN.
     logits = np.asarray(logits)
-    lsm = _log_softmax_ref(logits, axis=logits.ndim - 1)
-    return -np.sum(np.asarray(labels) * lsm, axis=-1).astype(logits.dtype)
+    labels = np.asarray(labels, np.float64)
+    lsm = _log_softmax_ref(logits.astype(np.float64), axis=logits.ndim - 1)
+    with np.errstate(over="ignore"):  # a loss beyond float32's range is inf
+        return -np.sum(labels * np.where(labels != 0, lsm, 0), axis=-1).astype(logits.dtype)
 
 
 def _dense_vjp(ct, out, logits, labels):
@@ -151,6 +155,7 @@ def sparse_softmax_cross_entropy(logits: Any, labels: Any) -> Node:
 
 
 def softmax_cross_entropy(logits: Any, labels: Any) -> Node:
-    """Per-example ``-sum(labels * log_softmax(logits))`` over the last axis (one-hot or soft)."""
+    """Per-example ``-sum(labels * log_softmax(logits))`` over the last axis (one-hot or soft);
+    a class whose label is 0 adds 0, even where its log-probability underflows to -inf."""
     lg = as_node(logits)
     return apply("softmax_cross_entropy", lg, as_node(labels, lg.dtype))

@@ -42,7 +42,9 @@ SOURCE = "source"
 SHAPE = "shape"
 FUSED = "fused"
 LOOP = "loop"
-KINDS = (ELEMENTWISE, REDUCE, MOVEMENT, LINALG, NN, RANDOM, SOURCE, SHAPE, FUSED, LOOP)
+COLLECTIVE = "collective"  # runs with other processes: never folded (ops/collective.py)
+KINDS = (ELEMENTWISE, REDUCE, MOVEMENT, LINALG, NN, RANDOM, SOURCE, SHAPE, FUSED, LOOP,
+         COLLECTIVE)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import numpy as np
 
 from kiln.core.ir import Graph, Node, make_node
 from kiln.core.ir import rebuild as _rebuild_checked
-from kiln.core.ops.registry import ELEMENTWISE, FUSED, RANDOM, REDUCE, get_op
+from kiln.core.ops.registry import COLLECTIVE, ELEMENTWISE, FUSED, RANDOM, REDUCE, get_op
 
 Rule = Callable[[Node], "Node | None"]
 
@@ -48,6 +48,11 @@ def is_elementwise(node: Node) -> bool:
 
 def is_random(node: Node) -> bool:
     return get_op(node.op).kind == RANDOM
+
+
+def is_collective(node: Node) -> bool:
+    """A node computed together with other processes (``allreduce``): never folded."""
+    return get_op(node.op).kind == COLLECTIVE
 
 
 def is_reduce(node: Node) -> bool:

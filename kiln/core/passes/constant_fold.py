@@ -6,7 +6,8 @@ result on the reference backend. Shape arithmetic folds too: ``size_of`` over st
 ``broadcast_like`` / ``reshape_like`` of a constant to a static shape (the ``like`` operand's
 values are never read).
 
-Never folded: random ops (a draw is a function of the run-time key), sources, and results with
+Never folded: random ops (a draw is a function of the run-time key), collectives (the other
+processes take part at run time), sources, and results with
 more than :data:`MAX_ELEMENTS` elements (big constants bloat the graph and the kernel cache;
 the backends compute them at run time instead).
 
@@ -23,7 +24,7 @@ import numpy as np
 from kiln.core.ir import Graph, Node
 from kiln.core.ops.registry import get_op
 from kiln.core.ops.source import constant
-from kiln.core.passes._util import is_const, is_random, is_source, rewrite
+from kiln.core.passes._util import is_collective, is_const, is_random, is_source, rewrite
 
 MAX_ELEMENTS = 1024
 
@@ -45,7 +46,7 @@ def _make(value: np.ndarray, node: Node) -> Node | None:
 
 def rule(node: Node, max_elements: int = MAX_ELEMENTS) -> Node | None:
     """The constant for ``node``, or None when it cannot (or should not) be folded."""
-    if is_source(node) or is_random(node):
+    if is_source(node) or is_random(node) or is_collective(node):
         return None
     size = _static_size(node.shape)
     if size is None or size > max_elements:

@@ -35,9 +35,22 @@ def _check(name: str, dtype: str, example) -> None:
                                err_msg=f"{name} {example.attrs}")
 
 
+# Ops that run their NumPy reference on the host under CUDA (the warned fallback, correct
+# numbers), each with its reason. A new op lands here only with a reason.
+HOST_ONLY = {
+    "allreduce": "MPI sums host buffers (kiln.distribution runs on the CPU backend)",
+    "resize": "image preprocessing: no CUDA kernel yet",
+    "resize_grad": "image preprocessing: no CUDA kernel yet",
+    "affine_transform": "augmentation (training-time input transform): no CUDA kernel yet",
+    "affine_transform_grad": "augmentation: no CUDA kernel yet",
+}
+
+
 def test_every_op_but_sources_has_a_cuda_kernel():
-    missing = sorted(n for n, op in OPS.items() if op.kind != SOURCE and n not in WITH_KERNEL)
+    missing = sorted(n for n, op in OPS.items()
+                     if op.kind != SOURCE and n not in WITH_KERNEL and n not in HOST_ONLY)
     assert not missing, f"ops without a CUDA kernel (they fall back to the host): {missing}"
+    assert not set(HOST_ONLY) & set(WITH_KERNEL), "a HOST_ONLY op has a kernel now: drop it"
     from kiln.core.ops.registry import KERNELS
 
     assert set(WITH_KERNEL) <= KERNELS["cuda"]

@@ -25,8 +25,10 @@ from kiln.core.backends.cpu import threads
 threads.configure()
 
 from kiln.core.backends.cpu import (  # noqa: E402,F401  (registration side effects)
+    collective,
     conv,
     gather,
+    image,
     linalg,
     loop,
     movement,

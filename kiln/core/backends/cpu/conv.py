@@ -13,6 +13,8 @@ Convolutions run one of three ways, picked per op, dtype and shape (``conv_metho
   a register-tiled numba loop that reads the input directly; with exactly 64 output channels
   the kernel gradient runs register-tiled too (from the im2col buffer).
 
+Grouped convolutions (``groups > 1``) run the direct kernels of ``conv_groups.py``.
+
 Pooling is direct numba loops (max routes the gradient to the first maximal element of each
 window, row-major, like the reference). Every kernel here loops over the batch with
 ``numba.prange`` (the images are independent; the kernel gradient sums per-thread partials).
@@ -454,8 +456,18 @@ def _cols(b, x_node: Node, k: tuple[int, int], oh: int, ow: int, p: np.ndarray) 
     return cols
 
 
+def _grouped(b, node: Node) -> None:
+    """A grouped convolution (``groups > 1``): ``conv_groups.py``'s direct kernels."""
+    from kiln.core.backends.cpu.conv_groups import build_grouped
+
+    build_grouped(b, node)
+
+
 @builder("conv2d")
 def build_conv2d(b, node: Node) -> None:
+    if node.attrs.get("groups", 1) != 1:
+        _grouped(b, node)
+        return
     x_node, w_node = node.inputs
     w = b.contiguous(w_node)
     k = w.shape[:2]
@@ -497,6 +509,9 @@ def _conv_tile64(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray) -
 
 @builder("conv2d_backprop_filter")
 def build_conv2d_filter(b, node: Node) -> None:
+    if node.attrs.get("groups", 1) != 1:
+        _grouped(b, node)
+        return
     x_node, ct_node = node.inputs
     k = node.attrs["kernel_size"]
     oh, ow, p = _conv_params(b.shape(x_node)[1:3], k, node.attrs)
@@ -521,6 +536,9 @@ def build_conv2d_filter(b, node: Node) -> None:
 
 @builder("conv2d_backprop_input")
 def build_conv2d_input(b, node: Node) -> None:
+    if node.attrs.get("groups", 1) != 1:
+        _grouped(b, node)
+        return
     ct_node, w_node = node.inputs
     w = b.contiguous(w_node)
     k = w.shape[:2]

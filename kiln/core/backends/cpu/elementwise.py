@@ -127,12 +127,18 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
     nest = loop_nest(it, strides, drop, MIN_RANK)
     classes = []
     outs = [("O", out)] + [(f"E{k}", e) for k, (_, e) in enumerate(extras)]
+    # a loop of one element (static: e.g. the Adam update of a Dense(1) bias) classifies its
+    # operands as the same program over many elements would (in place, else full-shape "N",
+    # broadcast "S"), so that it reuses that kernel instead of compiling an all-"S" one
+    one = bool(static_it) and all(d == 1 for d in static_it)
     for i, st in zip(ins, nest.strides[1:]):
         alias = None
         if red is None and st == nest.strides[0]:
             alias = next((c for c, o in outs if _address(i.flat) == _address(o.flat)
                           and i.dtype == o.dtype and i.layout.offset == o.layout.offset), None)
-        if all(s == 0 for s in st):
+        if one and red is None and (alias is not None or tuple(i.static) == tuple(static_it)):
+            classes.append(alias or "N")
+        elif all(s == 0 for s in st):
             classes.append("S")
         elif alias is not None:
             classes.append(alias)  # in place

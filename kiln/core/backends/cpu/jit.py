@@ -3,14 +3,16 @@
 Every numba kernel of the CPU backend (generated or hand-written) is loaded through :func:`load`:
 
 * the source goes through :func:`kiln.core.backends.jit.load_source` (target ``"cpu"``), which
-  keys it, writes it to ``KILN_CACHE_DIR/cpu`` and imports it, so numba's ``cache=True`` works
-  across processes;
+  keys it, writes it to ``KILN_CACHE_DIR/cpu`` and builds its module, and the dispatcher gets
+  numba's disk cache, checked (:mod:`kiln.core.backends.numba_cache`: a damaged entry is
+  compiled again, never trusted), so a second process starts warm;
 * no large constants are baked into kernel source: arrays are arguments, scalars may be literals;
 * ``KILN_JIT=0`` (:func:`kiln.config.jit_enabled`) returns the same generated source un-jitted,
   running as plain Python;
 * kernels are compiled per argument types (dtypes, ranks, layout) only, never per shape, so a new
-  batch size costs nothing. :data:`stats` counts compilations and disk-cache loads, so tests can
-  assert "no recompilation".
+  batch size costs nothing; a plan's kernels are compiled together, in worker processes where
+  it pays (:mod:`.compile_batch`). :data:`stats` counts compilations and disk-cache loads, so
+  tests can assert "no recompilation".
 
 Example:
     >>> k = load("def double(o, a):\\n    for i in range(a.size):\\n        o[i] = 2 * a[i]\\n",
@@ -34,8 +36,11 @@ from kiln.core.backends.jit import load_source, target_dir
 # Module-level counters (tests read them): `compiled` = signatures numba compiled in this
 # process, `cache_hits` = signatures loaded from numba's disk cache, `sources_written` = new
 # kernel files, `modules_loaded` = kernel files imported, `compile_seconds` = time spent in both.
+# `compiled_by_workers` = those of `compiled` that a compile worker process compiled
+# (docs/architecture.md, "The kernel cache").
 stats: dict[str, float] = {"compiled": 0, "cache_hits": 0, "sources_written": 0,
-                           "modules_loaded": 0, "compile_seconds": 0.0}
+                           "modules_loaded": 0, "compile_seconds": 0.0,
+                           "compiled_by_workers": 0}
 
 _lock = threading.RLock()
 _kernels: dict[tuple[str, bool], Kernel] = {}
@@ -65,14 +70,18 @@ class Kernel:
         path: the source file.
         py: the plain Python function (what ``KILN_JIT=0`` runs).
         dispatcher: the numba dispatcher, or None when JIT is off.
+        parallel: whether it runs threads (numba ``prange``).
     """
 
-    def __init__(self, name: str, key: str, path: str, py: Callable, dispatcher: Any):
+    def __init__(self, name: str, key: str, path: str, py: Callable, dispatcher: Any,
+                 parallel: bool = False, size: int = 0):
         self.name = name
+        self.size = size  # the source's length: the compile batch's estimate of its cost
         self.key = key
         self.path = path
         self.py = py
         self.dispatcher = dispatcher
+        self.parallel = parallel
         self._entries: dict[tuple, Callable] = {}
 
     @property
@@ -83,6 +92,11 @@ class Kernel:
         """The callable for arguments of these types: the compiled entry point (compiling or
         loading it from the disk cache on first use, counted in :data:`stats`), or the plain
         Python function when JIT is off.
+
+        Inside a compile batch (:func:`kiln.core.backends.cpu.compile_batch.batch`, which
+        plan building opens) a signature not compiled yet is returned as a
+        :class:`~kiln.core.backends.cpu.compile_batch.Deferred` call, compiled with the
+        batch's other kernels when the batch closes (in parallel where it pays).
 
         The entry point skips numba's type dispatch: call it only with arguments of exactly
         the types given here (the executor guarantees it; the dispatcher is always safe).
@@ -95,6 +109,20 @@ class Kernel:
         entry = self._entries.get(sig)
         if entry is not None:
             return entry
+        from kiln.core.backends.cpu import compile_batch
+
+        deferred = compile_batch.defer(self, sig)
+        if deferred is not None:
+            return deferred
+        return self.compile(sig)
+
+    def compile(self, sig: tuple, *, by_worker: bool = False) -> Callable:
+        """The entry point for the numba types ``sig`` (compiled, or loaded from the disk
+        cache: counted in :data:`stats`; ``by_worker``: a cache entry a compile worker of
+        this process wrote, counted as compiled, see :mod:`.compile_batch`)."""
+        entry = self._entries.get(sig)
+        if entry is not None:
+            return entry
         with _lock:
             entry = self._entries.get(sig)
             if entry is not None:
@@ -104,12 +132,23 @@ class Kernel:
             t0 = time.perf_counter()
             entry = disp.compile(sig)
             stats["compile_seconds"] += time.perf_counter() - t0
-            if sum(disp.stats.cache_hits.values()) > hits:
+            if sum(disp.stats.cache_hits.values()) > hits and not by_worker:
                 stats["cache_hits"] += 1
             else:
                 stats["compiled"] += 1
+                if by_worker and sum(disp.stats.cache_hits.values()) > hits:
+                    stats["compiled_by_workers"] += 1
+            if self.parallel and _parallel_regions_are_exclusive():
+                entry = _one_region_at_a_time(entry)
             self._entries[sig] = entry
         return entry
+
+    def cached(self, sig: tuple) -> bool:
+        """Whether numba's disk cache holds an entry for ``sig`` (read from its index only;
+        False when the kernel has no disk cache)."""
+        from kiln.core.backends import numba_cache
+
+        return numba_cache.has_entry(self.dispatcher, sig)
 
     def __call__(self, *args: Any) -> Any:
         """Calls through numba's dispatcher (type-checked), or the Python function."""
@@ -118,6 +157,38 @@ class Kernel:
     def __repr__(self) -> str:
         mode = "jit" if self.jitted else "python"
         return f"<kiln cpu kernel {self.name} {self.key} ({mode})>"
+
+
+# numba's "workqueue" threading layer (used where neither OpenMP nor TBB is available) aborts
+# the process when two threads run parallel regions at once; kiln runs compiled functions
+# from several threads (docs/architecture.md, "Threads"), so there its parallel kernels take
+# turns. OpenMP and TBB are thread-safe: no lock.
+_region_lock = threading.Lock()
+_exclusive: list[bool] = []
+
+
+def _parallel_regions_are_exclusive() -> bool:
+    """Whether numba's threading layer is "workqueue" (starting it if needed; a layer that
+    cannot be told counts as workqueue)."""
+    if not _exclusive:
+        import numba
+
+        try:
+            from numba.np.ufunc.parallel import _launch_threads
+
+            _launch_threads()  # a kernel loaded from the disk cache has not started it
+            _exclusive.append(numba.threading_layer() == "workqueue")
+        except (ImportError, ValueError):  # numba's internals moved: be safe
+            _exclusive.append(True)
+    return _exclusive[0]
+
+
+def _one_region_at_a_time(entry: Callable) -> Callable:
+    def exclusive(*args: Any) -> Any:
+        with _region_lock:
+            return entry(*args)
+
+    return exclusive
 
 
 def load(source: str, name: str, *, signature: str = "", fastmath: Any = False,
@@ -148,14 +219,20 @@ def load(source: str, name: str, *, signature: str = "", fastmath: Any = False,
         if jit:
             import numba
 
-            dispatcher = numba.njit(cache=True, nogil=True, error_model="numpy",
+            from kiln.core.backends import numba_cache
+
+            dispatcher = numba.njit(cache=False, nogil=True, error_model="numpy",
                                     boundscheck=False,
                                     fastmath=set(fastmath) if isinstance(fastmath, frozenset)
                                     else fastmath,
                                     parallel=parallel)(src.function)
+            # numba's disk cache, checked (docs/architecture.md, "The kernel cache"); none
+            # when the cache folder cannot be written (the kernel then lives in memory only)
+            if src.on_disk:
+                numba_cache.install(dispatcher, src.stamp)
         stats["compile_seconds"] += time.perf_counter() - t0
         found = _kernels.setdefault(memo, Kernel(name, src.key, src.path, src.function,
-                                                 dispatcher))
+                                                 dispatcher, parallel, len(source)))
     return found
 
 

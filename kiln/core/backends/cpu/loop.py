@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.core.backends.cpu import compile_batch
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Graph
 from kiln.core.layout import prod
@@ -138,8 +139,13 @@ def build_scan(b, node) -> None:
     staged = [any(np.shares_memory(r, f) for f in feeds) for r in new_carry]
     stage = [np.empty_like(r) if s else None for r, s in zip(new_carry, staged)]
     python = plan.info.get("python")
+    settled: list[bool] = []
 
     def run_loop() -> None:
+        if not settled:  # the body's kernels were compiled with the outer plan's batch
+            per_step[:] = [(t, [(compile_batch.settled(fn), args) for fn, args in step_calls])
+                           for t, step_calls in per_step]
+            settled.append(True)
         for dst, src in zip(carry_in, carries0):
             np.copyto(dst, src)
         for j in copied_c:

@@ -130,7 +130,11 @@ def dense_xent_kernel(o, x, y):
         ls = np.log(s)
         acc = 0.0
         for c in range(n_c):
-            acc += y[i, c] * ((x[i, c] - m) - ls)
+            yc = y[i, c]
+            # float64: x - m is exact (no overflow to -inf at logits of +-3e38); a label of 0
+            # adds 0, also where x - m is -inf (0 * -inf would be NaN)
+            if yc != 0:
+                acc += np.float64(yc) * ((np.float64(x[i, c]) - np.float64(m)) - ls)
         o[i] = -acc
 
 

@@ -18,11 +18,21 @@ fused / reduction nodes and multi-output groups (``elementwise.py``), hand-writt
 kernels or NumPy calls with ``out=`` for the rest (``registry.BUILDERS``), and the op's NumPy
 reference (with a one-time warning) for anything else.
 
+Threads (docs/architecture.md, "Threads"): a plan's buffers serve one call at a time.
+:meth:`CpuProgram.run` runs the plan of the feeds' signature and returns views of its buffers:
+its caller holds a lock around the call and the reading of the outputs (the executor does,
+for functions with updates). :meth:`CpuProgram.run_copied` may be called from any number of
+threads: a call takes the signature's plan when no other call holds it (an uncontended
+non-blocking lock), else a spare plan of that signature (built when all are busy, at most
+:data:`MAX_PLANS` in all; beyond that it waits for one), and returns copies of the outputs.
+
 ``KILN_PROFILE=1`` (or ``program.profile(feeds)``) prints the time per kernel and per op kind.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from kiln import config
+from kiln.core.backends.cpu import compile_batch
 from kiln.core.backends.cpu.codegen import REDUCE_OPS
 from kiln.core.backends.cpu.elementwise import build_group, build_loop
 from kiln.core.backends.cpu.lowering import lower
@@ -75,6 +86,7 @@ class Plan:
     info: dict[str, Any] = field(default_factory=dict)
     bindings: list[FeedBinding | None] = field(default_factory=list)
     written: list[tuple[int, int]] = field(default_factory=list)  # in-place Variable buffers
+    busy: Any = field(default_factory=threading.Lock)  # held by the call running in it
 
     def __post_init__(self) -> None:
         self.calls = [(s.fn, s.args) for s in self.steps]
@@ -147,6 +159,10 @@ class Plan:
 
 # Feeds smaller than this are copied into their buffer: cheaper than rebuilding the views.
 BIND_MIN_BYTES = 32768
+
+# The most plans (sets of buffers) of one signature for concurrent run_copied calls: more
+# than the cores gain nothing (the kernels release the GIL, but share the cores).
+MAX_PLANS = max(2, min(8, os.cpu_count() or 2))
 
 
 def closure_arrays(fn: Callable, depth: int = 4) -> list[np.ndarray]:
@@ -266,6 +282,16 @@ class PlanBuilder:
 
     # ---- phases -------------------------------------------------------------------------------
     def build(self) -> Plan:
+        """The plan; its kernels are compiled together when the outermost build ends
+        (:mod:`.compile_batch`), and its calls then call their entry points directly."""
+        with compile_batch.batch():
+            plan = self._build()
+        for step in plan.steps:
+            step.fn = compile_batch.settled(step.fn)
+        plan.calls = [(compile_batch.settled(fn), args) for fn, args in plan.calls]
+        return plan
+
+    def _build(self) -> Plan:
         st = self.static
         self._groups()
         lifetimes = st.lifetimes(self.active)
@@ -404,6 +430,13 @@ class CpuProgram:
         self.num_kernels = len(self.kernels_order)
         self._plans: dict[tuple, Plan] = {}
         self._profile_env = config.profile_enabled()
+        # run_copied's spare plans (the signature's plan is busy): per signature the idle
+        # ones and how many exist
+        self._pool = threading.Condition(threading.Lock())
+        self._idle: dict[tuple, list[Plan]] = {}
+        self._spares: dict[tuple, int] = {}
+        self._once = threading.Lock()  # run_copied (re)building a signature's plan
+        self._planning = threading.Lock()  # planned_buffers, computed once
 
     def planned_buffers(self) -> dict[int, int]:
         """id(kernel node) -> buffer index from :func:`kiln.core.plan.planned_buffers`
@@ -411,9 +444,12 @@ class CpuProgram:
         and so uses the same compiled kernels: in-place loops are specialized); {} when buffer
         reuse is off."""
         if self._planned is None:
-            self._planned = planned_buffers(self.graph, self.kernels_order) \
-                if self.reuse_buffers else {}
-            self.memory_info = "plan_memory" if self.reuse_buffers else "one buffer per kernel"
+            with self._planning:  # plans may be built by several threads at once
+                if self._planned is None:
+                    self.memory_info = ("plan_memory" if self.reuse_buffers
+                                        else "one buffer per kernel")
+                    self._planned = planned_buffers(self.graph, self.kernels_order) \
+                        if self.reuse_buffers else {}
         return self._planned
 
     def plan(self, feeds: Sequence[np.ndarray]) -> Plan:
@@ -435,19 +471,77 @@ class CpuProgram:
             plan = self.plan(feeds)
         return plan.run(feeds)
 
+    def run_copied(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """:meth:`run`, safe to call from several threads at once: the call runs in a plan
+        no other call is using and returns copies of the outputs (update values included:
+        the executor uses it for functions without updates)."""
+        if self._profile_env:
+            return self.profile(feeds)
+        key = tuple(f.shape for f in feeds)
+        plan = self._plans.get(key)
+        if plan is not None and plan.busy.acquire(blocking=False):
+            try:
+                if plan.valid():
+                    return [np.array(r, copy=True) for r in plan.run(feeds)]
+            finally:
+                plan.busy.release()
+        if plan is None or not plan.valid():
+            with self._once:  # (re)builds the signature's plan once
+                plan = self._plans.get(key)
+                if plan is None or not plan.valid():
+                    plan = PlanBuilder(self, feeds).build()
+                    self._plans[key] = plan
+            if plan.busy.acquire(blocking=False):
+                try:
+                    return [np.array(r, copy=True) for r in plan.run(feeds)]
+                finally:
+                    plan.busy.release()
+        spare = self._checkout(key, feeds)
+        try:
+            return [np.array(r, copy=True) for r in spare.run(feeds)]
+        finally:
+            with self._pool:
+                self._idle[key].append(spare)
+                self._pool.notify()
+
+    def _checkout(self, key: tuple, feeds: Sequence[np.ndarray]) -> Plan:
+        """An idle spare plan for ``key`` that is valid for the Variables' current buffers,
+        or a new one while fewer than ``MAX_PLANS - 1`` exist, or the next one returned."""
+        with self._pool:
+            idle = self._idle.setdefault(key, [])
+            while not idle and self._spares.get(key, 0) >= MAX_PLANS - 1:
+                self._pool.wait()
+            plan = idle.pop() if idle else None
+            if plan is None:
+                self._spares[key] = self._spares.get(key, 0) + 1
+        if plan is not None and plan.valid():
+            return plan
+        try:
+            return PlanBuilder(self, feeds).build()
+        except BaseException:
+            with self._pool:
+                if plan is None:
+                    self._spares[key] -= 1
+                else:  # the invalid plan keeps its place until a build succeeds
+                    self._idle[key].append(plan)
+                self._pool.notify()
+            raise
+
     def profile(self, feeds: Sequence[np.ndarray], repeat: int = 1,
                 file: Any = None) -> list[np.ndarray]:
         """Runs ``repeat`` times and prints the time per kernel and per op kind.
 
         Returns:
-            The outputs of the last run.
+            Copies of the outputs of the last run.
         """
         plan = self.plan(feeds)
         times = [0.0] * (len(plan.calls) + 1)
-        t0 = time.perf_counter()
-        for _ in range(repeat):
-            out = plan.run_profiled(feeds, times)
-        total = time.perf_counter() - t0
+        with plan.busy:
+            t0 = time.perf_counter()
+            for _ in range(repeat):
+                out = plan.run_profiled(feeds, times)
+            total = time.perf_counter() - t0
+            out = [np.array(r, copy=True) for r in out]
         print(format_profile(plan, times, total, repeat), file=file)
         return out
 

@@ -218,7 +218,7 @@ def load(source: str, name: str) -> Kernel:
                       prepare=_bind_sim_math if sim else None, counts=stats)
     found = _kernels.get(src.path)
     if found is None:
-        dispatcher = cuda.jit(src.function) if sim else cuda.jit(cache=True)(src.function)
+        dispatcher = cuda.jit(src.function) if sim else cuda.jit(cache=src.on_disk)(src.function)
         found = _kernels.setdefault(src.path, Kernel(name, src.path, src.function, dispatcher,
                                                      sim))
     return found

@@ -148,8 +148,10 @@ def row(kind: str, dtype: str, mode: str, block: int) -> Kernel:
         body += (["if tid == 0:"] + _ind(store, 4)) if blk else store
     elif kind == "dense_ce":
         body += [f"ls = {c}(math.log(s))"]
-        body += reduce(f"{c}(0)", "acc + y[yo + o * A * inner + q + e * inner] * "
-                       "((xv - m) - ls)", "{a} + {b}", "t")
+        # a label of 0 adds 0, even where x - m overflows to -inf (0 * -inf is NaN)
+        yv = "y[yo + o * A * inner + q + e * inner]"
+        body += reduce(f"{c}(0)", f"acc + ({yv} * ((xv - m) - ls) if {yv} != 0 else {c}(0))",
+                       "{a} + {b}", "t")
         store = [f"out[oo + row] = {c}(-t)"]
         body += (["if tid == 0:"] + _ind(store, 4)) if blk else store
     else:  # pragma: no cover

@@ -42,6 +42,12 @@ def geom_co(kind: str, geom: tuple, t: TensorType, node: Node, pl: Lowering) -> 
     return t.shape[3]
 
 
+def _no_groups(node: Node) -> None:
+    # grouped convolution has no CUDA kernel yet: the (warned) host fallback runs its reference
+    if node.attrs.get("groups", 1) != 1:
+        raise cg.Untranslatable(f"groups={node.attrs['groups']}: no grouped/depthwise kernel")
+
+
 # ---- cuBLAS through CuPy, when installed --------------------------------------------------------
 class _Blas:
     """cuBLAS GEMMs through CuPy (``KILN_CUDA_BLAS=auto|cupy|kiln``; auto: CuPy when it imports
@@ -390,6 +396,7 @@ class Lowering:
 
     @KERNELS.register("conv2d")
     def op_conv2d(self, node, ins, t):
+        _no_groups(node)
         x, w = (self.contig(v, t.dtype) for v in ins)
         ws = self.shape(node.inputs[1])
         a = node.attrs
@@ -400,6 +407,7 @@ class Lowering:
 
     @KERNELS.register("conv2d_backprop_input")
     def op_conv2d_backprop_input(self, node, ins, t):
+        _no_groups(node)
         ct, w = (self.contig(v, t.dtype) for v in ins)
         ws = self.shape(node.inputs[1])
         a = node.attrs
@@ -410,6 +418,7 @@ class Lowering:
 
     @KERNELS.register("conv2d_backprop_filter")
     def op_conv2d_backprop_filter(self, node, ins, t):
+        _no_groups(node)
         x, ct = (self.contig(v, t.dtype) for v in ins)
         cs = self.shape(node.inputs[1])
         a = node.attrs

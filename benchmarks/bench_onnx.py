@@ -1,0 +1,107 @@
+"""kiln's ``predict`` against onnxruntime on the model kiln exports (``model.export``).
+
+For the MNIST MLP and convnet of ``examples/`` (784-512-512-10 with dropout; two conv +
+max-pool blocks, dropout, softmax) at batch 1 (serving latency: where per-call overhead
+shows) and batch 1024 (throughput), in ONE process: the model is exported once, then the
+repetitions alternate kiln and onnxruntime (each repetition times a fixed number of calls of
+each, after a warm-up), so both see the same machine noise. Reported per workload: the
+median time per call of ``model.predict(x, batch_size=len(x), verbose=0)``, of
+``model.predict_on_batch(x)`` (kiln's serving call, no batching loop or callbacks), of
+``session.run`` (onnxruntime with its default threads), and the median of the per-repetition
+ratios kiln / onnxruntime (> 1: onnxruntime is faster).
+
+    python benchmarks/bench_onnx.py [--reps 7]
+
+Prints a table and one JSON line per workload (``{"bench": "onnx", ...}``). Needs
+``pip install "kiln-nn[onnx]"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+
+import mnist_convnet  # noqa: E402
+import mnist_mlp  # noqa: E402
+
+import kiln  # noqa: E402
+
+#: (model, input shape, batch size, calls per repetition)
+WORKLOADS = [("mlp", (784,), 1, 400), ("mlp", (784,), 1024, 30),
+             ("convnet", (28, 28, 1), 1, 200), ("convnet", (28, 28, 1), 1024, 3)]
+
+
+def per_call(fn, n: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n
+
+
+def callables(model, sess, x) -> dict:
+    """The three calls timed: kiln's predict, kiln's predict_on_batch, onnxruntime's run."""
+    feed = {sess.get_inputs()[0].name: x}
+    return {"predict": lambda: model.predict(x, batch_size=len(x), verbose=0),
+            "predict_on_batch": lambda: model.predict_on_batch(x),
+            "onnxruntime": lambda: sess.run(None, feed)}
+
+
+def main(reps: int = 7) -> list[dict]:
+    import onnxruntime as ort
+
+    kiln.utils.set_random_seed(0)
+    models = {"mlp": mnist_mlp.build_model(), "convnet": mnist_convnet.build_model()}
+    sessions = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, model in models.items():
+            path = os.path.join(tmp, f"{name}.onnx")
+            model.export(path)
+            sessions[name] = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    results = []
+    for name, shape, batch, calls in WORKLOADS:
+        model, sess = models[name], sessions[name]
+        x = rng.uniform(size=(batch,) + shape).astype(np.float32)
+        fns = callables(model, sess, x)
+        got, want = fns["onnxruntime"]()[0], fns["predict"]()
+        err = float(np.max(np.abs(got - want)))
+        for fn in fns.values():  # warm-up: compile, plan, first allocations
+            per_call(fn, max(2, calls // 10))
+        times: dict[str, list[float]] = {k: [] for k in fns}
+        for _ in range(reps):
+            for k, fn in fns.items():
+                times[k].append(per_call(fn, calls))
+        ratios = {k: statistics.median(a / b for a, b in zip(times[k], times["onnxruntime"]))
+                  for k in ("predict", "predict_on_batch")}
+        row = {"bench": "onnx", "model": name, "batch": batch, "calls": calls, "reps": reps,
+               "max_abs_diff": err,
+               **{f"{k}_ms": statistics.median(v) * 1e3 for k, v in times.items()},
+               **{f"{k}_over_ort": r for k, r in ratios.items()}}
+        results.append(row)
+    print(f"onnxruntime {ort.__version__}, kiln {kiln.__version__}, {os.cpu_count()} cores; "
+          f"median ms per call over {reps} interleaved repetitions")
+    print(f"{'model':<9}{'batch':>6}{'predict':>10}{'on_batch':>10}{'ort':>10}"
+          f"{'predict/ort':>13}{'on_batch/ort':>14}{'max|diff|':>11}")
+    for r in results:
+        print(f"{r['model']:<9}{r['batch']:>6}{r['predict_ms']:>10.3f}"
+              f"{r['predict_on_batch_ms']:>10.3f}{r['onnxruntime_ms']:>10.3f}"
+              f"{r['predict_over_ort']:>12.2f}x{r['predict_on_batch_over_ort']:>13.2f}x"
+              f"{r['max_abs_diff']:>11.1e}")
+    for r in results:
+        print(json.dumps(r))
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=7)
+    main(parser.parse_args().reps)

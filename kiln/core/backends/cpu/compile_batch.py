@@ -1,0 +1,229 @@
+"""Compile batches: the kernels a plan needs are compiled together, in parallel processes
+where it pays (docs/architecture.md, "The kernel cache").
+
+Building a plan (``program.PlanBuilder.build``, the bodies of loops included) opens a
+:func:`batch`. Inside it, :meth:`jit.Kernel.specialize` returns each signature not compiled
+in this process yet as a :class:`Deferred` call and records it. When the outermost batch
+closes:
+
+1. the signatures that numba's disk cache already holds are loaded (a warm start forks
+   nothing);
+2. the others, grouped by kernel file (so that one process writes each numba index file),
+   are split into :func:`workers` bins by estimated cost (the source's length, times 3 for a
+   ``parallel=True`` kernel; ties broken by the file name, so the split is deterministic).
+   When two bins or more are not empty, the process forks one compile worker per bin but
+   the first: a worker compiles its kernels, which writes them to the checked disk cache
+   (:mod:`kiln.core.backends.numba_cache`), and exits. The parent compiles the first bin
+   meanwhile, then loads the workers' kernels from the cache; a worker that failed, or did
+   not finish in time, costs only time: whatever the cache lacks is compiled by the parent;
+3. every :class:`Deferred` gets its entry point; the plan's calls are rewritten to call the
+   entry points directly.
+
+Whichever process compiles a kernel, it is the same machine code from the same text, so the
+results never depend on timing. Forking needs Linux and a writable cache; elsewhere, with
+``KILN_COMPILE_WORKERS=1`` or a batch of one kernel file, the batch compiles serially.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+MAX_WORKERS = 4
+MIN_TIMEOUT_S = 60.0  # the least a worker is waited for once the parent's own bin is done
+
+_state = threading.local()
+
+
+class Deferred:
+    """A kernel call whose compilation is batched: calls the entry point once it is known
+    (compiling it on the spot if called before its batch closed)."""
+
+    __slots__ = ("entry", "kernel", "sig")
+
+    def __init__(self, kernel: Any, sig: tuple):
+        self.kernel = kernel
+        self.sig = sig
+        self.entry: Callable | None = None
+
+    def resolve(self, *, by_worker: bool = False) -> Callable:
+        """The entry point (compiled, or loaded from the disk cache, now if not yet)."""
+        if self.entry is None:
+            self.entry = self.kernel.compile(self.sig, by_worker=by_worker)
+        return self.entry
+
+    def __call__(self, *args: Any) -> Any:
+        entry = self.entry
+        if entry is None:
+            entry = self.resolve()
+        return entry(*args)
+
+    def __repr__(self) -> str:
+        state = "compiled" if self.entry is not None else "pending"
+        return f"<deferred {self.kernel!r} {state}>"
+
+
+def settled(fn: Callable) -> Callable:
+    """``fn``, or its entry point when it is a :class:`Deferred` already compiled."""
+    if isinstance(fn, Deferred) and fn.entry is not None:
+        return fn.entry
+    return fn
+
+
+def workers() -> int:
+    """How many processes compile a batch at once: ``KILN_COMPILE_WORKERS``, else the CPUs
+    this process may use (at most :data:`MAX_WORKERS`); 1 on platforms without a safe fork
+    (not Linux) and in a process that imported ``mpi4py.MPI``.
+
+    Raises:
+        ValueError: ``KILN_COMPILE_WORKERS`` is not a positive integer.
+    """
+    raw = os.environ.get("KILN_COMPILE_WORKERS", "").strip()
+    if raw:
+        try:
+            n = int(raw)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"KILN_COMPILE_WORKERS must be a positive integer, received {raw!r}")
+    else:
+        try:
+            n = min(len(os.sched_getaffinity(0)), MAX_WORKERS)
+        except AttributeError:
+            n = min(os.cpu_count() or 1, MAX_WORKERS)
+    if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return 1
+    if "mpi4py.MPI" in sys.modules:  # MPI transports may not survive a fork: compile serially
+        return 1
+    return n
+
+
+def defer(kernel: Any, sig: tuple) -> Deferred | None:
+    """The :class:`Deferred` call of ``kernel`` for ``sig`` in this thread's open batch, or
+    None when no batch is open."""
+    if not getattr(_state, "depth", 0):
+        return None
+    key = (id(kernel), sig)
+    found = _state.pending.get(key)
+    if found is None:
+        found = _state.pending[key] = Deferred(kernel, sig)
+    return found
+
+
+@contextmanager
+def batch() -> Iterator[None]:
+    """Defers the compilation of the kernels specialized inside (in this thread) to the
+    exit of the outermost batch, which compiles them all (see the module docstring). On an
+    exception nothing is compiled (a :class:`Deferred` still called compiles itself)."""
+    depth = getattr(_state, "depth", 0)
+    if depth == 0:
+        _state.pending = {}
+    _state.depth = depth + 1
+    try:
+        yield
+    except BaseException:
+        _state.depth = depth
+        if depth == 0:
+            _state.pending = {}
+        raise
+    _state.depth = depth
+    if depth == 0:
+        pending, _state.pending = list(_state.pending.values()), {}
+        compile_all(pending)
+
+
+def compile_all(calls: list[Deferred], n_workers: int | None = None) -> None:
+    """Compiles (or loads) the entry points of ``calls``, in ``n_workers`` processes
+    (default :func:`workers`) when two or more kernel files need compiling."""
+    from kiln.core.backends import numba_cache
+
+    todo: dict[str, list[Deferred]] = {}
+    for d in calls:
+        if d.entry is not None:
+            continue
+        k = d.kernel
+        if d.sig in k._entries or not numba_cache.has_cache(k.dispatcher) or k.cached(d.sig):
+            d.resolve()
+        else:
+            todo.setdefault(k.path, []).append(d)
+    n = workers() if n_workers is None else n_workers
+    if n > 1 and len(todo) > 1:
+        bins = split(todo, n)
+        others = [b for b in bins[1:] if b]
+        t0 = time.monotonic()
+        pids = _fork(others)
+        for d in bins[0]:
+            d.resolve()
+        _wait(pids, max(MIN_TIMEOUT_S, 4 * (time.monotonic() - t0)))
+        for b in others:
+            for d in b:
+                d.resolve(by_worker=True)
+    for group in todo.values():
+        for d in group:
+            d.resolve()
+
+
+def split(groups: dict[str, list[Deferred]], n: int) -> list[list[Deferred]]:
+    """``groups`` (kernel file -> its calls) in ``n`` bins of about equal estimated cost,
+    largest first onto the least loaded bin; deterministic (ties by file name, then bin)."""
+    def cost(path: str) -> int:
+        k = groups[path][0].kernel
+        return max(k.size, 1) * (3 if k.parallel else 1) * len(groups[path])
+
+    bins: list[list[Deferred]] = [[] for _ in range(n)]
+    load = [0] * n
+    for path in sorted(groups, key=lambda p: (-cost(p), p)):
+        i = min(range(n), key=lambda j: (load[j], j))
+        bins[i].extend(groups[path])
+        load[i] += cost(path)
+    return bins
+
+
+def _fork(bins: list[list[Deferred]]) -> list[int]:
+    """Forks one worker per bin; each compiles its calls into the disk cache and exits.
+    numba's compiler lock is held while forking, so that no thread of this process is in
+    the middle of a compilation the workers would inherit."""
+    from numba.core.compiler_lock import global_compiler_lock
+
+    pids = []
+    with global_compiler_lock:
+        for b in bins:
+            try:
+                pid = os.fork()
+            except OSError:
+                break  # no worker: the parent compiles this bin
+            if pid == 0:  # the worker: compile, write the cache, leave without cleanup
+                code = 1
+                try:
+                    for d in b:
+                        d.kernel.dispatcher.compile(d.sig)
+                    code = 0
+                finally:
+                    os._exit(code)
+            pids.append(pid)
+    return pids
+
+
+def _wait(pids: list[int], timeout: float) -> None:
+    """Waits for the workers, killing those still running after ``timeout`` seconds (their
+    kernels are then compiled by the parent; numba writes its cache files atomically)."""
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while True:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.005)

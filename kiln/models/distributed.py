@@ -1,0 +1,217 @@
+"""The data-parallel side of the compiled steps (docs/architecture.md, "Collectives").
+
+Under an active :mod:`kiln.distribution` (more than one rank) a step graph gets one more
+placeholder, ``replica_weight`` = (samples of this rank's slice) / (samples of the global
+batch). The step differentiates ``total * replica_weight``; the gradients, the weighted
+losses, the metric statistics (sums over samples) and the layers' own float updates
+(BatchNormalization's moving statistics, weighted) are flattened into one buffer per dtype and
+summed by ONE ``allreduce`` node, so every rank gets the global batch's gradient, loss and
+statistics and applies the same update. :class:`ShardedFunction` wraps the compiled function:
+it is called with the global batch's feeds (the loops need no change), slices this rank's rows,
+appends the weight and makes the random key rank-specific (dropout masks differ per rank).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kiln import distribution as dist_module
+from kiln import ops
+from kiln.core import Node, placeholder
+from kiln.random_state import numpy_rng
+
+
+def active() -> Any:
+    return dist_module.active()
+
+
+def key() -> Any:
+    """What distinguishes the steps compiled for the current distribution."""
+    dist = dist_module.active()
+    return None if dist is None else dist.group_name
+
+
+def weight_placeholder() -> Node:
+    import kiln.config
+    return placeholder((), kiln.config.floatx(), name="replica_weight")
+
+
+def reduce_values(dist: Any, weight: Node, grads: list, weighted: list, stats: list,
+                  updates: list) -> tuple[list, list, list, list]:
+    """``grads`` (already scaled by the weight), ``weighted`` (scaled here), ``stats`` (masked
+    on an empty slice) and the float ``updates`` ((variable, value), weighted) summed over the
+    ranks through one allreduce per dtype. Returns them in the same structure."""
+    active_f = {}
+
+    def mask(dtype: str) -> Node:
+        if dtype not in active_f:
+            active_f[dtype] = ops.cast(ops.greater(weight, ops.cast(0, weight.dtype)), dtype)
+        return active_f[dtype]
+
+    def scaled(v: Node) -> Node:
+        return v * ops.cast(weight, v.dtype)
+
+    float_updates = [(i, u) for i, u in enumerate(updates)
+                     if u[1].dtype in ("float32", "float64") and None not in u[1].shape]
+    values: list[Node] = (list(grads) + [scaled(v) for v in weighted]
+                          + [s * mask(s.dtype) if s.dtype in ("float32", "float64") else s
+                             for s in stats]
+                          + [scaled(u[1]) for _, u in float_updates])
+    reduced = _allreduce_flat(values, dist.group_name)
+    g = len(grads)
+    w = g + len(weighted)
+    s = w + len(stats)
+    new_updates = list(updates)
+    for (i, (var, _)), value in zip(float_updates, reduced[s:]):
+        new_updates[i] = (var, value)
+    return reduced[:g], reduced[g:w], reduced[w:s], new_updates
+
+
+def _allreduce_flat(values: list[Node], group: str) -> list[Node]:
+    """Each value summed over the ranks: float values of static shape share one flat buffer
+    per dtype (one collective); others (integer statistics) are cast to float64 and summed
+    alone."""
+    out: list[Node | None] = [None] * len(values)
+    by_dtype: dict[str, list[int]] = {}
+    for i, v in enumerate(values):
+        if v.dtype in ("float32", "float64") and None not in v.shape:
+            by_dtype.setdefault(v.dtype, []).append(i)
+        else:
+            summed = ops.allreduce(ops.cast(v, "float64"), group)
+            out[i] = ops.cast(summed, v.dtype)
+    for idx in by_dtype.values():
+        flats = [ops.reshape(values[i], (-1,)) for i in idx]
+        buf = ops.allreduce(flats[0] if len(flats) == 1 else ops.concatenate(flats, axis=0),
+                            group)
+        start = 0
+        for i in idx:
+            size = int(np.prod(values[i].shape, dtype=np.int64))
+            piece = buf[start:start + size]
+            out[i] = ops.reshape(piece, values[i].shape)
+            start += size
+    return out  # type: ignore[return-value]
+
+
+def _slice_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
+    base, extra = divmod(n, world)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (1 if rank < extra else 0)
+
+
+class ShardedFunction:
+    """A compiled step called with the global batch: runs this rank's rows.
+
+    Args:
+        fn: the compiled function (feeds: batch feeds, ``replica_weight``, then the rest).
+        n_batch: how many leading feeds are per-sample (sliced).
+        dist: the DataParallel.
+        gather: predict: gather every rank's outputs (in rank order) into the global batch's.
+    """
+
+    def __init__(self, fn: Any, n_batch: int, dist: Any, gather: bool = False):
+        self.fn = fn
+        self.n_batch = n_batch
+        self.dist = dist
+        self.gather = gather
+
+    def __getattr__(self, name: str) -> Any:  # profile(), graph, ... of the compiled function
+        return getattr(self.fn, name)
+
+    def __call__(self, *feeds: Any) -> list[np.ndarray]:
+        dist = self.dist
+        batch = feeds[:self.n_batch]
+        n = len(batch[0])
+        lo, hi = _slice_bounds(n, dist.rank, dist.world_size)
+        if hi > lo:
+            local = [f[lo:hi] for f in batch]
+        else:  # fewer samples than ranks: run one row, weighted 0 (its sums are masked)
+            local = [f[:1] for f in batch]
+        rest = [_rank_key(f, dist.rank) for f in feeds[self.n_batch:]]
+        if self.gather:
+            outs = self.fn(*local, *rest)
+            if hi == lo:
+                outs = [o[:0] for o in outs]
+            return [dist.group.allgather_rows(o) for o in outs]
+        weight = np.asarray((hi - lo) / n if n else 0.0, dtype=_weight_dtype(self.fn))
+        return self.fn(*local, weight, *rest)
+
+
+def _weight_dtype(fn: Any) -> Any:
+    import kiln.config
+    return np.dtype(kiln.config.floatx())
+
+
+def _rank_key(feed: Any, rank: int) -> Any:
+    """The random key ``[seed, counter]`` made rank-specific (other feeds unchanged)."""
+    if isinstance(feed, np.ndarray) and feed.dtype == np.int64 and feed.shape == (2,):
+        key = feed.copy()
+        key[0] = (int(key[0]) + 0x9E3779B1 * rank) % (2**62)
+        return key
+    return feed
+
+
+def start(model: Any, what: str, signature: dict) -> None:
+    """At the start of fit/evaluate/predict: checks that every rank runs the same model on
+    the same data shapes (a clear error naming the ranks otherwise), then makes rank 0's
+    weights, optimizer state and random state everyone's."""
+    dist = dist_module.active()
+    if dist is None:
+        return
+    mine = dict(signature)
+    mine["what"] = what
+    mine["variables"] = [[v.name, list(v.value.shape), str(v.value.dtype)]
+                         for v in _state_variables(model)]
+    everyone = dist.group.allgather_json(mine)
+    ref = everyone[0]
+    bad = [r for r, sig in enumerate(everyone) if sig != ref]
+    if bad:
+        other = everyone[bad[0]]
+        keys = sorted(set(ref) | set(other))
+        diffs = [_first_difference(k, ref.get(k), other.get(k)) for k in keys
+                 if ref.get(k) != other.get(k)]
+        raise dist_module.DistributionError(
+            f"{model.name}: {what}: ranks {bad} disagree with rank 0; rank {bad[0]} vs rank 0: "
+            f"{'; '.join(diffs)} (every rank must build the same model and call it with the "
+            "same data)")
+    for v in _state_variables(model):
+        buf = v.value
+        if buf.flags.c_contiguous:
+            dist.group.broadcast(buf)
+        else:
+            tmp = np.ascontiguousarray(buf)
+            dist.group.broadcast(tmp)
+            v.assign(tmp)
+    rng = numpy_rng()
+    state = dist.group.allgather_json(
+        [_jsonable(rng.bit_generator.state), model._rng_seed, model._rng_counter])[0]
+    rng.bit_generator.state = state[0]
+    model._rng_seed, model._rng_counter = state[1], int(state[2])
+
+
+def _first_difference(key: str, a: Any, b: Any) -> str:
+    """``key``'s first differing entry (lists compared item by item), as ``other != rank 0``."""
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return f"{key}[{i}] {y!r} != {x!r}"
+        return f"{key} has {len(b)} entries != {len(a)}"
+    return f"{key} {b!r} != {a!r}"
+
+
+def _state_variables(model: Any) -> list:
+    out = list(model.variables)
+    opt = getattr(model, "optimizer", None)
+    if opt is not None and getattr(opt, "variables", None) is not None:
+        seen = {id(v) for v in out}
+        out += [v for v in opt.variables if id(v) not in seen]
+    return out
+
+
+def _jsonable(state: dict) -> dict:
+    return {k: (_jsonable(v) if isinstance(v, dict) else
+                int(v) if isinstance(v, np.integer | int) else v) for k, v in state.items()}
+
+
+__all__ = ["ShardedFunction", "active", "key", "reduce_values", "start", "weight_placeholder"]

@@ -1,0 +1,189 @@
+"""kiln.ops: Keras 3's ops, on symbolic tensors and on NumPy arrays.
+
+Every op works in two modes with one semantics (docs/ops.md):
+
+* **graph**: when an argument is symbolic (a ``kiln.core.Node``, a ``kiln.Variable``, anything
+  with ``__kiln_node__``) or a step is being traced, the op builds graph nodes (see
+  ``kiln.core.ops`` for the definitions);
+* **eager**: otherwise (NumPy arrays, Python numbers) it returns NumPy arrays, computed by the
+  same graph compiled once per signature and cached (``kiln/ops/_eager.py``).
+
+The namespaces ``kiln.ops.numpy``, ``kiln.ops.nn`` and ``kiln.ops.image`` are Keras 3's; the
+top level holds all of them, like ``keras.ops``.
+
+Example:
+    >>> import kiln, kiln.ops as K
+    >>> x = kiln.placeholder((None, 4))
+    >>> y = K.relu(K.matmul(x, w) + b)          # a node
+    >>> K.relu(np.array([-1.0, 2.0]))           # eager
+    array([0., 2.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+# This module re-exports the op builders: unused-import warnings do not apply.
+# ruff: noqa: F401, A001
+import builtins
+import functools
+from types import SimpleNamespace
+
+import numpy as np
+
+from kiln.core.autodiff import grad
+from kiln.core.ir import Node
+from kiln.core.ops import attention as _attention
+from kiln.core.ops import collective as _collective
+from kiln.core.ops import conv as _conv
+from kiln.core.ops import einsum as _einsum
+from kiln.core.ops import elementwise as _elementwise
+from kiln.core.ops import image as _image
+from kiln.core.ops import linalg as _linalg
+from kiln.core.ops import movement as _movement
+from kiln.core.ops import nn as _nn
+from kiln.core.ops import pool as _pool
+from kiln.core.ops import random as _random
+from kiln.core.ops import reduce as _reduce
+from kiln.core.ops._rules import as_node as _as_node
+from kiln.core.ops.registry import apply as _apply
+from kiln.core.ops.scan import scan
+from kiln.core.ops.source import constant, placeholder
+from kiln.core.variable import _TRACE
+from kiln.ops import _eager
+
+# ---- the graph builders of the core, for kiln.ops' own modules (which may not import
+# kiln.core.<module>: tests/test_layering.py) -------------------------------------------------
+_G = SimpleNamespace(
+    **_elementwise.BUILDERS, **_reduce.BUILDERS, as_node=_as_node, apply=_apply,
+    constant=constant, placeholder=placeholder, Node=Node,
+    cast=_elementwise.cast, clip=_elementwise.clip, where=_elementwise.where,
+    ones_like=_elementwise.ones_like, zeros_like=_elementwise.zeros_like,
+    identity=_elementwise.identity, size_of=_reduce.size_of, matmul=_linalg.matmul,
+    einsum=_einsum.einsum, softmax=_nn.softmax, log_softmax=_nn.log_softmax,
+    softmax_cross_entropy=_nn.softmax_cross_entropy,
+    sparse_softmax_cross_entropy=_nn.sparse_softmax_cross_entropy,
+    conv1d=_conv.conv1d, conv2d=_conv.conv2d, conv2d_transpose=_conv.conv2d_transpose,
+    max_pool1d=_pool.max_pool1d, max_pool2d=_pool.max_pool2d, avg_pool1d=_pool.avg_pool1d,
+    avg_pool2d=_pool.avg_pool2d, dot_product_attention=_attention.dot_product_attention,
+    resize=_image.resize, affine_transform=_image.affine_transform,
+    reshape=_movement.reshape, transpose=_movement.transpose,
+    broadcast_to=_movement.broadcast_to, broadcast_like=_movement.broadcast_like,
+    expand_dims=_movement.expand_dims, squeeze=_movement.squeeze,
+    concatenate=_movement.concatenate, stack=_movement.stack, slice=_movement.slice_,
+    pad=_movement.pad, take=_movement.take, one_hot=_movement.one_hot,
+    getitem=_movement.getitem,
+)
+
+
+# ---- dispatch ----------------------------------------------------------------------------------
+def _symbolic(values) -> bool:
+    for v in values:
+        if isinstance(v, Node) or hasattr(v, "__kiln_node__"):
+            return True
+        if type(v) is list or type(v) is tuple:
+            for w in v:
+                if isinstance(w, Node) or hasattr(w, "__kiln_node__"):
+                    return True
+    return False
+
+
+def is_symbolic(*values) -> bool:
+    """Whether ops on ``values`` build graph nodes: one of them is symbolic (a Node, a
+    Variable, anything with ``__kiln_node__``, also inside a list or tuple) or a step is
+    being traced (``kiln.core.trace_variables``)."""
+    return _TRACE.get() is not None or _symbolic(values)
+
+
+def _dual(graph_fn, name: str | None = None, first: str = "tensor"):
+    """The public op of a graph builder: graph mode on symbolic arguments or inside a traced
+    step, else the eager path. ``first`` says what a Python value in the first position is:
+    ``"tensor"`` (converted to an array when no other argument is one), ``"tensors"`` (a list of
+    tensors: each item converted) or ``"value"`` (kept: a shape, an equation ...)."""
+    name = name or graph_fn.__name__
+
+    @functools.wraps(graph_fn)
+    def op(*args, **kwargs):
+        if _TRACE.get() is not None or _symbolic(args) or (kwargs and _symbolic(kwargs.values())):
+            return graph_fn(*args, **kwargs)
+        if args and first != "value":
+            args = _arrays_first(args, kwargs, first)
+        return _eager.call(name, graph_fn, args, kwargs)
+
+    op.graph = graph_fn
+    return op
+
+
+def _is_array(v) -> bool:
+    return isinstance(v, np.ndarray | np.generic)
+
+
+def _arrays_first(args: tuple, kwargs: dict, first: str) -> tuple:
+    a0 = args[0]
+    if first == "tensors" and type(a0) in (list, tuple):
+        return (type(a0)(x if _is_array(x) else _eager.to_array(x) for x in a0),) + args[1:]
+    if _is_array(a0) or not isinstance(a0, bool | int | float | list | tuple):
+        return args
+    others = list(args[1:]) + list(kwargs.values())
+    if builtins.any(_is_array(v) for v in others):
+        return args  # a Python number next to an array takes the array's dtype (graph rule)
+    return (_eager.to_array(a0),) + args[1:]
+
+
+def convert_to_tensor(x, dtype=None, sparse=None):
+    """``x`` as a tensor: a node in graph mode (Variables read as their node), else a NumPy
+    array (Python floats as floatx, Python ints as int32), cast to ``dtype`` when given."""
+    if is_symbolic(x):
+        node = _as_node(x) if _symbolic((x,)) else _as_node(x, dtype)
+        return node if dtype is None or node.dtype == dtype else _elementwise.cast(node, dtype)
+    arr = _eager.to_array(x)
+    return arr if dtype is None else arr.astype(dtype)
+
+
+def convert_to_numpy(x):
+    """``x`` as a NumPy array (a Variable's current value); symbolic tensors have no value."""
+    if isinstance(x, Node):
+        raise TypeError(f"convert_to_numpy: a symbolic tensor of shape {x.shape} has no value "
+                        "until the graph runs; compile it with kiln.function")
+    return np.asarray(x)
+
+
+def stop_gradient(x):
+    """``x`` in the forward pass; no gradient flows through it."""
+    return _apply("stop_gradient", _as_node(x))
+
+
+def reshape_like(x, like):
+    """``x`` reshaped to the (run-time) shape of ``like``; only ``like``'s shape is read."""
+    return _apply("reshape_like", _as_node(x), _as_node(like))
+
+
+broadcast_like = _movement.broadcast_like
+size_of = _reduce.size_of
+gather = _movement.take
+allreduce = _collective.allreduce
+dropout = _random.dropout
+random_normal = _random.random_normal
+random_uniform = _random.random_uniform
+conv1d = _dual(_conv.conv1d)
+conv2d = _dual(_conv.conv2d)
+conv2d_transpose = _dual(_conv.conv2d_transpose)
+max_pool1d = _dual(_pool.max_pool1d)
+max_pool2d = _dual(_pool.max_pool2d)
+avg_pool1d = _dual(_pool.avg_pool1d)
+avg_pool2d = _dual(_pool.avg_pool2d)
+softmax_cross_entropy = _dual(_nn.softmax_cross_entropy)
+sparse_softmax_cross_entropy = _dual(_nn.sparse_softmax_cross_entropy)
+stop_gradient = _dual(stop_gradient)
+broadcast_to = _dual(_movement.broadcast_to)
+
+# ---- the Keras namespaces, shapes and creation with symbolic dimensions (kiln/ops/_shapes.py)
+from kiln.ops import image, nn, numpy  # noqa: E402
+from kiln.ops._shapes import SymbolicDim, full, like_shape, ones, shape, zeros  # noqa: E402
+from kiln.ops.image import affine_transform, resize  # noqa: E402
+from kiln.ops.nn import *  # noqa: E402, F403
+from kiln.ops.numpy import *  # noqa: E402, F403
+
+
+def _eager_random(kind, key, shape_, salt, dtype):
+    """NumPy draws of the counter-based generator (what the compiled op computes)."""
+    ref = _random._normal_ref if kind == "normal" else _random._uniform_ref
+    return ref(np.asarray(key, np.int64), np.zeros(shape_, dtype), salt=int(salt), dtype=dtype)

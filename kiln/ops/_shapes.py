@@ -1,0 +1,100 @@
+"""Keras-style shapes and creation ops whose shapes may hold symbolic dimensions."""
+
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+import kiln.config
+from kiln.ops import _G, is_symbolic
+
+
+class SymbolicDim:
+    """A dimension known only at run time: axis ``axis`` of the symbolic tensor ``tensor``
+    (``kiln.ops.shape(x)[0]`` for a batch dimension). Creation ops and ``kiln.random``
+    accept it in shapes."""
+
+    __slots__ = ("tensor", "axis")
+
+    def __init__(self, tensor, axis):
+        self.tensor = tensor
+        self.axis = int(axis)
+
+    def __repr__(self):
+        return f"SymbolicDim(axis {self.axis} of a tensor of shape {self.tensor.shape})"
+
+    def __index__(self):
+        raise TypeError("a symbolic dimension (known when the step runs) has no Python int "
+                        "value; pass it to kiln.ops creation functions or kiln.random")
+
+    def as_tensor(self):
+        """The dimension as an int32 scalar tensor."""
+        return _G.cast(_G.size_of(self.tensor, axis=self.axis), "int32")
+
+
+def shape(x):
+    """The shape of ``x`` as a tuple: ints, and :class:`SymbolicDim` for dimensions of a
+    symbolic tensor known only at run time (Keras' ``ops.shape``)."""
+    if is_symbolic(x) and not isinstance(x, np.ndarray | np.generic | int | float | list):
+        node = _G.as_node(x)
+        return tuple(SymbolicDim(node, i) if d is None else d for i, d in enumerate(node.shape))
+    return tuple(np.shape(x))
+
+
+def like_shape(shape_, dtype="float32"):
+    """A tensor of ``shape_`` (ints and SymbolicDims) whose values are never read, for ops that
+    take their shape from a tensor; None when the shape is static."""
+    shape_ = tuple(shape_)
+    if not builtins.any(isinstance(d, SymbolicDim) for d in shape_):
+        return None
+    rank = len(shape_)
+    base = np.zeros(tuple(1 if isinstance(d, SymbolicDim) else int(d) for d in shape_), dtype)
+    like = _G.constant(base)
+    for p, d in enumerate(shape_):
+        if not isinstance(d, SymbolicDim):
+            continue
+        t = d.tensor
+        picked = t[tuple(builtins.slice(None) if a == d.axis else builtins.slice(0, 1)
+                         for a in range(t.ndim))]
+        column = _G.reshape(picked, tuple(-1 if i == p else 1 for i in range(rank)))
+        like = like + _G.zeros_like(_G.cast(column, dtype))
+    return like
+
+
+def created(array):
+    """A creation op's result: the array, or a constant node of it while a step is traced
+    (so that what is computed from it, a layer called on ``arange`` included, is part of the
+    step's graph)."""
+    return _G.constant(array) if is_symbolic() else array
+
+
+def _shape_tuple(shape_):
+    return (shape_,) if isinstance(shape_, int | np.integer | SymbolicDim) else tuple(shape_)
+
+
+def full(shape, fill_value, dtype=None):
+    """An array filled with ``fill_value``, of dtype floatx unless ``dtype`` is given (Keras):
+    a NumPy array for a static shape (a constant node inside a traced step), a tensor when the
+    shape has a :class:`SymbolicDim`.
+
+    Example:
+        >>> kiln.ops.full((2,), 7)
+        array([7., 7.], dtype=float32)
+    """
+    shape_ = _shape_tuple(shape)
+    dtype = dtype or kiln.config.floatx()  # Keras: floatx unless given
+    like = like_shape(shape_)
+    if like is None:
+        return created(np.full(tuple(int(d) for d in shape_), fill_value, dtype=dtype))
+    return _G.broadcast_like(_G.constant(np.asarray(fill_value, dtype)), _G.cast(like, dtype))
+
+
+def ones(shape, dtype=None):
+    """Ones of ``shape`` (see :func:`full`; default dtype floatx)."""
+    return full(shape, 1, dtype or kiln.config.floatx())
+
+
+def zeros(shape, dtype=None):
+    """Zeros of ``shape`` (see :func:`full`; default dtype floatx)."""
+    return full(shape, 0, dtype or kiln.config.floatx())

@@ -1,0 +1,90 @@
+"""``text_dataset_from_directory`` (``keras.utils``): a folder of class sub-folders of
+``.txt`` files as a re-iterable dataset of ``(texts, labels)`` batches."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kiln.utils import _directory
+
+_FN = "text_dataset_from_directory"
+
+
+def _stack(texts: list[str]) -> np.ndarray:
+    out = np.empty(len(texts), dtype=object)
+    out[:] = texts
+    return out
+
+
+def text_dataset_from_directory(
+        directory: str | os.PathLike[str], labels: Any = "inferred", label_mode: str | None = "int",
+        class_names: Sequence[str] | None = None, batch_size: int | None = 32,
+        max_length: int | None = None, shuffle: bool = True, seed: int | None = None,
+        validation_split: float | None = None, subset: str | None = None,
+        follow_links: bool = False, verbose: bool = True) -> Any:
+    """Text files in class sub-folders as a dataset, like
+    ``keras.utils.text_dataset_from_directory``.
+
+    Indexing, labels, shuffling and the split follow Keras exactly as
+    :func:`~kiln.utils.image_dataset_from_directory` does, for ``.txt`` files (read as
+    UTF-8).
+
+    Args:
+        directory: The folder (``directory/class_a/*.txt`` ...).
+        labels: ``"inferred"``, None, or a list of integer labels in sorted path order.
+        label_mode: ``"int"``, ``"categorical"``, ``"binary"`` or None.
+        class_names: With ``labels="inferred"``: the sub-folders to use, in label order.
+        batch_size: Texts per batch; None yields single texts.
+        max_length: Keep at most this many characters of each text.
+        shuffle, seed, validation_split, subset, follow_links, verbose: As for images.
+
+    Returns:
+        A dataset (iterable once per epoch, ``len()`` batches) of ``(texts, labels)`` where
+        ``texts`` is a 1-D object array of ``str``; it has ``class_names`` and ``file_paths``;
+        ``[training, validation]`` with ``subset="both"``.
+
+    Raises:
+        ValueError: Bad arguments, or no ``.txt`` file found.
+
+    Example:
+        >>> train = kiln.utils.text_dataset_from_directory("aclImdb/train", batch_size=64,
+        ...                                                seed=0)  # doctest: +SKIP
+        >>> texts, labels = next(iter(train))  # doctest: +SKIP
+    """
+    label_mode = _directory.check_label_mode(_FN, label_mode, labels)
+    if max_length is not None and (isinstance(max_length, bool) or max_length < 1):
+        raise ValueError(f"{_FN}: max_length must be a positive integer or None, received "
+                         f"{max_length!r}")
+    if batch_size is not None and (isinstance(batch_size, bool) or batch_size < 1):
+        raise ValueError(f"{_FN}: batch_size must be a positive integer or None, received "
+                         f"{batch_size!r}")
+    _directory.check_split_args(_FN, validation_split, subset, shuffle, seed)
+    if seed is None and shuffle:
+        seed = int(np.random.randint(1_000_000))
+    paths, int_labels, names = _directory.index_directory(
+        _FN, directory, labels, (".txt",), class_names, shuffle, seed, follow_links, verbose)
+    if label_mode == "binary" and len(names) != 2:
+        raise ValueError(f"{_FN}: label_mode='binary' needs exactly 2 classes, found "
+                         f"class_names={names}")
+    if not paths:
+        raise ValueError(f"{_FN}: no .txt files found in directory "
+                         f"{os.fspath(directory)!r}")
+
+    def load(path: str) -> str:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        return text[:max_length] if max_length else text
+
+    def build(which: str) -> _directory.DirectoryDataset:
+        p, lab = _directory.split(_FN, paths, int_labels, validation_split, which, verbose)
+        y = _directory.encode_labels(_FN, lab, label_mode, len(names))
+        return _directory.DirectoryDataset(p, y, load, _stack, batch_size, shuffle, seed,
+                                           names)
+
+    if subset == "both":
+        return [build("training"), build("validation")]
+    return build(subset or "training")

@@ -1,0 +1,215 @@
+"""Compile batches (kiln/core/backends/cpu/compile_batch.py): the kernels a plan needs are
+compiled together, in forked worker processes when several kernel files need compiling; the
+entry points, the results and the cache files are the same as compiling them one by one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from kiln import config
+from kiln.core.backends.cpu import compile_batch, jit
+
+pytestmark = pytest.mark.skipif(not config.jit_enabled(), reason="batches compile numba code")
+
+
+def _kernels(tag: str, n: int = 3) -> list[jit.Kernel]:
+    """``n`` distinct kernels (o = (k + 1) * a + tag-specific constant), new to this process
+    and to the cache folder of the test."""
+    out = []
+    for k in range(n):
+        src = (f"def scale_{tag}_{k}(o, a):\n    for i in range(a.size):\n"
+               f"        o[i] = {k + 1} * a[i] + {len(tag)}\n")
+        out.append(jit.load(src, f"scale_{tag}_{k}"))
+    return out
+
+
+def _oracle(tag: str, k: int, x: np.ndarray) -> np.ndarray:
+    return ((k + 1) * x + len(tag)).astype(x.dtype)
+
+
+def jit_typeof(a):
+    from numba import typeof
+
+    return typeof(a)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _run_batch(kernels, x):
+    outs = [np.empty_like(x) for _ in kernels]
+    with compile_batch.batch():
+        fns = [k.specialize((o, x)) for k, o in zip(kernels, outs)]
+        assert all(isinstance(f, compile_batch.Deferred) and f.entry is None for f in fns)
+    for fn, o in zip(fns, outs):
+        fn(o, x)
+    return fns, outs
+
+
+def test_a_batch_compiled_by_workers_gives_the_serial_entry_points_results(cache, monkeypatch):
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", "2")
+    x = np.linspace(-2, 2, 17, dtype=np.float32)
+    before = dict(jit.stats)
+    kernels = _kernels("par")
+    fns, outs = _run_batch(kernels, x)
+    assert all(f.entry is not None for f in fns)
+    for k, o in enumerate(outs):
+        np.testing.assert_array_equal(o, _oracle("par", k, x))
+    assert jit.stats["compiled"] - before["compiled"] == 3
+    assert jit.stats["compiled_by_workers"] - before["compiled_by_workers"] >= 1
+    assert all(k.cached((jit_typeof(o), jit_typeof(x))) for k, o in zip(kernels, outs))
+    # a serial batch of the same kernels in another cache folder: the same results
+    monkeypatch.setenv("KILN_CACHE_DIR", str(cache) + "-serial")
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", "1")
+    before = dict(jit.stats)
+    serial = _kernels("par")
+    assert {k.key for k in serial} == {k.key for k in kernels}  # same text, same keys
+    _, souts = _run_batch(serial, x)
+    assert jit.stats["compiled_by_workers"] == before["compiled_by_workers"]
+    for a, b in zip(outs, souts):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_cached_entries_are_loaded_without_workers(cache, monkeypatch):
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", "2")
+    x = np.arange(5, dtype=np.float64)
+    kernels = _kernels("warm")
+    _run_batch(kernels, x)
+    for k in kernels:  # new dispatchers (as in a new process): they find them on disk
+        del jit._kernels[(k.path, True)]
+    kernels = _kernels("warm")
+    forks = []
+    monkeypatch.setattr(compile_batch, "_fork", lambda bins: forks.append(bins) or [])
+    before = dict(jit.stats)
+    _, outs = _run_batch(kernels, x)
+    assert forks == []
+    assert jit.stats["cache_hits"] - before["cache_hits"] == 3
+    assert jit.stats["compiled"] == before["compiled"]
+    for k, o in enumerate(outs):
+        np.testing.assert_array_equal(o, _oracle("warm", k, x))
+
+
+def test_a_failed_worker_leaves_its_kernels_to_the_parent(cache, monkeypatch):
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", "3")
+
+    def failing_fork(bins):
+        pids = []
+        for _ in bins:
+            pid = os.fork()
+            if pid == 0:
+                os._exit(3)  # dies without compiling anything
+            pids.append(pid)
+        return pids
+
+    monkeypatch.setattr(compile_batch, "_fork", failing_fork)
+    x = np.linspace(0, 1, 9, dtype=np.float32)
+    before = dict(jit.stats)
+    _, outs = _run_batch(_kernels("fail"), x)
+    assert jit.stats["compiled"] - before["compiled"] == 3
+    assert jit.stats["compiled_by_workers"] == before["compiled_by_workers"]
+    for k, o in enumerate(outs):
+        np.testing.assert_array_equal(o, _oracle("fail", k, x))
+
+
+def test_a_deferred_call_before_its_batch_closes_compiles_on_the_spot(cache):
+    x = np.ones(4, np.float32)
+    o = np.empty_like(x)
+    (kernel,) = _kernels("early", 1)
+    with compile_batch.batch():
+        fn = kernel.specialize((o, x))
+        fn(o, x)
+        assert fn.entry is not None
+    np.testing.assert_array_equal(o, _oracle("early", 0, x))
+
+
+def test_an_exception_inside_a_batch_compiles_nothing_and_closes_it(cache):
+    x = np.ones(4, np.float32)
+    (kernel,) = _kernels("raise", 1)
+    with pytest.raises(RuntimeError, match="planned failure"):
+        with compile_batch.batch():
+            fn = kernel.specialize((np.empty_like(x), x))
+            raise RuntimeError("planned failure")
+    assert fn.entry is None
+    assert compile_batch.defer(kernel, fn.sig) is None  # no batch left open
+
+
+class _FakeKernel:
+    def __init__(self, size, parallel=False):
+        self.size, self.parallel = size, parallel
+
+
+def test_split_is_balanced_and_deterministic():
+    groups = {f"k{i}.py": [compile_batch.Deferred(_FakeKernel(s, p), ())]
+              for i, (s, p) in enumerate([(100, False), (90, False), (40, True), (10, False),
+                                          (5, False)])}
+    bins = compile_batch.split(groups, 2)
+    again = compile_batch.split(dict(reversed(list(groups.items()))), 2)
+    assert [[id(d) for d in b] for b in bins] == [[id(d) for d in b] for b in again]
+    cost = [sum(d.kernel.size * (3 if d.kernel.parallel else 1) for d in b) for b in bins]
+    assert cost == [135, 190]  # largest first: 120 (parallel 40 x 3) + 10 + 5 | 100 + 90
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_kiln_compile_workers_must_be_a_positive_integer(monkeypatch, value):
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", value)
+    with pytest.raises(ValueError, match=f"KILN_COMPILE_WORKERS must be a positive integer, "
+                                         f"received '{value}'"):
+        compile_batch.workers()
+
+
+SCRIPT = textwrap.dedent("""
+    import json, os
+    import numpy as np
+    import kiln, kiln.ops as K
+    from kiln.core.backends.cpu import jit
+    rng = np.random.default_rng(0)
+    xv = rng.normal(size=(6, 5)).astype(np.float32)
+    wv = rng.normal(size=(5, 3)).astype(np.float32)
+    x = kiln.placeholder((None, 5))
+    w = kiln.Variable(wv.copy())
+    h = K.tanh(x @ w) * 0.5 + K.sigmoid(x @ w)
+    loss = K.mean(h * h)
+    (g,) = kiln.grad(loss, [w])
+    f = kiln.function([x], [loss, h], updates=[(w, w - 0.1 * g)], backend="cpu")
+    loss_v, h_v = f(xv)
+    files = sorted(p for p in os.listdir(jit.kernel_dir()) if p.endswith(".py"))
+    print(json.dumps({"stats": jit.stats, "h": h_v.tolist(), "loss": float(loss_v),
+                      "w": w.numpy().tolist(), "files": files, "xv": xv.tolist(),
+                      "wv": wv.tolist()}))
+""")
+
+
+def _run_script(cache_dir: str, workers: str) -> dict:
+    env = dict(os.environ, KILN_CACHE_DIR=cache_dir, KILN_COMPILE_WORKERS=workers)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_compiled_function_with_workers_matches_the_serial_one_bitwise(tmp_path):
+    par = _run_script(str(tmp_path / "par"), "2")
+    ser = _run_script(str(tmp_path / "ser"), "1")
+    assert par["stats"]["compiled"] == ser["stats"]["compiled"] >= 2
+    assert par["stats"]["compiled_by_workers"] >= 1
+    assert ser["stats"]["compiled_by_workers"] == 0
+    for key in ("h", "loss", "w", "files"):
+        assert par[key] == ser[key], key
+    # the oracle: NumPy in float64
+    z = np.array(ser["xv"]) @ np.array(ser["wv"])
+    np.testing.assert_allclose(ser["h"], np.tanh(z) * 0.5 + 1 / (1 + np.exp(-z)), rtol=1e-5,
+                               atol=1e-6)
+    warm = _run_script(str(tmp_path / "par"), "2")  # the workers' cache serves a new process
+    assert warm["stats"]["compiled"] == 0 and warm["stats"]["cache_hits"] >= 2
+    assert warm["h"] == par["h"] and warm["w"] == par["w"]
