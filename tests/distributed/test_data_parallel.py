@@ -68,6 +68,7 @@ def test_two_ranks_match_one_process(tmp_path, model):
     assert len(s["h_loss"]) == 3 and s["h_loss"][-1] < s["h_loss"][0]  # it trained
 
 
+@pytest.mark.slow  # CI time: the core 2-rank checks above run in CI
 def test_generator_batches_are_split_like_arrays(tmp_path):
     """Batches from a generator (the same on every rank) are sliced like array batches: the
     result equals one process fed the same generator."""
@@ -80,6 +81,7 @@ def test_generator_batches_are_split_like_arrays(tmp_path):
         np.testing.assert_allclose(r0[k], s[k], rtol=1e-4, atol=1e-6, err_msg=k)
 
 
+@pytest.mark.slow  # CI time: the core 2-rank checks above run in CI
 def test_per_replica_batch_norm_keeps_the_ranks_identical(tmp_path):
     """The Keras default: each rank normalizes its own slice (so it differs from one process),
     but the moving statistics are averaged: every weight stays identical across the ranks."""
