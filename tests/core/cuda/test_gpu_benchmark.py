@@ -16,6 +16,7 @@ pytest.importorskip("numba_cuda")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 
+@pytest.mark.slow  # ~30 s on 2 cores: CI time (the CUDA op and training tests stay in CI)
 def test_gpu_benchmark_script_in_simulator_mode():
     cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "gpu.py"), "--sim", "--tiny",
            "--epochs", "1", "--strict", "--frameworks", "kiln"]
