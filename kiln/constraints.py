@@ -18,7 +18,7 @@ from typing import Any
 
 import kiln.ops as K
 from kiln.core import Node, convert_to_tensor
-from kiln.registry import get_registered_object
+from kiln.registry import deserialize_object, serialize_object
 
 EPSILON = 1e-7
 
@@ -155,41 +155,14 @@ max_norm, min_max_norm, non_neg, unit_norm = MaxNorm, MinMaxNorm, NonNeg, UnitNo
 
 
 def serialize(constraint: Constraint | None) -> dict | None:
-    """Keras' serialized form ``{"module", "class_name", "config", "registered_name"}``."""
-    if constraint is None:
-        return None
-    if not isinstance(constraint, Constraint):
-        raise TypeError(f"constraints.serialize: expected a Constraint, received "
-                        f"{constraint!r} (plain functions cannot be stored in a config; "
-                        "subclass kiln.constraints.Constraint)")
-    cls = type(constraint)
-    builtin = _CLASSES.get(cls.__name__) is cls
-    return {"module": "keras.constraints" if builtin else cls.__module__,
-            "class_name": cls.__name__, "config": constraint.get_config(),
-            "registered_name": None if builtin else cls.__name__}
-
-
-def _unknown(name: Any) -> ValueError:
-    return ValueError(f"Unknown constraint {name!r}; valid names: "
-                      f"{', '.join(sorted(_STRINGS))}")
+    """Keras' serialized form ``{"module", "class_name", "config", "registered_name"}``
+    (``None`` for ``None``)."""
+    return serialize_object(constraint, Constraint, _CLASSES, "constraint")
 
 
 def deserialize(config: Any, custom_objects: dict | None = None) -> Constraint | None:
     """Rebuilds a constraint from :func:`serialize`'s dict (or a name)."""
-    if config is None:
-        return None
-    if isinstance(config, str):
-        if config not in _STRINGS:
-            raise _unknown(config)
-        return _STRINGS[config]()
-    if not isinstance(config, dict) or "class_name" not in config:
-        raise TypeError(f"constraints.deserialize: expected a dict with 'class_name', "
-                        f"received {config!r}")
-    name = config.get("registered_name") or config["class_name"]
-    cls = get_registered_object(name, custom_objects) or _CLASSES.get(config["class_name"])
-    if cls is None:
-        raise _unknown(name)
-    return cls.from_config(dict(config.get("config") or {}))
+    return deserialize_object(config, _STRINGS, _CLASSES, "constraint", custom_objects)
 
 
 def get(identifier: Any) -> Any:

@@ -142,3 +142,44 @@ def registered_objects() -> dict[str, Any]:
 def custom_objects_table() -> dict[str, Any]:
     """The live registry table (Keras' ``get_custom_objects``: writes to it register)."""
     return _REGISTRY
+
+
+def serialize_object(obj: Any, base: type, classes: dict[str, type], kind: str) -> dict | None:
+    """Keras' ``{"module", "class_name", "config", "registered_name"}`` of ``obj`` (an
+    instance of ``base``; ``classes``: the built-ins by name; ``kind``: "constraint",
+    "regularizer" ... for the module name and errors). None for None."""
+    if obj is None:
+        return None
+    if not isinstance(obj, base):
+        raise TypeError(f"{kind}s.serialize: expected a {base.__name__}, received {obj!r} "
+                        "(plain functions cannot be stored in a config; subclass "
+                        f"kiln.{kind}s.{base.__name__})")
+    cls = type(obj)
+    builtin = classes.get(cls.__name__) is cls
+    return {"module": f"keras.{kind}s" if builtin else cls.__module__,
+            "class_name": cls.__name__, "config": obj.get_config(),
+            "registered_name": None if builtin else cls.__name__}
+
+
+def deserialize_object(config: Any, strings: dict[str, Any], classes: dict[str, type],
+                       kind: str, custom_objects: dict | None = None) -> Any:
+    """Inverse of :func:`serialize_object`; also a name from ``strings`` (name -> factory).
+    Classes come from ``custom_objects``, the registry or ``classes``, never from a module
+    named in the config."""
+    def unknown(name: Any) -> ValueError:
+        return ValueError(f"Unknown {kind} {name!r}; valid names: {', '.join(sorted(strings))}")
+
+    if config is None:
+        return None
+    if isinstance(config, str):
+        if config not in strings:
+            raise unknown(config)
+        return strings[config]()
+    if not isinstance(config, dict) or "class_name" not in config:
+        raise TypeError(f"{kind}s.deserialize: expected a dict with 'class_name', received "
+                        f"{config!r}")
+    name = config.get("registered_name") or config["class_name"]
+    cls = get_registered_object(name, custom_objects) or classes.get(config["class_name"])
+    if cls is None:
+        raise unknown(name)
+    return cls.from_config(dict(config.get("config") or {}))

@@ -21,7 +21,7 @@ import numpy as np
 
 import kiln.ops as K
 from kiln.core import Node, convert_to_tensor
-from kiln.registry import get_registered_object
+from kiln.registry import deserialize_object, serialize_object
 
 
 def _factor(value: Any, name: str) -> float:
@@ -162,40 +162,12 @@ _STRINGS: dict[str, Any] = {"l1": L1, "l2": L2, "l1_l2": lambda: L1L2(l1=0.01, l
 def serialize(regularizer: Regularizer | None) -> dict | None:
     """Keras' serialized form ``{"module", "class_name", "config", "registered_name"}``
     (``None`` for ``None``)."""
-    if regularizer is None:
-        return None
-    if not isinstance(regularizer, Regularizer):
-        raise TypeError(f"regularizers.serialize: expected a Regularizer, received "
-                        f"{regularizer!r} (plain functions cannot be stored in a config; "
-                        "subclass kiln.regularizers.Regularizer)")
-    cls = type(regularizer)
-    builtin = _CLASSES.get(cls.__name__) is cls
-    return {"module": "keras.regularizers" if builtin else cls.__module__,
-            "class_name": cls.__name__, "config": regularizer.get_config(),
-            "registered_name": None if builtin else cls.__name__}
-
-
-def _unknown(name: Any) -> ValueError:
-    return ValueError(f"Unknown regularizer {name!r}; valid names: {', '.join(sorted(_STRINGS))}")
+    return serialize_object(regularizer, Regularizer, _CLASSES, "regularizer")
 
 
 def deserialize(config: Any, custom_objects: dict | None = None) -> Regularizer | None:
-    """Rebuilds a regularizer from ``serialize``'s dict (or a name)."""
-    if config is None:
-        return None
-    if isinstance(config, str):
-        if config not in _STRINGS:
-            raise _unknown(config)
-        return _STRINGS[config]()
-    if not isinstance(config, dict) or "class_name" not in config:
-        raise TypeError(f"regularizers.deserialize: expected a dict with 'class_name', received "
-                        f"{config!r}")
-    name = config["class_name"]
-    cls = get_registered_object(config.get("registered_name") or name, custom_objects) \
-        or _CLASSES.get(name)
-    if cls is None:
-        raise _unknown(name)
-    return cls.from_config(dict(config.get("config") or {}))
+    """Rebuilds a regularizer from :func:`serialize`'s dict (or a name)."""
+    return deserialize_object(config, _STRINGS, _CLASSES, "regularizer", custom_objects)
 
 
 def get(identifier: Any) -> Any:
