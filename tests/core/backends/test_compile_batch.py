@@ -144,11 +144,12 @@ def test_an_exception_inside_a_batch_compiles_nothing_and_closes_it(cache):
 
 
 class _FakeKernel:
-    def __init__(self, size, parallel=False):
-        self.size, self.parallel = size, parallel
+    def __init__(self, size, parallel=False, scalars=False):
+        self.size, self.parallel, self.scalars = size, parallel, scalars
 
 
-def test_split_is_balanced_and_deterministic():
+def test_split_is_balanced_and_deterministic(monkeypatch):
+    monkeypatch.setattr(compile_batch, "KERNEL_BASE_COST", 0)
     groups = {f"k{i}.py": [compile_batch.Deferred(_FakeKernel(s, p), ())]
               for i, (s, p) in enumerate([(100, False), (90, False), (40, True), (10, False),
                                           (5, False)])}
@@ -157,6 +158,20 @@ def test_split_is_balanced_and_deterministic():
     assert [[id(d) for d in b] for b in bins] == [[id(d) for d in b] for b in again]
     cost = [sum(d.kernel.size * (3 if d.kernel.parallel else 1) for d in b) for b in bins]
     assert cost == [135, 190]  # largest first: 120 (parallel 40 x 3) + 10 + 5 | 100 + 90
+
+
+def test_kernels_calling_the_scalar_functions_compile_in_one_process(monkeypatch):
+    # they share the compilation of those functions (once per process)
+    monkeypatch.setattr(compile_batch, "KERNEL_BASE_COST", 0)
+    monkeypatch.setattr(compile_batch, "SCALARS_COST", 50)
+    sizes = [(100, True), (90, False), (80, True), (70, False), (10, True)]
+    groups = {f"k{i}.py": [compile_batch.Deferred(_FakeKernel(s, False, sc), ())]
+              for i, (s, sc) in enumerate(sizes)}
+    bins = compile_batch.split(groups, 2)
+    with_scalars = [b for b in bins if any(d.kernel.scalars for d in b)]
+    assert len(with_scalars) == 1
+    assert sorted(d.kernel.size for d in with_scalars[0]) == [10, 80, 100]  # 190 + 50
+    assert sorted(d.kernel.size for b in bins if b is not with_scalars[0] for d in b) == [70, 90]
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two"])

@@ -180,9 +180,12 @@ def test_both_convolution_methods_match_the_reference(method, monkeypatch):
     ((1, 9, 10, 3), (2, 3, 3, 7), {"dilation": (2, 3)}),
     ((2, 4, 4, 3), (3, 3, 3, 65), {}),                             # > 64 channels: not tiled
 ])
-def test_conv2d_tile64_kernel_matches_the_reference(shape, kernel, attrs):
+def test_conv2d_tile64_kernel_matches_the_reference(shape, kernel, attrs, monkeypatch):
     """The float32 forward convolution with at most 64 output channels (conv.TILE64) against
     the float64 reference, with strides, dilation, padding and tail tiles."""
+    from kiln.core.backends.cpu import conv
+
+    monkeypatch.setattr(conv, "TILE64", True)  # on any host (chosen only with AVX-512)
     rng = np.random.default_rng(3)
     xv = rng.normal(size=shape).astype("float32")
     wv = rng.normal(size=kernel).astype("float32")
@@ -213,6 +216,7 @@ def test_conv2d_kernel_gradient_tn64_matches_the_reference(shape, kernel, attrs,
     from kiln.core.backends.cpu import conv
 
     monkeypatch.setattr(conv, "TN64_CHUNK", 7)
+    monkeypatch.setattr(conv, "TILE64", True)
     rng = np.random.default_rng(4)
     attrs = {"strides": (1, 1), "padding": "valid", "dilation": (1, 1), **attrs}
     xv = rng.normal(size=shape).astype("float32")
@@ -238,7 +242,22 @@ def test_conv2d_kernel_gradient_tn64_matches_the_reference(shape, kernel, attrs,
     (9, "conv2d_backprop_filter", "float32", 64, "direct"),
     (288, "conv2d_backprop_input", "float32", 64, "gemm"),
 ])
-def test_conv_method_choices(taps, op, dtype, cout, want):
+def test_conv_method_choices(taps, op, dtype, cout, want, monkeypatch):
     from kiln.core.backends.cpu import conv
 
+    monkeypatch.setattr(conv, "TILE64", True)
     assert conv.conv_method(taps, op, dtype, cout) == want
+    monkeypatch.setattr(conv, "TILE64", False)  # an AVX2 host: no tiles
+    assert conv.conv_method(taps, op, dtype, cout) == ("direct" if taps <= 16 and op != (
+        "conv2d_backprop_input") else "gemm")
+
+
+def test_the_tiles_are_chosen_where_the_cpu_has_avx512():
+    from kiln.core.backends.cpu import conv
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo to tell the CPU's features")
+    assert conv.TILE64 == (" avx512f" in flags)

@@ -249,21 +249,6 @@ def test_adam_updates_run_as_one_loop_per_parameter_and_match_the_reference():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_large_loops_run_on_threads(monkeypatch):
-    from kiln.core.backends.cpu import elementwise
-
-    monkeypatch.setattr(elementwise, "PARALLEL_MIN_ELEMENTS", 0)
-    x = kiln.placeholder((None, 64))
-    v = kiln.Variable(np.ones((50, 64)))
-    f = kiln.function([x], K.relu(x * 2.0 - 1.0), updates=[(v, v * 0.5 + x[:1])],
-                      backend="cpu")
-    xv = np.random.default_rng(0).normal(size=(50, 64)).astype("float32")
-    np.testing.assert_allclose(f(xv), np.maximum(2 * xv - 1, 0), rtol=1e-6)
-    np.testing.assert_allclose(v.numpy(), np.broadcast_to(0.5 + xv[:1], (50, 64)), rtol=1e-6)
-    specs = [s for s in elementwise._kernels if s.parallel >= 0]
-    assert specs or not kiln.config.jit_enabled()
-
-
 @pytest.mark.nojit
 def test_feeding_a_variable_buffer_that_is_updated_in_place():
     w = kiln.Variable(np.arange(4096 * 4, dtype="float32").reshape(4096, 4) / 1000)

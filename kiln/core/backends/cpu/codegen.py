@@ -119,14 +119,11 @@ class LoopSpec:
     out_class: str            # N, or Z for a reduction along the innermost loop
     extra: tuple[int, ...] = ()       # side outputs: instruction indices
     extra_dtypes: tuple[str, ...] = ()
-    parallel: int = -1   # loop level run by threads (numba prange; the inner loop in chunks)
 
     def signature(self) -> str:
         side = f" extra={self.extra}:{','.join(self.extra_dtypes)}" if self.extra else ""
-        par = f" parallel={self.parallel}" if self.parallel >= 0 else ""
         return (f"in={','.join(self.in_dtypes)} out={self.out_dtype} rank={self.rank} "
-                f"classes={'.'.join(self.classes)}.{self.out_class} reduce={self.reduce}{side}"
-                f"{par}")
+                f"classes={'.'.join(self.classes)}.{self.out_class} reduce={self.reduce}{side}")
 
 
 def split_program(program: tuple) -> tuple[tuple, str | None, tuple]:
@@ -147,25 +144,40 @@ def split_program(program: tuple) -> tuple[tuple, str | None, tuple]:
     return program, None, ()
 
 
-def _params_index(rank: int, n_in: int) -> dict[str, Any]:
+# Operands of these ops are put in one order (bit for bit the same result in IEEE arithmetic),
+# so that programs built from differently ordered graphs share a kernel: the LSTM model's two
+# Adam updates (embedding and dense weights) were `v5 * t2` and `t2 * v5`, two compiles.
+COMMUTATIVE = frozenset({"add", "mul"})
+
+
+def canonical(program: tuple) -> tuple:
+    """``program`` with the operands of its commutative instructions sorted."""
+    return tuple((op, tuple(sorted(args)) if op in COMMUTATIVE and len(args) == 2 else args,
+                  attrs) for op, args, attrs in program)
+
+
+def params_index(rank: int, n_in: int) -> dict[str, Any]:
+    """Where the parameter array ``p`` of a loop kernel keeps what: the sizes, the output's
+    offset then strides, each input's offset then strides, then the output's size, the
+    reduction count and the side outputs' offsets (from ``"extra"`` on)."""
     base_in = 2 * rank + 1
     return {"sizes": 0, "out": rank, "inputs": [base_in + k * (rank + 1) for k in range(n_in)],
             "extra": base_in + n_in * (rank + 1)}
 
 
 def params_length(rank: int, n_in: int, n_extra: int = 0) -> int:
-    return _params_index(rank, n_in)["extra"] + 2 + n_extra
+    return params_index(rank, n_in)["extra"] + 2 + n_extra
 
 
 def generate(spec: LoopSpec) -> str:
     """The source of ``kernel(o, a0, a1, ..., p)`` for ``spec``."""
     rank, n_in = spec.rank, len(spec.in_dtypes)
-    idx = _params_index(rank, n_in)
+    idx = params_index(rank, n_in)
     dtypes = program_dtypes(spec.program, spec.in_dtypes)
     value_dtype = dtypes[-1]
     n_extra = len(spec.extra)
-    if (n_extra or spec.parallel >= 0) and spec.reduce is not None:
-        raise CodegenError("side outputs and threads need a loop without reduction")
+    if n_extra and spec.reduce is not None:
+        raise CodegenError("side outputs need a loop without reduction")
     args = ", ".join(["o"] + [f"e{k}" for k in range(n_extra)] + [f"a{k}" for k in range(n_in)]
                      + ["p"])
     helpers: set[str] = set()
@@ -199,20 +211,11 @@ def generate(spec: LoopSpec) -> str:
     depth = 1
     last = rank - 1
     inner = f"range(n{last})"
-    if spec.parallel == last:
-        # the inner loop in chunks, one prange iteration per chunk (each with all outer loops)
-        emit(f"{ind}chunk = p[{idx['extra'] + 2 + n_extra}]")
-        emit(f"{ind}for c in numba.prange((n{last} + chunk - 1) // chunk):")
-        emit(f"{ind}    lo = c * chunk")
-        emit(f"{ind}    hi = min(lo + chunk, n{last})")
-        inner = "range(lo, hi)"
-        depth = 2
     prev = {k: f"x{k}" for k in range(n_in)}
     prev_o = "xo"
     for d in range(rank - 1):
         pad = ind * depth
-        loop = "numba.prange" if spec.parallel == d else "range"
-        emit(f"{pad}for i{d} in {loop}(n{d}):")
+        emit(f"{pad}for i{d} in range(n{d}):")
         pad = ind * (depth + 1)
         emit(f"{pad}xo_{d} = {prev_o} + i{d} * so{d}")
         prev_o = f"xo_{d}"

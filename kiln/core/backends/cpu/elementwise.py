@@ -12,8 +12,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kiln.core.backends.cpu import jit
-from kiln.core.backends.cpu.codegen import LoopSpec, generate, label, split_program
+from kiln.core.backends.cpu import jit, threads
+from kiln.core.backends.cpu.codegen import (
+    LoopSpec,
+    canonical,
+    generate,
+    label,
+    params_index,
+    split_program,
+)
 from kiln.core.ir import Node, TensorType
 from kiln.core.layout import Layout, contiguous_strides, loop_nest
 from kiln.core.ops.fused import combine, program_of
@@ -21,13 +28,16 @@ from kiln.core.ops.registry import get_op
 from kiln.core.plan import PLANNER_BATCH
 
 MIN_RANK = 3
-# Loops without reduction over at least this many elements run on all threads (prange over
-# chunks of the inner loop): measured with benchmarks/bench_overhead.py --parallel, then in
-# whole steps: 2^17 makes the MLP step's SGD updates of its two large weights parallel, 3-4%
-# faster (2.10 -> 2.05 ms, interleaved in one process); 2^16 was 1% slower; convnet unchanged.
-# The price is paid once: parallel kernels compile and load slower (bench_compile.py, MLP
-# first step: cold 3.2 -> 4.7 s, warm 0.87 -> 1.12 s; targets 10 s and 1.5 s).
-PARALLEL_MIN_ELEMENTS = 1 << 17
+# Loops without reduction over at least this many elements run on all threads: the serial
+# kernel on parts of the outermost real loop, one per thread (threads.SplitCall, kiln's own
+# pool; docs/architecture.md, "Threads"). The split changes only the parameter array (sizes
+# and offsets), so one compiled kernel serves a loop split or not; numba's prange variant
+# compiled 3-4x slower (the LSTM model's Adam update over its 20,000 x 128 embedding: 2.3
+# against 0.67 s). Waking the pool costs ~45 us (benchmarks/bench_overhead.py --parallel, 2
+# threads, AVX2 host): relu(2x - 1) / the fused momentum update serial against split, 2^18
+# elements 57 / 110 against 91 / 126 us, 2^19 143 / 499 against 141 / 349 us, 2^20 928 /
+# 1291 against 502 / 1117 us; numba's prange had paid off from 2^17.
+PARALLEL_MIN_ELEMENTS = 1 << 19
 _kernels: dict[LoopSpec, jit.Kernel] = {}
 
 
@@ -36,18 +46,9 @@ def loop_kernel(spec: LoopSpec) -> jit.Kernel:
     k = _kernels.get(spec)
     if k is None or k.jitted != _jit_on():
         fastmath = jit.FASTMATH_REDUCE if spec.reduce is not None else False
-        k = jit.load(generate(spec), "kernel", signature=spec.signature(), fastmath=fastmath,
-                     parallel=spec.parallel >= 0)
+        k = jit.load(generate(spec), "kernel", signature=spec.signature(), fastmath=fastmath)
         _kernels[spec] = k
     return k
-
-
-def _threads() -> int:
-    if not _jit_on():
-        return 1
-    import numba
-
-    return numba.get_num_threads()
 
 
 def _jit_on() -> bool:
@@ -110,6 +111,7 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
     ``out`` (a contiguous layout) to the plan; ``extras`` are side outputs (instruction index,
     operand with ``out``'s shape and strides) of a loop without reduction."""
     head, red, red_attrs = split_program(program)
+    head = canonical(head)
     in_dtypes = [i.dtype for i in ins]
     it = _shapes(head, [i.layout.shape for i in ins], in_dtypes)[-1]
     static_it = _shapes(head, [i.static for i in ins], in_dtypes)[-1]
@@ -150,23 +152,51 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
     # threads or not is decided on the static shape (unknown dims counted as PLANNER_BATCH),
     # so that a new batch size never needs the other variant of the kernel
     size = int(np.prod([PLANNER_BATCH if d is None else d for d in static_it], dtype=np.int64))
-    threads = _threads()
-    # threads take the outermost real (not padding) loop, in chunks if it is the inner one
-    parallel = (nest.padded if red is None and threads > 1 and size >= PARALLEL_MIN_ELEMENTS
-                else -1)
     spec = LoopSpec(head, red, tuple(in_dtypes), out.dtype, nest.rank, tuple(classes),
-                    out_class, tuple(j for j, _ in extras), tuple(e.dtype for _, e in extras),
-                    parallel)
+                    out_class, tuple(j for j, _ in extras), tuple(e.dtype for _, e in extras))
     params = list(nest.sizes) + [out.layout.offset] + list(nest.strides[0])
     for i, st in zip(ins, nest.strides[1:]):
         params += [i.layout.offset] + list(st)
     params += [out.layout.size, count] + [e.layout.offset for _, e in extras]
-    if parallel >= 0:
-        params.append(max(1, -(-nest.sizes[-1] // threads)))
     p = np.asarray(params, dtype=np.int64)
     args = (out.flat, *[e.flat for _, e in extras], *[i.flat for i in ins], p)
-    kernel = loop_kernel(spec)
-    b.add(kernel.specialize(args), args, label=name)
+    entry = loop_kernel(spec).specialize(args)
+    n_threads = threads.kernel_threads()
+    # threads take the outermost real (not padding) loop; the choice is made on the static
+    # shape (unknown dims counted as PLANNER_BATCH), so it does not depend on the batch size
+    d = nest.padded
+    if red is None and n_threads > 1 and size >= PARALLEL_MIN_ELEMENTS and nest.sizes[d] > 1:
+        parts = [_part(p, nest.rank, len(ins), len(extras), d, lo, hi)
+                 for lo, hi in threads.chunks(nest.sizes[d], n_threads)]
+        b.add(threads.SplitCall(entry, len(parts), _with_params(parts)), args, label=name)
+    else:
+        b.add(entry, args, label=name)
+
+
+def _part(p: np.ndarray, rank: int, n_in: int, n_extra: int, d: int, lo: int,
+          hi: int) -> np.ndarray:
+    """The parameters of the loop ``p`` restricted to ``lo <= i_d < hi`` along loop ``d``:
+    that size, and every operand's offset moved by ``lo`` steps of its stride along ``d``
+    (side outputs by the output's stride: they share its layout)."""
+    idx = params_index(rank, n_in)
+    q = p.copy()
+    q[idx["sizes"] + d] = hi - lo
+    out = idx["out"]
+    q[out] += lo * p[out + 1 + d]
+    for b in idx["inputs"]:
+        q[b] += lo * p[b + 1 + d]
+    side = idx["extra"] + 2
+    q[side:side + n_extra] += lo * p[out + 1 + d]
+    return q
+
+
+def _with_params(parts: list[np.ndarray]):
+    """``SplitCall``'s change: the step's arguments with part ``k``'s parameter array."""
+
+    def change(args: tuple, k: int) -> tuple:
+        return args[:-1] + (parts[k],)
+
+    return change
 
 
 def build_group(b, nodes: list[Node]) -> None:

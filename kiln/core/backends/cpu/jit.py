@@ -82,6 +82,7 @@ class Kernel:
         self.py = py
         self.dispatcher = dispatcher
         self.parallel = parallel
+        self.scalars = False  # calls the functions of scalars.py (see compile_batch.split)
         self._entries: dict[tuple, Callable] = {}
 
     @property
@@ -201,7 +202,10 @@ def load(source: str, name: str, *, signature: str = "", fastmath: Any = False,
         signature: a description of the argument dtypes/ranks the source is specialized for
             (part of the cache key).
         fastmath: numba's fastmath option (False, True or a set of LLVM flags).
-        parallel: numba's parallel option (use only for large work: see the notes).
+        parallel: numba's parallel option: the convolution and pooling kernels (their
+            ``prange`` lowering runs faster per thread); generated loops are serial and split
+            on kiln's threads instead (``threads.SplitCall``; parallel=True costs 3-4x the
+            compile time).
 
     Returns:
         A :class:`Kernel`; the same object for the same arguments within a process.
@@ -231,8 +235,10 @@ def load(source: str, name: str, *, signature: str = "", fastmath: Any = False,
             if src.on_disk:
                 numba_cache.install(dispatcher, src.stamp)
         stats["compile_seconds"] += time.perf_counter() - t0
-        found = _kernels.setdefault(memo, Kernel(name, src.key, src.path, src.function,
-                                                 dispatcher, parallel, len(source)))
+        found = Kernel(name, src.key, src.path, src.function, dispatcher, parallel,
+                       len(source))
+        found.scalars = "kiln.core.backends.cpu.scalars" in source
+        found = _kernels.setdefault(memo, found)
     return found
 
 

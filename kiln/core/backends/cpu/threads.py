@@ -1,11 +1,16 @@
-"""Thread pools: numba's kernels and NumPy's BLAS take turns on the same cores.
+"""Thread pools: kiln's kernel threads (``SplitCall``, ``POOL``: serial kernels run on parts
+of their work, docs/architecture.md "Threads"), and the settings of the pools that share the
+cores with them.
+
+numba's kernels and NumPy's BLAS take turns on the same cores.
 
 Both pools spin after their work for a while, stealing the cores from the other one when
 kernels and GEMMs alternate (measured: a prange kernel, a GEMM and another prange kernel back to
 back took 20 ms with numba's default OpenMP settings, 12 ms with passive waiting):
 
 * numba's OpenMP threads: ``OMP_WAIT_POLICY=PASSIVE`` (set here, before numba starts its pool)
-  makes them sleep after a parallel region;
+  makes them sleep after a parallel region (kiln's kernels no longer start that pool, a
+  user's own ``parallel=True`` numba code still may; kiln's threads sleep on a queue);
 * OpenBLAS's worker threads busy-wait 2^28 cycles (~0.1 s) after each call by default, so a
   parallel numba kernel right after a GEMM shares its second core with a spinning thread. The
   spin is set by ``OPENBLAS_THREAD_TIMEOUT`` (2^n cycles), which OpenBLAS reads when it starts
@@ -26,6 +31,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
 
 BLAS_TIMEOUT = 20  # 2^20 cycles: ~0.35 ms at 3 GHz
 
@@ -75,3 +84,153 @@ def configure() -> dict[str, object]:
     else:
         status["openblas_thread_timeout"] = "unchanged"
     return status
+
+
+# ---- kiln's kernel threads ---------------------------------------------------------------------
+# A kernel that pays for threads is compiled serial (numba ``parallel=True`` costs 3-4x the
+# compile time of the same loop serial: the LSTM model's Adam update over a 20,000 x 128
+# embedding 2.3 s against 0.67 s) and run here on disjoint parts of its iteration space, one
+# part per thread, the calling thread taking the first (docs/architecture.md, "Threads").
+# Kernels release the GIL (``nogil=True``), so the parts run at once.
+
+
+def kernel_threads() -> int:
+    """Threads a split kernel uses: ``KILN_NUM_THREADS``, else numba's configured count (the
+    CPUs this process may use, or ``NUMBA_NUM_THREADS``); 1 when kernels run as Python."""
+    from kiln import config
+
+    if not config.jit_enabled():
+        return 1
+    env = os.environ.get("KILN_NUM_THREADS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise ValueError(
+                f"KILN_NUM_THREADS must be a positive integer, got {env!r}") from None
+    import numba
+
+    return max(1, int(numba.config.NUMBA_NUM_THREADS))
+
+
+class _Done:
+    """Counts the parts of one split call still running; keeps the first error."""
+
+    __slots__ = ("left", "lock", "event", "error")
+
+    def __init__(self, left: int):
+        self.left = left
+        self.lock = threading.Lock()
+        self.event = threading.Event()
+        self.error: BaseException | None = None
+
+    def finish(self, error: BaseException | None) -> None:
+        with self.lock:
+            if error is not None and self.error is None:
+                self.error = error
+            self.left -= 1
+            if self.left == 0:
+                self.event.set()
+
+
+class KernelPool:
+    """Worker threads that run the parts of split kernel calls (started on first use, again
+    in a forked child: threads do not survive ``fork``)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._start_lock = threading.Lock()
+
+    def _work(self) -> None:
+        while True:
+            fn, args, done = self._queue.get()
+            try:
+                fn(*args)
+            except BaseException as e:  # handed to the caller, which raises it
+                done.finish(e)
+            else:
+                done.finish(None)
+
+    def _ensure(self, n: int) -> None:
+        if len(self._threads) >= n:
+            return
+        with self._start_lock:
+            while len(self._threads) < n:
+                t = threading.Thread(target=self._work, name=f"kiln-kernel-{len(self._threads)}",
+                                     daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    def run(self, calls: Sequence[tuple[Callable, tuple]]) -> None:
+        """Runs every ``fn(*args)`` of ``calls`` (independent parts of one kernel call), the
+        first in the calling thread, the others on the pool; returns when all are done and
+        raises the first error of any part. A waiting caller runs queued parts itself, so
+        concurrent callers always make progress."""
+        if len(calls) == 1:
+            fn, args = calls[0]
+            fn(*args)
+            return
+        self._ensure(len(calls) - 1)
+        done = _Done(len(calls) - 1)
+        for fn, args in calls[1:]:
+            self._queue.put((fn, args, done))
+        fn, args = calls[0]
+        try:
+            fn(*args)
+        finally:
+            while not done.event.is_set():
+                try:
+                    other = self._queue.get_nowait()
+                except queue.Empty:
+                    done.event.wait()
+                    break
+                ofn, oargs, odone = other
+                try:
+                    ofn(*oargs)
+                except BaseException as e:
+                    odone.finish(e)
+                else:
+                    odone.finish(None)
+        if done.error is not None:
+            raise done.error
+
+    def reset(self) -> None:
+        """Forgets the threads and queued parts (in a forked child)."""
+        self._queue = queue.SimpleQueue()
+        self._threads = []
+        self._start_lock = threading.Lock()
+
+
+POOL = KernelPool()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=POOL.reset)
+
+
+class SplitCall:
+    """A plan step that runs the serial kernel ``entry`` on parts of its work at once: called
+    with the step's arguments, it calls ``entry`` once per part with those arguments changed
+    by ``part(args, k)`` (e.g. another parameter array: a range of the outer loop)."""
+
+    __slots__ = ("entry", "parts", "change")
+
+    def __init__(self, entry: Callable, parts: int, change: Callable[[tuple, int], tuple]):
+        self.entry = entry
+        self.parts = parts
+        self.change = change
+
+    def __call__(self, *args: Any) -> None:
+        entry, change = self.entry, self.change
+        POOL.run([(entry, change(args, k)) for k in range(self.parts)])
+
+
+def chunks(n: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` (at most ``n``) contiguous ranges covering ``range(n)``, sizes within one."""
+    parts = max(1, min(parts, n))
+    base, extra = divmod(n, parts)
+    out, lo = [], 0
+    for k in range(parts):
+        hi = lo + base + (1 if k < extra else 0)
+        out.append((lo, hi))
+        lo = hi
+    return out

@@ -1,0 +1,214 @@
+"""Large loops run on kiln's kernel threads: the serial kernel on parts of its outer loop
+(threads.SplitCall, docs/architecture.md "Threads"). Oracle: NumPy, and the same program run
+unsplit; every split (2, 3 and 7 parts, more parts than rows) must give the same bits."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.ops as K
+from kiln.core.backends.cpu import elementwise, threads
+
+
+def _plan_steps(f):
+    plan = next(iter(f.program._plans.values()))
+    return plan.steps
+
+
+@pytest.fixture
+def split_all(monkeypatch):
+    monkeypatch.setattr(elementwise, "PARALLEL_MIN_ELEMENTS", 0)
+
+    def with_threads(n):
+        monkeypatch.setenv("KILN_NUM_THREADS", str(n))
+    return with_threads
+
+
+def _momentum(backend):
+    # a fused multi-output group (v, then p + v: a side output) in place on Variables, a
+    # broadcast row, a transposed (strided) read
+    rng = np.random.default_rng(0)
+    x = kiln.placeholder((50, 37))
+    p = kiln.Variable(rng.normal(size=(13, 37)).astype("float32"))
+    v = kiln.Variable(np.zeros((13, 37), "float32"))
+    row = kiln.Variable(rng.normal(size=(37,)).astype("float32"))
+    nv = 0.9 * v - 0.1 * K.tanh(x[:13] * row)
+    out = K.relu(x * 2.0 - 1.0)[:37] + K.transpose(x[:37, :37] * 0.5)
+    f = kiln.function([x], out, updates=[(v, nv), (p, p + nv)], backend=backend)
+    return f, (p, v)
+
+
+@pytest.mark.parametrize("n", [2, 3, 7, 64])
+def test_split_loops_give_the_unsplit_bits(split_all, n):
+    xv = np.random.default_rng(1).normal(size=(50, 37)).astype("float32")
+    runs = {}
+    for parts in (1, n):
+        split_all(parts)
+        f, (p, v) = _momentum("cpu")
+        outs = [f(xv) for _ in range(3)]
+        runs[parts] = (outs, p.numpy(), v.numpy())
+        kinds = {type(s.fn).__name__ for s in _plan_steps(f)}
+        if kiln.config.jit_enabled():
+            assert ("SplitCall" in kinds) == (parts > 1), kinds
+    for a, b in zip(runs[1][0], runs[n][0]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(runs[1][1], runs[n][1])
+    np.testing.assert_array_equal(runs[1][2], runs[n][2])
+    # and the numbers are right
+    f, (p, v) = _momentum("reference")
+    for _ in range(3):
+        ref = f(xv)
+    np.testing.assert_allclose(runs[n][0][-1], ref, rtol=1e-6)
+    np.testing.assert_allclose(runs[n][1], p.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape, expr", [
+    ((3, 5, 7), lambda x: K.exp(x) * 2.0),                       # rank 3, odd sizes
+    ((1, 1, 9), lambda x: x + 1.0),                              # padded outer loops
+    ((6, 4), lambda x: K.transpose(x) * 3.0),                    # strided input
+    ((5, 1, 8), lambda x: x * K.ones((5, 3, 8))),                # broadcast along a middle dim
+    ((11,), lambda x: K.sigmoid(x)),                             # one loop: split the inner
+])
+def test_split_loops_match_numpy(split_all, shape, expr):
+    split_all(3)
+    x = kiln.placeholder(shape)
+    f = kiln.function([x], expr(x), backend="cpu")
+    r = kiln.function([x], expr(x), backend="reference")
+    xv = np.random.default_rng(2).normal(size=shape).astype("float32")
+    np.testing.assert_allclose(f(xv), r(xv), rtol=1e-6, atol=1e-7)
+
+
+def test_parts_cover_the_range_once():
+    for n in (1, 2, 5, 17):
+        for parts in (1, 2, 3, 8):
+            got = threads.chunks(n, parts)
+            assert got[0][0] == 0 and got[-1][1] == n
+            assert all(a[1] == b[0] for a, b in zip(got, got[1:]))
+            assert len(got) == min(parts, n)
+            sizes = [hi - lo for lo, hi in got]
+            assert max(sizes) - min(sizes) <= 1
+
+
+def test_the_pool_raises_the_error_of_any_part():
+    seen = []
+
+    def part(k):
+        seen.append(k)
+        if k == 2:
+            raise ZeroDivisionError(f"part {k}")
+
+    with pytest.raises(ZeroDivisionError, match="part 2"):
+        threads.POOL.run([(part, (k,)) for k in range(4)])
+    assert sorted(seen) == [0, 1, 2, 3]  # every part ran before the call returned
+    threads.POOL.run([(part, (0,)), (part, (1,))])  # the pool still works
+
+
+def test_concurrent_split_calls_each_get_all_their_parts():
+    out = np.zeros((8, 1000))
+
+    def fill(row, value):
+        out[row] = value
+
+    def caller(t):
+        for rep in range(50):
+            threads.POOL.run([(fill, (2 * t + k % 2, rep + t)) for k in range(2)])
+
+    ts = [threading.Thread(target=caller, args=(t,)) for t in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    np.testing.assert_array_equal(out[:, 0], [49, 49, 50, 50, 51, 51, 52, 52])
+
+
+def test_bad_thread_count_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("KILN_NUM_THREADS", "two")
+    if not kiln.config.jit_enabled():
+        pytest.skip("the count is read only when kernels are compiled")
+    with pytest.raises(ValueError, match="KILN_NUM_THREADS must be a positive integer, got 'two'"):
+        threads.kernel_threads()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_starts_its_own_threads():
+    code = textwrap.dedent("""
+        import os
+        from kiln.core.backends.cpu import threads
+        hits = []
+        threads.POOL.run([(hits.append, (k,)) for k in range(3)])
+        pid = os.fork()
+        if pid == 0:
+            got = []
+            threads.POOL.run([(got.append, (k,)) for k in range(3)])
+            os._exit(0 if sorted(got) == [0, 1, 2] else 3)
+        _, status = os.waitpid(pid, 0)
+        print(sorted(hits), os.waitstatus_to_exitcode(status))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stdout.split("\n")[0] == "[0, 1, 2] 0", proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("ci, co, k, groups, stride, padding", [
+    (1, 8, 3, 1, 1, "valid"),     # direct (9 taps)
+    (4, 16, 3, 1, 2, "same"),     # tile forward, GEMM gradients
+    (8, 64, 3, 1, 1, "same"),     # tile forward and tile kernel gradient (64 channels)
+    (6, 72, 2, 1, 1, "valid"),    # GEMM forward (72 channels)
+    (4, 8, 3, 2, 1, "same"),      # grouped
+    (16, 4, 3, 1, 1, "same"),     # the input gradient as a forward convolution (few outputs)
+    (32, 1, 3, 1, 1, "valid"),
+])
+def test_convolutions_and_pools_with_split_loops_match_the_reference(split_all, ci, co, k,
+                                                                     groups, stride, padding):
+    rng = np.random.default_rng(3)
+    xv = rng.normal(size=(5, 9, 8, ci)).astype("float32")  # batch 5: parts of 2, 2, 1
+    wv = (rng.normal(size=(k, k, ci // groups, co)) / k).astype("float32")
+    results = {}
+    for backend, parts in (("reference", 1), ("cpu", 1), ("cpu", 3)):
+        split_all(parts)
+        x = kiln.placeholder(xv.shape)
+        w = kiln.Variable(wv)
+        h = K.conv2d(x, w, strides=stride, padding=padding, groups=groups)
+        y = K.max_pool2d(K.relu(h), 2, padding="same") + 0.5 * K.avg_pool2d(h, 2, padding="same")
+        loss = K.sum(y * y)
+        f = kiln.function([x], [y, *kiln.grad(loss, [x, w])], backend=backend)
+        results[(backend, parts)] = f(xv)
+    for a, b in zip(results[("cpu", 3)], results[("reference", 1)]):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4)
+    # forward and input gradient: each image on its own, the same bits split or not
+    for a, b in zip(results[("cpu", 3)][:2], results[("cpu", 1)][:2]):
+        np.testing.assert_array_equal(a, b)
+
+
+BOUNDS = textwrap.dedent("""
+    import numpy as np
+    import kiln, kiln.ops as K
+    x = kiln.placeholder((3, 7, 5, 2))
+    y = K.max_pool2d(x, 2, padding="same")   # 4 x 3 windows: the last row and column overrun
+    f = kiln.function([x], kiln.grad(K.sum(y * y), [x]), backend="cpu")
+    xv = np.random.default_rng(0).normal(size=(3, 7, 5, 2)).astype("float32")
+    r = kiln.function([x], kiln.grad(K.sum(y * y), [x]), backend="reference")
+    np.testing.assert_allclose(f(xv)[0], r(xv)[0], rtol=1e-6)
+    print("ok")
+""")
+
+
+@pytest.mark.parametrize("n_threads", ["1", "2"])
+def test_max_pool_gradient_stays_inside_its_arrays(tmp_path, n_threads):
+    # regression: with "same" padding, windows that tile the input but overrun its end made
+    # the tiled gradient loop read and write past the arrays (numba does not check bounds
+    # by default: heap corruption, then an abort). NUMBA_BOUNDSCHECK=1 turns that into an
+    # IndexError.
+    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", KILN_NUM_THREADS=n_threads,
+               KILN_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-c", BOUNDS], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.split() == ["ok"], proc.stderr[-3000:]
