@@ -11,7 +11,7 @@ Measures, on this machine:
    written out), which is the alternative the executor could use;
 3. (``--parallel``) generated elementwise loops serial vs on all threads, by size: a 2-array
    loop (``relu(2x - 1)``) and the merged momentum update (5 arrays: g, v, p in; v, p out), to
-   set ``elementwise.PARALLEL_MIN_ELEMENTS``.
+   set ``elementwise.PARALLEL_MIN_BYTES``.
 
 Usage::
 
@@ -130,14 +130,14 @@ def parallel_threshold() -> dict:
     from kiln.core.backends.cpu import elementwise
 
     res = {}
-    saved = elementwise.PARALLEL_MIN_ELEMENTS
+    saved = elementwise.PARALLEL_MIN_BYTES
     try:
         for n in (1 << 14, 1 << 16, 1 << 17, 1 << 18, 1 << 19, 1 << 20, 1 << 22):
             x = kiln.placeholder((n,))
             xv = np.random.default_rng(0).random(n, dtype=np.float32)
             row = {}
             for mode, threshold in (("serial", 1 << 62), ("parallel", 0)):
-                elementwise.PARALLEL_MIN_ELEMENTS = threshold
+                elementwise.PARALLEL_MIN_BYTES = threshold
                 f = kiln.function([x], K.relu(x * 2.0 - 1.0), backend="cpu")
                 row[f"relu_{mode}_us"] = per_call_us(
                     lambda f=f, xv=xv: f.program.run([xv]), n=200)
@@ -149,7 +149,7 @@ def parallel_threshold() -> dict:
                     lambda g=g, xv=xv: g.program.run([xv]), n=200)
             res[n] = row
     finally:
-        elementwise.PARALLEL_MIN_ELEMENTS = saved
+        elementwise.PARALLEL_MIN_BYTES = saved
     return res
 
 

@@ -25,7 +25,7 @@ def _plan_steps(f):
 
 @pytest.fixture
 def split_all(monkeypatch):
-    monkeypatch.setattr(elementwise, "PARALLEL_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(elementwise, "PARALLEL_MIN_BYTES", 0)
 
     def with_threads(n):
         monkeypatch.setenv("KILN_NUM_THREADS", str(n))

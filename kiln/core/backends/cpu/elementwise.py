@@ -28,16 +28,17 @@ from kiln.core.ops.registry import get_op
 from kiln.core.plan import PLANNER_BATCH
 
 MIN_RANK = 3
-# Loops without reduction over at least this many elements run on all threads: the serial
-# kernel on parts of the outermost real loop, one per thread (threads.SplitCall, kiln's own
-# pool; docs/architecture.md, "Threads"). The split changes only the parameter array (sizes
-# and offsets), so one compiled kernel serves a loop split or not; numba's prange variant
-# compiled 3-4x slower (the LSTM model's Adam update over its 20,000 x 128 embedding: 2.3
-# against 0.67 s). Waking the pool costs ~45 us (benchmarks/bench_overhead.py --parallel, 2
-# threads, AVX2 host): relu(2x - 1) / the fused momentum update serial against split, 2^18
-# elements 57 / 110 against 91 / 126 us, 2^19 143 / 499 against 141 / 349 us, 2^20 928 /
-# 1291 against 502 / 1117 us; numba's prange had paid off from 2^17.
-PARALLEL_MIN_ELEMENTS = 1 << 19
+# Loops without reduction that move at least this many bytes (outputs plus full-size reads)
+# run on all threads: the serial kernel on parts of the outermost real loop, one per thread
+# (threads.SplitCall, kiln's own pool; docs/architecture.md, "Threads"). The split changes
+# only the parameter array (sizes and offsets), so one compiled kernel serves a loop split or
+# not; numba's prange variant compiled 3-4x slower (the LSTM model's Adam update over its
+# 20,000 x 128 embedding: 2.3 against 0.67 s). Waking the pool costs ~45 us
+# (benchmarks/bench_overhead.py --parallel, 2 threads, AVX2 host), so a split pays once the
+# loop leaves the caches: relu(2x - 1) (2 arrays) / the fused momentum update (5 arrays),
+# serial against split: 2^18 elements (2 / 5 MB) 57 / 110 against 91 / 126 us; 2^19 (4 /
+# 10 MB) 143 / 499 against 141 / 349 us; 2^20 (8 / 20 MB) 928 / 1291 against 502 / 1117 us.
+PARALLEL_MIN_BYTES = 6 << 20
 _kernels: dict[LoopSpec, jit.Kernel] = {}
 
 
@@ -165,12 +166,22 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
     # threads take the outermost real (not padding) loop; the choice is made on the static
     # shape (unknown dims counted as PLANNER_BATCH), so it does not depend on the batch size
     d = nest.padded
-    if red is None and n_threads > 1 and size >= PARALLEL_MIN_ELEMENTS and nest.sizes[d] > 1:
+    if (red is None and n_threads > 1 and d < nest.rank and nest.sizes[d] > 1
+            and size * _bytes_per_element(out, extras, ins, classes) >= PARALLEL_MIN_BYTES):
         parts = [_part(p, nest.rank, len(ins), len(extras), d, lo, hi)
                  for lo, hi in threads.chunks(nest.sizes[d], n_threads)]
         b.add(threads.SplitCall(entry, len(parts), _with_params(parts)), args, label=name)
     else:
         b.add(entry, args, label=name)
+
+
+def _bytes_per_element(out: Operand, extras: list, ins: list[Operand],
+                       classes: list[str]) -> int:
+    """Bytes a loop moves per element: its outputs and its full-size reads (an in-place
+    read counts: read then written; broadcast operands, S and Z, stay in cache)."""
+    moved = np.dtype(out.dtype).itemsize + sum(np.dtype(e.dtype).itemsize for _, e in extras)
+    return moved + sum(np.dtype(i.dtype).itemsize for i, c in zip(ins, classes)
+                       if c not in ("S", "Z"))
 
 
 def _part(p: np.ndarray, rank: int, n_in: int, n_extra: int, d: int, lo: int,
