@@ -5,6 +5,7 @@ unsplit; every split (2, 3 and 7 parts, more parts than rows) must give the same
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -210,3 +211,34 @@ def test_max_pool_gradient_stays_inside_its_arrays(tmp_path):
     proc = subprocess.run([sys.executable, "-c", BOUNDS], env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.split() == ["ok"], proc.stderr[-3000:]
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
+def test_an_interrupted_caller_returns_only_once_every_part_is_done():
+    # Ctrl-C while the caller waits for a part: the part still running after the call
+    # returned could write into the buffers of the next call, so the caller waits for it,
+    # then raises the KeyboardInterrupt
+    import time
+
+    started, finished = threading.Event(), []
+
+    def mine(k):
+        started.wait(5)
+
+    def slow(k):
+        started.set()
+        time.sleep(0.4)
+        finished.append(k)
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.15)
+        with pytest.raises(KeyboardInterrupt):
+            threads.POOL.run([(mine, (0,)), (slow, (1,))])
+        assert finished == [1]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)

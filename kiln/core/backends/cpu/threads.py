@@ -133,6 +133,15 @@ class _Done:
                 self.event.set()
 
 
+def _run_part(fn: Callable, args: tuple, done: _Done) -> None:
+    try:
+        fn(*args)
+    except BaseException as e:  # handed to the caller, which raises it
+        done.finish(e)
+    else:
+        done.finish(None)
+
+
 class KernelPool:
     """Worker threads that run the parts of split kernel calls (started on first use, again
     in a forked child: threads do not survive ``fork``)."""
@@ -144,13 +153,7 @@ class KernelPool:
 
     def _work(self) -> None:
         while True:
-            fn, args, done = self._queue.get()
-            try:
-                fn(*args)
-            except BaseException as e:  # handed to the caller, which raises it
-                done.finish(e)
-            else:
-                done.finish(None)
+            _run_part(*self._queue.get())
 
     def _ensure(self, n: int) -> None:
         if len(self._threads) >= n:
@@ -176,22 +179,25 @@ class KernelPool:
         for fn, args in calls[1:]:
             self._queue.put((fn, args, done))
         fn, args = calls[0]
+        interrupted: BaseException | None = None
         try:
             fn(*args)
         finally:
+            # every part has finished before this returns, even when the caller is
+            # interrupted (KeyboardInterrupt): a part still writing into the plan's buffers
+            # during the next call would be a silent wrong result
             while not done.event.is_set():
                 try:
-                    other = self._queue.get_nowait()
+                    part = self._queue.get_nowait()
                 except queue.Empty:
-                    done.event.wait()
-                    break
-                ofn, oargs, odone = other
-                try:
-                    ofn(*oargs)
-                except BaseException as e:
-                    odone.finish(e)
-                else:
-                    odone.finish(None)
+                    try:
+                        done.event.wait()
+                    except BaseException as e:  # noqa: BLE001 - re-raised once all are done
+                        interrupted = interrupted or e
+                    continue
+                _run_part(*part)
+            if interrupted is not None:
+                raise interrupted
         if done.error is not None:
             raise done.error
 
