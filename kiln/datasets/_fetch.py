@@ -114,3 +114,49 @@ def download(
         tmp.unlink(missing_ok=True)
         raise
     return dest
+
+
+def download_md5(url: str, dest: Path, md5: str, timeout: float = 60.0) -> Path:
+    """Like :func:`download` for a file whose only published hash is an md5 (Keras'
+    word index): a temp file beside ``dest``, renamed over it once the md5 matches."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    tmp = Path(tmp_name)
+    try:
+        digest = hashlib.md5(usedforsecurity=False)
+        with os.fdopen(fd, "wb") as out:
+            try:
+                with urllib.request.urlopen(url, timeout=timeout) as response:
+                    shutil.copyfileobj(response, out, 1 << 20)
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                raise DownloadError(f"could not download {url}: {exc}") from exc
+        with open(tmp, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        if digest.hexdigest() != md5:
+            raise ValueError(
+                f"checksum mismatch for {dest.name}: expected md5 {md5}, got "
+                f"{digest.hexdigest()}; the download was discarded"
+            )
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def try_download(url: str, target: Path, digest: str) -> tuple[Path | None, str]:
+    """``(path, "")`` once ``url`` is downloaded into ``target`` and checked against ``digest``
+    (sha256 when it has 64 hex digits, else md5), or ``(None, why not)``; folders created for
+    the file and left empty are removed. A checksum mismatch raises (ValueError)."""
+    created = [d for d in (target.parent, *target.parent.parents) if not d.exists()]
+    try:
+        if len(digest) == 64:
+            return download(url, target, digest), ""
+        return download_md5(url, target, digest), ""
+    except DownloadError as exc:
+        return None, f"download from {url} into {target} failed: {exc}"
+    finally:
+        for folder in created:  # leave no empty folders behind
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()

@@ -68,19 +68,9 @@ def find(name: str, title: str, path: str | os.PathLike[str], default_name: str,
     if os.environ.get(_source.OFFLINE_ENV, "") not in ("", "0"):
         problem = f"downloads are disabled by {_source.OFFLINE_ENV}"
     else:
-        created = [d for d in (target.parent, *target.parent.parents) if not d.exists()]
-        try:
-            if len(digest) == 64:
-                return _fetch.download(url, target, digest)
-            from kiln.datasets.imdb import _download_md5
-
-            return _download_md5(url, target, digest)
-        except _fetch.DownloadError as exc:
-            problem = f"download from {url} into {target} failed: {exc}"
-        finally:
-            for folder in created:  # leave no empty folders behind
-                if folder.is_dir() and not any(folder.iterdir()):
-                    folder.rmdir()
+        path, problem = _fetch.try_download(url, target, digest)
+        if path is not None:
+            return path
     lines = [
         f"{title}'s {default_name} was not found and could not be downloaded. Looked in:",
         *looked,

@@ -28,15 +28,10 @@ ints (or of 1-D integer arrays), integer dtypes only.
 
 from __future__ import annotations
 
-import hashlib
-import http.client
 import json
 import os
 import pickle
 import re
-import shutil
-import tempfile
-import urllib.request
 import zipfile
 from itertools import chain
 from pathlib import Path
@@ -493,17 +488,9 @@ def _find(path: str | os.PathLike[str], default_name: str, digest: str) -> Path:
     if os.environ.get(_source.OFFLINE_ENV, "") not in ("", "0"):
         problem = f"downloads are disabled by {_source.OFFLINE_ENV}"
     else:
-        created = [d for d in (target.parent, *target.parent.parents) if not d.exists()]
-        try:
-            if len(digest) == 64:
-                return _fetch.download(url, target, digest)
-            return _download_md5(url, target, digest)
-        except _fetch.DownloadError as exc:
-            problem = f"download from {url} into {target} failed: {exc}"
-        finally:
-            for folder in created:  # leave no empty folders behind
-                if folder.is_dir() and not any(folder.iterdir()):
-                    folder.rmdir()
+        path, problem = _fetch.try_download(url, target, digest)
+        if path is not None:
+            return path
     lines = [
         f"IMDB's {default_name} was not found and could not be downloaded. Looked in:",
         *looked,
@@ -516,30 +503,3 @@ def _find(path: str | os.PathLike[str], default_name: str, digest: str) -> Path:
     raise _source.DatasetNotFoundError("\n".join(lines))
 
 
-def _download_md5(url: str, dest: Path, md5: str, timeout: float = 60.0) -> Path:
-    """Like ``_fetch.download`` for a file whose only published hash is an md5 (Keras'
-    word index): a temp file beside ``dest``, renamed over it once the md5 matches."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    tmp = Path(tmp_name)
-    try:
-        digest = hashlib.md5(usedforsecurity=False)
-        with os.fdopen(fd, "wb") as out:
-            try:
-                with urllib.request.urlopen(url, timeout=timeout) as response:
-                    shutil.copyfileobj(response, out, 1 << 20)
-            except (OSError, http.client.HTTPException, ValueError) as exc:
-                raise _fetch.DownloadError(f"could not download {url}: {exc}") from exc
-        with open(tmp, "rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-        if digest.hexdigest() != md5:
-            raise ValueError(
-                f"checksum mismatch for {dest.name}: expected md5 {md5}, got "
-                f"{digest.hexdigest()}; the download was discarded"
-            )
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return dest
