@@ -219,7 +219,8 @@ def kiln_fit_model(workload: str) -> Any:
 
 
 # ---- torch ------------------------------------------------------------------------------------
-def torch_case(workload: str) -> tuple[Callable[[Any, Any], Any], dict]:
+def torch_case(workload: str, fused: bool = False) -> tuple[Callable[[Any, Any], Any], dict]:
+    """PyTorch eager twin of ``workload``; ``fused``: ``Adam(fused=True)`` where it uses Adam."""
     import torch
     from torch import nn
 
@@ -247,7 +248,7 @@ def torch_case(workload: str) -> tuple[Callable[[Any, Any], Any], dict]:
                               nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                               nn.Dropout(0.5), nn.Linear(1600, 10))
         loss_fn = nn.functional.cross_entropy
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, **({"fused": True} if fused else {}))
     model.train()
     is_conv = workload == "convnet_train"
     is_class = workload != "tiny_train"
@@ -311,11 +312,11 @@ class Case:
     the model / graph and runs its first step, ``epoch()`` runs and times one epoch."""
 
     def __init__(self, framework: str, workload: str, api: str) -> None:
-        # import cost is not part of first-step latency
-        importlib.import_module({"gemm": "numpy"}.get(framework, framework))
         self.framework, self.workload, self.api = framework, workload, api
-        self.batch = WORKLOADS[workload]["batch"]
-        self.x, self.y = make_data(workload)
+        # import cost is not part of first-step latency
+        importlib.import_module(self._module())
+        self.batch = self._spec()["batch"]
+        self.x, self.y = self._data()
         self.samples = (len(self.x) // self.batch) * self.batch
         self.info: dict = {}
         self.first_step_s = float("nan")
@@ -327,12 +328,28 @@ class Case:
         self.first_step_s = time.perf_counter() - t0
         return self.first_step_s
 
+    # hooks: benchmarks/bench_suite.py overrides these to add its workloads and frameworks
+    def _module(self) -> str:
+        return {"gemm": "numpy"}.get(self.framework, self.framework)
+
+    def _spec(self) -> dict:
+        return WORKLOADS[self.workload]
+
+    def _data(self) -> tuple[np.ndarray, np.ndarray]:
+        return make_data(self.workload)
+
+    def _fit_model(self) -> Any:
+        return kiln_fit_model(self.workload)
+
+    def _maker(self) -> Callable[[str], tuple[Callable[[Any, Any], Any], dict]]:
+        return {"kiln": kiln_case, "torch": torch_case, "gemm": gemm_case}[self.framework]
+
     def _build(self) -> Callable[[], Any]:
         """Builds the case, runs its first step, returns a function running one epoch."""
         x, y, batch = self.x, self.y, self.batch
-        predict = WORKLOADS[self.workload]["kind"] == "predict"
+        predict = self._spec()["kind"] == "predict"
         if self.framework == "kiln" and self.api == "fit":
-            model = kiln_fit_model(self.workload)
+            model = self._fit_model()
             self.info = {"model": model}
             if predict:
                 model.predict(x[:batch], batch_size=batch, verbose=0)
@@ -340,8 +357,7 @@ class Case:
             model.train_on_batch(x[:batch], y[:batch])
             return lambda: model.fit(x, y, batch_size=batch, epochs=1, verbose=0,
                                      shuffle=False)
-        make = {"kiln": kiln_case, "torch": torch_case, "gemm": gemm_case}[self.framework]
-        step, self.info = make(self.workload)
+        step, self.info = self._maker()(self.workload)
         step(x[:batch], y[:batch])
 
         def run_epoch() -> None:
@@ -391,10 +407,10 @@ def run_case(framework: str, workload: str, epochs: int, api: str) -> dict:
     return make_result(framework, workload, api, case.stats(), times)
 
 
-def worker(framework: str, workload: str, api: str) -> int:
+def worker(framework: str, workload: str, api: str, case_class: type[Case] = Case) -> int:
     """Interleaved mode, one worker: builds the case, warms up, then answers ``epoch`` / ``done``
     read line by line from stdin with one ``RESULT <json>`` line each."""
-    case = Case(framework, workload, api)
+    case = case_class(framework, workload, api)
     case.first_step()
     case.epoch()  # warm-up
     _reply({"ready": True, "first_step_s": case.first_step_s})
@@ -488,11 +504,13 @@ class WorkerError(RuntimeError):
 class Worker:
     """The coordinator's handle on one ``--worker`` process (stderr goes to a temporary file)."""
 
-    def __init__(self, framework: str, workload: str, api: str) -> None:
+    def __init__(self, framework: str, workload: str, api: str,
+                 command: list[str] | None = None) -> None:
         self.framework = framework
         self._stderr: IO[str] = tempfile.TemporaryFile("w+")
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", framework, workload,
-               "--api", api]
+        # ``command``: the script to run (default this one) and its options before --worker
+        cmd = (command or [sys.executable, os.path.abspath(__file__)]) + [
+            "--worker", framework, workload, "--api", api]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._stderr, text=True, bufsize=1)
 
@@ -525,14 +543,16 @@ class Worker:
 
 
 def run_interleaved(workload: str, frameworks: list[str], epochs: int, rounds: int, api: str,
-                    settle: float) -> list[dict]:
+                    settle: float, command: list[str] | None = None,
+                    pairs_out: list[dict[str, float]] | None = None) -> list[dict]:
     """One worker per framework, started and warmed up one after another; then ``epochs`` x
-    ``rounds`` pairs of one epoch per framework, one worker computing at a time."""
+    ``rounds`` pairs of one epoch per framework, one worker computing at a time.
+    ``command``: the workers' script (see ``Worker``); ``pairs_out`` receives the pairs."""
     workers: dict[str, Worker] = {}
     errors: dict[str, str] = {}
     try:
         for f in frameworks:
-            workers[f] = Worker(f, workload, _api(f, api))
+            workers[f] = Worker(f, workload, _api(f, api), command)
             try:
                 workers[f].ask()  # ready: built, first step and warm-up epoch done
             except WorkerError as e:
@@ -550,6 +570,8 @@ def run_interleaved(workload: str, frameworks: list[str], epochs: int, rounds: i
                 except WorkerError as e:
                     errors[f] = str(e)
             pairs.append(pair)
+            if pairs_out is not None:
+                pairs_out.append(pair)
             ratio = (f"  kiln/torch {pair['torch'] / pair['kiln']:.2f}x"
                      if "kiln" in pair and "torch" in pair else "")
             print(f"  pair {i + 1}/{n_pairs} {workload:<14}"
