@@ -6,8 +6,8 @@ device-neutral planner ``kiln/core/plan.py``, profiler), ``lowering.py`` for the
 applied before planning, ``jit.py`` for numba's side of the one JIT loader
 (``kiln/core/backends/jit.py``; ``KILN_JIT=0``), ``codegen.py`` / ``elementwise.py`` for the
 generated elementwise, fused and reduction kernels, ``threads.py`` for the thread pools, and one
-file per family for the other kernels (``linalg``, ``nn``, ``conv``, ``gather``, ``random``,
-``reduce``, ``movement``).
+file per family for the other kernels (``linalg``, ``nn``, ``conv``, ``pool``, ``gather``,
+``random``, ``reduce``, ``movement``).
 
 Importing this package registers the ops it covers in ``KERNELS["cpu"]`` (elementwise ops are
 covered through code generation from their scalar bodies).
@@ -33,6 +33,7 @@ from kiln.core.backends.cpu import (  # noqa: E402,F401  (registration side effe
     loop,
     movement,
     nn,
+    pool,
     random,
     reduce,
 )

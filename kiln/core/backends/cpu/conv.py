@@ -15,9 +15,8 @@ Convolutions run one of three ways, picked per op, dtype and shape (``conv_metho
 
 Grouped convolutions (``groups > 1``) run the direct kernels of ``conv_groups.py``.
 
-Pooling is direct numba loops (max routes the gradient to the first maximal element of each
-window, row-major, like the reference). Every kernel here loops over the batch with
-``numba.prange`` (the images are independent; the kernel gradient sums per-thread partials).
+Every kernel here loops over the batch with ``numba.prange`` (the images are independent; the
+kernel gradient sums per-thread partials). Pooling lives in ``pool.py``.
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ def _host_has_avx512() -> bool:
         import llvmlite.binding as llvm
 
         return bool(llvm.get_host_cpu_features().get("avx512f", False))
-    except Exception:  # noqa: BLE001 - any failure to tell: the portable path
+    except (ImportError, AttributeError, RuntimeError, OSError):  # cannot tell: portable path
         return False
 
 
@@ -308,146 +307,6 @@ def conv_input_direct_kernel(dx, ct, w, p):
                             dx[n, hi, wi, c] = acc
 
 
-def max_pool_kernel(out, x, p):
-    # p = [ph, pw, sh, sw, pad_top, pad_left]
-    n_n, h, w, c = x.shape
-    oh, ow = out.shape[1], out.shape[2]
-    ph, pw, sh, sw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
-    for n in numba.prange(n_n):
-        for i in range(oh):
-            for j in range(ow):
-                first = True
-                for a in range(ph):
-                    hi = i * sh - pt + a
-                    if hi < 0 or hi >= h:
-                        continue
-                    for b in range(pw):
-                        wi = j * sw - pl + b
-                        if wi < 0 or wi >= w:
-                            continue
-                        if first:
-                            for ch in range(c):
-                                out[n, i, j, ch] = x[n, hi, wi, ch]
-                            first = False
-                        else:
-                            for ch in range(c):
-                                v = x[n, hi, wi, ch]
-                                m = out[n, i, j, ch]
-                                out[n, i, j, ch] = v if (v > m or v != v) else m
-
-
-def max_pool_grad_kernel(dx, x, out, ct, p):
-    # each window's cotangent goes to its first maximal element (row-major in the window)
-    n_n, h, w, c = x.shape
-    oh, ow = out.shape[1], out.shape[2]
-    ph, pw, sh, sw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
-    # windows tile the input (and lie inside it: with "same" padding the last window may
-    # reach into the bottom/right padding, which the tiled loop must not read or write)
-    tiled = (ph == sh and pw == sw and pt == 0 and pl == 0 and oh * sh <= h
-             and ow * sw <= w)
-    for n in numba.prange(n_n):
-        pending = np.empty(c, np.bool_)
-        if tiled:
-            # every input element is in at most one window: write it once (no zeroing pass)
-            for hi in range(oh * sh, h):
-                for wi in range(w):
-                    for ch in range(c):
-                        dx[n, hi, wi, ch] = 0
-            for hi in range(oh * sh):
-                for wi in range(ow * sw, w):
-                    for ch in range(c):
-                        dx[n, hi, wi, ch] = 0
-            for i in range(oh):
-                for j in range(ow):
-                    for ch in range(c):
-                        pending[ch] = True
-                    for a in range(ph):
-                        hi = i * sh + a
-                        for b in range(pw):
-                            wi = j * sw + b
-                            for ch in range(c):
-                                hit = pending[ch] and x[n, hi, wi, ch] == out[n, i, j, ch]
-                                dx[n, hi, wi, ch] = ct[n, i, j, ch] if hit else 0
-                                pending[ch] = pending[ch] and not hit
-            continue
-        for hi in range(h):
-            for wi in range(w):
-                for ch in range(c):
-                    dx[n, hi, wi, ch] = 0
-        for i in range(oh):
-            for j in range(ow):
-                for ch in range(c):
-                    pending[ch] = True
-                for a in range(ph):
-                    hi = i * sh - pt + a
-                    if hi < 0 or hi >= h:
-                        continue
-                    for b in range(pw):
-                        wi = j * sw - pl + b
-                        if wi < 0 or wi >= w:
-                            continue
-                        for ch in range(c):
-                            if pending[ch] and x[n, hi, wi, ch] == out[n, i, j, ch]:
-                                dx[n, hi, wi, ch] += ct[n, i, j, ch]
-                                pending[ch] = False
-
-
-def avg_pool_kernel(out, x, p):
-    n_n, h, w, c = x.shape
-    oh, ow = out.shape[1], out.shape[2]
-    ph, pw, sh, sw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
-    for n in numba.prange(n_n):
-        for i in range(oh):
-            for j in range(ow):
-                for ch in range(c):
-                    out[n, i, j, ch] = 0
-                cnt = 0
-                for a in range(ph):
-                    hi = i * sh - pt + a
-                    if hi < 0 or hi >= h:
-                        continue
-                    for b in range(pw):
-                        wi = j * sw - pl + b
-                        if wi < 0 or wi >= w:
-                            continue
-                        cnt += 1
-                        for ch in range(c):
-                            out[n, i, j, ch] += x[n, hi, wi, ch]
-                for ch in range(c):
-                    out[n, i, j, ch] = out[n, i, j, ch] / cnt
-
-
-def avg_pool_grad_kernel(dx, ct, p):
-    n_n, h, w, c = dx.shape
-    oh, ow = ct.shape[1], ct.shape[2]
-    ph, pw, sh, sw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
-    for n in numba.prange(n_n):
-        for hi in range(h):
-            for wi in range(w):
-                for ch in range(c):
-                    dx[n, hi, wi, ch] = 0
-        for i in range(oh):
-            for j in range(ow):
-                cnt = 0
-                for a in range(ph):
-                    hi = i * sh - pt + a
-                    if 0 <= hi < h:
-                        for b in range(pw):
-                            wi = j * sw - pl + b
-                            if 0 <= wi < w:
-                                cnt += 1
-                for a in range(ph):
-                    hi = i * sh - pt + a
-                    if hi < 0 or hi >= h:
-                        continue
-                    for b in range(pw):
-                        wi = j * sw - pl + b
-                        if wi < 0 or wi >= w:
-                            continue
-                        for ch in range(c):
-                            dx[n, hi, wi, ch] += ct[n, i, j, ch] / cnt
-
-
 # ---- builders -----------------------------------------------------------------------------------
 def _conv_params(hw: tuple[int, int], k: tuple[int, int], attrs: dict) -> tuple[int, int,
                                                                                np.ndarray]:
@@ -610,31 +469,3 @@ def _conv_input_tile64(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.nda
     b.add(np.copyto, (flipped, w[::-1, ::-1].transpose(0, 1, 3, 2)), label=f"{node.op}:flip")
     _call(b, conv_tile64_kernel, out, padded, w64, np.array([1, 1, 1, 1, kh, kw], np.int64),
           fastmath=True)
-
-
-def _pool_params(b, node: Node, hw: tuple[int, int]) -> np.ndarray:
-    ps, st = node.attrs["pool_size"], node.attrs["strides"]
-    _, pads = window2d(hw, ps, st, (1, 1), node.attrs["padding"])
-    return np.array([ps[0], ps[1], st[0], st[1], pads[0][0], pads[1][0]], np.int64)
-
-
-@builder("max_pool2d", "avg_pool2d")
-def build_pool(b, node: Node) -> None:
-    x = b.contiguous(node.inputs[0])
-    p = _pool_params(b, node, x.shape[1:3])
-    fn = max_pool_kernel if node.op == "max_pool2d" else avg_pool_kernel
-    _call(b, fn, b.out(node), x, p)
-
-
-@builder("max_pool2d_grad")
-def build_max_pool_grad(b, node: Node) -> None:
-    x, out, ct = (b.contiguous(i) for i in node.inputs)
-    p = _pool_params(b, node, x.shape[1:3])
-    _call(b, max_pool_grad_kernel, b.out(node), x, out, ct, p)
-
-
-@builder("avg_pool2d_grad")
-def build_avg_pool_grad(b, node: Node) -> None:
-    ct = b.contiguous(node.inputs[0])
-    p = _pool_params(b, node, node.attrs["input_shape"])
-    _call(b, avg_pool_grad_kernel, b.out(node), ct, p)
