@@ -274,38 +274,40 @@ def test_split_kernels_called_from_threads_and_numbas_pool_never_starts(tmp_path
     assert proc.stdout.split() == ["SplitCall", "False", "0"]
 
 
-WORKQUEUE = textwrap.dedent("""
+CONV_FROM_THREADS = textwrap.dedent("""
     import threading
     import numpy as np
     import kiln, kiln.ops as K
-    from kiln.core.backends.cpu import jit
+    from numba.np.ufunc import parallel
     x = kiln.placeholder((None, 12, 12, 3))
     w = np.random.default_rng(0).normal(size=(3, 3, 3, 8)).astype(np.float32)
-    f = kiln.function([x], K.max_pool2d(K.conv2d(x, w), 2))  # numba prange kernels
-    r = kiln.function([x], K.max_pool2d(K.conv2d(x, w), 2), backend="reference")
-    xs = [np.full((16, 12, 12, 3), 0.1 * k, np.float32) for k in range(4)]
+    y = K.max_pool2d(K.conv2d(x, w), 2)
+    f = kiln.function([x], [y, kiln.grad(K.sum(y * y), [x])[0]])
+    r = kiln.function([x], [y, kiln.grad(K.sum(y * y), [x])[0]], backend="reference")
+    xs = [np.random.default_rng(k).random((16, 12, 12, 3), np.float32) for k in range(4)]
     f(xs[0])
     bad = []
     def work(k):
+        want = r(xs[k])
         for _ in range(20):
-            if not np.allclose(f(xs[k]), r(xs[k]), rtol=1e-5, atol=1e-6):
+            if not all(np.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(f(xs[k]), want)):
                 bad.append(k)
     threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    import numba
-    print(numba.threading_layer(), jit._exclusive, len(bad))
+    print(parallel._is_initialized, len(bad))
 """)
 
 
-@pytest.mark.slow  # compiles parallel kernels in a fresh process (~5-20 s)
-def test_parallel_kernels_take_turns_under_numbas_workqueue_layer(tmp_path):
-    # the workqueue layer aborts the process when two threads run parallel regions at once
+@pytest.mark.slow  # compiles the convolution kernels in a fresh process (~5-20 s)
+def test_convolution_kernels_from_threads_under_numbas_workqueue_layer(tmp_path):
+    # the convolution and pooling kernels split over kiln's threads (conv._call), not numba's
+    # parallel regions (the workqueue layer aborts when two threads enter them at once)
     env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue",
                KILN_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.run([sys.executable, "-c", WORKQUEUE], env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", CONV_FROM_THREADS], env=env,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == ["workqueue", "[True]", "0"]
+    assert proc.stdout.split() == ["False", "0"]

@@ -144,20 +144,19 @@ def test_an_exception_inside_a_batch_compiles_nothing_and_closes_it(cache):
 
 
 class _FakeKernel:
-    def __init__(self, size, parallel=False, scalars=False):
-        self.size, self.parallel, self.scalars = size, parallel, scalars
+    def __init__(self, size, scalars=False):
+        self.size, self.scalars = size, scalars
 
 
 def test_split_is_balanced_and_deterministic(monkeypatch):
     monkeypatch.setattr(compile_batch, "KERNEL_BASE_COST", 0)
-    groups = {f"k{i}.py": [compile_batch.Deferred(_FakeKernel(s, p), ())]
-              for i, (s, p) in enumerate([(100, False), (90, False), (40, True), (10, False),
-                                          (5, False)])}
+    groups = {f"k{i}.py": [compile_batch.Deferred(_FakeKernel(s), ())]
+              for i, s in enumerate([100, 90, 120, 10, 5])}
     bins = compile_batch.split(groups, 2)
     again = compile_batch.split(dict(reversed(list(groups.items()))), 2)
     assert [[id(d) for d in b] for b in bins] == [[id(d) for d in b] for b in again]
-    cost = [sum(d.kernel.size * (3 if d.kernel.parallel else 1) for d in b) for b in bins]
-    assert cost == [135, 190]  # largest first: 120 (parallel 40 x 3) + 10 + 5 | 100 + 90
+    cost = [sum(d.kernel.size for d in b) for b in bins]
+    assert cost == [135, 190]  # largest first: 120 + 10 + 5 | 100 + 90
 
 
 def test_kernels_calling_the_scalar_functions_compile_in_one_process(monkeypatch):
@@ -165,7 +164,7 @@ def test_kernels_calling_the_scalar_functions_compile_in_one_process(monkeypatch
     monkeypatch.setattr(compile_batch, "KERNEL_BASE_COST", 0)
     monkeypatch.setattr(compile_batch, "SCALARS_COST", 50)
     sizes = [(100, True), (90, False), (80, True), (70, False), (10, True)]
-    groups = {f"k{i}.py": [compile_batch.Deferred(_FakeKernel(s, False, sc), ())]
+    groups = {f"k{i}.py": [compile_batch.Deferred(_FakeKernel(s, sc), ())]
               for i, (s, sc) in enumerate(sizes)}
     bins = compile_batch.split(groups, 2)
     with_scalars = [b for b in bins if any(d.kernel.scalars for d in b)]

@@ -10,9 +10,8 @@ closes:
    nothing);
 2. the others, grouped by kernel file (so that one process writes each numba index file),
    are split into :func:`workers` bins by estimated cost (the source's length plus a fixed
-   part, x3 for a ``parallel=True`` kernel; the kernels calling ``scalars.py`` kept in one
-   bin, which compiles those functions once; ties broken by the file name, so the split is
-   deterministic).
+   part; the kernels calling ``scalars.py`` kept in one bin, which compiles those functions
+   once; ties broken by the file name, so the split is deterministic).
    When two bins or more are not empty, the process forks one compile worker per bin but
    the first: a worker compiles its kernels, which writes them to the checked disk cache
    (:mod:`kiln.core.backends.numba_cache`), and exits. The parent compiles the first bin
@@ -177,7 +176,7 @@ def compile_all(calls: list[Deferred], n_workers: int | None = None) -> None:
 
 
 # Estimated compile cost of a kernel, in characters of source: its length plus a fixed part
-# per kernel, x3 for ``parallel=True``; kernels calling the scalar functions of
+# per kernel; kernels calling the scalar functions of
 # ``scalars.py`` go to one process, which compiles those functions once (~1 s, as much as a
 # 2,800-character kernel). Fitted to the LSTM model's 18 kernels compiled serially (0.36 s
 # for 621 characters to 1.6 s for 3,244).
@@ -191,8 +190,7 @@ def split(groups: dict[str, list[Deferred]], n: int) -> list[list[Deferred]]:
     The files whose kernels call the scalar functions stay together (one unit)."""
     def cost(path: str) -> int:
         k = groups[path][0].kernel
-        return ((k.size + KERNEL_BASE_COST) * (3 if k.parallel else 1)
-                * len(groups[path]))
+        return (k.size + KERNEL_BASE_COST) * len(groups[path])
 
     units: dict[str, list[str]] = {}
     for path in groups:

@@ -15,16 +15,18 @@ Convolutions run one of three ways, picked per op, dtype and shape (``conv_metho
 
 Grouped convolutions (``groups > 1``) run the direct kernels of ``conv_groups.py``.
 
-Every kernel here loops over the batch with ``numba.prange`` (the images are independent; the
-kernel gradient sums per-thread partials). Pooling lives in ``pool.py``.
+Every kernel here is serial over a range of its outer loop (``n0 <= n < n1``, the images or
+output rows), split over kiln's threads by :func:`_call` (the images are independent; the
+kernel gradient sums one partial per thread, :func:`_call_summed`). numba ``parallel=True``
+compiled them 2-3x slower for the same speed per thread (docs/architecture.md, "Threads").
+Pooling lives in ``pool.py``.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from kiln.core.backends.cpu import jit
+from kiln.core.backends.cpu import jit, threads
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Node
 from kiln.core.ops.window import window2d
@@ -87,62 +89,71 @@ def conv_method(taps: int, op: str = "conv2d", dtype: str = "float32",
     return "tile" if tiled and channels_out == 64 else "gemm"
 
 
-def _threads() -> int:
-    """Threads a per-thread partial sum needs (1 when kernels run as plain Python)."""
-    return numba.get_num_threads() if jit.config.jit_enabled() else 1
-
-
 # ---- kernels ------------------------------------------------------------------------------------
-def im2col_kernel(cols, x, p):
-    # x (N, H, W*C) -> cols (N, OH, OW, KH, KW*C); p = [sh, sw, dh, dw, pad_top, pad_left, C].
-    # A window row inside the image (dilation 1 along W) is one contiguous run of KW*C values:
-    # copied as a slice (no per-element index arithmetic or bounds tests).
-    n_n, h, wc = x.shape
+def im2col_kernel(cols, x, p, n0, n1):
+    # x (N, H, W*C) -> cols (N, OH, OW, KH, KW*C) for the images n0 <= n < n1; p = [sh, sw,
+    # dh, dw, pad_top, pad_left, C]. A window row inside the image (dilation 1 along W) is one
+    # contiguous run of KW*C values, copied by one inner loop (explicit loops: numba compiles
+    # a slice assignment in a serial function to a slower general copy).
+    h, wc = x.shape[1], x.shape[2]
     oh, ow, kh, kwc = cols.shape[1], cols.shape[2], cols.shape[3], cols.shape[4]
     sh, sw, dh, dw, pt, pl, c = p[0], p[1], p[2], p[3], p[4], p[5], p[6]
     w = wc // c
     kw = kwc // c
-    for n in numba.prange(n_n):
+    for n in range(n0, n1):
         for i in range(oh):
             for j in range(ow):
                 w0 = j * sw - pl
                 for a in range(kh):
-                    hi = i * sh - pt + a * dh
-                    if hi < 0 or hi >= h:
-                        cols[n, i, j, a, :] = 0
-                    elif dw == 1 and w0 >= 0 and w0 + kw <= w:
-                        cols[n, i, j, a, :] = x[n, hi, w0 * c:w0 * c + kwc]
+                    crow = cols[n, i, j, a]
+                    row = i * sh - pt + a * dh
+                    if row < 0 or row >= h:
+                        for e in range(kwc):
+                            crow[e] = 0
+                        continue
+                    xrow = x[n, row]
+                    if dw == 1 and w0 >= 0 and w0 + kw <= w:
+                        src = xrow[w0 * c:]
+                        for e in range(kwc):
+                            crow[e] = src[e]
                     else:
                         for b in range(kw):
                             wi = w0 + b * dw
+                            dst = crow[b * c:]
                             if 0 <= wi < w:
-                                cols[n, i, j, a, b * c:b * c + c] = x[n, hi, wi * c:wi * c + c]
+                                src = xrow[wi * c:]
+                                for e in range(c):
+                                    dst[e] = src[e]
                             else:
-                                cols[n, i, j, a, b * c:b * c + c] = 0
+                                for e in range(c):
+                                    dst[e] = 0
 
 
-def conv_tile64_kernel(out, x, w64, p):
+def conv_tile64_kernel(out, x, w64, p, n0, n1):
     # out (N, OH, OW, CO <= 64) = valid convolution of x (N, H, W, CI) (already padded) with
     # w64 (KH * KW * CI, 64), the kernel with its columns zero-padded to 64; p = [sh, sw, dh,
-    # dw, kh, kw]. Branch-free inner loops: a tail tile past the row's end reads an in-bounds
-    # pixel and discards the result.
-    n_n, h, wd, ci = x.shape
+    # dw, kh, kw], for the output rows n0 <= q < n1 (q = n * OH + i). Branch-free inner
+    # loops: a tail tile past the row's end reads an in-bounds pixel and discards the result.
+    wd, ci = x.shape[2], x.shape[3]
     oh, ow, co = out.shape[1], out.shape[2], out.shape[3]
     sh, sw, dh, dw, kh, kw = p[0], p[1], p[2], p[3], p[4], p[5]
     tiles = (ow + 3) // 4
-    for q in numba.prange(n_n * oh):
+    acc = np.empty((4, 64), out.dtype)
+    for q in range(n0, n1):
         n = q // oh
         i = q % oh
         for tj in range(tiles):
             j0 = tj * 4
-            acc = np.zeros((4, 64), out.dtype)
+            for r in range(4):
+                for o in range(64):
+                    acc[r, o] = 0
             t = 0
             for a in range(kh):
-                hi = i * sh + a * dh
+                row = i * sh + a * dh
                 for b in range(kw):
                     for c in range(ci):
                         for r in range(4):
-                            av = x[n, hi, min((j0 + r) * sw + b * dw, wd - 1), c]
+                            av = x[n, row, min((j0 + r) * sw + b * dw, wd - 1), c]
                             for o in range(64):
                                 acc[r, o] += av * w64[t, o]
                         t += 1
@@ -151,160 +162,150 @@ def conv_tile64_kernel(out, x, w64, p):
                     out[n, i, j0 + r, o] = acc[r, o]
 
 
-def conv_filter_tn64_kernel(c, a, b, parts, chunk):
-    # c (K, 64) = a (M, K).T @ b (M, 64): the kernel gradient from the im2col buffer a and the
-    # cotangent b. Each thread sums its share of `chunk`-row blocks into parts[t] (a block of
-    # b stays in cache while every 4-row tile of c, held in registers, passes over it).
+def conv_filter_tn64_kernel(c, a, b, chunk, n0, n1):
+    # c (K, 64) = a[rows].T @ b[rows] over the `chunk`-row blocks n0 <= q < n1 of a (M, K), the
+    # im2col buffer, and b (M, 64), the cotangent: the kernel gradient (or a part's share of
+    # it). A block of b stays in cache while every 4-row tile of c, held in registers, passes
+    # over it.
     m, kk = a.shape
-    nparts = parts.shape[0]
     ntiles = kk // 4
-    nch = (m + chunk - 1) // chunk
-    per = (nch + nparts - 1) // nparts
-    for t in numba.prange(nparts):
-        for k in range(kk):
-            for j in range(64):
-                parts[t, k, j] = 0.0
-        for q in range(t * per, min(nch, (t + 1) * per)):
-            s0 = q * chunk
-            s1 = min(m, s0 + chunk)
-            for tt in range(ntiles):
-                k0 = tt * 4
-                acc = np.zeros((4, 64), c.dtype)
-                for i in range(s0, s1):
-                    for r in range(4):
-                        av = a[i, k0 + r]
-                        for j in range(64):
-                            acc[r, j] += av * b[i, j]
-                for r in range(4):
-                    for j in range(64):
-                        parts[t, k0 + r, j] += acc[r, j]
-            for k in range(ntiles * 4, kk):
-                for i in range(s0, s1):
-                    av = a[i, k]
-                    for j in range(64):
-                        parts[t, k, j] += av * b[i, j]
     for k in range(kk):
         for j in range(64):
-            total = parts[0, k, j]
-            for t in range(1, nparts):
-                total += parts[t, k, j]
-            c[k, j] = total
+            c[k, j] = 0.0
+    acc = np.empty((4, 64), c.dtype)
+    for q in range(n0, n1):
+        s0 = q * chunk
+        s1 = min(m, s0 + chunk)
+        for tt in range(ntiles):
+            k0 = tt * 4
+            for r in range(4):
+                for j in range(64):
+                    acc[r, j] = 0
+            for i in range(s0, s1):
+                for r in range(4):
+                    av = a[i, k0 + r]
+                    for j in range(64):
+                        acc[r, j] += av * b[i, j]
+            for r in range(4):
+                for j in range(64):
+                    c[k0 + r, j] += acc[r, j]
+        for k in range(ntiles * 4, kk):
+            for i in range(s0, s1):
+                av = a[i, k]
+                for j in range(64):
+                    c[k, j] += av * b[i, j]
 
 
-def col2im_kernel(dx, cols, p):
-    # scatter-add cols (N, OH, OW, KH, KW, C) into dx (N, H, W, C)
-    n_n, h, w, c = dx.shape
+def col2im_kernel(dx, cols, p, n0, n1):
+    # scatter-add cols (N, OH, OW, KH, KW, C) into dx (N, H, W, C), images n0 <= n < n1
+    h, w, c = dx.shape[1], dx.shape[2], dx.shape[3]
     oh, ow, kh, kw = cols.shape[1], cols.shape[2], cols.shape[3], cols.shape[4]
     sh, sw, dh, dw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
-    for n in numba.prange(n_n):
-        for hi in range(h):
+    for n in range(n0, n1):
+        for r in range(h):
             for wi in range(w):
                 for ch in range(c):
-                    dx[n, hi, wi, ch] = 0
+                    dx[n, r, wi, ch] = 0
         for i in range(oh):
             for j in range(ow):
                 for a in range(kh):
-                    hi = i * sh - pt + a * dh
-                    if hi < 0 or hi >= h:
+                    r = i * sh - pt + a * dh
+                    if r < 0 or r >= h:
                         continue
                     for b in range(kw):
                         wi = j * sw - pl + b * dw
                         if 0 <= wi < w:
                             for ch in range(c):
-                                dx[n, hi, wi, ch] += cols[n, i, j, a, b, ch]
+                                dx[n, r, wi, ch] += cols[n, i, j, a, b, ch]
 
 
-def conv_direct_kernel(out, x, w, p):
-    # out (N, OH, OW, CO) = sum over taps x (N, H, W, CI) * w (KH, KW, CI, CO); each output
-    # pixel accumulates in a small per-image array (not in the output: fewer stores)
-    n_n, h, wd, ci = x.shape
+def conv_direct_kernel(out, x, w, p, n0, n1):
+    # out (N, OH, OW, CO) = sum over taps x (N, H, W, CI) * w (KH, KW, CI, CO), images
+    # n0 <= n < n1; each output pixel's channels accumulate in place through a row view (with
+    # the kernel's noalias arguments the inner loop vectorizes: 8.7 -> 6.8 ms on the MNIST
+    # convnet's first layer, one thread, against 7.5 ms for the former prange kernel)
+    h, wd, ci = x.shape[1], x.shape[2], x.shape[3]
     oh, ow, co = out.shape[1], out.shape[2], out.shape[3]
     kh, kw = w.shape[0], w.shape[1]
     sh, sw, dh, dw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
     wf = w.reshape(kh * kw * ci, co)
-    for n in numba.prange(n_n):
-        acc = np.empty(co, out.dtype)
+    for n in range(n0, n1):
         for i in range(oh):
             for j in range(ow):
+                orow = out[n, i, j]
                 for o in range(co):
-                    acc[o] = 0
+                    orow[o] = 0
                 t = 0
                 for a in range(kh):
-                    hi = i * sh - pt + a * dh
+                    r = i * sh - pt + a * dh
                     for b in range(kw):
                         wi = j * sw - pl + b * dw
-                        if 0 <= hi < h and 0 <= wi < wd:
+                        if 0 <= r < h and 0 <= wi < wd:
                             for c in range(ci):
-                                v = x[n, hi, wi, c]
+                                v = x[n, r, wi, c]
+                                wrow = wf[t + c]
                                 for o in range(co):
-                                    acc[o] += v * wf[t + c, o]
+                                    orow[o] += v * wrow[o]
                         t += ci
-                for o in range(co):
-                    out[n, i, j, o] = acc[o]
 
 
-def conv_filter_direct_kernel(dw_, x, ct, p):
-    # dw_ (KH, KW, CI, CO) = sum over pixels x * ct (per-thread partial sums over the batch);
-    # p[6] = number of parts (threads)
-    n_n, h, wd, ci = x.shape
+def conv_filter_direct_kernel(dw_, x, ct, p, n0, n1):
+    # dw_ (KH, KW, CI, CO) = sum over the pixels of the images n0 <= n < n1 of x * ct (the
+    # kernel gradient, or a part's share of it)
+    h, wd, ci = x.shape[1], x.shape[2], x.shape[3]
     oh, ow, co = ct.shape[1], ct.shape[2], ct.shape[3]
     kh, kw = dw_.shape[0], dw_.shape[1]
     sh, sw, dh, dw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
-    parts = min(p[6], max(n_n, 1))
-    chunk = (n_n + parts - 1) // parts
-    acc = np.zeros((parts, kh, kw, ci, co), dw_.dtype)
-    for t in numba.prange(parts):
-        for n in range(t * chunk, min(n_n, (t + 1) * chunk)):
-            for i in range(oh):
-                for j in range(ow):
-                    for a in range(kh):
-                        hi = i * sh - pt + a * dh
-                        if hi < 0 or hi >= h:
-                            continue
-                        for b in range(kw):
-                            wi = j * sw - pl + b * dw
-                            if wi < 0 or wi >= wd:
-                                continue
-                            for c in range(ci):
-                                v = x[n, hi, wi, c]
-                                for o in range(co):
-                                    acc[t, a, b, c, o] += v * ct[n, i, j, o]
     for a in range(kh):
         for b in range(kw):
             for c in range(ci):
                 for o in range(co):
-                    total = acc[0, a, b, c, o]
-                    for t in range(1, parts):
-                        total += acc[t, a, b, c, o]
-                    dw_[a, b, c, o] = total
+                    dw_[a, b, c, o] = 0
+    df = dw_.reshape(kh * kw * ci, co)
+    for n in range(n0, n1):
+        for i in range(oh):
+            for j in range(ow):
+                crow = ct[n, i, j]
+                t = 0
+                for a in range(kh):
+                    r = i * sh - pt + a * dh
+                    for b in range(kw):
+                        wi = j * sw - pl + b * dw
+                        if 0 <= r < h and 0 <= wi < wd:
+                            for c in range(ci):
+                                v = x[n, r, wi, c]
+                                drow = df[t + c]
+                                for o in range(co):
+                                    drow[o] += v * crow[o]
+                        t += ci
 
 
-def conv_input_direct_kernel(dx, ct, w, p):
-    # dx (N, H, W, CI) = transpose of conv_direct in x
-    n_n, h, wd, ci = dx.shape
+def conv_input_direct_kernel(dx, ct, w, p, n0, n1):
+    # dx (N, H, W, CI) = transpose of conv_direct in x, images n0 <= n < n1
+    h, wd, ci = dx.shape[1], dx.shape[2], dx.shape[3]
     oh, ow, co = ct.shape[1], ct.shape[2], ct.shape[3]
     kh, kw = w.shape[0], w.shape[1]
     sh, sw, dh, dw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
-    for n in numba.prange(n_n):
-        for hi in range(h):
+    for n in range(n0, n1):
+        for r in range(h):
             for wi in range(wd):
                 for c in range(ci):
-                    dx[n, hi, wi, c] = 0
+                    dx[n, r, wi, c] = 0
         for i in range(oh):
             for j in range(ow):
                 for a in range(kh):
-                    hi = i * sh - pt + a * dh
-                    if hi < 0 or hi >= h:
+                    r = i * sh - pt + a * dh
+                    if r < 0 or r >= h:
                         continue
                     for b in range(kw):
                         wi = j * sw - pl + b * dw
                         if wi < 0 or wi >= wd:
                             continue
                         for c in range(ci):
-                            acc = dx[n, hi, wi, c]
+                            acc = dx[n, r, wi, c]
                             for o in range(co):
                                 acc += ct[n, i, j, o] * w[a, b, c, o]
-                            dx[n, hi, wi, c] = acc
+                            dx[n, r, wi, c] = acc
 
 
 # ---- builders -----------------------------------------------------------------------------------
@@ -316,10 +317,38 @@ def _conv_params(hw: tuple[int, int], k: tuple[int, int], attrs: dict) -> tuple[
     return oh, ow, p
 
 
-def _call(b, fn, *args, fastmath: bool = False) -> None:
-    """Adds a call of the kernel ``fn`` (threads over its outer loop: numba prange)."""
-    kernel = jit.load_function(fn, parallel=True, fastmath=fastmath)
-    b.add(kernel.specialize(args), args, label=f"{b.node.op}:{fn.__name__}")
+def _call(b, fn, *args, n: int | None = None, fastmath: bool = False) -> None:
+    """Adds a call of the serial kernel ``fn(*args, lo, hi)``, whose outer loop runs over
+    ``range(n0, n1)`` of ``n`` independent items (default: the images of the first argument):
+    the range is split in one part per kernel thread, run at once on kiln's threads
+    (``threads.SplitCall``; docs/architecture.md, "Threads")."""
+    n = args[0].shape[0] if n is None else n
+    ranges = threads.chunks(n, threads.kernel_threads())
+    entry = jit.load_function(fn, fastmath=fastmath, noalias=True).specialize((*args, 0, 0))
+    label = f"{b.node.op}:{fn.__name__}"
+    if len(ranges) == 1:
+        b.add(entry, (*args, 0, n), label=label)
+        return
+    b.add(threads.SplitCall(entry, len(ranges), lambda a, k: a[:-2] + ranges[k]),
+          (*args, 0, n), label=label)
+
+
+def _call_summed(b, fn, out: np.ndarray, *args, n: int, fastmath: bool = False) -> None:
+    """Adds a call of the serial kernel ``fn(out, *args, n0, n1)`` that sets ``out`` to a sum
+    over the items ``n0 <= i < n1`` of ``n`` (a kernel gradient over the batch): with several
+    threads each sums its part into its own buffer, then the parts are added in order (the
+    same threads, the same bits)."""
+    ranges = threads.chunks(n, threads.kernel_threads())
+    if len(ranges) == 1:
+        _call(b, fn, out, *args, n=n, fastmath=fastmath)
+        return
+    parts = np.empty((len(ranges), *out.shape), out.dtype)
+    entry = jit.load_function(fn, fastmath=fastmath, noalias=True).specialize(
+        (parts[0], *args, 0, 0))
+    b.add(threads.SplitCall(entry, len(ranges),
+                            lambda a, k: (parts[k], *a[1:-2], *ranges[k])),
+          (parts[0], *args, 0, n), label=f"{b.node.op}:{fn.__name__}")
+    b.add(np.add.reduce, (parts, 0, None, out), label=f"{b.node.op}:sum_parts")
 
 
 def _cols(b, x_node: Node, k: tuple[int, int], oh: int, ow: int, p: np.ndarray) -> np.ndarray:
@@ -386,7 +415,7 @@ def _conv_tile64(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray) -
         b.add(np.copyto, (w64[:, :co], w2d), label="conv2d:pad_kernel")
         w2d = w64
     _call(b, conv_tile64_kernel, out, x, w2d, np.array([sh, sw, dh, dw, kh, kw], np.int64),
-          fastmath=True)
+          n=out.shape[0] * out.shape[1], fastmath=True)
 
 
 @builder("conv2d_backprop_filter")
@@ -402,15 +431,15 @@ def build_conv2d_filter(b, node: Node) -> None:
     ci = b.shape(x_node)[3]
     method = conv_method(k[0] * k[1] * ci, node.op, out.dtype.name, ct.shape[3])
     if method == "direct":
-        _call(b, conv_filter_direct_kernel, out, b.contiguous(x_node), ct,
-              np.append(p, _threads()).astype(np.int64))
+        _call_summed(b, conv_filter_direct_kernel, out, b.contiguous(x_node), ct, p,
+                     n=ct.shape[0])
         return
     cols = _cols(b, x_node, k, oh, ow, p)
     kk = k[0] * k[1] * ci
     if method == "tile":
-        parts = np.empty((_threads(), kk, 64), out.dtype)
-        _call(b, conv_filter_tn64_kernel, out.reshape(kk, 64), cols.reshape(-1, kk),
-              ct.reshape(-1, 64), parts, TN64_CHUNK, fastmath=True)
+        rows = cols.size // kk
+        _call_summed(b, conv_filter_tn64_kernel, out.reshape(kk, 64), cols.reshape(-1, kk),
+                     ct.reshape(-1, 64), TN64_CHUNK, n=-(-rows // TN64_CHUNK), fastmath=True)
         return
     b.add(np.matmul, (cols.reshape(-1, kk).T, ct.reshape(-1, ct.shape[3]),
                       out.reshape(kk, -1)), label="conv2d_backprop_filter:gemm")
@@ -468,4 +497,4 @@ def _conv_input_tile64(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.nda
     flipped = w64[:, :ci].reshape(kh, kw, co, ci)  # a view: splits the first axis only
     b.add(np.copyto, (flipped, w[::-1, ::-1].transpose(0, 1, 3, 2)), label=f"{node.op}:flip")
     _call(b, conv_tile64_kernel, out, padded, w64, np.array([1, 1, 1, 1, kh, kw], np.int64),
-          fastmath=True)
+          n=out.shape[0] * out.shape[1], fastmath=True)

@@ -1,6 +1,6 @@
 """Grouped convolution kernels (the ``groups`` attribute of conv2d and its two gradients, see
 kiln/core/ops/conv.py): direct numba loops over the taps, vectorized over the output channels
-of each group, with the batch under ``numba.prange``.
+of each group, the images split over kiln's threads (``conv._call``).
 
 A first version, correct for any ``groups`` (depthwise included: ``groups == Cin``): it uses
 no im2col or GEMM, so a grouped convolution with many taps per group runs slower than an
@@ -10,23 +10,22 @@ ungrouped one of the same size. The builders in ``conv.py`` hand every node with
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from kiln.core.backends.cpu.conv import _call, _conv_params, _threads
+from kiln.core.backends.cpu.conv import _call, _call_summed, _conv_params
 from kiln.core.ir import Node
 
 
-def conv_grouped_kernel(out, x, w, p):
+def conv_grouped_kernel(out, x, w, p, n0, n1):
     # out (N, OH, OW, CO) from x (N, H, W, G * CIG) and w (KH, KW, CIG, CO); output channels
     # [g * COG, (g + 1) * COG) read input channels [g * CIG, (g + 1) * CIG)
-    n_n, h, wd, _ = x.shape
+    h, wd = x.shape[1], x.shape[2]
     oh, ow, co = out.shape[1], out.shape[2], out.shape[3]
     kh, kw, cig = w.shape[0], w.shape[1], w.shape[2]
     sh, sw, dh, dw, pt, pl, groups = p[0], p[1], p[2], p[3], p[4], p[5], p[6]
     cog = co // groups
-    for n in numba.prange(n_n):
-        acc = np.empty(co, out.dtype)
+    acc = np.empty(co, out.dtype)
+    for n in range(n0, n1):
         for i in range(oh):
             for j in range(ow):
                 for o in range(co):
@@ -48,52 +47,45 @@ def conv_grouped_kernel(out, x, w, p):
                     out[n, i, j, o] = acc[o]
 
 
-def conv_grouped_filter_kernel(dw_, x, ct, p):
-    # dw_ (KH, KW, CIG, CO) = the transpose of conv_grouped_kernel in w (per-thread partial
-    # sums over the batch); p[7] = number of parts (threads)
-    n_n, h, wd, _ = x.shape
+def conv_grouped_filter_kernel(dw_, x, ct, p, n0, n1):
+    # dw_ (KH, KW, CIG, CO) = the transpose of conv_grouped_kernel in w, summed over the
+    # images n0 <= n < n1 (the kernel gradient, or a part's share of it)
+    h, wd = x.shape[1], x.shape[2]
     oh, ow, co = ct.shape[1], ct.shape[2], ct.shape[3]
     kh, kw, cig = dw_.shape[0], dw_.shape[1], dw_.shape[2]
     sh, sw, dh, dw, pt, pl, groups = p[0], p[1], p[2], p[3], p[4], p[5], p[6]
     cog = co // groups
-    parts = min(p[7], max(n_n, 1))
-    chunk = (n_n + parts - 1) // parts
-    acc = np.zeros((parts, kh, kw, cig, co), dw_.dtype)
-    for t in numba.prange(parts):
-        for n in range(t * chunk, min(n_n, (t + 1) * chunk)):
-            for i in range(oh):
-                for j in range(ow):
-                    for a in range(kh):
-                        hi = i * sh - pt + a * dh
-                        if hi < 0 or hi >= h:
-                            continue
-                        for b in range(kw):
-                            wi = j * sw - pl + b * dw
-                            if wi < 0 or wi >= wd:
-                                continue
-                            for g in range(groups):
-                                for c in range(cig):
-                                    v = x[n, hi, wi, g * cig + c]
-                                    for o in range(g * cog, (g + 1) * cog):
-                                        acc[t, a, b, c, o] += v * ct[n, i, j, o]
     for a in range(kh):
         for b in range(kw):
             for c in range(cig):
                 for o in range(co):
-                    total = acc[0, a, b, c, o]
-                    for t in range(1, parts):
-                        total += acc[t, a, b, c, o]
-                    dw_[a, b, c, o] = total
+                    dw_[a, b, c, o] = 0
+    for n in range(n0, n1):
+        for i in range(oh):
+            for j in range(ow):
+                for a in range(kh):
+                    hi = i * sh - pt + a * dh
+                    if hi < 0 or hi >= h:
+                        continue
+                    for b in range(kw):
+                        wi = j * sw - pl + b * dw
+                        if wi < 0 or wi >= wd:
+                            continue
+                        for g in range(groups):
+                            for c in range(cig):
+                                v = x[n, hi, wi, g * cig + c]
+                                for o in range(g * cog, (g + 1) * cog):
+                                    dw_[a, b, c, o] += v * ct[n, i, j, o]
 
 
-def conv_grouped_input_kernel(dx, ct, w, p):
+def conv_grouped_input_kernel(dx, ct, w, p, n0, n1):
     # dx (N, H, W, G * CIG) = the transpose of conv_grouped_kernel in x
-    n_n, h, wd, ci = dx.shape
+    h, wd, ci = dx.shape[1], dx.shape[2], dx.shape[3]
     oh, ow, co = ct.shape[1], ct.shape[2], ct.shape[3]
     kh, kw, cig = w.shape[0], w.shape[1], w.shape[2]
     sh, sw, dh, dw, pt, pl, groups = p[0], p[1], p[2], p[3], p[4], p[5], p[6]
     cog = co // groups
-    for n in numba.prange(n_n):
+    for n in range(n0, n1):
         for hi in range(h):
             for wi in range(wd):
                 for c in range(ci):
@@ -130,5 +122,5 @@ def build_grouped(b, node: Node) -> None:
         _call(b, conv_grouped_input_kernel, out, first, second, np.append(p, groups))
     else:
         _, _, p = _conv_params(first.shape[1:3], node.attrs["kernel_size"], node.attrs)
-        _call(b, conv_grouped_filter_kernel, out, first, second,
-              np.append(p, [groups, _threads()]).astype(np.int64))
+        _call_summed(b, conv_grouped_filter_kernel, out, first, second, np.append(p, groups),
+                     n=first.shape[0])

@@ -70,18 +70,16 @@ class Kernel:
         path: the source file.
         py: the plain Python function (what ``KILN_JIT=0`` runs).
         dispatcher: the numba dispatcher, or None when JIT is off.
-        parallel: whether it runs threads (numba ``prange``).
     """
 
     def __init__(self, name: str, key: str, path: str, py: Callable, dispatcher: Any,
-                 parallel: bool = False, size: int = 0):
+                 size: int = 0):
         self.name = name
         self.size = size  # the source's length: the compile batch's estimate of its cost
         self.key = key
         self.path = path
         self.py = py
         self.dispatcher = dispatcher
-        self.parallel = parallel
         self.scalars = False  # calls the functions of scalars.py (see compile_batch.split)
         self._entries: dict[tuple, Callable] = {}
 
@@ -139,8 +137,6 @@ class Kernel:
                 stats["compiled"] += 1
                 if by_worker and sum(disp.stats.cache_hits.values()) > hits:
                     stats["compiled_by_workers"] += 1
-            if self.parallel and _parallel_regions_are_exclusive():
-                entry = _one_region_at_a_time(entry)
             self._entries[sig] = entry
         return entry
 
@@ -160,40 +156,8 @@ class Kernel:
         return f"<kiln cpu kernel {self.name} {self.key} ({mode})>"
 
 
-# numba's "workqueue" threading layer (used where neither OpenMP nor TBB is available) aborts
-# the process when two threads run parallel regions at once; kiln runs compiled functions
-# from several threads (docs/architecture.md, "Threads"), so there its parallel kernels take
-# turns. OpenMP and TBB are thread-safe: no lock.
-_region_lock = threading.Lock()
-_exclusive: list[bool] = []
-
-
-def _parallel_regions_are_exclusive() -> bool:
-    """Whether numba's threading layer is "workqueue" (starting it if needed; a layer that
-    cannot be told counts as workqueue)."""
-    if not _exclusive:
-        import numba
-
-        try:
-            from numba.np.ufunc.parallel import _launch_threads
-
-            _launch_threads()  # a kernel loaded from the disk cache has not started it
-            _exclusive.append(numba.threading_layer() == "workqueue")
-        except (ImportError, ValueError):  # numba's internals moved: be safe
-            _exclusive.append(True)
-    return _exclusive[0]
-
-
-def _one_region_at_a_time(entry: Callable) -> Callable:
-    def exclusive(*args: Any) -> Any:
-        with _region_lock:
-            return entry(*args)
-
-    return exclusive
-
-
 def load(source: str, name: str, *, signature: str = "", fastmath: Any = False,
-         parallel: bool = False) -> Kernel:
+         noalias: bool = False) -> Kernel:
     """Loads the kernel ``name`` defined in ``source`` through the disk-backed JIT cache.
 
     Args:
@@ -202,17 +166,18 @@ def load(source: str, name: str, *, signature: str = "", fastmath: Any = False,
         signature: a description of the argument dtypes/ranks the source is specialized for
             (part of the cache key).
         fastmath: numba's fastmath option (False, True or a set of LLVM flags).
-        parallel: numba's parallel option: the convolution and pooling kernels (their
-            ``prange`` lowering runs faster per thread); generated loops are serial and split
-            on kiln's threads instead (``threads.SplitCall``; parallel=True costs 3-4x the
-            compile time).
+        noalias: the arrays passed to one call never overlap (LLVM's ``noalias`` on every
+            pointer argument, as numba gives the loop body of a ``prange``): the kernel's
+            loads and stores can be reordered and vectorized without runtime overlap checks.
+            Only for kernels whose callers guarantee it (the convolution and pooling kernels:
+            their outputs are fresh buffers): an overlap would be a wrong result.
 
     Returns:
         A :class:`Kernel`; the same object for the same arguments within a process.
     """
     jit = config.jit_enabled()
     fm = sorted(fastmath) if isinstance(fastmath, set | frozenset) else bool(fastmath)
-    options = f"fastmath={fm};parallel={parallel}"
+    options = f"fastmath={fm}" + (";noalias" if noalias else "")
     t0 = time.perf_counter()
     src = load_source("cpu", source, name, header=HEADER, options=options, signature=signature,
                       counts=stats)
@@ -228,15 +193,15 @@ def load(source: str, name: str, *, signature: str = "", fastmath: Any = False,
             dispatcher = numba.njit(cache=False, nogil=True, error_model="numpy",
                                     boundscheck=False,
                                     fastmath=set(fastmath) if isinstance(fastmath, frozenset)
-                                    else fastmath,
-                                    parallel=parallel)(src.function)
+                                    else fastmath)(src.function)
+            if noalias:
+                _set_noalias(dispatcher)
             # numba's disk cache, checked (docs/architecture.md, "The kernel cache"); none
             # when the cache folder cannot be written (the kernel then lives in memory only)
             if src.on_disk:
                 numba_cache.install(dispatcher, src.stamp)
         stats["compile_seconds"] += time.perf_counter() - t0
-        found = Kernel(name, src.key, src.path, src.function, dispatcher, parallel,
-                       len(source))
+        found = Kernel(name, src.key, src.path, src.function, dispatcher, len(source))
         found.scalars = "kiln.core.backends.cpu.scalars" in source
         found = _kernels.setdefault(memo, found)
     return found
@@ -245,14 +210,28 @@ def load(source: str, name: str, *, signature: str = "", fastmath: Any = False,
 _functions: dict[tuple, Kernel] = {}
 
 
-def load_function(fn: Callable, *, fastmath: Any = False, parallel: bool = False) -> Kernel:
+def _set_noalias(dispatcher: Any) -> None:
+    """Compiles ``dispatcher``'s signatures with numba's ``noalias`` flag (not a ``jit``
+    option: set where numba's function compiler turns the options into flags)."""
+    compiler = dispatcher._compiler
+    customize = compiler._customize_flags
+
+    def with_noalias(flags: Any) -> Any:
+        flags = customize(flags)
+        flags.noalias = True
+        return flags
+
+    compiler._customize_flags = with_noalias
+
+
+def load_function(fn: Callable, *, fastmath: Any = False, noalias: bool = False) -> Kernel:
     """:func:`load` for a hand-written kernel given as a plain Python function (its source is
     taken with ``inspect``; it may use only ``np``, ``math`` and its arguments)."""
-    memo = (fn, str(fastmath), parallel, config.jit_enabled())
+    memo = (fn, str(fastmath), noalias, config.jit_enabled())
     found = _functions.get(memo)
     if found is None:
         source = textwrap.dedent(inspect.getsource(fn))
         found = load(source, fn.__name__, signature=f"{fn.__module__}.{fn.__qualname__}",
-                     fastmath=fastmath, parallel=parallel)
+                     fastmath=fastmath, noalias=noalias)
         _functions[memo] = found
     return found

@@ -1,12 +1,12 @@
 """Pooling kernels (NHWC, TensorFlow padding, see kiln/core/ops/window.py): direct numba loops
-over the batch with ``numba.prange`` (the images are independent). Max pooling routes the
+over the images ``n0 <= n < n1``, split over kiln's threads by ``conv._call`` (the images are
+independent). Max pooling routes the
 gradient to the first maximal element of each window, row-major, like the reference; average
 pooling with "same" averages over the real elements only.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from kiln.core.backends.cpu.conv import _call
@@ -16,12 +16,12 @@ from kiln.core.ops.window import window2d
 
 
 # ---- kernels ------------------------------------------------------------------------------------
-def max_pool_kernel(out, x, p):
+def max_pool_kernel(out, x, p, n0, n1):
     # p = [ph, pw, sh, sw, pad_top, pad_left]
-    n_n, h, w, c = x.shape
+    h, w, c = x.shape[1], x.shape[2], x.shape[3]
     oh, ow = out.shape[1], out.shape[2]
     ph, pw, sh, sw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
-    for n in numba.prange(n_n):
+    for n in range(n0, n1):
         for i in range(oh):
             for j in range(ow):
                 first = True
@@ -44,17 +44,17 @@ def max_pool_kernel(out, x, p):
                                 out[n, i, j, ch] = v if (v > m or v != v) else m
 
 
-def max_pool_grad_kernel(dx, x, out, ct, p):
+def max_pool_grad_kernel(dx, x, out, ct, p, n0, n1):
     # each window's cotangent goes to its first maximal element (row-major in the window)
-    n_n, h, w, c = x.shape
+    h, w, c = x.shape[1], x.shape[2], x.shape[3]
     oh, ow = out.shape[1], out.shape[2]
     ph, pw, sh, sw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
     # windows tile the input (and lie inside it: with "same" padding the last window may
     # reach into the bottom/right padding, which the tiled loop must not read or write)
     tiled = (ph == sh and pw == sw and pt == 0 and pl == 0 and oh * sh <= h
              and ow * sw <= w)
-    for n in numba.prange(n_n):
-        pending = np.empty(c, np.bool_)
+    pending = np.empty(c, np.bool_)
+    for n in range(n0, n1):
         if tiled:
             # every input element is in at most one window: write it once (no zeroing pass)
             for hi in range(oh * sh, h):
@@ -100,11 +100,11 @@ def max_pool_grad_kernel(dx, x, out, ct, p):
                                 pending[ch] = False
 
 
-def avg_pool_kernel(out, x, p):
-    n_n, h, w, c = x.shape
+def avg_pool_kernel(out, x, p, n0, n1):
+    h, w, c = x.shape[1], x.shape[2], x.shape[3]
     oh, ow = out.shape[1], out.shape[2]
     ph, pw, sh, sw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
-    for n in numba.prange(n_n):
+    for n in range(n0, n1):
         for i in range(oh):
             for j in range(ow):
                 for ch in range(c):
@@ -125,11 +125,11 @@ def avg_pool_kernel(out, x, p):
                     out[n, i, j, ch] = out[n, i, j, ch] / cnt
 
 
-def avg_pool_grad_kernel(dx, ct, p):
-    n_n, h, w, c = dx.shape
+def avg_pool_grad_kernel(dx, ct, p, n0, n1):
+    h, w, c = dx.shape[1], dx.shape[2], dx.shape[3]
     oh, ow = ct.shape[1], ct.shape[2]
     ph, pw, sh, sw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
-    for n in numba.prange(n_n):
+    for n in range(n0, n1):
         for hi in range(h):
             for wi in range(w):
                 for ch in range(c):
