@@ -243,9 +243,9 @@ SPLIT_FROM_THREADS = textwrap.dedent("""
     import numpy as np
     import kiln, kiln.ops as K
     from numba.np.ufunc import parallel
-    x = kiln.placeholder((256, 4096))
-    f = kiln.function([x], K.tanh(x) * 2.0 + 1.0)  # 8 MB moved: split on kiln's threads
-    xs = [np.full((256, 4096), 0.1 * k, np.float32) for k in range(4)]
+    x = kiln.placeholder((512, 4096))
+    f = kiln.function([x], K.tanh(x) * 2.0 + 1.0)  # 16 MB moved: split on kiln's threads
+    xs = [np.full((512, 4096), 0.1 * k, np.float32) for k in range(4)]
     f(xs[0])
     plan = next(iter(f.program._plans.values()))
     bad = []

@@ -43,7 +43,13 @@ MIN_RANK = 1
 # loop leaves the caches: relu(2x - 1) (2 arrays) / the fused momentum update (5 arrays),
 # serial against split: 2^18 elements (2 / 5 MB) 57 / 110 against 91 / 126 us; 2^19 (4 /
 # 10 MB) 143 / 499 against 141 / 349 us; 2^20 (8 / 20 MB) 928 / 1291 against 502 / 1117 us.
-PARALLEL_MIN_BYTES = 6 << 20
+# In a training step the loops after a GEMM pay less: OpenBLAS's thread spins on the other
+# core for a while after each call (threads.BLAS_TIMEOUT), and the data just left the caches.
+# The MLP step's momentum update of its 784 x 512 kernel (5 arrays, 8 MB) took 511 us split
+# against 345 us serial there (125 us alone); the whole step 6.56 -> 6.18 ms with 16 MB
+# (12 interleaved epochs, one process), and no workload of bench_suite.py slower
+# (convnet, wide MLP, text classifier, Conv1D: 0.96-1.00x, 10 pairs each).
+PARALLEL_MIN_BYTES = 16 << 20
 _kernels: dict[LoopSpec, jit.Kernel] = {}
 
 
