@@ -148,29 +148,49 @@ class _FakeKernel:
         self.size, self.scalars = size, scalars
 
 
-def test_split_is_balanced_and_deterministic(monkeypatch):
+def test_units_are_ordered_largest_first_and_deterministic(monkeypatch):
     monkeypatch.setattr(compile_batch, "KERNEL_BASE_COST", 0)
     groups = {f"k{i}.py": [compile_batch.Deferred(_FakeKernel(s), ())]
-              for i, s in enumerate([100, 90, 120, 10, 5])}
-    bins = compile_batch.split(groups, 2)
-    again = compile_batch.split(dict(reversed(list(groups.items()))), 2)
-    assert [[id(d) for d in b] for b in bins] == [[id(d) for d in b] for b in again]
-    cost = [sum(d.kernel.size for d in b) for b in bins]
-    assert cost == [135, 190]  # largest first: 120 + 10 + 5 | 100 + 90
+              for i, s in enumerate([100, 90, 120, 10, 90])}
+    units = compile_batch.units(groups)
+    again = compile_batch.units(dict(reversed(list(groups.items()))))
+    assert [[id(d) for d in u] for u in units] == [[id(d) for d in u] for u in again]
+    assert [u[0].kernel.size for u in units] == [120, 100, 90, 90, 10]
+    assert units[2][0] is groups["k1.py"][0]  # a tie: by file name
 
 
 def test_kernels_calling_the_scalar_functions_compile_in_one_process(monkeypatch):
-    # they share the compilation of those functions (once per process)
+    # they share the compilation of those functions (once per process): one unit
     monkeypatch.setattr(compile_batch, "KERNEL_BASE_COST", 0)
     monkeypatch.setattr(compile_batch, "SCALARS_COST", 50)
-    sizes = [(100, True), (90, False), (80, True), (70, False), (10, True)]
+    sizes = [(100, True), (90, False), (80, True), (200, False), (10, True)]
     groups = {f"k{i}.py": [compile_batch.Deferred(_FakeKernel(s, sc), ())]
               for i, (s, sc) in enumerate(sizes)}
-    bins = compile_batch.split(groups, 2)
-    with_scalars = [b for b in bins if any(d.kernel.scalars for d in b)]
-    assert len(with_scalars) == 1
-    assert sorted(d.kernel.size for d in with_scalars[0]) == [10, 80, 100]  # 190 + 50
-    assert sorted(d.kernel.size for b in bins if b is not with_scalars[0] for d in b) == [70, 90]
+    units = compile_batch.units(groups)
+    assert [sorted(d.kernel.size for d in u) for u in units] == [[10, 80, 100], [200], [90]]
+
+
+def test_the_processes_share_one_queue_of_units(cache, monkeypatch):
+    # each process takes the next unit when done with its last: a worker slowed down (here
+    # by 0.5 s per unit) takes fewer units; every unit is compiled exactly once
+    import time
+
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", "2")
+    real = compile_batch._compile_in_worker
+
+    def slow(d):
+        time.sleep(0.5)
+        real(d)
+
+    monkeypatch.setattr(compile_batch, "_compile_in_worker", slow)
+    x = np.arange(7, dtype=np.float32)  # exact in float32 and float64
+    before = dict(jit.stats)
+    _, outs = _run_batch(_kernels("queue", 6), x)
+    by_workers = jit.stats["compiled_by_workers"] - before["compiled_by_workers"]
+    assert jit.stats["compiled"] - before["compiled"] == 6
+    assert 1 <= by_workers <= 3
+    for k, o in enumerate(outs):
+        np.testing.assert_array_equal(o, _oracle("queue", k, x))
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two"])
@@ -227,3 +247,18 @@ def test_a_compiled_function_with_workers_matches_the_serial_one_bitwise(tmp_pat
     warm = _run_script(str(tmp_path / "par"), "2")  # the workers' cache serves a new process
     assert warm["stats"]["compiled"] == 0 and warm["stats"]["cache_hits"] >= 2
     assert warm["h"] == par["h"] and warm["w"] == par["w"]
+
+
+def test_units_left_out_of_a_full_queue_are_compiled_by_the_parent(cache, monkeypatch):
+    # a pipe that takes only part of the indices (a one-page pipe, many units): the units
+    # whose index did not fit whole are compiled by the parent after the workers
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", "2")
+    real_write = os.write
+    monkeypatch.setattr(compile_batch.os, "write", lambda fd, data: real_write(fd, data[:6]))
+    x = np.arange(5, dtype=np.float32)
+    before = dict(jit.stats)
+    _, outs = _run_batch(_kernels("full", 4), x)
+    monkeypatch.undo()
+    assert jit.stats["compiled"] - before["compiled"] == 4
+    for k, o in enumerate(outs):
+        np.testing.assert_array_equal(o, _oracle("full", k, x))

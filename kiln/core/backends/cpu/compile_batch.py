@@ -9,14 +9,16 @@ closes:
 1. the signatures that numba's disk cache already holds are loaded (a warm start forks
    nothing);
 2. the others, grouped by kernel file (so that one process writes each numba index file),
-   are split into :func:`workers` bins by estimated cost (the source's length plus a fixed
-   part; the kernels calling ``scalars.py`` kept in one bin, which compiles those functions
-   once; ties broken by the file name, so the split is deterministic).
-   When two bins or more are not empty, the process forks one compile worker per bin but
-   the first: a worker compiles its kernels, which writes them to the checked disk cache
-   (:mod:`kiln.core.backends.numba_cache`), and exits. The parent compiles the first bin
-   meanwhile, then loads the workers' kernels from the cache; a worker that failed, or did
-   not finish in time, costs only time: whatever the cache lacks is compiled by the parent;
+   form units (the kernels calling ``scalars.py`` in one unit, which compiles those
+   functions once), ordered by estimated cost, largest first (the source's length plus a
+   fixed part; ties broken by the file name). When two units or more need compiling, the
+   process forks :func:`workers` - 1 compile workers; it and they take the units in that
+   order from one shared queue (a pipe holding their indices: each process takes the next
+   unit when done with its last, so the processes finish together whatever the estimates'
+   errors). A worker compiles its units into the checked disk cache
+   (:mod:`kiln.core.backends.numba_cache`) and exits when the queue is empty. The parent then
+   loads the workers' kernels from the cache; a worker that failed, or did not finish in
+   time, costs only time: whatever the cache lacks is compiled by the parent;
 3. every :class:`Deferred` gets its entry point; the plan's calls are rewritten to call the
    entry points directly.
 
@@ -27,6 +29,7 @@ results never depend on timing. Forking needs Linux and a writable cache; elsewh
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -160,19 +163,55 @@ def compile_all(calls: list[Deferred], n_workers: int | None = None) -> None:
             todo.setdefault(k.path, []).append(d)
     n = workers() if n_workers is None else n_workers
     if n > 1 and len(todo) > 1:
-        bins = split(todo, n)
-        others = [b for b in bins[1:] if b]
+        queue = units(todo)
+        read, write = os.pipe()
+        try:
+            # non-blocking: a pipe that holds fewer indices (a full one-page pipe) takes what
+            # fits; the units left out (a partial index reads as the end) the parent compiles
+            os.set_blocking(write, False)
+            os.write(write, b"".join(i.to_bytes(4, "little") for i in range(len(queue))))
+        except BlockingIOError:
+            pass
+        finally:
+            os.close(write)  # the queue ends where the indices end: every reader sees EOF
+        mine: list[int] = []
+        pids: list[int] = []
         t0 = time.monotonic()
-        pids = _fork(others)
-        for d in bins[0]:
-            d.resolve()
-        _wait(pids, max(MIN_TIMEOUT_S, 4 * (time.monotonic() - t0)))
-        for b in others:
-            for d in b:
-                d.resolve(by_worker=True)
+        try:
+            worker = functools.partial(_take, read, queue, _compile_in_worker, [])
+            pids = _fork([worker] * min(n - 1, len(queue) - 1))
+            _take(read, queue, Deferred.resolve, mine)
+        finally:  # also when a compilation failed here: no worker is left behind
+            _wait(pids, max(MIN_TIMEOUT_S, 4 * (time.monotonic() - t0)))
+            os.close(read)
+        for i, unit in enumerate(queue):
+            if i not in mine:
+                for d in unit:
+                    d.resolve(by_worker=True)
     for group in todo.values():
         for d in group:
             d.resolve()
+
+
+def _take(read: int, queue: list[list[Deferred]], compile_one: Callable[[Deferred], Any],
+          taken: list[int]) -> None:
+    """Compiles (``compile_one``) the units of ``queue`` whose indices this process reads from
+    the pipe ``read`` until it is empty (4 bytes each, all written before any reader started:
+    under the pipe's lock a read returns one whole index, or nothing at the end); records
+    their indices in ``taken``."""
+    while True:
+        raw = os.read(read, 4)
+        if len(raw) < 4:
+            return
+        i = int.from_bytes(raw, "little")
+        taken.append(i)
+        for d in queue[i]:
+            compile_one(d)
+
+
+def _compile_in_worker(d: Deferred) -> None:
+    """A worker's compilation: numba writes the entry to the checked disk cache."""
+    d.kernel.dispatcher.compile(d.sig)
 
 
 # Estimated compile cost of a kernel, in characters of source: its length plus a fixed part
@@ -184,48 +223,41 @@ KERNEL_BASE_COST = 300
 SCALARS_COST = 2800
 
 
-def split(groups: dict[str, list[Deferred]], n: int) -> list[list[Deferred]]:
-    """``groups`` (kernel file -> its calls) in ``n`` bins of about equal estimated cost,
-    largest first onto the least loaded bin; deterministic (ties by file name, then bin).
-    The files whose kernels call the scalar functions stay together (one unit)."""
+def units(groups: dict[str, list[Deferred]]) -> list[list[Deferred]]:
+    """``groups`` (kernel file -> its calls) as units of work for one process each: a file's
+    calls, or all the files whose kernels call the scalar functions (one unit); ordered by
+    estimated cost, largest first, ties by file name (deterministic)."""
     def cost(path: str) -> int:
         k = groups[path][0].kernel
         return (k.size + KERNEL_BASE_COST) * len(groups[path])
 
-    units: dict[str, list[str]] = {}
+    by_unit: dict[str, list[str]] = {}
     for path in groups:
         scalars = getattr(groups[path][0].kernel, "scalars", False)
-        units.setdefault("" if scalars else path, []).append(path)
+        by_unit.setdefault("" if scalars else path, []).append(path)
     unit_cost = {u: sum(cost(p) for p in ps) + (SCALARS_COST if u == "" else 0)
-                 for u, ps in units.items()}
-    bins: list[list[Deferred]] = [[] for _ in range(n)]
-    load = [0] * n
-    for u in sorted(units, key=lambda u: (-unit_cost[u], u)):
-        i = min(range(n), key=lambda j: (load[j], j))
-        for path in sorted(units[u]):
-            bins[i].extend(groups[path])
-        load[i] += unit_cost[u]
-    return bins
+                 for u, ps in by_unit.items()}
+    return [[d for path in sorted(by_unit[u]) for d in groups[path]]
+            for u in sorted(by_unit, key=lambda u: (-unit_cost[u], u))]
 
 
-def _fork(bins: list[list[Deferred]]) -> list[int]:
-    """Forks one worker per bin; each compiles its calls into the disk cache and exits.
+def _fork(jobs: list[Callable[[], None]]) -> list[int]:
+    """Forks one worker per job; each runs its job and exits (code 0, or 1 on an error).
     numba's compiler lock is held while forking, so that no thread of this process is in
     the middle of a compilation the workers would inherit."""
     from numba.core.compiler_lock import global_compiler_lock
 
     pids = []
     with global_compiler_lock:
-        for b in bins:
+        for job in jobs:
             try:
                 pid = os.fork()
             except OSError:
-                break  # no worker: the parent compiles this bin
+                break  # fewer workers: the others take their share of the queue
             if pid == 0:  # the worker: compile, write the cache, leave without cleanup
                 code = 1
                 try:
-                    for d in b:
-                        d.kernel.dispatcher.compile(d.sig)
+                    job()
                     code = 0
                 finally:
                     os._exit(code)
