@@ -111,9 +111,12 @@ def test_a_function_with_updates_runs_one_call_at_a_time():
                        updates=[(counter, counter + 1.0 + work * 0.0)])
     xs = [np.full((300 + 10 * k, 96), 0.5) for k in range(4)]
     seen: dict[int, list[float]] = {k: [] for k in range(4)}
+    # the oracle before the threads: NumPy GEMMs outside kiln's GEMM lock, run at once with
+    # kiln's, can hang OpenBLAS <= 0.3.33 (threads.matmul)
+    wants = [np.tanh(np.tanh(x @ m.numpy()) @ m.numpy()).sum() for x in xs]
 
     def run(k: int) -> None:
-        want = np.tanh(np.tanh(xs[k] @ m.numpy()) @ m.numpy()).sum()
+        want = wants[k]
         for _ in range(50):
             value, total = fn(xs[k])
             assert total == pytest.approx(want)
@@ -286,9 +289,10 @@ CONV_FROM_THREADS = textwrap.dedent("""
     r = kiln.function([x], [y, kiln.grad(K.sum(y * y), [x])[0]], backend="reference")
     xs = [np.random.default_rng(k).random((16, 12, 12, 3), np.float32) for k in range(4)]
     f(xs[0])
+    wants = [r(x) for x in xs]
     bad = []
     def work(k):
-        want = r(xs[k])
+        want = wants[k]
         for _ in range(20):
             if not all(np.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(f(xs[k]), want)):
                 bad.append(k)
@@ -311,3 +315,50 @@ def test_convolution_kernels_from_threads_under_numbas_workqueue_layer(tmp_path)
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["False", "0"]
+
+
+GEMMS_FROM_THREADS = textwrap.dedent("""
+    import threading
+    import numpy as np
+    import kiln, kiln.ops as K
+    from kiln.core.backends.cpu import threads
+    rng = np.random.default_rng(0)
+    x = kiln.placeholder((None, 300), "float64")
+    w = kiln.Variable(rng.normal(size=(300, 200)) * 0.05, dtype="float64")
+    loss = K.sum(K.tanh(x @ w) ** 2)
+    predict = kiln.function([x], K.tanh(x @ w))                # x @ W: an NN GEMM
+    grads = kiln.function([x], kiln.grad(loss, [x, w]))        # g @ W.T and x.T @ g: NT, TN
+    xs = [rng.normal(size=(256, 300)) for _ in range(4)]
+    want_p = [predict(v) for v in xs]
+    want_g = [grads(v) for v in xs]
+    gemms = {s.fn for f in (predict, grads) for p in f.program._plans.values()
+             for s in p.steps if "matmul" in s.label}
+    bad = []
+    def work(k):
+        for j in range(40):
+            v = (j + k) % 4
+            if (j + k) % 2:
+                ok = np.allclose(predict(xs[v]), want_p[v], rtol=1e-12, atol=1e-12)
+            else:
+                ok = all(np.allclose(a, b, rtol=1e-12, atol=1e-12)
+                         for a, b in zip(grads(xs[v]), want_g[v]))
+            if not ok:
+                bad.append((k, j))
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    print(gemms == {threads.matmul}, len(bad))
+""")
+
+
+def test_gemms_of_different_transposes_from_threads_take_turns(tmp_path):
+    # OpenBLAS <= 0.3.33 corrupts its state (wrong results or a hang) when GEMMs of
+    # different transpose variants run at once: every GEMM of a kiln plan goes through
+    # threads.matmul's lock (a subprocess: a hang fails here instead of stalling the suite)
+    env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-c", GEMMS_FROM_THREADS], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["True", "0"]

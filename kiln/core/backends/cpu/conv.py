@@ -393,7 +393,7 @@ def build_conv2d(b, node: Node) -> None:
         return
     cols = _cols(b, x_node, k, oh, ow, p)
     kk = k[0] * k[1] * w.shape[2]
-    b.add(np.matmul, (cols.reshape(-1, kk), w.reshape(kk, -1), out.reshape(-1, w.shape[3])),
+    b.add(threads.matmul, (cols.reshape(-1, kk), w.reshape(kk, -1), out.reshape(-1, w.shape[3])),
           label="conv2d:gemm")
 
 
@@ -441,7 +441,7 @@ def build_conv2d_filter(b, node: Node) -> None:
         _call_summed(b, conv_filter_tn64_kernel, out.reshape(kk, 64), cols.reshape(-1, kk),
                      ct.reshape(-1, 64), TN64_CHUNK, n=-(-rows // TN64_CHUNK), fastmath=True)
         return
-    b.add(np.matmul, (cols.reshape(-1, kk).T, ct.reshape(-1, ct.shape[3]),
+    b.add(threads.matmul, (cols.reshape(-1, kk).T, ct.reshape(-1, ct.shape[3]),
                       out.reshape(kk, -1)), label="conv2d_backprop_filter:gemm")
 
 
@@ -465,7 +465,7 @@ def build_conv2d_input(b, node: Node) -> None:
     n = ct.shape[0]
     kk = k[0] * k[1] * w.shape[2]
     cols = np.empty((n, oh, ow, k[0], k[1], w.shape[2]), w.dtype)
-    b.add(np.matmul, (ct.reshape(-1, w.shape[3]), w.reshape(kk, -1).T, cols.reshape(-1, kk)),
+    b.add(threads.matmul, (ct.reshape(-1, w.shape[3]), w.reshape(kk, -1).T, cols.reshape(-1, kk)),
           label="conv2d_backprop_input:gemm")
     _call(b, col2im_kernel, out, cols, p)
 

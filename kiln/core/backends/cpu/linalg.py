@@ -9,8 +9,7 @@ matrix-vector product (one output column: a multiply with a sum epilogue).
 
 from __future__ import annotations
 
-import numpy as np
-
+from kiln.core.backends.cpu import threads
 from kiln.core.backends.cpu.elementwise import Operand, emit_loop
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Node
@@ -38,4 +37,4 @@ def build_matmul(b, node: Node) -> None:
         # batch axes folded into the rows: one GEMM (np.matmul would loop over the batch)
         x = x.reshape(-1, x.shape[-1])
         out = out.reshape(-1, out.shape[-1])
-    b.add(np.matmul, (x, b.array(yn), out))
+    b.add(threads.matmul, (x, b.array(yn), out))

@@ -86,6 +86,25 @@ def configure() -> dict[str, object]:
     return status
 
 
+# ---- kiln's GEMMs, one at a time ---------------------------------------------------------------
+# OpenBLAS (0.3.28 to 0.3.33, NumPy's wheels up to 2.4 included) serializes concurrent threaded
+# GEMMs with a lock per transpose variant (NN, NT, TN, TT are four functions, each with its own
+# lock): two GEMMs of different variants at once, e.g. a forward x @ W and a gradient x.T @ g
+# from two threads predicting or training with kiln, corrupt its shared state, which gives
+# wrong results or hangs (OpenBLAS issue 5836, NumPy issue 29391; fixed in OpenBLAS 0.3.34).
+# Every GEMM of a kiln plan takes this one lock: at most one runs at a time in the process
+# (each uses all the BLAS threads already, so concurrent calls lose no throughput).
+_GEMM_LOCK = threading.Lock()
+
+
+def matmul(a: Any, b: Any, out: Any) -> None:
+    """``np.matmul(a, b, out=out)`` under kiln's process-wide GEMM lock (see above)."""
+    import numpy as np
+
+    with _GEMM_LOCK:
+        np.matmul(a, b, out=out)
+
+
 # ---- kiln's kernel threads ---------------------------------------------------------------------
 # A kernel that pays for threads is compiled serial (numba ``parallel=True`` costs 3-4x the
 # compile time of the same loop serial: the LSTM model's Adam update over a 20,000 x 128
