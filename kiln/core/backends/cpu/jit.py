@@ -190,8 +190,10 @@ def load(source: str, name: str, *, signature: str = "", fastmath: Any = False,
 
             from kiln.core.backends import numba_cache
 
+            # no C-callable wrapper (kiln calls the Python entry point only): the MNIST
+            # convnet's 24 kernels compile in 13.0-13.2 instead of 13.5-13.9 s, serially
             dispatcher = numba.njit(cache=False, nogil=True, error_model="numpy",
-                                    boundscheck=False,
+                                    boundscheck=False, no_cfunc_wrapper=True,
                                     fastmath=set(fastmath) if isinstance(fastmath, frozenset)
                                     else fastmath)(src.function)
             if noalias:
