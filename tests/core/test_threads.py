@@ -241,8 +241,19 @@ def test_fit_in_one_thread_while_others_predict():
         np.testing.assert_allclose(out.sum(axis=1), 1.0, rtol=1e-5)
 
 
-SPLIT_FROM_THREADS = textwrap.dedent("""
+# what the subprocess scripts below start with: run work(k) for k < n in n threads at once
+IN_THREADS = textwrap.dedent("""
     import threading
+    def in_threads(work, n):
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+""")
+
+
+SPLIT_FROM_THREADS = IN_THREADS + textwrap.dedent("""
     import numpy as np
     import kiln, kiln.ops as K
     from numba.np.ufunc import parallel
@@ -256,11 +267,7 @@ SPLIT_FROM_THREADS = textwrap.dedent("""
         for _ in range(20):
             if not np.allclose(f(xs[k]), np.tanh(xs[k]) * 2.0 + 1.0, rtol=1e-6):
                 bad.append(k)
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(work, 4)
     print(type(plan.steps[0].fn).__name__, parallel._is_initialized, len(bad))
 """)
 
@@ -277,8 +284,7 @@ def test_split_kernels_called_from_threads_and_numbas_pool_never_starts(tmp_path
     assert proc.stdout.split() == ["SplitCall", "False", "0"]
 
 
-CONV_FROM_THREADS = textwrap.dedent("""
-    import threading
+CONV_FROM_THREADS = IN_THREADS + textwrap.dedent("""
     import numpy as np
     import kiln, kiln.ops as K
     from numba.np.ufunc import parallel
@@ -296,11 +302,7 @@ CONV_FROM_THREADS = textwrap.dedent("""
         for _ in range(20):
             if not all(np.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(f(xs[k]), want)):
                 bad.append(k)
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(work, 4)
     print(parallel._is_initialized, len(bad))
 """)
 
@@ -317,8 +319,7 @@ def test_convolution_kernels_from_threads_under_numbas_workqueue_layer(tmp_path)
     assert proc.stdout.split() == ["False", "0"]
 
 
-GEMMS_FROM_THREADS = textwrap.dedent("""
-    import threading
+GEMMS_FROM_THREADS = IN_THREADS + textwrap.dedent("""
     import numpy as np
     import kiln, kiln.ops as K
     from kiln.core.backends.cpu import threads
@@ -344,11 +345,7 @@ GEMMS_FROM_THREADS = textwrap.dedent("""
                          for a, b in zip(grads(xs[v]), want_g[v]))
             if not ok:
                 bad.append((k, j))
-    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    in_threads(work, 4)
     print(gemms == {threads.matmul}, len(bad))
 """)
 

@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from typing import Any
 
 MAX_WORKERS = 4
-MIN_TIMEOUT_S = 60.0  # the least a worker is waited for once the parent's own bin is done
+MIN_TIMEOUT_S = 60.0  # the least a worker is waited for once the queue is empty
 
 _state = threading.local()
 
