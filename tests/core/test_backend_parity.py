@@ -2,7 +2,9 @@
 examples run on every available backend and must match the op's NumPy reference (same dtype;
 exact for integers and booleans, a per-dtype tolerance for floats).
 
-Backends: ``reference``, ``cpu`` (numba), ``cpu-nojit`` (the same generated kernels as plain
+Backends: ``reference``, ``cpu`` (generated loops compiled natively by llvmlite, the other
+kernels by numba), ``cpu-numba`` (``KILN_NATIVE=0``: the generated loops compiled by numba, for
+the ops that run as generated loops), ``cpu-nojit`` (the same generated kernels as plain
 Python, ``KILN_JIT=0``) and ``cuda`` under numba-cuda's simulator (skipped, with the reason,
 when numba-cuda is missing). Ops a backend runs through its documented host fallback count too.
 Every example of every op, in float32 and float64, is small enough for the simulator: this file
@@ -18,7 +20,7 @@ import pytest
 
 import kiln
 from kiln.core.ops import all_ops
-from kiln.core.ops.registry import apply
+from kiln.core.ops.registry import ELEMENTWISE, REDUCE, apply
 
 OPS = all_ops()
 NAMES = sorted(n for n, op in OPS.items() if op.examples is not None)
@@ -45,6 +47,9 @@ def _use(backend: str, monkeypatch) -> str:
     if backend == "cpu-nojit":
         monkeypatch.setenv("KILN_JIT", "0")
         return "cpu"
+    if backend == "cpu-numba":
+        monkeypatch.setenv("KILN_NATIVE", "0")
+        return "cpu"
     return backend
 
 
@@ -68,8 +73,12 @@ def _compare(name: str, example, node, got) -> None:
         np.testing.assert_array_equal(got, expected, err_msg=where)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", NAMES)
+# the ops that run as generated loops on the CPU: also with numba compiling them
+LOOPS = sorted(n for n in NAMES if OPS[n].kind in (ELEMENTWISE, REDUCE))
+CASES = [(n, b) for n in NAMES for b in BACKENDS] + [(n, "cpu-numba") for n in LOOPS]
+
+
+@pytest.mark.parametrize("name,backend", CASES)
 def test_every_example_matches_the_reference(name, backend, monkeypatch):
     selected = _use(backend, monkeypatch)
     for dtype in ("float32", "float64"):

@@ -184,16 +184,26 @@ def write_source(path: str, text: str, *, force: bool = False) -> bool:
     """
     if not force and same_text(path, text):
         return False
+    write_bytes(path, text.encode("utf-8"))
+    return True
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Writes ``data`` to ``path`` atomically (a temporary file renamed over it), creating its
+    folder (mode 0700) if needed.
+
+    Raises:
+        OSError: the file could not be written.
+    """
     private_dir(os.path.dirname(path))
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         with open(tmp, "wb") as f:
-            f.write(text.encode("utf-8"))
+            f.write(data)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    return True
 
 
 def same_text(path: str, text: str) -> bool:
@@ -237,11 +247,19 @@ def _store(path: str, text: str) -> tuple[bool, bool]:
     try:
         return write_source(path, text), True
     except OSError as exc:
+        unusable(folder, exc)
+        return False, same_text(path, text)
+
+
+def unusable(folder: str, exc: OSError | None = None) -> bool:
+    """Whether the cache folder ``folder`` is known not to be writable in this process;
+    with ``exc`` (a failed write there), records it and warns once."""
+    if exc is not None and folder not in _unusable:
         _unusable[folder] = f"{type(exc).__name__}: {exc}"
         warn_cache("unusable", f"the kernel cache folder {folder!r} cannot be written "
                    f"({_unusable[folder]}); kernels are compiled in memory only, so the next "
                    "process compiles them again. Point KILN_CACHE_DIR to a writable folder")
-        return False, same_text(path, text)
+    return folder in _unusable
 
 
 def load_source(target: str, source: str, name: str, *, header: str, options: str = "",

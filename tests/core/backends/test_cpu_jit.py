@@ -38,14 +38,16 @@ def _run_script(cache_dir: str, **env: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_second_process_loads_kernels_from_the_disk_cache(tmp_path):
+@pytest.mark.parametrize("native,suffix", [("1", ".o"), ("0", ".py")])
+def test_second_process_loads_kernels_from_the_disk_cache(tmp_path, native, suffix):
+    # native loops (object files, kiln/core/backends/cpu/native.py) and numba's kernels
     cache = str(tmp_path / "cache")
-    first = _run_script(cache)
+    first = _run_script(cache, KILN_NATIVE=native)
     assert first["stats"]["compiled"] >= 1
     assert first["dir"].startswith(cache)
     sources = sorted(os.listdir(first["dir"]))
-    assert any(name.endswith(".py") for name in sources)
-    second = _run_script(cache)
+    assert any(name.endswith(suffix) for name in sources)
+    second = _run_script(cache, KILN_NATIVE=native)
     assert second["stats"]["compiled"] == 0, second
     assert second["stats"]["cache_hits"] >= 1
     assert second["stats"]["sources_written"] == 0

@@ -150,14 +150,12 @@ def batch() -> Iterator[None]:
 def compile_all(calls: list[Deferred], n_workers: int | None = None) -> None:
     """Compiles (or loads) the entry points of ``calls``, in ``n_workers`` processes
     (default :func:`workers`) when two or more kernel files need compiling."""
-    from kiln.core.backends import numba_cache
-
     todo: dict[str, list[Deferred]] = {}
     for d in calls:
         if d.entry is not None:
             continue
         k = d.kernel
-        if d.sig in k._entries or not numba_cache.has_cache(k.dispatcher) or k.cached(d.sig):
+        if d.sig in k._entries or not k.has_disk_cache() or k.cached(d.sig):
             d.resolve()
         else:
             todo.setdefault(k.path, []).append(d)
@@ -210,8 +208,9 @@ def _take(read: int, queue: list[list[Deferred]], compile_one: Callable[[Deferre
 
 
 def _compile_in_worker(d: Deferred) -> None:
-    """A worker's compilation: numba writes the entry to the checked disk cache."""
-    d.kernel.dispatcher.compile(d.sig)
+    """A worker's compilation: the kernel (numba's, or a native loop) writes its entry to
+    the disk cache."""
+    d.kernel.compile_to_cache(d.sig)
 
 
 # Estimated compile cost of a kernel, in characters of source: its length plus a fixed part

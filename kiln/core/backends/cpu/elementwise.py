@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kiln.core.backends.cpu import jit, threads
+from kiln.core.backends.cpu import jit, native, threads
 from kiln.core.backends.cpu.codegen import (
     LoopSpec,
     canonical,
@@ -53,13 +53,17 @@ PARALLEL_MIN_BYTES = 16 << 20
 _kernels: dict[LoopSpec, jit.Kernel] = {}
 
 
-def loop_kernel(spec: LoopSpec) -> jit.Kernel:
-    """The (cached) kernel for ``spec``."""
-    k = _kernels.get(spec)
-    if k is None or k.jitted != _jit_on():
-        fastmath = jit.FASTMATH_REDUCE if spec.reduce is not None else False
-        k = jit.load(generate(spec), "kernel", signature=spec.signature(), fastmath=fastmath)
-        _kernels[spec] = k
+def loop_kernel(spec: LoopSpec) -> jit.Kernel | native.NativeKernel:
+    """The (cached) kernel for ``spec``: native (LLVM IR compiled by llvmlite, :mod:`.native`)
+    when that path is on and generates ``spec``, else numba's of the generated source."""
+    k = native.loop_kernel(spec) if native.enabled() else None
+    if k is None:
+        k = _kernels.get(spec)
+        if k is None or isinstance(k, native.NativeKernel) or k.jitted != _jit_on():
+            fastmath = jit.FASTMATH_REDUCE if spec.reduce is not None else False
+            k = jit.load(generate(spec), "kernel", signature=spec.signature(),
+                         fastmath=fastmath)
+    _kernels[spec] = k  # every loop kernel of the process, by spec (tests read it)
     return k
 
 

@@ -140,6 +140,17 @@ class Kernel:
             self._entries[sig] = entry
         return entry
 
+    def has_disk_cache(self) -> bool:
+        """Whether what this kernel compiles is written to numba's checked disk cache (so
+        another process can load it)."""
+        from kiln.core.backends import numba_cache
+
+        return numba_cache.has_cache(self.dispatcher)
+
+    def compile_to_cache(self, sig: tuple) -> None:
+        """A compile worker's part: numba compiles ``sig`` and writes the cache entry."""
+        self.dispatcher.compile(sig)
+
     def cached(self, sig: tuple) -> bool:
         """Whether numba's disk cache holds an entry for ``sig`` (read from its index only;
         False when the kernel has no disk cache)."""

@@ -1,0 +1,283 @@
+"""A generated loop (:class:`~kiln.core.backends.cpu.codegen.LoopSpec`) as an LLVM module, for
+the native path of the CPU backend (:mod:`.native`; docs/architecture.md, "Native loops").
+
+The module holds two functions:
+
+* ``@<name>(ptr o, ptr e0 ..., ptr a0 ..., ptr p)``: the loop itself, the same loop nest,
+  operand classes, reduction and side outputs as :func:`codegen.generate`'s numba source
+  (read that module's docstring for the classes and the parameter array ``p``), with the
+  instructions' scalar bodies lowered by :class:`.llvm_expr.Expr` under numba's typing
+  rules; indices are int64 (``getelementptr inbounds``: no wraparound test), loop counters
+  live in allocas that LLVM promotes to registers. Reductions get numba's
+  ``FASTMATH_REDUCE`` flags on their float instructions, other loops none;
+* ``@<name>_py``: a CPython ``METH_FASTCALL`` function taking the arrays: it checks the
+  argument count, reads each array's data pointer (``PyArrayObject->data``, at byte
+  :data:`DATA_OFFSET`: :mod:`.native` checks it on this interpreter before using the path),
+  releases the GIL around the loop (as numba's ``nogil``) and returns ``None``. The plan
+  guarantees the arrays' dtypes (checked once when the kernel is specialized).
+"""
+
+from __future__ import annotations
+
+from kiln.core.backends.cpu.codegen import (
+    _COMBINE,
+    _IDENTITY,
+    CTOR,
+    FAST_F32,
+    LoopSpec,
+    params_index,
+    program_dtypes,
+    scalar_body,
+    type_literals,
+)
+from kiln.core.backends.cpu.llvm_expr import DTYPE_TYPE, LL, Expr, Val
+
+DATA_OFFSET = 16  # bytes from a PyObject* ndarray to its data pointer (PyObject_HEAD first)
+MEM = {"float32": "float", "float64": "double", "int32": "i32", "int64": "i64", "bool": "i8"}
+FAST_REDUCE = "reassoc nsz contract "
+
+
+class _Func:
+    """The body of the loop function being generated: blocks, SSA names, loops."""
+
+    def __init__(self, fast: str):
+        self.allocas: list[str] = []
+        self.lines: list[str] = []
+        self.counter = [0]
+        self.declare: set[str] = set()
+        self.expr = Expr(self.lines, self.counter, fast, self.declare)
+        self.labels = 0
+
+    def emit(self, text: str) -> None:
+        self.lines.append("  " + text)
+
+    def tmp(self) -> str:
+        return self.expr.tmp()
+
+    def param(self, k: int) -> str:
+        """``p[k]`` (int64)."""
+        g, v = self.tmp(), self.tmp()
+        self.emit(f"{g} = getelementptr inbounds i64, ptr %p, i64 {k}")
+        self.emit(f"{v} = load i64, ptr {g}")
+        return v
+
+    def add(self, a: str, b: str) -> str:
+        v = self.tmp()
+        self.emit(f"{v} = add nsw i64 {a}, {b}")
+        return v
+
+    def mul(self, a: str, b: str) -> str:
+        v = self.tmp()
+        self.emit(f"{v} = mul nsw i64 {a}, {b}")
+        return v
+
+    def load(self, arr: str, dtype: str, index: str) -> Val:
+        g, v = self.tmp(), self.tmp()
+        self.emit(f"{g} = getelementptr inbounds {MEM[dtype]}, ptr {arr}, i64 {index}")
+        self.emit(f"{v} = load {MEM[dtype]}, ptr {g}")
+        if dtype == "bool":
+            b = self.tmp()
+            self.emit(f"{b} = icmp ne i8 {v}, 0")
+            return Val(b, "b")
+        return Val(v, DTYPE_TYPE[dtype])
+
+    def store(self, arr: str, dtype: str, index: str, value: Val) -> None:
+        value = self.expr.cast(value, DTYPE_TYPE[dtype])
+        ref = value.ref
+        if dtype == "bool":
+            ref = self.tmp()
+            self.emit(f"{ref} = zext i1 {value.ref} to i8")
+        g = self.tmp()
+        self.emit(f"{g} = getelementptr inbounds {MEM[dtype]}, ptr {arr}, i64 {index}")
+        self.emit(f"store {MEM[dtype]} {ref}, ptr {g}")
+
+    def begin(self, count: str) -> tuple[str, str]:
+        """Opens ``for i in range(count)``: (i's SSA name, the loop's label)."""
+        self.labels += 1
+        lab = f"L{self.labels}"
+        self.allocas.append(f"  %{lab}.i = alloca i64")
+        self.emit(f"store i64 0, ptr %{lab}.i")
+        self.emit(f"br label %{lab}.head")
+        self.lines.append(f"{lab}.head:")
+        i, c = f"%{lab}.v", self.tmp()
+        self.emit(f"{i} = load i64, ptr %{lab}.i")
+        self.emit(f"{c} = icmp slt i64 {i}, {count}")
+        self.emit(f"br i1 {c}, label %{lab}.body, label %{lab}.exit")
+        self.lines.append(f"{lab}.body:")
+        return i, lab
+
+    def end(self, i: str, lab: str) -> None:
+        nxt = self.tmp()
+        self.emit(f"{nxt} = add nsw i64 {i}, 1")
+        self.emit(f"store i64 {nxt}, ptr %{lab}.i")
+        self.emit(f"br label %{lab}.head")
+        self.lines.append(f"{lab}.exit:")
+
+    def scalar(self, text: str, env: dict[str, Val]) -> Val:
+        return self.expr.emit(text, env)
+
+
+def _body(op_name: str, attrs: tuple, arg_dtypes: list[str], out_dtype: str) -> str:
+    floats = {t for t in arg_dtypes + [out_dtype] if t.startswith("float")}
+    f32 = floats == {"float32"}
+    if f32 and op_name in FAST_F32:
+        return FAST_F32[op_name][0]
+    return type_literals(scalar_body(op_name, attrs), "float32" if f32 else "")
+
+
+def generate_ir(spec: LoopSpec, name: str) -> str:
+    """The LLVM module (text) of the loop ``spec``: ``@name`` and ``@name_py``.
+
+    Raises:
+        CodegenError: an instruction's body is not generated natively (the caller then
+            uses the numba kernel).
+    """
+    rank, n_in = spec.rank, len(spec.in_dtypes)
+    idx = params_index(rank, n_in)
+    dtypes = program_dtypes(spec.program, spec.in_dtypes)
+    n_extra = len(spec.extra)
+    red = spec.reduce
+    f = _Func(FAST_REDUCE if red is not None else "")
+    names = ["%o"] + [f"%e{k}" for k in range(n_extra)] + [f"%a{k}" for k in range(n_in)]
+    n = [f.param(d) for d in range(rank)]
+    xo = f.param(idx["out"])
+    so = [f.param(idx["out"] + 1 + d) for d in range(rank)]
+    dext = []
+    for k in range(n_extra):
+        v = f.tmp()
+        f.emit(f"{v} = sub nsw i64 {f.param(idx['extra'] + 2 + k)}, {xo}")
+        dext.append(v)
+    x: dict[int, str] = {}
+    s: dict[int, list[str]] = {}
+    env: dict[str, Val] = {}
+    for k in range(n_in):
+        b = idx["inputs"][k]
+        x[k] = f.param(b)
+        c = spec.classes[k]
+        if c == "S":
+            env[f"v{k}"] = f.load(f"%a{k}", spec.in_dtypes[k], x[k])
+        elif c in ("Z", "N"):
+            s[k] = [f.param(b + 1 + d) for d in range(rank)]
+    out_dt = spec.out_dtype
+    ctor_out = CTOR[out_dt]
+    if red is not None:
+        kind = "f" if dtypes[-1].startswith("float") else dtypes[-1]
+        ident = f.scalar(f"{ctor_out}({_IDENTITY[red].get(kind) or _IDENTITY[red]['i']})", {})
+        q, lab = f.begin(f.param(idx["extra"]))
+        f.store("%o", out_dt, f.add(xo, q), ident)
+        f.end(q, lab)
+    opened = []
+    prev = dict(x)
+    prev_o = xo
+    for d in range(rank - 1):
+        i, lab = f.begin(n[d])
+        opened.append((i, lab))
+        prev_o = f.add(prev_o, f.mul(i, so[d]))
+        for k in s:
+            prev[k] = f.add(prev[k], f.mul(i, s[k][d]))
+    last = rank - 1
+    for k in range(n_in):
+        if spec.classes[k] == "Z":
+            env[f"v{k}"] = f.load(f"%a{k}", spec.in_dtypes[k], prev[k])
+    acc_slot = None
+    if red is not None and spec.out_class == "Z":
+        acc_slot = "%acc"
+        f.allocas.append(f"  %acc = alloca {LL[DTYPE_TYPE[out_dt]]}")
+        first = f.load("%o", out_dt, prev_o)
+        f.emit(f"store {LL[first.ty]} {first.ref}, ptr %acc")
+    i, lab = f.begin(n[last])
+    out_index = f.add(prev_o, f.mul(i, so[last]))
+    for k in range(n_in):
+        c = spec.classes[k]
+        if c == "N":
+            env[f"v{k}"] = f.load(f"%a{k}", spec.in_dtypes[k],
+                                  f.add(prev[k], f.mul(i, s[k][last])))
+        elif c == "O":
+            env[f"v{k}"] = f.load("%o", spec.in_dtypes[k], out_index)
+        elif c.startswith("E"):
+            j = int(c[1:])
+            env[f"v{k}"] = f.load(f"%e{j}", spec.in_dtypes[k], f.add(out_index, dext[j]))
+    for j, (op_name, iargs, attrs) in enumerate(spec.program):
+        vars_ = [f"v{-a - 1}" if a < 0 else f"t{a}" for a in iargs]
+        arg_dtypes = [spec.in_dtypes[-a - 1] if a < 0 else dtypes[a] for a in iargs]
+        body = _body(op_name, attrs, arg_dtypes, dtypes[j])
+        value = f.scalar(body.format(*vars_), env)
+        env[f"t{j}"] = f.expr.cast(value, DTYPE_TYPE[dtypes[j]])
+    result = env[f"t{len(spec.program) - 1}"]
+    result = f.expr.cast(result, DTYPE_TYPE[out_dt])
+    for k, (j, dt) in enumerate(zip(spec.extra, spec.extra_dtypes)):
+        f.store(f"%e{k}", dt, f.add(out_index, dext[k]), env[f"t{j}"])
+    if red is None:
+        f.store("%o", out_dt, out_index, result)
+    else:
+        t = LL[DTYPE_TYPE[out_dt]]
+        if acc_slot is not None:
+            cur = f.tmp()
+            f.emit(f"{cur} = load {t}, ptr %acc")
+            acc = Val(cur, DTYPE_TYPE[out_dt])
+        else:
+            acc = f.load("%o", out_dt, out_index)
+        env2 = {"a": acc, "b": result}
+        combined = f.expr.cast(f.scalar(_COMBINE[red].format(a="a", b="b"), env2),
+                               DTYPE_TYPE[out_dt])
+        if acc_slot is not None:
+            f.emit(f"store {t} {combined.ref}, ptr %acc")
+        else:
+            f.store("%o", out_dt, out_index, combined)
+    f.end(i, lab)
+    if acc_slot is not None:
+        cur = f.tmp()
+        f.emit(f"{cur} = load {LL[DTYPE_TYPE[out_dt]]}, ptr %acc")
+        f.store("%o", out_dt, prev_o, Val(cur, DTYPE_TYPE[out_dt]))
+    for i, lab in reversed(opened):
+        f.end(i, lab)
+    if red == "mean":
+        cnt = Val(f.param(idx["extra"] + 1), "i64")
+        q, lab = f.begin(f.param(idx["extra"]))
+        at = f.add(xo, q)
+        v = f.load("%o", out_dt, at)
+        f.store("%o", out_dt, at, f.expr.arith("/", v, cnt))
+        f.end(q, lab)
+    f.emit("ret void")
+    params = ", ".join(f"ptr {a}" for a in names + ["%p"])
+    lines = [f"define void @{name}({params}) nounwind {{", "entry:"] + f.allocas + f.lines
+    lines.append("}")
+    return "\n".join(sorted(f.declare) + [""] + lines + [""] + _wrapper(name, len(names) + 1))
+
+
+def _wrapper(name: str, n_args: int) -> list[str]:
+    """``@name_py``: the METH_FASTCALL entry point CPython calls (see the module docstring)."""
+    msg = f"kiln native kernel {name}: expected {n_args} arrays"
+    data = "".join(f"\\{b:02X}" if b < 32 or b in (34, 92) else chr(b) for b in msg.encode())
+    lines = [f"@{name}_msg = private unnamed_addr constant [{len(msg) + 1} x i8] "
+             f'c"{data}\\00"',
+             f"define ptr @{name}_py(ptr %self, ptr %args, i64 %nargs) {{",
+             "entry:",
+             f"  %ok = icmp eq i64 %nargs, {n_args}",
+             "  br i1 %ok, label %go, label %bad",
+             "go:"]
+    ptrs = []
+    for k in range(n_args):
+        lines += [f"  %g{k} = getelementptr inbounds ptr, ptr %args, i64 {k}",
+                  f"  %obj{k} = load ptr, ptr %g{k}",
+                  f"  %f{k} = getelementptr inbounds i8, ptr %obj{k}, i64 {DATA_OFFSET}",
+                  f"  %d{k} = load ptr, ptr %f{k}"]
+        ptrs.append(f"ptr %d{k}")
+    lines += ["  %ts = call ptr @PyEval_SaveThread()",
+              f"  call void @{name}({', '.join(ptrs)})",
+              "  call void @PyEval_RestoreThread(ptr %ts)",
+              "  call void @Py_IncRef(ptr @kiln_py_none)",
+              "  ret ptr @kiln_py_none",
+              "bad:",
+              f"  call void @PyErr_SetString(ptr @kiln_py_type_error, ptr @{name}_msg)",
+              "  ret ptr null",
+              "}",
+              "declare ptr @PyEval_SaveThread()",
+              "declare void @PyEval_RestoreThread(ptr)",
+              "declare void @Py_IncRef(ptr)",
+              "declare void @PyErr_SetString(ptr, ptr)",
+              # the objects themselves (their addresses: native._init), under names of
+              # kiln's own (numba's symbols share the process-wide table)
+              "@kiln_py_none = external global i8",
+              "@kiln_py_type_error = external global i8"]
+    return lines

@@ -1,0 +1,326 @@
+"""Native loops: the CPU backend's generated loops compiled from LLVM IR by llvmlite, without
+numba's front end (docs/architecture.md, "Native loops").
+
+numba spends most of a generated loop's compile time before LLVM sees it (typing, lowering,
+its pipeline and wrappers: 0.25-0.8 s a kernel on this machine, ~9 s for the LSTM model's 16
+loops); the same loop emitted as IR (:mod:`.llvm_loop`) and optimized at LLVM's O3 takes
+~0.03-0.2 s. numba stays the compiler of the hand-written kernels, of ``KILN_JIT=0``'s plain
+Python, and of any loop :mod:`.llvm_loop` does not generate (a
+:class:`~kiln.core.backends.cpu.codegen.CodegenError` there falls back to the numba kernel of
+the same program). ``KILN_NATIVE=0`` turns the path off.
+
+* Compilation: the module is optimized for this host (its CPU name and features, part of the
+  cache key with the IR, kiln's codegen version and llvmlite's / LLVM's versions) and emitted
+  as an object file, under numba's compiler lock (so that the compile batch's ``fork`` never
+  inherits LLVM in the middle of a compilation).
+* Cache: the object file is ``KILN_CACHE_DIR/cpu/n_<key>.o``, sealed like numba's entries
+  (``numba_cache.seal``: a file not sealed by its own name is damaged: compiled again and
+  rewritten, warned once); written atomically; a folder that cannot be written leaves the
+  kernel in memory.
+* Loading: one MCJIT engine per process takes the object files; the symbols they call are
+  resolved in this process (libm's functions, ``memset``/``memcpy``, and the C API functions
+  of the wrapper). The wrapper ``@<name>_py`` becomes a builtin function (``METH_FASTCALL``,
+  :func:`_callable`): calling it costs ~0.1 us against ~0.3-1 us for a numba entry point.
+* Compile batches: :class:`NativeKernel` has the interface of ``jit.Kernel`` that
+  :mod:`.compile_batch` uses (deferred calls, workers compiling into the cache), so native
+  loops compile in the batch's processes beside numba's kernels.
+
+The path is used only when llvmlite initializes, and an ndarray's data pointer is at
+``llvm_loop.DATA_OFFSET`` on this interpreter (checked once); else every loop is numba's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from kiln import config
+from kiln.core.backends import jit as jit_loader
+from kiln.core.backends.cpu import jit
+from kiln.core.backends.cpu.codegen import CodegenError, LoopSpec
+from kiln.core.backends.cpu.llvm_expr import LIBM
+from kiln.core.backends.cpu.llvm_loop import DATA_OFFSET, generate_ir
+
+NATIVE_VERSION = "1"
+METH_FASTCALL = 0x0080
+# what a native loop costs the compile batch's estimate, in the units of jit.Kernel.size
+# (characters of numba source, ~0.3 ms each): ~1/8 of the numba kernel's (measured below)
+COST_PER_IR_CHAR = 0.02
+
+_lock = threading.RLock()
+_state: dict[str, Any] = {}
+_kernels: dict[tuple, NativeKernel] = {}
+_loaded: dict[str, Callable] = {}
+_unsupported: set[LoopSpec] = set()  # specs llvm_loop does not generate: numba's
+_keep: list[Any] = []  # method definitions and names the builtin functions point into
+
+
+class _MethodDef(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("meth", ctypes.c_void_p),
+                ("flags", ctypes.c_int), ("doc", ctypes.c_char_p)]
+
+
+def enabled() -> bool:
+    """Whether generated loops are compiled natively (JIT on, ``KILN_NATIVE`` not 0, and
+    llvmlite usable here)."""
+    return config.jit_enabled() and config.env_flag("KILN_NATIVE", True) and available()
+
+
+def available() -> bool:
+    """Whether the native path works in this process (initializes it once)."""
+    ok = _state.get("ok")
+    if ok is None:
+        with _lock:
+            ok = _state.get("ok")
+            if ok is None:
+                try:
+                    _init()
+                    ok = True
+                except Exception as exc:  # noqa: BLE001 - any failure: numba's loops instead
+                    _state["why"] = f"{type(exc).__name__}: {exc}"
+                    ok = False
+                _state["ok"] = ok
+    return ok
+
+
+def _address(lib: Any, name: str) -> int | None:
+    try:
+        return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+    except AttributeError:
+        return None
+
+
+def _init() -> None:
+    import llvmlite
+    import llvmlite.binding as llvm
+
+    for api in ("create_pass_builder", "create_pipeline_tuning_options", "add_symbol"):
+        if not hasattr(llvm, api):  # llvmlite < 0.44 (numba < 0.61): numba's loops
+            raise RuntimeError(f"llvmlite {llvmlite.__version__} has no {api}")
+    probe = np.arange(3.0)
+    if ctypes.c_void_p.from_address(id(probe) + DATA_OFFSET).value != probe.ctypes.data:
+        raise RuntimeError("ndarray's data pointer is not where llvm_loop reads it")
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    py = ctypes.pythonapi
+    for name in ("PyEval_SaveThread", "PyEval_RestoreThread", "Py_IncRef", "PyErr_SetString"):
+        llvm.add_symbol(name, _address(py, name))
+    # objects the wrapper uses, at their addresses (numba registers "PyExc_TypeError" as the
+    # object, where C's symbol is a pointer to it: kiln's names are its own)
+    llvm.add_symbol("kiln_py_none", id(None))
+    llvm.add_symbol("kiln_py_type_error", id(TypeError))
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    libc = ctypes.CDLL(None)
+    for base in LIBM + ("fmod",):
+        for name in (base, base + "f"):
+            addr = _address(libm, name) or _address(libc, name)
+            if addr:
+                llvm.add_symbol(name, addr)
+    for name in ("memset", "memcpy", "memmove"):
+        llvm.add_symbol(name, _address(libc, name))
+    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    target = llvm.Target.from_default_triple()
+    tm = target.create_target_machine(cpu=cpu, features=features, opt=3,
+                                      codemodel="jitdefault", jit=True)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+    _state.update(llvm=llvm, tm=tm, engine=engine,
+                  host=f"native={NATIVE_VERSION};llvmlite={llvmlite.__version__};"
+                       f"llvm={'.'.join(map(str, llvm.llvm_version_info))};cpu={cpu};"
+                       f"features={features}")
+
+
+def compile_object(ir: str) -> bytes:
+    """The object file of the LLVM module ``ir``, optimized at O3 for this host."""
+    from numba.core.compiler_lock import global_compiler_lock
+
+    llvm, tm = _state["llvm"], _state["tm"]
+    with global_compiler_lock:
+        mod = llvm.parse_assembly(ir)
+        mod.triple = tm.triple
+        mod.data_layout = str(tm.target_data)
+        mod.verify()
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+        return tm.emit_object(mod)
+
+
+def _callable(name: str, obj: bytes) -> Callable:
+    """Loads the object file ``obj`` into this process's engine and returns ``@name_py`` as
+    a builtin function (the same object for the same name)."""
+    found = _loaded.get(name)
+    if found is not None:
+        return found
+    with _lock:
+        found = _loaded.get(name)
+        if found is not None:
+            return found
+        llvm, engine = _state["llvm"], _state["engine"]
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        engine.finalize_object()
+        addr = engine.get_function_address(f"{name}_py")
+        if not addr:
+            raise CodegenError(f"native loop {name}: entry point not found after loading")
+        raw = name.encode()
+        md = _MethodDef(raw, addr, METH_FASTCALL, None)
+        new = ctypes.pythonapi.PyCFunction_NewEx
+        new.restype = ctypes.py_object
+        new.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
+        found = new(ctypes.addressof(md), None, None)
+        _keep.append((raw, md))
+        _loaded[name] = found
+    return found
+
+
+class NativeKernel:
+    """A generated loop compiled natively: the interface of ``jit.Kernel`` that plans and
+    :mod:`.compile_batch` use (one signature, ``()``: the spec fixes every argument's type).
+
+    Attributes:
+        name: the symbol (``kiln_<key>``). key: the cache key. path: the object file.
+        ir: the module's text. dtypes: the arrays' dtypes, in argument order.
+        size: the compile batch's cost estimate.
+    """
+
+    jitted = True
+    scalars = False
+
+    def __init__(self, spec: LoopSpec, ir: str, key: str, symbol: str):
+        self.spec = spec
+        self.ir = ir
+        self.key = key
+        self.name = symbol
+        self.path = os.path.join(jit.kernel_dir(), f"n_{key}.o")
+        self.size = int(len(ir) * COST_PER_IR_CHAR)
+        self.dtypes = ([spec.out_dtype] + list(spec.extra_dtypes) + list(spec.in_dtypes)
+                       + ["int64"])
+        self._entries: dict[tuple, Callable] = {}
+
+    def __repr__(self) -> str:
+        return f"<kiln native loop {self.key} [{self.spec.signature()}]>"
+
+    def check(self, args: Sequence[Any]) -> None:
+        """Raises TypeError unless ``args`` are flat C-contiguous arrays of this kernel's
+        dtypes (the entry point reads their data pointers unchecked)."""
+        if len(args) != len(self.dtypes):
+            raise TypeError(f"{self!r}: {len(self.dtypes)} arrays expected, got {len(args)}")
+        for k, (a, dt) in enumerate(zip(args, self.dtypes)):
+            if not (isinstance(a, np.ndarray) and a.ndim == 1 and a.flags.c_contiguous
+                    and a.dtype == np.dtype(dt)):
+                got = (f"{a.dtype}{a.shape} (c_contiguous={a.flags.c_contiguous})"
+                       if isinstance(a, np.ndarray) else type(a).__name__)
+                raise TypeError(f"{self!r}: argument {k} must be a flat C-contiguous {dt} "
+                                f"array, got {got}")
+
+    def specialize(self, args: Sequence[Any]) -> Callable:
+        """The entry point for ``args`` (checked), deferred inside a compile batch."""
+        self.check(args)
+        entry = self._entries.get(())
+        if entry is not None:
+            return entry
+        from kiln.core.backends.cpu import compile_batch
+
+        deferred = compile_batch.defer(self, ())
+        return deferred if deferred is not None else self.compile(())
+
+    def has_disk_cache(self) -> bool:
+        """Whether what this kernel compiles is written to disk (its folder is writable)."""
+        return not jit_loader.unusable(os.path.dirname(self.path))
+
+    def cached(self, sig: tuple = ()) -> bool:
+        return os.path.isfile(self.path)
+
+    def _read(self) -> bytes | None:
+        """The cached object file, or None (missing; damaged: warned, and removed)."""
+        from kiln.core.backends import numba_cache
+
+        try:
+            with open(self.path, "rb") as f:
+                blob = f.read()
+        except OSError:
+            return None
+        try:
+            return numba_cache.unseal(self.path, blob)
+        except numba_cache.DamagedEntry as exc:
+            jit_loader.warn_cache("damaged", f"a damaged kernel cache entry was discarded "
+                                  f"and compiled again ({exc.path}: {exc.reason})")
+            return None
+
+    def _write(self, obj: bytes) -> None:
+        from kiln.core.backends import numba_cache
+
+        folder = os.path.dirname(self.path)
+        if jit_loader.unusable(folder):
+            return
+        try:
+            jit_loader.write_bytes(self.path, numba_cache.seal(os.path.basename(self.path),
+                                                               obj))
+        except OSError as exc:
+            jit_loader.unusable(folder, exc)
+
+    def compile_to_cache(self, sig: tuple = ()) -> None:
+        """A compile worker's part: compiles and writes the cache file."""
+        self._write(compile_object(self.ir))
+
+    def compile(self, sig: tuple = (), *, by_worker: bool = False) -> Callable:
+        """The entry point: loaded from the disk cache, else compiled (and cached); counted in
+        ``jit.stats`` as numba kernels are (``by_worker``: a compile worker wrote it)."""
+        entry = self._entries.get(())
+        if entry is not None:
+            return entry
+        with _lock:
+            entry = self._entries.get(())
+            if entry is not None:
+                return entry
+            t0 = time.perf_counter()
+            obj = self._read()
+            if obj is not None:
+                if by_worker:
+                    jit.stats["compiled"] += 1
+                    jit.stats["compiled_by_workers"] += 1
+                else:
+                    jit.stats["cache_hits"] += 1
+            else:
+                obj = compile_object(self.ir)
+                self._write(obj)
+                jit.stats["compiled"] += 1
+            entry = _callable(self.name, obj)
+            jit.stats["compile_seconds"] += time.perf_counter() - t0
+            self._entries[()] = entry
+        return entry
+
+
+def loop_kernel(spec: LoopSpec) -> NativeKernel | None:
+    """The native kernel of ``spec`` (the same object within a process), or None when
+    :mod:`.llvm_loop` does not generate it (the caller then uses numba's)."""
+    if not available():
+        return None
+    memo = (spec, jit.kernel_dir())
+    found = _kernels.get(memo)
+    if found is not None:
+        return found
+    probe = jit_loader.kernel_key("cpu", "native", spec.signature() + repr(spec.program),
+                                  options=_state["host"])
+    if spec in _unsupported:
+        return None
+    symbol = f"kiln_{probe}"
+    try:
+        ir = generate_ir(spec, symbol)
+    except CodegenError:
+        _unsupported.add(spec)
+        return None
+    key = jit_loader.kernel_key("cpu", symbol, ir, options=_state["host"],
+                                signature=spec.signature())
+    # the symbol names the spec; the file's key covers the IR text too (a generator change)
+    found = NativeKernel(spec, ir, key, symbol)
+    with _lock:
+        return _kernels.setdefault(memo, found)

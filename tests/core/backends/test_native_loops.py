@@ -1,0 +1,192 @@
+"""Native loops (kiln/core/backends/cpu/native.py, llvm_loop.py, llvm_expr.py): the generated
+loops compiled from LLVM IR give what numba's kernel of the same program gives (bit for bit
+where no reassociation is allowed), every elementwise op is generated natively, a body the
+generator does not handle falls back to numba's kernel, bad arguments are a clear error, and a
+damaged object file in the cache is compiled again. The registry's forward and gradient tests
+and tests/core/test_backend_parity.py run every op through this path too."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.ops as K
+from kiln.core.backends import jit as jit_loader
+from kiln.core.backends import numba_cache
+from kiln.core.backends.cpu import elementwise, jit, llvm_loop, native
+from kiln.core.backends.cpu.codegen import CodegenError, LoopSpec, program_dtypes
+from kiln.core.ops import all_ops
+from kiln.core.ops.registry import ELEMENTWISE
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="llvmlite unusable here")
+
+OPS = all_ops()
+ELEMENTWISE_OPS = sorted(n for n, op in OPS.items() if op.kind == ELEMENTWISE and op.scalar)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _spec(op: str, dtypes: tuple[str, ...], attrs: tuple = (), classes=None) -> LoopSpec:
+    program = ((op, tuple(-k - 1 for k in range(len(dtypes))), attrs),)
+    out = program_dtypes(program, dtypes)[-1]
+    return LoopSpec(program, None, dtypes, out, 1, classes or ("N",) * len(dtypes), "N")
+
+
+def _examples(op: str):
+    rng = np.random.default_rng(sum(map(ord, op)))
+    for dtype in ("float32", "float64"):
+        yield from OPS[op].examples(rng, dtype)
+
+
+@pytest.mark.parametrize("op", ELEMENTWISE_OPS)
+def test_every_elementwise_op_is_generated_natively(op):
+    for ex in _examples(op):
+        dtypes = tuple(np.asarray(a).dtype.name for a in ex.inputs)
+        spec = _spec(op, dtypes, tuple(sorted(ex.attrs.items())))
+        text = llvm_loop.generate_ir(spec, "probe")  # raises CodegenError when not
+        assert "define void @probe(" in text and "define ptr @probe_py(" in text
+
+
+def _both(build, feeds):
+    """The outputs of ``build()``'s function, native and numba (KILN_NATIVE=0)."""
+    out = []
+    for flag in ("1", "0"):
+        os.environ["KILN_NATIVE"] = flag
+        try:
+            out.append(build()(*feeds))
+        finally:
+            del os.environ["KILN_NATIVE"]
+    return out
+
+
+def _special(rng, shape, dtype):
+    a = rng.normal(size=shape).astype(dtype) * 4
+    flat = a.reshape(-1)
+    flat[:8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -90.0, 90.0]
+    return a
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_native_loops_match_numbas_bitwise_on_special_values(dtype, cache):
+    rng = np.random.default_rng(3)
+    a, b = _special(rng, (7, 19), dtype), _special(rng, (7, 19), dtype)[::-1].copy()
+
+    def build():
+        x, y = kiln.placeholder((None, 19), dtype), kiln.placeholder((None, 19), dtype)
+        outs = [K.relu(x), K.sigmoid(x), K.tanh(y), K.maximum(x, y), K.minimum(x, y),
+                K.abs(x) + K.square(y), K.sign(x), K.where(x > y, x, -y), K.exp(x - y),
+                K.log1p(K.abs(x)), K.softplus(x), K.cast(x, "int32"), K.cast(y, "bool"),
+                K.clip(x, -1.0, 2.0), K.sqrt(K.abs(y)) / (1 + x * x), K.erf(x),
+                K.floor(x) + K.round(y), x ** 2.0]
+        return kiln.function([x, y], outs, backend="cpu", optimize=False)
+
+    got, want = _both(build, (a, b))
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w, err_msg=f"output {k}")
+
+
+def test_fused_reductions_match_numbas_within_reassociation(cache):
+    rng = np.random.default_rng(4)
+    a = rng.normal(size=(33, 65)).astype(np.float32)
+
+    def build():
+        x = kiln.placeholder((None, 65))
+        outs = [K.sum(K.exp(x), axis=1), K.mean(x * x, axis=0), K.max(x, axis=1),
+                K.min(K.abs(x), axis=0), K.sum(x)]
+        return kiln.function([x], outs, backend="cpu")
+
+    got, want = _both(build, (a,))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(got[0], np.exp(a.astype(np.float64)).sum(1), rtol=1e-5)
+    np.testing.assert_array_equal(got[2], a.max(1))
+
+
+def test_integer_and_boolean_loops(cache):
+    rng = np.random.default_rng(5)
+    i = rng.integers(-50, 50, size=(4, 9)).astype(np.int32)
+    j = rng.integers(-50, 50, size=(4, 9)).astype(np.int64)
+    x, y = kiln.placeholder((None, 9), "int32"), kiln.placeholder((None, 9), "int64")
+    outs = [x * 3 - x, K.abs(x), K.maximum(y, K.cast(x, "int64")), K.logical_and(x > 0, y < 0),
+            K.sum(y, axis=1), K.where(x > 0, x, x * x)]
+    got = kiln.function([x, y], outs, backend="cpu")(i, j)
+    want = [i * 3 - i, np.abs(i), np.maximum(j, i), (i > 0) & (j < 0), j.sum(1),
+            np.where(i > 0, i, i * i)]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+def test_a_body_the_generator_does_not_handle_falls_back_to_numba(cache, monkeypatch):
+    spec = _spec("add", ("float32", "float32"))
+    assert isinstance(elementwise.loop_kernel(spec), native.NativeKernel)
+
+    def refuse(*args):
+        raise CodegenError("not generated here")
+
+    monkeypatch.setattr(native, "_kernels", {})
+    monkeypatch.setattr(native, "_unsupported", set())
+    monkeypatch.setattr(native, "generate_ir", refuse)
+    k = elementwise.loop_kernel(spec)
+    assert isinstance(k, jit.Kernel)
+    a, b = np.arange(5, dtype=np.float32), np.full(5, 2, np.float32)
+    out = np.empty(5, np.float32)
+    p = np.array([5, 0, 1, 0, 1, 0, 1, 5, 1], np.int64)
+    k.specialize((out, a, b, p))(out, a, b, p)
+    np.testing.assert_array_equal(out, a + b)
+
+
+def test_wrong_arguments_are_a_clear_error_before_the_kernel_runs(cache):
+    k = native.loop_kernel(_spec("add", ("float32", "float32")))
+    a = np.zeros(4, np.float32)
+    p = np.zeros(9, np.int64)
+    with pytest.raises(TypeError, match="argument 2 must be a flat C-contiguous float32"):
+        k.specialize((a, a, np.zeros(4), p))
+    with pytest.raises(TypeError, match="4 arrays expected, got 3"):
+        k.specialize((a, a, p))
+    with pytest.raises(TypeError, match="argument 0 .*c_contiguous=False"):
+        k.specialize((np.zeros(8, np.float32)[::2], a, a, p))
+    entry = k.specialize((a, a, a, p))
+    with pytest.raises(TypeError, match="expected 4 arrays"):
+        entry(a, a, p)
+
+
+def test_a_damaged_object_file_is_compiled_again_with_a_warning(cache):
+    def run():
+        x = kiln.placeholder((None, 5))
+        f = kiln.function([x], K.tanh(x) * 3.0 - x, backend="cpu")
+        return f(np.linspace(-2, 2, 10, dtype=np.float32).reshape(2, 5))
+
+    known = set(elementwise._kernels)
+    first = run()
+    specs = [s for s in elementwise._kernels if s not in known]
+    assert specs and all(isinstance(elementwise._kernels[s], native.NativeKernel)
+                         for s in specs)
+    files = [f for f in os.listdir(cache / "cpu") if f.endswith(".o")]
+    assert files
+    for name in files:
+        path = cache / "cpu" / name
+        blob = bytearray(path.read_bytes())
+        blob[len(blob) // 2] ^= 0xFF
+        path.write_bytes(bytes(blob))
+    native._kernels.clear()  # a fresh process's view: read the files again
+    jit_loader._warned.discard("damaged")
+    before = jit.stats["compiled"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        native.loop_kernel(specs[0]).compile(())
+    assert any("damaged kernel cache entry" in str(w.message) for w in caught)
+    assert jit.stats["compiled"] == before + 1
+    np.testing.assert_array_equal(run(), first)
+    for name in files:  # every damaged file was rewritten, sealed
+        path = cache / "cpu" / name
+        assert numba_cache.unseal(str(path), path.read_bytes())
