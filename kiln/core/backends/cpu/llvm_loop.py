@@ -37,7 +37,7 @@ MEM = {"float32": "float", "float64": "double", "int32": "i32", "int64": "i64", 
 FAST_REDUCE = "reassoc nsz contract "
 
 
-class _Func:
+class Func:
     """The body of the loop function being generated: blocks, SSA names, loops."""
 
     def __init__(self, fast: str):
@@ -137,7 +137,7 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
     dtypes = program_dtypes(spec.program, spec.in_dtypes)
     n_extra = len(spec.extra)
     red = spec.reduce
-    f = _Func(FAST_REDUCE if red is not None else "")
+    f = Func(FAST_REDUCE if red is not None else "")
     names = ["%o"] + [f"%e{k}" for k in range(n_extra)] + [f"%a{k}" for k in range(n_in)]
     n = [f.param(d) for d in range(rank)]
     xo = f.param(idx["out"])
@@ -242,20 +242,31 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
     params = ", ".join(f"ptr {a}" for a in names + ["%p"])
     lines = [f"define void @{name}({params}) nounwind {{", "entry:"] + f.allocas + f.lines
     lines.append("}")
-    return "\n".join(sorted(f.declare) + [""] + lines + [""] + _wrapper(name, len(names) + 1))
+    return "\n".join(sorted(f.declare) + [""] + lines + [""] + wrapper(name, len(names) + 1))
 
 
-def _wrapper(name: str, n_args: int) -> list[str]:
-    """``@name_py``: the METH_FASTCALL entry point CPython calls (see the module docstring)."""
-    msg = f"kiln native kernel {name}: expected {n_args} arrays"
-    data = "".join(f"\\{b:02X}" if b < 32 or b in (34, 92) else chr(b) for b in msg.encode())
-    lines = [f"@{name}_msg = private unnamed_addr constant [{len(msg) + 1} x i8] "
-             f'c"{data}\\00"',
-             f"define ptr @{name}_py(ptr %self, ptr %args, i64 %nargs) {{",
-             "entry:",
-             f"  %ok = icmp eq i64 %nargs, {n_args}",
-             "  br i1 %ok, label %go, label %bad",
-             "go:"]
+def wrapper(name: str, n_args: int, errors: dict[int, tuple[str, str]] | None = None) -> list[str]:
+    """``@name_py``: the METH_FASTCALL entry point CPython calls (see the module docstring).
+
+    Args:
+        name: the kernel function: ``void @name(ptr ...)``, or with ``errors``
+            ``i32 @name(ptr ...)`` returning 0, or a status that ``errors`` maps to an
+            exception (``"index"`` or ``"type"``) and its message.
+    """
+    msgs = {0: f"kiln native kernel {name}: expected {n_args} arrays"}
+    for status, (_, text) in (errors or {}).items():
+        msgs[status] = text
+    lines = []
+    for status, msg in msgs.items():
+        data = "".join(f"\\{b:02X}" if b < 32 or b in (34, 92) else chr(b)
+                       for b in msg.encode())
+        lines.append(f"@{name}_msg{status} = private unnamed_addr constant "
+                     f'[{len(msg.encode()) + 1} x i8] c"{data}\\00"')
+    lines += [f"define ptr @{name}_py(ptr %self, ptr %args, i64 %nargs) {{",
+              "entry:",
+              f"  %ok = icmp eq i64 %nargs, {n_args}",
+              "  br i1 %ok, label %go, label %bad0",
+              "go:"]
     ptrs = []
     for k in range(n_args):
         lines += [f"  %g{k} = getelementptr inbounds ptr, ptr %args, i64 {k}",
@@ -263,21 +274,32 @@ def _wrapper(name: str, n_args: int) -> list[str]:
                   f"  %f{k} = getelementptr inbounds i8, ptr %obj{k}, i64 {DATA_OFFSET}",
                   f"  %d{k} = load ptr, ptr %f{k}"]
         ptrs.append(f"ptr %d{k}")
-    lines += ["  %ts = call ptr @PyEval_SaveThread()",
-              f"  call void @{name}({', '.join(ptrs)})",
-              "  call void @PyEval_RestoreThread(ptr %ts)",
+    lines.append("  %ts = call ptr @PyEval_SaveThread()")
+    if errors:
+        lines += [f"  %st = call i32 @{name}({', '.join(ptrs)})",
+                  "  call void @PyEval_RestoreThread(ptr %ts)",
+                  "  switch i32 %st, label %done [" + " ".join(
+                      f"i32 {s}, label %bad{s}" for s in errors) + "]"]
+    else:
+        lines += [f"  call void @{name}({', '.join(ptrs)})",
+                  "  call void @PyEval_RestoreThread(ptr %ts)",
+                  "  br label %done"]
+    lines += ["done:",
               "  call void @Py_IncRef(ptr @kiln_py_none)",
-              "  ret ptr @kiln_py_none",
-              "bad:",
-              f"  call void @PyErr_SetString(ptr @kiln_py_type_error, ptr @{name}_msg)",
-              "  ret ptr null",
-              "}",
+              "  ret ptr @kiln_py_none"]
+    kinds = {0: "type", **{s: kind for s, (kind, _) in (errors or {}).items()}}
+    for status in msgs:
+        lines += [f"bad{status}:",
+                  f"  call void @PyErr_SetString(ptr @kiln_py_{kinds[status]}_error, "
+                  f"ptr @{name}_msg{status})",
+                  "  ret ptr null"]
+    lines += ["}",
               "declare ptr @PyEval_SaveThread()",
               "declare void @PyEval_RestoreThread(ptr)",
               "declare void @Py_IncRef(ptr)",
               "declare void @PyErr_SetString(ptr, ptr)",
               # the objects themselves (their addresses: native._init), under names of
               # kiln's own (numba's symbols share the process-wide table)
-              "@kiln_py_none = external global i8",
-              "@kiln_py_type_error = external global i8"]
+              "@kiln_py_none = external global i8"]
+    lines += [f"@kiln_py_{kind}_error = external global i8" for kind in sorted(set(kinds.values()))]
     return lines

@@ -58,7 +58,7 @@ _lock = threading.RLock()
 _state: dict[str, Any] = {}
 _kernels: dict[tuple, NativeKernel] = {}
 _loaded: dict[str, Callable] = {}
-_unsupported: set[LoopSpec] = set()  # specs llvm_loop does not generate: numba's
+_unsupported: set[tuple] = set()  # (label, dtypes) not generated natively: numba's
 _keep: list[Any] = []  # method definitions and names the builtin functions point into
 
 
@@ -116,6 +116,7 @@ def _init() -> None:
     # object, where C's symbol is a pointer to it: kiln's names are its own)
     llvm.add_symbol("kiln_py_none", id(None))
     llvm.add_symbol("kiln_py_type_error", id(TypeError))
+    llvm.add_symbol("kiln_py_index_error", id(IndexError))
     libm = ctypes.CDLL(ctypes.util.find_library("m"))
     libc = ctypes.CDLL(None)
     for base in LIBM + ("fmod",):
@@ -182,31 +183,31 @@ def _callable(name: str, obj: bytes) -> Callable:
 
 
 class NativeKernel:
-    """A generated loop compiled natively: the interface of ``jit.Kernel`` that plans and
-    :mod:`.compile_batch` use (one signature, ``()``: the spec fixes every argument's type).
+    """A kernel compiled natively from LLVM IR: the interface of ``jit.Kernel`` that plans and
+    :mod:`.compile_batch` use (one signature, ``()``: the IR fixes every argument's type).
 
     Attributes:
-        name: the symbol (``kiln_<key>``). key: the cache key. path: the object file.
-        ir: the module's text. dtypes: the arrays' dtypes, in argument order.
-        size: the compile batch's cost estimate.
+        name: the symbol (``kiln_<hash>``). key: the cache key. path: the object file.
+        ir: the module's text. dtypes: the arrays' dtypes, in argument order (all flat and
+        C-contiguous). label: what it computes (for messages). size: the compile batch's
+        cost estimate.
     """
 
     jitted = True
     scalars = False
 
-    def __init__(self, spec: LoopSpec, ir: str, key: str, symbol: str):
-        self.spec = spec
+    def __init__(self, ir: str, key: str, symbol: str, dtypes: Sequence[str], label: str):
         self.ir = ir
         self.key = key
         self.name = symbol
+        self.label = label
         self.path = os.path.join(jit.kernel_dir(), f"n_{key}.o")
         self.size = int(len(ir) * COST_PER_IR_CHAR)
-        self.dtypes = ([spec.out_dtype] + list(spec.extra_dtypes) + list(spec.in_dtypes)
-                       + ["int64"])
+        self.dtypes = list(dtypes)
         self._entries: dict[tuple, Callable] = {}
 
     def __repr__(self) -> str:
-        return f"<kiln native loop {self.key} [{self.spec.signature()}]>"
+        return f"<kiln native kernel {self.key} [{self.label}]>"
 
     def check(self, args: Sequence[Any]) -> None:
         """Raises TypeError unless ``args`` are flat C-contiguous arrays of this kernel's
@@ -299,28 +300,42 @@ class NativeKernel:
         return entry
 
 
-def loop_kernel(spec: LoopSpec) -> NativeKernel | None:
-    """The native kernel of ``spec`` (the same object within a process), or None when
-    :mod:`.llvm_loop` does not generate it (the caller then uses numba's)."""
-    if not available():
-        return None
-    memo = (spec, jit.kernel_dir())
+def kernel(label: str, dtypes: Sequence[str], make_ir: Callable[[str], str]) -> NativeKernel:
+    """The native kernel ``make_ir(symbol)`` (the same object within a process and cache
+    folder): ``label`` names what it computes (with the dtypes, it picks the symbol: equal
+    labels must mean equal IR), ``dtypes`` its arrays' dtypes.
+
+    Raises:
+        CodegenError: ``make_ir`` does not generate it (the caller then uses numba's).
+    """
+    memo = (label, tuple(dtypes), jit.kernel_dir())
     found = _kernels.get(memo)
     if found is not None:
         return found
-    probe = jit_loader.kernel_key("cpu", "native", spec.signature() + repr(spec.program),
-                                  options=_state["host"])
-    if spec in _unsupported:
-        return None
+    if memo[:2] in _unsupported:
+        raise CodegenError(f"native: {label} is not generated")
+    probe = jit_loader.kernel_key("cpu", "native", f"{label} {dtypes}", options=_state["host"])
     symbol = f"kiln_{probe}"
     try:
-        ir = generate_ir(spec, symbol)
+        ir = make_ir(symbol)
     except CodegenError:
-        _unsupported.add(spec)
-        return None
-    key = jit_loader.kernel_key("cpu", symbol, ir, options=_state["host"],
-                                signature=spec.signature())
-    # the symbol names the spec; the file's key covers the IR text too (a generator change)
-    found = NativeKernel(spec, ir, key, symbol)
+        _unsupported.add(memo[:2])
+        raise
+    key = jit_loader.kernel_key("cpu", symbol, ir, options=_state["host"], signature=label)
+    # the symbol names the label; the file's key covers the IR text too (a generator change)
+    found = NativeKernel(ir, key, symbol, dtypes, label)
     with _lock:
         return _kernels.setdefault(memo, found)
+
+
+def loop_kernel(spec: LoopSpec) -> NativeKernel | None:
+    """The native kernel of the generated loop ``spec``, or None when this path is not
+    available or :mod:`.llvm_loop` does not generate it (the caller then uses numba's)."""
+    if not available():
+        return None
+    dtypes = [spec.out_dtype] + list(spec.extra_dtypes) + list(spec.in_dtypes) + ["int64"]
+    try:
+        return kernel(f"{spec.signature()} {spec.program!r}", dtypes,
+                      lambda symbol: generate_ir(spec, symbol))
+    except CodegenError:
+        return None
