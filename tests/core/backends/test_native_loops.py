@@ -222,3 +222,73 @@ def test_gathers_run_natively_and_match_numbas(idx_dtype, cache):
         np.testing.assert_array_equal(g, w)
     # both gathers ran as native builtins (named by their symbol)
     assert len(names) == 2 and all(name.startswith("kiln_") for name in names), names
+
+
+NN_OPS = ["softmax", "log_softmax", "sparse_softmax_cross_entropy", "one_hot",
+          "random_uniform", "random_normal", "take", "take_grad", "conv2d",
+          "conv2d_backprop_filter", "conv2d_backprop_input", "max_pool2d", "max_pool2d_grad"]
+
+
+@pytest.mark.parametrize("op", NN_OPS)
+def test_native_hand_written_kernels_give_numbas_bits(op, cache):
+    # every registry example of the op (float32 and float64), native against numba
+    from kiln.core.ops.registry import apply
+
+    used = []
+    for ex in _examples(op):
+        phs = [kiln.placeholder(np.shape(a), np.asarray(a).dtype.name) for a in ex.inputs]
+
+        def build(phs=phs, ex=ex):
+            return kiln.function(phs, apply(op, *phs, **ex.attrs), backend="cpu",
+                                 optimize=False)
+
+        got, want = _both(build, ex.inputs)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want, err_msg=f"{op} {ex.attrs}")
+        fn = build()
+        fn(*ex.inputs)
+        used += [getattr(getattr(s.fn, "entry", s.fn), "__name__", "")  # SplitCall: entry
+                 for p in fn.program._plans.values() for s in p.steps
+                 if s.label.startswith(op)]
+    # the examples ran the native kernel (softmax over a middle axis stays numba's)
+    assert any(name.startswith("kiln_") for name in used), used
+
+
+def test_softmax_rows_with_extreme_values_give_numbas_bits(cache):
+    x = np.array([[0.0, -np.inf, 1e30, np.nan], [-1e30, 3.0, 3.0, -90.0],
+                  [88.0, -88.0, 0.5, 0.25]], np.float32)
+
+    def build():
+        p = kiln.placeholder((None, 4))
+        return kiln.function([p], [K.softmax(p), K.log_softmax(p)], backend="cpu",
+                             optimize=False)
+
+    got, want = _both(build, (x,))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_a_small_convnet_step_runs_the_native_twins_with_numbas_bits(cache):
+    # conv (direct and im2col + GEMM) -> tiled max pooling, forward and gradients
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(4, 12, 12, 1)).astype(np.float32)
+    k1 = rng.normal(size=(3, 3, 1, 8)).astype(np.float32)
+    k2 = rng.normal(size=(3, 3, 8, 6)).astype(np.float32)
+
+    def build():
+        p = kiln.placeholder((None, 12, 12, 1))
+        w1, w2 = kiln.Variable(k1), kiln.Variable(k2)
+        h = K.max_pool2d(K.relu(K.conv2d(p, w1)), 2, 2)
+        loss = K.sum(K.square(K.conv2d(h, w2, padding="same")))
+        return kiln.function([p], [loss, *kiln.grad(loss, [w1, w2])], backend="cpu")
+
+    got, want = _both(build, (x,))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    fn = build()
+    fn(x)
+    names = {s.label.split(":")[-1]: getattr(getattr(s.fn, "entry", s.fn), "__name__", "")
+             for p in fn.program._plans.values() for s in p.steps if ":" in s.label}
+    for kernel in ("conv_direct_kernel", "conv_filter_direct_kernel", "im2col_kernel",
+                   "col2im_kernel", "max_pool_kernel", "max_pool_grad_tiled_kernel"):
+        assert names.get(kernel, "").startswith("kiln_"), (kernel, names)

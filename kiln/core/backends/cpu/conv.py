@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.core.backends.cpu import jit, threads
+from kiln.core.backends.cpu import jit, native, native_conv, threads
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Node
 from kiln.core.ops.window import window2d
@@ -324,8 +324,10 @@ def _call(b, fn, *args, n: int | None = None, fastmath: bool = False) -> None:
     (``threads.SplitCall``; docs/architecture.md, "Threads")."""
     n = args[0].shape[0] if n is None else n
     ranges = threads.chunks(n, threads.kernel_threads())
-    entry = jit.load_function(fn, fastmath=fastmath, noalias=True).specialize((*args, 0, 0))
     label = f"{b.node.op}:{fn.__name__}"
+    if _native_call(b, fn, args, ranges, label, fastmath):
+        return
+    entry = jit.load_function(fn, fastmath=fastmath, noalias=True).specialize((*args, 0, 0))
     if len(ranges) == 1:
         b.add(entry, (*args, 0, n), label=label)
         return
@@ -343,12 +345,46 @@ def _call_summed(b, fn, out: np.ndarray, *args, n: int, fastmath: bool = False) 
         _call(b, fn, out, *args, n=n, fastmath=fastmath)
         return
     parts = np.empty((len(ranges), *out.shape), out.dtype)
-    entry = jit.load_function(fn, fastmath=fastmath, noalias=True).specialize(
-        (parts[0], *args, 0, 0))
-    b.add(threads.SplitCall(entry, len(ranges),
-                            lambda a, k: (parts[k], *a[1:-2], *ranges[k])),
-          (parts[0], *args, 0, n), label=f"{b.node.op}:{fn.__name__}")
+    label = f"{b.node.op}:{fn.__name__}"
+    if not _native_call(b, fn, (parts[0], *args), ranges, label, fastmath, parts):
+        entry = jit.load_function(fn, fastmath=fastmath, noalias=True).specialize(
+            (parts[0], *args, 0, 0))
+        b.add(threads.SplitCall(entry, len(ranges),
+                                lambda a, k: (parts[k], *a[1:-2], *ranges[k])),
+              (parts[0], *args, 0, n), label=label)
     b.add(np.add.reduce, (parts, 0, None, out), label=f"{b.node.op}:sum_parts")
+
+
+def _native_call(b, fn, args: tuple, ranges: list, label: str, fastmath: bool,
+                 parts: np.ndarray | None = None) -> bool:
+    """Adds ``fn``'s native twin (``native_conv.TWINS``) split like :func:`_call` (into
+    ``parts[k]`` per part when given); False when there is none, or it cannot run here."""
+    make = native_conv.TWINS.get(fn.__name__)
+    arrays, p = args[:-1], args[-1]
+    if make is None or fastmath:
+        return False
+    dims = [d for a in arrays for d in a.shape]
+    dtype = arrays[0].dtype.name
+
+    def params(lo: int, hi: int) -> list[int]:
+        return [*dims, *p.tolist(), lo, hi]
+
+    found = native.try_kernel(f"{fn.__name__} {dtype}", arrays, params(*ranges[0]),
+                              lambda s: make(s, dtype))
+    if found is None:
+        return False
+    entry, first = found
+    if len(ranges) == 1:
+        b.add(entry, first, label=label)
+        return True
+    per_part = [np.asarray(params(*r), np.int64) for r in ranges]
+    out = [a.reshape(-1) for a in parts] if parts is not None else None
+
+    def change(a: tuple, k: int) -> tuple:
+        return ((out[k] if out is not None else a[0]), *a[1:-1], per_part[k])
+
+    b.add(threads.SplitCall(entry, len(ranges), change), first, label=label)
+    return True
 
 
 def _cols(b, x_node: Node, k: tuple[int, int], oh: int, ow: int, p: np.ndarray) -> np.ndarray:

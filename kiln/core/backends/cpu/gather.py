@@ -13,7 +13,8 @@ import numpy as np
 
 from kiln.core.backends.cpu import jit, native
 from kiln.core.backends.cpu.codegen import CodegenError
-from kiln.core.backends.cpu.llvm_loop import MEM, Func, wrapper
+from kiln.core.backends.cpu.llvm_expr import Val
+from kiln.core.backends.cpu.llvm_loop import MEM, Func
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Node
 
@@ -71,16 +72,14 @@ def take_ir(kind: str, symbol: str, dtype: str, idx_dtype: str) -> str:
     i, li = f.begin(n_p)
     m, lm = f.begin(n_m)
     k = f.expr.cast(f.load("%idx", idx_dtype, m), "i64").ref
-    wrapped, neg, low, high, bad = (f.tmp() for _ in range(5))
+    wrapped, neg, k2, low, high, bad = (f.tmp() for _ in range(6))
     f.emit(f"{wrapped} = add i64 {k}, {n}")
     f.emit(f"{neg} = icmp slt i64 {k}, 0")
-    k2 = f.tmp()
     f.emit(f"{k2} = select i1 {neg}, i64 {wrapped}, i64 {k}")
     f.emit(f"{low} = icmp slt i64 {k2}, 0")
     f.emit(f"{high} = icmp sge i64 {k2}, {n}")
     f.emit(f"{bad} = or i1 {low}, {high}")
-    f.emit(f"br i1 {bad}, label %range_error, label %in_range{f.labels}")
-    f.lines.append(f"in_range{f.labels}:")
+    f.fail_when(Val(bad, "b"), 1)
     gathered = f.mul(f.add(f.mul(i, n), k2), n_q)      # row k of x (take_grad: of o)
     listed = f.mul(f.add(f.mul(i, n_m), m), n_q)       # row m of o (take_grad: of ct)
     q, lq = f.begin(n_q)
@@ -93,27 +92,8 @@ def take_ir(kind: str, symbol: str, dtype: str, idx_dtype: str) -> str:
     f.end(q, lq)
     f.end(m, lm)
     f.end(i, li)
-    f.emit("ret i32 0")
-    f.lines += ["range_error:", "  ret i32 1"]
-    head = [f"define i32 @{symbol}(ptr %o, ptr %x, ptr %idx, ptr %p) nounwind {{", "entry:"]
-    return "\n".join(sorted(f.declare) + head + f.allocas + f.lines + ["}", ""]
-                     + wrapper(symbol, 4, {1: ("index", f"{kind}: index out of range")}))
-
-
-def _native(kind: str, arrays: tuple, p: int, n: int, q: int):
-    """(entry point, args) of the native ``kind`` kernel for ``arrays = (o, x or ct, idx)``
-    (C-contiguous), or None (the path is off, or the dtypes are not generated)."""
-    o, x, idx = arrays
-    if not native.enabled() or not all(a.flags.c_contiguous for a in arrays):
-        return None
-    dtype, idx_dtype = x.dtype.name, idx.dtype.name
-    try:
-        k = native.kernel(f"{kind} {dtype} {idx_dtype}", [dtype, dtype, idx_dtype, "int64"],
-                          lambda symbol: take_ir(kind, symbol, dtype, idx_dtype))
-    except CodegenError:
-        return None
-    args = (o.reshape(-1), x.reshape(-1), idx, np.array([p, n, q, idx.shape[0]], np.int64))
-    return k.specialize(args), args
+    return f.function(symbol, ["o", "x", "idx", "p"],
+                      {1: ("index", f"{kind}: index out of range")})
 
 
 @builder("take")
@@ -125,7 +105,8 @@ def build_take(b, node: Node) -> None:
     idx = b.contiguous(idx_node).reshape(-1)
     out = b.out(node).reshape(p, idx.shape[0], q)
     args = (out, x, idx)
-    found = _native("take", args, p, n, q)
+    found = native.try_kernel(f"take {x.dtype} {idx.dtype}", args, [p, n, q, idx.shape[0]],
+                              lambda s: take_ir("take", s, x.dtype.name, idx.dtype.name))
     if found is not None:
         b.add(*found)
     else:
@@ -141,7 +122,9 @@ def build_take_grad(b, node: Node) -> None:
     ct = b.contiguous(ct_node).reshape(p, idx.shape[0], q)
     out = b.out(node).reshape(p, n, q)
     args = (out, ct, idx)
-    found = _native("take_grad", args, p, n, q)
+    found = native.try_kernel(f"take_grad {ct.dtype} {idx.dtype}", args,
+                              [p, n, q, idx.shape[0]],
+                              lambda s: take_ir("take_grad", s, ct.dtype.name, idx.dtype.name))
     if found is not None:
         b.add(*found)
     else:

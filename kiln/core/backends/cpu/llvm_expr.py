@@ -345,7 +345,8 @@ def _dotted(n: ast.AST) -> str:
 # the functions of scalars.py a generated body may call, under the names codegen imports
 # them as (codegen.FAST_F32) and their own (they call each other)
 SCALAR_FUNCTIONS = {"_tanh32": "tanh32", "_sigmoid32": "sigmoid32", "tanh32": "tanh32",
-                    "sigmoid32": "sigmoid32", "exp_neg32": "exp_neg32"}
+                    "sigmoid32": "sigmoid32", "exp_neg32": "exp_neg32",
+                    "_exp_neg32": "exp_neg32"}
 _trees: dict[str, ast.FunctionDef] = {}
 
 

@@ -47,6 +47,8 @@ class Func:
         self.declare: set[str] = set()
         self.expr = Expr(self.lines, self.counter, fast, self.declare)
         self.labels = 0
+        self.vars: dict[str, str] = {}
+        self.fails: set[int] = set()
 
     def emit(self, text: str) -> None:
         self.lines.append("  " + text)
@@ -91,12 +93,12 @@ class Func:
         self.emit(f"{g} = getelementptr inbounds {MEM[dtype]}, ptr {arr}, i64 {index}")
         self.emit(f"store {MEM[dtype]} {ref}, ptr {g}")
 
-    def begin(self, count: str) -> tuple[str, str]:
-        """Opens ``for i in range(count)``: (i's SSA name, the loop's label)."""
+    def begin(self, count: str, start: str = "0") -> tuple[str, str]:
+        """Opens ``for i in range(start, count)``: (i's SSA name, the loop's label)."""
         self.labels += 1
         lab = f"L{self.labels}"
         self.allocas.append(f"  %{lab}.i = alloca i64")
-        self.emit(f"store i64 0, ptr %{lab}.i")
+        self.emit(f"store i64 {start}, ptr %{lab}.i")
         self.emit(f"br label %{lab}.head")
         self.lines.append(f"{lab}.head:")
         i, c = f"%{lab}.v", self.tmp()
@@ -115,6 +117,56 @@ class Func:
 
     def scalar(self, text: str, env: dict[str, Val]) -> Val:
         return self.expr.emit(text, env)
+
+    # ---- scalar variables and branches (the hand-written native kernels) -------------------
+    def var(self, name: str, init: Val) -> None:
+        """A mutable scalar ``name`` of ``init``'s type (an alloca, promoted by LLVM)."""
+        self.allocas.append(f"  %var.{name} = alloca {LL[init.ty]}")
+        self.vars[name] = init.ty
+        self.set(name, init)
+
+    def get(self, name: str) -> Val:
+        v = self.tmp()
+        self.emit(f"{v} = load {LL[self.vars[name]]}, ptr %var.{name}")
+        return Val(v, self.vars[name])
+
+    def set(self, name: str, value: Val) -> None:
+        value = self.expr.cast(value, self.vars[name])
+        self.emit(f"store {LL[value.ty]} {value.ref}, ptr %var.{name}")
+
+    def when(self, cond: Val) -> str:
+        """Opens ``if cond:``; returns the label that :meth:`done` closes."""
+        self.labels += 1
+        lab = f"B{self.labels}"
+        self.emit(f"br i1 {self.expr.truth(cond).ref}, label %{lab}.then, label %{lab}.end")
+        self.lines.append(f"{lab}.then:")
+        return lab
+
+    def done(self, lab: str) -> None:
+        self.emit(f"br label %{lab}.end")
+        self.lines.append(f"{lab}.end:")
+
+    def fail_when(self, cond: Val, status: int) -> None:
+        """``if cond: return status`` (the kernel's error exit)."""
+        self.labels += 1
+        lab = f"B{self.labels}"
+        self.emit(f"br i1 {self.expr.truth(cond).ref}, label %fail{status}, label %{lab}.ok")
+        self.lines.append(f"{lab}.ok:")
+        self.fails.add(status)
+
+    def function(self, symbol: str, args: list[str], errors: dict | None = None,
+                 noalias: bool = False) -> str:
+        """The module: ``@symbol(ptr args...)`` (returning i32 0, or a status of ``fails``
+        when ``errors`` is given; ``noalias``: the arrays never overlap) and its entry point
+        ``@symbol_py``."""
+        ret = "i32" if errors else "void"
+        self.emit("ret i32 0" if errors else "ret void")
+        tail = [f"fail{s}:\n  ret i32 {s}" for s in sorted(self.fails)]
+        kind = "ptr noalias %" if noalias else "ptr %"
+        head = [f"define {ret} @{symbol}({', '.join(kind + a for a in args)}) nounwind {{",
+                "entry:"]
+        return "\n".join(sorted(self.declare) + head + self.allocas + self.lines + tail
+                         + ["}", ""] + wrapper(symbol, len(args), errors))
 
 
 def _body(op_name: str, attrs: tuple, arg_dtypes: list[str], out_dtype: str) -> str:
@@ -238,11 +290,7 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
         v = f.load("%o", out_dt, at)
         f.store("%o", out_dt, at, f.expr.arith("/", v, cnt))
         f.end(q, lab)
-    f.emit("ret void")
-    params = ", ".join(f"ptr {a}" for a in names + ["%p"])
-    lines = [f"define void @{name}({params}) nounwind {{", "entry:"] + f.allocas + f.lines
-    lines.append("}")
-    return "\n".join(sorted(f.declare) + [""] + lines + [""] + wrapper(name, len(names) + 1))
+    return f.function(name, [a.lstrip("%") for a in names] + ["p"])
 
 
 def wrapper(name: str, n_args: int, errors: dict[int, tuple[str, str]] | None = None) -> list[str]:

@@ -9,7 +9,8 @@ import functools
 
 import numpy as np
 
-from kiln.core.backends.cpu import jit
+from kiln.core.backends.cpu import jit, native
+from kiln.core.backends.cpu.native_nn import one_hot_ir
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Node
 
@@ -76,6 +77,13 @@ def one_hot_kernel(o, idx, p):
 def build_one_hot(b, node: Node) -> None:
     idx = b.contiguous(node.inputs[0]).reshape(-1)
     out = b.flat(node)
-    p = np.array([node.attrs["depth"]], np.int64)
+    depth = node.attrs["depth"]
+    found = native.try_kernel(f"one_hot {out.dtype} {idx.dtype}", (out, idx),
+                              [depth, idx.shape[0]],
+                              lambda s: one_hot_ir(s, out.dtype.name, idx.dtype.name))
+    if found is not None:
+        b.add(*found)
+        return
+    p = np.array([depth], np.int64)
     kernel = jit.load_function(one_hot_kernel)
     b.add(kernel.specialize((out, idx, p)), (out, idx, p))

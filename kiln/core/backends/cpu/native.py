@@ -339,3 +339,20 @@ def loop_kernel(spec: LoopSpec) -> NativeKernel | None:
                       lambda symbol: generate_ir(spec, symbol))
     except CodegenError:
         return None
+
+
+def try_kernel(label: str, arrays: Sequence[np.ndarray], params: Sequence[int],
+               make_ir: Callable[[str], str]) -> tuple[Callable, tuple] | None:
+    """``(entry point, args)`` of the native kernel ``make_ir`` over the flat views of
+    ``arrays`` (C-contiguous) and an int64 parameter array ``params``, or None when the path
+    is off, an array is not C-contiguous, or ``make_ir`` does not generate these dtypes
+    (raises CodegenError): the caller then uses its numba kernel."""
+    if not enabled() or not all(a.flags.c_contiguous for a in arrays):
+        return None
+    dtypes = [a.dtype.name for a in arrays] + ["int64"]
+    try:
+        k = kernel(label, dtypes, make_ir)
+    except CodegenError:
+        return None
+    args = (*(a.reshape(-1) for a in arrays), np.asarray(params, np.int64))
+    return k.specialize(args), args

@@ -14,7 +14,8 @@ import textwrap
 
 import numpy as np
 
-from kiln.core.backends.cpu import jit
+from kiln.core.backends.cpu import jit, native
+from kiln.core.backends.cpu.native_nn import softmax_rows_ir, sparse_xent_ir
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.backends.cpu.scalars import exp_neg32 as _exp_neg32
 from kiln.core.ir import Node
@@ -155,6 +156,12 @@ def build_softmax(b, node: Node) -> None:
     if q == 1:
         args = (out.reshape(p_, r), x.reshape(p_, r), p)
         fast = node.op == "softmax" and node.dtype == "float32"
+        log = node.op == "log_softmax"
+        found = native.try_kernel(f"softmax_rows {node.dtype} log={log} fast={fast}", args[:2],
+                                  [p_, r], lambda s: softmax_rows_ir(s, node.dtype, log, fast))
+        if found is not None:
+            b.add(*found)
+            return
         fn = softmax_rows_f32_kernel if fast else softmax_rows_kernel
     else:
         args = (out.reshape(p_, r, q), x.reshape(p_, r, q), p)
@@ -185,6 +192,11 @@ def build_xent(b, node: Node) -> None:
     out = b.out(node).reshape(rows)
     if node.op == "sparse_softmax_cross_entropy":
         args = (out, x, b.contiguous(labels).reshape(rows))
+        found = native.try_kernel(f"sparse_xent {x.dtype} {args[2].dtype}", args, [rows, c],
+                                  lambda s: sparse_xent_ir(s, x.dtype.name, args[2].dtype.name))
+        if found is not None:
+            b.add(*found)
+            return
         fn = sparse_xent_kernel
     else:
         args = (out, x, b.contiguous(labels).reshape(rows, c))

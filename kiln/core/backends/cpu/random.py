@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.core.backends.cpu import jit
+from kiln.core.backends.cpu import jit, native
+from kiln.core.backends.cpu.native_nn import uniform_ir
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Node
 
@@ -45,17 +46,24 @@ def build_random(b, node: Node) -> None:
     key = b.contiguous(node.inputs[0]).reshape(-1)
     out = b.flat(node)
     p = np.array([node.attrs["salt"]], np.int64)
-    kernel = jit.load_function(uniform_kernel)
+
+    def uniform(o: np.ndarray, label: str | None = None) -> None:
+        found = native.try_kernel(f"uniform {o.dtype} {key.dtype}", (o, key),
+                                  [node.attrs["salt"], o.shape[0]],
+                                  lambda s: uniform_ir(s, o.dtype.name, key.dtype.name))
+        if found is None:
+            args = (o, key, p)
+            found = (jit.load_function(uniform_kernel).specialize(args), args)
+        b.add(*found, label=label)
+
     if node.op == "random_uniform":
-        args = (out, key, p)
-        b.add(kernel.specialize(args), args)
+        uniform(out)
         return
     # Box-Muller on pairs of uniforms, with NumPy's own log and cos (as in the reference), so
     # the numbers are bit-identical whatever libm numba would call.
     n = out.shape[0]
     u = np.empty((n, 2), np.float64)
-    args = (u.reshape(-1), key, p)
-    b.add(kernel.specialize(args), args, label="random_normal:uniform")
+    uniform(u.reshape(-1), "random_normal:uniform")
     u1, lg, u2, cs = (np.empty(n, np.float64) for _ in range(4))
 
     def box_muller() -> None:

@@ -1,0 +1,182 @@
+"""Native (LLVM IR) versions of small hand-written kernels that nearly every classifier's
+first step needs: softmax rows, sparse softmax cross-entropy, one-hot and the uniform
+generator (docs/architecture.md, "Native loops").
+
+Each generator writes the same loops, in the same order and the same types, as the numba
+kernel it stands for (``nn.py``, ``movement.py``, ``random.py``: read them for the maths), the
+scalar statements lowered by :class:`.llvm_expr.Expr` under numba's typing rules, so a native
+kernel gives numba's bits (``tests/core/backends/test_native_loops.py``). Arrays are flat; the
+shapes come in the int64 parameter array (last argument). A dtype a generator does not handle
+raises CodegenError: the builder then uses the numba kernel.
+"""
+
+from __future__ import annotations
+
+from kiln.core.backends.cpu.codegen import CodegenError
+from kiln.core.backends.cpu.llvm_expr import Val
+from kiln.core.backends.cpu.llvm_loop import Func
+
+FLOAT = ("float32", "float64")
+INDEX = ("int32", "int64")
+
+
+def _row_max(f: Func, dtype: str, row: str, n_r: str) -> None:
+    """``m = x[row]; for r in 1..n_r: v = x[row + r]; if v > m: m = v`` into the variable m."""
+    f.var("m", f.load("%x", dtype, row))
+    r, lab = f.begin(n_r, "1")
+    v = f.load("%x", dtype, f.add(row, r))
+    m = f.get("m")
+    f.set("m", f.expr.select(f.expr.compare(">", v, m), v, m))
+    f.end(r, lab)
+
+
+def softmax_rows_ir(symbol: str, dtype: str, log: bool, fast32: bool) -> str:
+    """``(o, x, p = [P, R])``: softmax (or log-softmax) over rows of R, as
+    ``nn.softmax_rows_kernel`` (``fast32``: ``nn.softmax_rows_f32_kernel``)."""
+    if dtype not in FLOAT or (fast32 and (dtype != "float32" or log)):
+        raise CodegenError(f"native softmax rows: {dtype} not generated")
+    f = Func("")
+    n_p, n_r = f.param(0), f.param(1)
+    i, li = f.begin(n_p)
+    row = f.mul(i, n_r)
+    _row_max(f, dtype, row, n_r)
+    m = f.get("m")
+
+    def at(r: str) -> str:
+        return f.add(row, r)
+
+    f.var("s", f.scalar("0.0", {}))
+    if fast32:
+        r, lab = f.begin(n_r)
+        f.store("%o", dtype, at(r), f.scalar("_exp_neg32(v - m)",
+                                             {"v": f.load("%x", dtype, at(r)), "m": m}))
+        f.end(r, lab)
+        r, lab = f.begin(n_r)
+        f.set("s", f.scalar("s + e", {"s": f.get("s"), "e": f.load("%o", dtype, at(r))}))
+        f.end(r, lab)
+        inv = f.scalar("1.0 / s", {"s": f.get("s")})
+        r, lab = f.begin(n_r)
+        f.store("%o", dtype, at(r), f.scalar("e * inv", {"e": f.load("%o", dtype, at(r)),
+                                                         "inv": inv}))
+        f.end(r, lab)
+    elif log:
+        r, lab = f.begin(n_r)
+        f.set("s", f.scalar("s + np.exp(v - m)", {"s": f.get("s"), "m": m,
+                                                  "v": f.load("%x", dtype, at(r))}))
+        f.end(r, lab)
+        ls = f.scalar("np.log(s)", {"s": f.get("s")})
+        r, lab = f.begin(n_r)
+        f.store("%o", dtype, at(r), f.scalar("(v - m) - ls", {
+            "v": f.load("%x", dtype, at(r)), "m": m, "ls": ls}))
+        f.end(r, lab)
+    else:
+        r, lab = f.begin(n_r)
+        e = f.scalar("np.exp(v - m)", {"v": f.load("%x", dtype, at(r)), "m": m})
+        f.store("%o", dtype, at(r), e)
+        f.set("s", f.scalar("s + e", {"s": f.get("s"), "e": e}))
+        f.end(r, lab)
+        s = f.get("s")
+        r, lab = f.begin(n_r)
+        f.store("%o", dtype, at(r), f.scalar("e / s", {"e": f.load("%o", dtype, at(r)),
+                                                       "s": s}))
+        f.end(r, lab)
+    f.end(i, li)
+    return f.function(symbol, ["o", "x", "p"])
+
+
+def sparse_xent_ir(symbol: str, dtype: str, label_dtype: str) -> str:
+    """``(o, x, labels, p = [P, C])``: ``nn.sparse_xent_kernel``; status 1 for a label out of
+    range."""
+    if dtype not in FLOAT or label_dtype not in INDEX:
+        raise CodegenError(f"native sparse cross-entropy: {dtype}, {label_dtype} labels")
+    f = Func("")
+    n_p, n_c = f.param(0), f.param(1)
+    i, li = f.begin(n_p)
+    row = f.mul(i, n_c)
+    _row_max(f, dtype, row, n_c)
+    m = f.get("m")
+    f.var("s", f.scalar("0.0", {}))
+    c, lab = f.begin(n_c)
+    f.set("s", f.scalar("s + np.exp(v - m)", {"s": f.get("s"), "m": m,
+                                              "v": f.load("%x", dtype, f.add(row, c))}))
+    f.end(c, lab)
+    n = Val(n_c, "i64")
+    k = f.expr.cast(f.load("%labels", label_dtype, i), "i64")
+    k = f.scalar("k + n if k < 0 else k", {"k": k, "n": n})
+    f.fail_when(f.scalar("k < 0 or k >= n", {"k": k, "n": n}), 1)
+    xk = f.load("%x", dtype, f.add(row, k.ref))
+    f.store("%o", dtype, i, f.scalar("np.log(s) - (v - m)", {"s": f.get("s"), "v": xk,
+                                                             "m": m}))
+    f.end(i, li)
+    return f.function(symbol, ["o", "x", "labels", "p"], {
+        1: ("index", "sparse_softmax_cross_entropy: label out of range")})
+
+
+def one_hot_ir(symbol: str, dtype: str, idx_dtype: str) -> str:
+    """``(o, idx, p = [depth, n])``: ``movement.one_hot_kernel`` (an index outside
+    ``[0, depth)`` gives a row of zeros)."""
+    if idx_dtype not in INDEX or dtype not in ("float32", "float64", "int32", "int64"):
+        raise CodegenError(f"native one_hot: {dtype} from {idx_dtype}")
+    f = Func("")
+    depth, n = f.param(0), f.param(1)
+    j, lab = f.begin(f.mul(n, depth))
+    f.store("%o", dtype, j, f.scalar("0", {}))
+    f.end(j, lab)
+    m, lab = f.begin(n)
+    k = f.expr.cast(f.load("%idx", idx_dtype, m), "i64")
+    inside = f.when(f.scalar("k >= 0 and k < d", {"k": k, "d": Val(depth, "i64")}))
+    f.store("%o", dtype, f.add(f.mul(m, depth), k.ref), f.scalar("1", {}))
+    f.done(inside)
+    f.end(m, lab)
+    return f.function(symbol, ["o", "idx", "p"])
+
+
+def uniform_ir(symbol: str, dtype: str, key_dtype: str) -> str:
+    """``(o, key, p = [salt, n])``: ``random.uniform_kernel`` (SplitMix64, uint64 arithmetic
+    with wraparound: LLVM's i64 ``mul``/``xor``/``lshr`` are exactly that)."""
+    if dtype not in FLOAT or key_dtype not in ("int64", "uint64"):
+        raise CodegenError(f"native uniform: {dtype} from {key_dtype} keys")
+    f = Func("")
+    salt, n = f.param(0), f.param(1)
+    k0 = f.load("%key", "int64", "0").ref  # the bits, whichever of the two dtypes
+    k1 = f.load("%key", "int64", "1").ref
+
+    def mix(z: str) -> str:
+        for shift, mul in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+            t, x = f.tmp(), f.tmp()
+            f.emit(f"{t} = lshr i64 {z}, {shift}")
+            f.emit(f"{x} = xor i64 {z}, {t}")
+            z = f.tmp()
+            f.emit(f"{z} = mul i64 {x}, {_signed(mul)}")
+        t, x = f.tmp(), f.tmp()
+        f.emit(f"{t} = lshr i64 {z}, 31")
+        f.emit(f"{x} = xor i64 {z}, {t}")
+        return x
+
+    def mul(a: str, c: int) -> str:
+        v = f.tmp()
+        f.emit(f"{v} = mul i64 {a}, {_signed(c)}")
+        return v
+
+    z = f.tmp()
+    f.emit(f"{z} = add i64 {mul(k0, 0xD1B54A32D192ED03)}, {mul(salt, 0x8CB92BA72F3D8DD7)}")
+    z = mix(z)
+    z2 = f.tmp()
+    f.emit(f"{z2} = xor i64 {z}, {mul(k1, 0x9E3779B97F4A7C15)}")
+    base = mix(z2)
+    i, lab = f.begin(n)
+    h = f.tmp()
+    f.emit(f"{h} = add i64 {base}, {mul(f.add(i, '1'), 0x9E3779B97F4A7C15)}")
+    h = mix(h)
+    top, fl, val = f.tmp(), f.tmp(), f.tmp()
+    f.emit(f"{top} = lshr i64 {h}, 40")
+    f.emit(f"{fl} = uitofp i64 {top} to double")
+    f.emit(f"{val} = fmul double {fl}, 0x3E70000000000000")  # 1 / 2**24, exact
+    f.store("%o", dtype, i, Val(val, "f64"))
+    f.end(i, lab)
+    return f.function(symbol, ["o", "key", "p"])
+
+
+def _signed(c: int) -> int:
+    """A uint64 constant as LLVM's i64 literal."""
+    return c - (1 << 64) if c >= 1 << 63 else c
