@@ -224,9 +224,11 @@ def test_gathers_run_natively_and_match_numbas(idx_dtype, cache):
     assert len(names) == 2 and all(name.startswith("kiln_") for name in names), names
 
 
-NN_OPS = ["softmax", "log_softmax", "sparse_softmax_cross_entropy", "one_hot",
+NN_OPS = ["softmax", "log_softmax", "sparse_softmax_cross_entropy", "softmax_cross_entropy",
+          "one_hot",
           "random_uniform", "random_normal", "take", "take_grad", "conv2d",
-          "conv2d_backprop_filter", "conv2d_backprop_input", "max_pool2d", "max_pool2d_grad"]
+          "conv2d_backprop_filter", "conv2d_backprop_input", "max_pool2d", "max_pool2d_grad",
+          "avg_pool2d", "avg_pool2d_grad"]
 
 
 @pytest.mark.parametrize("op", NN_OPS)

@@ -361,7 +361,7 @@ def _native_call(b, fn, args: tuple, ranges: list, label: str, fastmath: bool,
     ``parts[k]`` per part when given); False when there is none, or it cannot run here."""
     make = native_conv.TWINS.get(fn.__name__)
     arrays, p = args[:-1], args[-1]
-    if make is None or fastmath:
+    if make is None or fastmath or any(a.dtype != arrays[0].dtype for a in arrays):
         return False
     dims = [d for a in arrays for d in a.shape]
     dtype = arrays[0].dtype.name

@@ -334,6 +334,156 @@ def max_pool_grad_tiled_ir(symbol: str, dtype: str) -> str:
     return f.function(symbol, ["dx", "x", "out", "ct", "p"], noalias=True)
 
 
+def max_pool_grad_ir(symbol: str, dtype: str) -> str:
+    """``(dx, x, out, ct, p = [ph, pw, sh, sw, pt, pl])``, any windows: zeroed, then each
+    window's cotangent added to its first maximal element (row-major in the window)."""
+    _check(dtype, "max_pool_grad")
+    k = _Kernel((4, 4, 4, 4), 6)
+    f = k.f
+    _, h, w, c = k.dims[0]
+    _, oh, ow, _ = k.dims[2]
+    ph, pw, sh, sw, pt, pl = k.p
+    pending = f.tmp()
+    f.emit(f"{pending} = alloca i8, i64 {c}")
+    n, ln = f.begin(k.n1, k.n0)
+    base = k.index(k.dims[0], n)
+    e, le = f.begin(f.mul(f.mul(h, w), c))
+    f.store("%dx", dtype, f.add(base, e), f.scalar("0", {}))
+    f.end(e, le)
+    i, li = f.begin(oh)
+    j, lj = f.begin(ow)
+    orow = k.index(k.dims[2], n, i, j)
+    ch, lc = f.begin(c)
+    f.store(pending, "bool", ch, f.scalar("True", {}))
+    f.end(ch, lc)
+    a, la = f.begin(ph)
+    hi = f.add(k.sub(f.mul(i, sh), pt), a)
+    row_ok = f.when(k.inside(hi, h))
+    b, lb = f.begin(pw)
+    wi = f.add(k.sub(f.mul(j, sw), pl), b)
+    col_ok = f.when(k.inside(wi, w))
+    src = k.index(k.dims[0], n, hi, wi)
+    ch, lc = f.begin(c)
+    at = f.add(src, ch)
+    hit = f.when(f.scalar("p and v == m", {
+        "p": f.load(pending, "bool", ch), "v": f.load("%x", dtype, at),
+        "m": f.load("%out", dtype, f.add(orow, ch))}))
+    f.store("%dx", dtype, at, f.expr.arith("+", f.load("%dx", dtype, at),
+                                           f.load("%ct", dtype, f.add(orow, ch))))
+    f.store(pending, "bool", ch, f.scalar("False", {}))
+    f.done(hit)
+    f.end(ch, lc)
+    f.done(col_ok)
+    f.end(b, lb)
+    f.done(row_ok)
+    for var, lab in ((a, la), (j, lj), (i, li), (n, ln)):
+        f.end(var, lab)
+    return f.function(symbol, ["dx", "x", "out", "ct", "p"], noalias=True)
+
+
+def _window_count(k: _Kernel, i: str, j: str, h: str, w: str) -> None:
+    """The variable ``cnt``: how many elements of window (i, j) lie inside the image."""
+    f = k.f
+    ph, pw, sh, sw, pt, pl = k.p
+    f.set("cnt", f.scalar("0", {}))
+    a, la = f.begin(ph)
+    hi = f.add(k.sub(f.mul(i, sh), pt), a)
+    row_ok = f.when(k.inside(hi, h))
+    b, lb = f.begin(pw)
+    wi = f.add(k.sub(f.mul(j, sw), pl), b)
+    col_ok = f.when(k.inside(wi, w))
+    f.set("cnt", f.scalar("c + 1", {"c": f.get("cnt")}))
+    f.done(col_ok)
+    f.end(b, lb)
+    f.done(row_ok)
+    f.end(a, la)
+
+
+def avg_pool_ir(symbol: str, dtype: str) -> str:
+    """``(out, x, p)``: the sum over the window's elements inside the image, then divided by
+    their count (as ``pool.avg_pool_kernel``: accumulated in ``out``)."""
+    _check(dtype, "avg_pool")
+    k = _Kernel((4, 4), 6)
+    f = k.f
+    _, oh, ow, c = k.dims[0]
+    _, h, w, _ = k.dims[1]
+    ph, pw, sh, sw, pt, pl = k.p
+    f.var("cnt", f.scalar("0", {}))
+    n, ln = f.begin(k.n1, k.n0)
+    i, li = f.begin(oh)
+    j, lj = f.begin(ow)
+    orow = k.index(k.dims[0], n, i, j)
+    ch, lc = f.begin(c)
+    f.store("%out", dtype, f.add(orow, ch), f.scalar("0", {}))
+    f.end(ch, lc)
+    _window_count(k, i, j, h, w)
+    a, la = f.begin(ph)
+    hi = f.add(k.sub(f.mul(i, sh), pt), a)
+    row_ok = f.when(k.inside(hi, h))
+    b, lb = f.begin(pw)
+    wi = f.add(k.sub(f.mul(j, sw), pl), b)
+    col_ok = f.when(k.inside(wi, w))
+    src = k.index(k.dims[1], n, hi, wi)
+    ch, lc = f.begin(c)
+    at = f.add(orow, ch)
+    f.store("%out", dtype, at, f.expr.arith("+", f.load("%out", dtype, at),
+                                            f.load("%x", dtype, f.add(src, ch))))
+    f.end(ch, lc)
+    f.done(col_ok)
+    f.end(b, lb)
+    f.done(row_ok)
+    f.end(a, la)
+    cnt = f.get("cnt")
+    ch, lc = f.begin(c)
+    at = f.add(orow, ch)
+    f.store("%out", dtype, at, f.expr.arith("/", f.load("%out", dtype, at), cnt))
+    f.end(ch, lc)
+    for var, lab in ((j, lj), (i, li), (n, ln)):
+        f.end(var, lab)
+    return f.function(symbol, ["out", "x", "p"], noalias=True)
+
+
+def avg_pool_grad_ir(symbol: str, dtype: str) -> str:
+    """``(dx, ct, p)``: each window's cotangent divided by its count, added to its elements
+    inside the image (as ``pool.avg_pool_grad_kernel``)."""
+    _check(dtype, "avg_pool_grad")
+    k = _Kernel((4, 4), 6)
+    f = k.f
+    _, h, w, c = k.dims[0]
+    _, oh, ow, _ = k.dims[1]
+    ph, pw, sh, sw, pt, pl = k.p
+    f.var("cnt", f.scalar("0", {}))
+    n, ln = f.begin(k.n1, k.n0)
+    base = k.index(k.dims[0], n)
+    e, le = f.begin(f.mul(f.mul(h, w), c))
+    f.store("%dx", dtype, f.add(base, e), f.scalar("0", {}))
+    f.end(e, le)
+    i, li = f.begin(oh)
+    j, lj = f.begin(ow)
+    _window_count(k, i, j, h, w)
+    cnt = f.get("cnt")
+    crow = k.index(k.dims[1], n, i, j)
+    a, la = f.begin(ph)
+    hi = f.add(k.sub(f.mul(i, sh), pt), a)
+    row_ok = f.when(k.inside(hi, h))
+    b, lb = f.begin(pw)
+    wi = f.add(k.sub(f.mul(j, sw), pl), b)
+    col_ok = f.when(k.inside(wi, w))
+    dst = k.index(k.dims[0], n, hi, wi)
+    ch, lc = f.begin(c)
+    at = f.add(dst, ch)
+    share = f.expr.arith("/", f.load("%ct", dtype, f.add(crow, ch)), cnt)
+    f.store("%dx", dtype, at, f.expr.arith("+", f.load("%dx", dtype, at), share))
+    f.end(ch, lc)
+    f.done(col_ok)
+    f.end(b, lb)
+    f.done(row_ok)
+    f.end(a, la)
+    for var, lab in ((j, lj), (i, li), (n, ln)):
+        f.end(var, lab)
+    return f.function(symbol, ["dx", "ct", "p"], noalias=True)
+
+
 def _div(f: Func, a: str, b: str) -> str:
     """``a // b`` for non-negative a and positive b."""
     v = f.tmp()
@@ -345,4 +495,6 @@ def _div(f: Func, a: str, b: str) -> str:
 TWINS: dict[str, Callable[[str, str], str]] = {
     "im2col_kernel": im2col_ir, "col2im_kernel": col2im_ir,
     "conv_direct_kernel": conv_direct_ir, "conv_filter_direct_kernel": conv_filter_direct_ir,
-    "max_pool_kernel": max_pool_ir, "max_pool_grad_tiled_kernel": max_pool_grad_tiled_ir}
+    "max_pool_kernel": max_pool_ir, "max_pool_grad_tiled_kernel": max_pool_grad_tiled_ir,
+    "max_pool_grad_kernel": max_pool_grad_ir, "avg_pool_kernel": avg_pool_ir,
+    "avg_pool_grad_kernel": avg_pool_grad_ir}

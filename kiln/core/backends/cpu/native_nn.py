@@ -112,6 +112,38 @@ def sparse_xent_ir(symbol: str, dtype: str, label_dtype: str) -> str:
         1: ("index", "sparse_softmax_cross_entropy: label out of range")})
 
 
+def dense_xent_ir(symbol: str, dtype: str) -> str:
+    """``(o, x, y, p = [P, C])``: ``nn.dense_xent_kernel`` (float64 terms; a label of 0 adds
+    nothing, also where x - m is -inf)."""
+    if dtype not in FLOAT:
+        raise CodegenError(f"native cross-entropy: {dtype} not generated")
+    f = Func("")
+    n_p, n_c = f.param(0), f.param(1)
+    i, li = f.begin(n_p)
+    row = f.mul(i, n_c)
+    _row_max(f, dtype, row, n_c)
+    m = f.get("m")
+    f.var("s", f.scalar("0.0", {}))
+    c, lab = f.begin(n_c)
+    f.set("s", f.scalar("s + np.exp(v - m)", {"s": f.get("s"), "m": m,
+                                              "v": f.load("%x", dtype, f.add(row, c))}))
+    f.end(c, lab)
+    ls = f.scalar("np.log(s)", {"s": f.get("s")})
+    f.var("acc", f.scalar("0.0", {}))
+    c, lab = f.begin(n_c)
+    yc = f.load("%y", dtype, f.add(row, c))
+    nonzero = f.when(f.scalar("yc != 0", {"yc": yc}))
+    f.set("acc", f.scalar(
+        "acc + np.float64(yc) * ((np.float64(v) - np.float64(m)) - ls)",
+        {"acc": f.get("acc"), "yc": yc, "v": f.load("%x", dtype, f.add(row, c)), "m": m,
+         "ls": ls}))
+    f.done(nonzero)
+    f.end(c, lab)
+    f.store("%o", dtype, i, f.scalar("-acc", {"acc": f.get("acc")}))
+    f.end(i, li)
+    return f.function(symbol, ["o", "x", "y", "p"])
+
+
 def one_hot_ir(symbol: str, dtype: str, idx_dtype: str) -> str:
     """``(o, idx, p = [depth, n])``: ``movement.one_hot_kernel`` (an index outside
     ``[0, depth)`` gives a row of zeros)."""

@@ -15,7 +15,7 @@ import textwrap
 import numpy as np
 
 from kiln.core.backends.cpu import jit, native
-from kiln.core.backends.cpu.native_nn import softmax_rows_ir, sparse_xent_ir
+from kiln.core.backends.cpu.native_nn import dense_xent_ir, softmax_rows_ir, sparse_xent_ir
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.backends.cpu.scalars import exp_neg32 as _exp_neg32
 from kiln.core.ir import Node
@@ -200,5 +200,10 @@ def build_xent(b, node: Node) -> None:
         fn = sparse_xent_kernel
     else:
         args = (out, x, b.contiguous(labels).reshape(rows, c))
+        found = None if args[2].dtype != x.dtype else native.try_kernel(
+            f"dense_xent {x.dtype}", args, [rows, c], lambda s: dense_xent_ir(s, x.dtype.name))
+        if found is not None:
+            b.add(*found)
+            return
         fn = dense_xent_kernel
     b.add(jit.load_function(fn).specialize(args), args)
