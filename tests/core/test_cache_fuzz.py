@@ -286,7 +286,9 @@ def _fuzz(cache_dir: str, rounds: int, seed: int) -> None:
     json.loads(want)
     rng = random.Random(seed)
     for r in range(rounds):
+        # kernel sources, numba's cache and the native loops' object files
         files = sorted(glob.glob(os.path.join(cache_dir, "cpu", "*.py"))
+                       + glob.glob(os.path.join(cache_dir, "cpu", "*.o"))
                        + glob.glob(os.path.join(cache_dir, "cpu", "__pycache__", "*")))
         done = []
         for path in rng.sample(files, min(3, len(files))):

@@ -57,6 +57,42 @@ _unusable: dict[str, str] = {}  # cache folder -> why it cannot be written (this
 _warned: set[str] = set()
 
 
+# Sealed cache files (numba's entries, the native loops' object files): see numba_cache.py.
+MAGIC = b"kiln-nbc-1\n"
+_DIGEST = 32
+
+
+class DamagedEntry(Exception):
+    """A cache file that is not what kiln wrote there."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def seal(name: str, body: bytes) -> bytes:
+    """The bytes of the cache file called ``name`` holding ``body``."""
+    return MAGIC + hashlib.sha256(name.encode() + b"\0" + body).digest() + body
+
+
+def unseal(path: str, blob: bytes) -> bytes:
+    """The body of the sealed file ``path``.
+
+    Raises:
+        DamagedEntry: ``blob`` is not sealed, or not by this file's name.
+    """
+    head = len(MAGIC) + _DIGEST
+    if len(blob) < head or not blob.startswith(MAGIC):
+        raise DamagedEntry(path, f"not a kiln cache file ({len(blob)} bytes)")
+    body = blob[head:]
+    name = os.path.basename(path)
+    if hashlib.sha256(name.encode() + b"\0" + body).digest() != blob[len(MAGIC):head]:
+        raise DamagedEntry(path, "checksum mismatch (corrupted, or another entry's file)")
+    return body
+
+
+
 class KernelLoadError(RuntimeError):
     """A generated kernel's source could not be executed (a bug in its generator)."""
 
@@ -147,7 +183,7 @@ def toolchain(target: str) -> str:
 
 
 def kernel_key(target: str, name: str, text: str, *, options: str = "",
-               signature: str = "") -> str:
+               signature: str = "", tools: str | None = None) -> str:
     """The deterministic cache key of a kernel file.
 
     Args:
@@ -156,13 +192,16 @@ def kernel_key(target: str, name: str, text: str, *, options: str = "",
         text: the full text of the file (header included).
         options: the jit options, as a string.
         signature: what the source is specialized for (dtypes, ranks), as a string.
+        tools: the compiler versions the kernel depends on; default :func:`toolchain`
+            (numba's: the native loops give llvmlite's and LLVM's instead).
 
     Returns:
         24 hex digits of a sha256 over all of these, the codegen version and the toolchain.
     """
     if target not in TARGETS:
         raise ValueError(f"unknown JIT target {target!r}; expected one of {TARGETS}")
-    fields = [CODEGEN_VERSION, toolchain(target), target, name, options, signature, text]
+    tools = toolchain(target) if tools is None else tools
+    fields = [CODEGEN_VERSION, tools, target, name, options, signature, text]
     return hashlib.sha256("\n\x00".join(fields).encode()).hexdigest()[:24]
 
 

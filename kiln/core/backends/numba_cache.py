@@ -25,7 +25,6 @@ The folders are created with mode 0700, like the rest of the cache.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import sys
@@ -33,45 +32,19 @@ from typing import Any
 
 from numba.core import caching, sigutils
 
-from kiln.core.backends.jit import private_dir, warn_cache
-
-MAGIC = b"kiln-nbc-1\n"
-_DIGEST = 32
+from kiln.core.backends.jit import (  # noqa: F401 - seal/unseal re-exported
+    MAGIC,
+    DamagedEntry,
+    private_dir,
+    seal,
+    unseal,
+    warn_cache,
+)
 
 # What rebuilding a sealed entry may raise when it is unusable after all (written by a numba
 # whose pickles this one cannot read ...): the entry is discarded and compiled again.
 REBUILD_ERRORS = (pickle.UnpicklingError, EOFError, ImportError, AttributeError, ValueError,
                   TypeError, KeyError, IndexError, RuntimeError, OSError)
-
-
-class DamagedEntry(Exception):
-    """A cache file that is not what kiln wrote there."""
-
-    def __init__(self, path: str, reason: str):
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-        self.reason = reason
-
-
-def seal(name: str, body: bytes) -> bytes:
-    """The bytes of the cache file called ``name`` holding ``body``."""
-    return MAGIC + hashlib.sha256(name.encode() + b"\0" + body).digest() + body
-
-
-def unseal(path: str, blob: bytes) -> bytes:
-    """The body of the sealed file ``path``.
-
-    Raises:
-        DamagedEntry: ``blob`` is not sealed, or not by this file's name.
-    """
-    head = len(MAGIC) + _DIGEST
-    if len(blob) < head or not blob.startswith(MAGIC):
-        raise DamagedEntry(path, f"not a kiln cache file ({len(blob)} bytes)")
-    body = blob[head:]
-    name = os.path.basename(path)
-    if hashlib.sha256(name.encode() + b"\0" + body).digest() != blob[len(MAGIC):head]:
-        raise DamagedEntry(path, "checksum mismatch (corrupted, or another entry's file)")
-    return body
 
 
 class _Locator(caching._CacheLocator):

@@ -294,3 +294,20 @@ def test_a_small_convnet_step_runs_the_native_twins_with_numbas_bits(cache):
     for kernel in ("conv_direct_kernel", "conv_filter_direct_kernel", "im2col_kernel",
                    "col2im_kernel", "max_pool_kernel", "max_pool_grad_tiled_kernel"):
         assert names.get(kernel, "").startswith("kiln_"), (kernel, names)
+
+
+def test_a_cache_folder_that_cannot_be_written_leaves_native_kernels_in_memory(
+        tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(blocker))
+    monkeypatch.setattr(jit_loader, "_unusable", {})
+    monkeypatch.setattr(jit_loader, "_warned", set())
+    x = kiln.placeholder((None, 3))
+    f = kiln.function([x], K.relu(x * 3.0 - 1.0) + K.sigmoid(x), backend="cpu")
+    a = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    with pytest.warns(jit_loader.KernelCacheWarning, match="cannot be written"):
+        got = f(a)
+    want = np.maximum(a * 3 - 1, 0) + 1 / (1 + np.exp(-a))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert blocker.read_text() == "a file where the cache folder should be"

@@ -271,7 +271,7 @@ def generate(spec: LoopSpec) -> str:
         emit(f"{ind}cnt = p[{idx['extra'] + 1}]")
         emit(f"{ind}for q in range(p[{idx['extra']}]):")
         emit(f"{ind}    o[np.uint64(xo + q)] = {ctor_out}(o[np.uint64(xo + q)] / cnt)")
-    prelude = "".join(f"from kiln.core.backends.cpu.scalars import {FAST_F32[h][1]} as "
+    prelude = "".join(f"from kiln.core.backends.cpu.scalars_numba import {FAST_F32[h][1]} as "
                       f"_{FAST_F32[h][1]}  # scalars {SCALARS_HASH}\n" for h in sorted(helpers))
     prelude += "\n\n" if prelude else ""
     return prelude + "\n".join(lines) + "\n"

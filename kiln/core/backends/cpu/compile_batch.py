@@ -240,14 +240,30 @@ def units(groups: dict[str, list[Deferred]]) -> list[list[Deferred]]:
             for u in sorted(by_unit, key=lambda u: (-unit_cost[u], u))]
 
 
+_NATIVE_LOCK = threading.RLock()
+
+
+@contextmanager
+def compiler_lock() -> Iterator[None]:
+    """Held by every compilation: the native loops' (:mod:`.native`) and, when numba is
+    imported, numba's own compiler lock too (so a program of native kernels never imports
+    numba)."""
+    with _NATIVE_LOCK:
+        if "numba" in sys.modules:
+            from numba.core.compiler_lock import global_compiler_lock
+
+            with global_compiler_lock:
+                yield
+        else:
+            yield
+
+
 def _fork(jobs: list[Callable[[], None]]) -> list[int]:
     """Forks one worker per job; each runs its job and exits (code 0, or 1 on an error).
-    numba's compiler lock is held while forking, so that no thread of this process is in
-    the middle of a compilation the workers would inherit."""
-    from numba.core.compiler_lock import global_compiler_lock
-
+    The compiler locks are held while forking, so that no thread of this process is in the
+    middle of a compilation (numba's or a native loop's) the workers would inherit."""
     pids = []
-    with global_compiler_lock:
+    with compiler_lock():
         for job in jobs:
             try:
                 pid = os.fork()

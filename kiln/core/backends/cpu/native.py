@@ -11,7 +11,7 @@ the same program). ``KILN_NATIVE=0`` turns the path off.
 
 * Compilation: the module is optimized for this host (its CPU name and features, part of the
   cache key with the IR, kiln's codegen version and llvmlite's / LLVM's versions) and emitted
-  as an object file, under numba's compiler lock (so that the compile batch's ``fork`` never
+  as an object file, under the compile batch's compiler lock (so that its ``fork`` never
   inherits LLVM in the middle of a compilation).
 * Cache: the object file is ``KILN_CACHE_DIR/cpu/n_<key>.o``, sealed like numba's entries
   (``numba_cache.seal``: a file not sealed by its own name is damaged: compiled again and
@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -132,17 +133,18 @@ def _init() -> None:
                                       codemodel="jitdefault", jit=True)
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
     _state.update(llvm=llvm, tm=tm, engine=engine,
-                  host=f"native={NATIVE_VERSION};llvmlite={llvmlite.__version__};"
+                  host=f"native={NATIVE_VERSION};python={sys.version.split()[0]};"
+                       f"llvmlite={llvmlite.__version__};"
                        f"llvm={'.'.join(map(str, llvm.llvm_version_info))};cpu={cpu};"
                        f"features={features}")
 
 
 def compile_object(ir: str) -> bytes:
     """The object file of the LLVM module ``ir``, optimized at O3 for this host."""
-    from numba.core.compiler_lock import global_compiler_lock
+    from kiln.core.backends.cpu.compile_batch import compiler_lock
 
     llvm, tm = _state["llvm"], _state["tm"]
-    with global_compiler_lock:
+    with compiler_lock():
         mod = llvm.parse_assembly(ir)
         mod.triple = tm.triple
         mod.data_layout = str(tm.target_data)
@@ -242,29 +244,25 @@ class NativeKernel:
 
     def _read(self) -> bytes | None:
         """The cached object file, or None (missing; damaged: warned, and removed)."""
-        from kiln.core.backends import numba_cache
-
         try:
             with open(self.path, "rb") as f:
                 blob = f.read()
         except OSError:
             return None
         try:
-            return numba_cache.unseal(self.path, blob)
-        except numba_cache.DamagedEntry as exc:
+            return jit_loader.unseal(self.path, blob)
+        except jit_loader.DamagedEntry as exc:
             jit_loader.warn_cache("damaged", f"a damaged kernel cache entry was discarded "
                                   f"and compiled again ({exc.path}: {exc.reason})")
             return None
 
     def _write(self, obj: bytes) -> None:
-        from kiln.core.backends import numba_cache
-
         folder = os.path.dirname(self.path)
         if jit_loader.unusable(folder):
             return
         try:
-            jit_loader.write_bytes(self.path, numba_cache.seal(os.path.basename(self.path),
-                                                               obj))
+            jit_loader.write_bytes(self.path, jit_loader.seal(os.path.basename(self.path),
+                                                              obj))
         except OSError as exc:
             jit_loader.unusable(folder, exc)
 
@@ -314,14 +312,15 @@ def kernel(label: str, dtypes: Sequence[str], make_ir: Callable[[str], str]) -> 
         return found
     if memo[:2] in _unsupported:
         raise CodegenError(f"native: {label} is not generated")
-    probe = jit_loader.kernel_key("cpu", "native", f"{label} {dtypes}", options=_state["host"])
+    host = _state["host"]
+    probe = jit_loader.kernel_key("cpu", "native", f"{label} {dtypes}", tools=host)
     symbol = f"kiln_{probe}"
     try:
         ir = make_ir(symbol)
     except CodegenError:
         _unsupported.add(memo[:2])
         raise
-    key = jit_loader.kernel_key("cpu", symbol, ir, options=_state["host"], signature=label)
+    key = jit_loader.kernel_key("cpu", symbol, ir, tools=host, signature=label)
     # the symbol names the label; the file's key covers the IR text too (a generator change)
     found = NativeKernel(ir, key, symbol, dtypes, label)
     with _lock:

@@ -174,7 +174,7 @@ def _softmax_f32() -> jit.Kernel:
     """softmax_rows_f32_kernel with scalars.py imported (its hash in the cache key)."""
     from kiln.core.backends.cpu.codegen import SCALARS_HASH
 
-    source = (f"from kiln.core.backends.cpu.scalars import exp_neg32 as _exp_neg32  "
+    source = (f"from kiln.core.backends.cpu.scalars_numba import exp_neg32 as _exp_neg32  "
               f"# scalars {SCALARS_HASH}\n\n\n"
               + textwrap.dedent(inspect.getsource(softmax_rows_f32_kernel)))
     return jit.load(source, "softmax_rows_f32_kernel", signature="softmax_rows_f32")

@@ -1,9 +1,10 @@
 """Scalar functions of known accuracy for the CPU's generated float32 loops (see
-``codegen.FAST_F32``), ``register_jitable``: compiled inline under numba (typed and compiled
-ONCE per process for every kernel that calls them, instead of once per kernel module), plain
-Python with ``KILN_JIT=0``. Generated kernels import them; their cache key carries a hash of
-this file, so a change here recompiles those kernels. tests/core/backends/test_fast_math.py
-checks them.
+``codegen.FAST_F32``): plain Python here (what ``KILN_JIT=0`` runs, and the source the native
+loops expand in place, ``llvm_expr``); ``scalars_numba.py`` registers them with numba
+(``register_jitable``: compiled inline, typed once per process for every numba kernel that calls
+them), so that a program without numba kernels never imports numba. Generated kernels import
+them; their cache key carries a hash of this file, so a change here recompiles those kernels.
+tests/core/backends/test_fast_math.py checks them.
 
 * ``tanh32``: numba's ``np.tanh`` is a scalar libm call of ~24 ns; this rational
   approximation (clamped to +-7.9, linear below 4e-4) is within 3.1e-7 of tanh (relative, in
@@ -17,11 +18,9 @@ checks them.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 
-@numba.extending.register_jitable
 def tanh32(x):
     if x != x:
         return x
@@ -41,7 +40,6 @@ def tanh32(x):
     return v if abs(v) < np.float32(0.0004) else np.float32(p * v / q)
 
 
-@numba.extending.register_jitable
 def exp_neg32(d):
     """exp(d) for d <= 0 (a softmax's x - max, a sigmoid's -|x|): Cephes' expf polynomial
     with 2^k built from its bits; exactly 0 below -87.33 (exp underflows there); NaN stays."""
@@ -60,7 +58,6 @@ def exp_neg32(d):
     return d if d != d else e
 
 
-@numba.extending.register_jitable
 def sigmoid32(x):
     e = exp_neg32(-abs(x))
     s = np.float32(1.0) / (np.float32(1.0) + e)

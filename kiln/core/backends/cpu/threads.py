@@ -127,9 +127,17 @@ def kernel_threads() -> int:
         except ValueError:
             raise ValueError(
                 f"KILN_NUM_THREADS must be a positive integer, got {env!r}") from None
-    import numba
-
-    return max(1, int(numba.config.NUMBA_NUM_THREADS))
+    # numba's own default (numba.config.NUMBA_NUM_THREADS), without importing numba
+    raw = os.environ.get("NUMBA_NUM_THREADS", "").strip()
+    if raw:
+        try:
+            return max(1, int(raw))
+        except ValueError:
+            pass
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
 
 
 class _Done:

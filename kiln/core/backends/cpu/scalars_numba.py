@@ -1,0 +1,15 @@
+"""The functions of ``scalars.py`` registered with numba (``register_jitable``), for the numba
+kernels that call them (generated loops with ``KILN_NATIVE=0``, the float32 softmax rows).
+Imported only by those kernels' sources: a program of native kernels never imports numba."""
+
+from __future__ import annotations
+
+import numba
+
+from kiln.core.backends.cpu import scalars
+
+# register_jitable registers the function object itself: sigmoid32's call of exp_neg32 (a
+# global of scalars.py) resolves to the registered function too
+exp_neg32 = numba.extending.register_jitable(scalars.exp_neg32)
+tanh32 = numba.extending.register_jitable(scalars.tanh32)
+sigmoid32 = numba.extending.register_jitable(scalars.sigmoid32)
