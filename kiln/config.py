@@ -1,11 +1,15 @@
 """Global settings and environment switches.
 
 Environment variables (read when kiln is imported; the setters below change them later):
-    KILN_BACKEND   default backend for compiled functions: "cpu" (numba) or "reference".
+    KILN_BACKEND   default backend for compiled functions: "cpu" (compiled kernels) or
+                   "reference".
     KILN_JIT=0     run every generated kernel as plain Python (debugging).
+    KILN_NATIVE=0  compile the generated loops (and the hand-written kernels' native twins)
+                   with numba instead of from LLVM IR (backends/cpu/native.py).
     KILN_DEBUG=1   verify graph invariants after every optimization pass.
-    KILN_CACHE_DIR where generated kernel source and numba's cache live (~/.cache/kiln;
-                   created with mode 0700, checked on every load: docs/architecture.md).
+    KILN_CACHE_DIR where generated kernel source, native object files and numba's cache live
+                   (~/.cache/kiln; created with mode 0700, checked on every load:
+                   docs/architecture.md).
     KILN_DEVICE    "cpu" (default), "cuda" or "auto".
     KILN_PROFILE=1 print time per kernel after each compiled call.
 """
