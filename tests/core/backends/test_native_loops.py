@@ -311,3 +311,33 @@ def test_a_cache_folder_that_cannot_be_written_leaves_native_kernels_in_memory(
     want = np.maximum(a * 3 - 1, 0) + 1 / (1 + np.exp(-a))
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert blocker.read_text() == "a file where the cache folder should be"
+
+
+@pytest.mark.parametrize("groups", [2, 6])  # 6: depthwise
+def test_grouped_convolutions_run_natively_with_numbas_bits(groups, cache):
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(3, 9, 8, 6)).astype(np.float32)
+    k = rng.normal(size=(3, 3, 6 // groups, 12)).astype(np.float32)
+
+    def build():
+        p = kiln.placeholder((None, 9, 8, 6))
+        w = kiln.Variable(k)
+        y = K.conv2d(p, w, strides=(2, 1), padding="same", groups=groups)
+        loss = K.sum(K.square(y))
+        return kiln.function([p], [y, *kiln.grad(loss, [w, p])], backend="cpu")
+
+    got, want = _both(build, (x,))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    fn = build()
+    fn(x)
+    names = {s.label.split(":")[-1]: getattr(getattr(s.fn, "entry", s.fn), "__name__", "")
+             for p in fn.program._plans.values() for s in p.steps if ":" in s.label}
+    # the forward and kernel-gradient twins only with >= 4 output channels per group (here
+    # 6 with groups=2, 2 with groups=6: numba's kernels, faster there; conv_groups.py)
+    native = ["conv_grouped_input_kernel"] + (
+        ["conv_grouped_kernel", "conv_grouped_filter_kernel"] if groups == 2 else [])
+    for kernel in native:
+        assert names.get(kernel, "").startswith("kiln_"), (kernel, names)
+    if groups == 6:
+        assert not names["conv_grouped_kernel"].startswith("kiln_"), names
