@@ -333,11 +333,6 @@ def test_grouped_convolutions_run_natively_with_numbas_bits(groups, cache):
     fn(x)
     names = {s.label.split(":")[-1]: getattr(getattr(s.fn, "entry", s.fn), "__name__", "")
              for p in fn.program._plans.values() for s in p.steps if ":" in s.label}
-    # the forward and kernel-gradient twins only with >= 4 output channels per group (here
-    # 6 with groups=2, 2 with groups=6: numba's kernels, faster there; conv_groups.py)
-    native = ["conv_grouped_input_kernel"] + (
-        ["conv_grouped_kernel", "conv_grouped_filter_kernel"] if groups == 2 else [])
-    for kernel in native:
+    for kernel in ("conv_grouped_kernel", "conv_grouped_filter_kernel",
+                   "conv_grouped_input_kernel"):
         assert names.get(kernel, "").startswith("kiln_"), (kernel, names)
-    if groups == 6:
-        assert not names["conv_grouped_kernel"].startswith("kiln_"), names

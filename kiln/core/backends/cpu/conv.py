@@ -317,8 +317,7 @@ def _conv_params(hw: tuple[int, int], k: tuple[int, int], attrs: dict) -> tuple[
     return oh, ow, p
 
 
-def _call(b, fn, *args, n: int | None = None, fastmath: bool = False,
-          native_twin: bool = True) -> None:
+def _call(b, fn, *args, n: int | None = None, fastmath: bool = False) -> None:
     """Adds a call of the serial kernel ``fn(*args, lo, hi)``, whose outer loop runs over
     ``range(n0, n1)`` of ``n`` independent items (default: the images of the first argument):
     the range is split in one part per kernel thread, run at once on kiln's threads
@@ -326,7 +325,7 @@ def _call(b, fn, *args, n: int | None = None, fastmath: bool = False,
     n = args[0].shape[0] if n is None else n
     ranges = threads.chunks(n, threads.kernel_threads())
     label = f"{b.node.op}:{fn.__name__}"
-    if native_twin and _native_call(b, fn, args, ranges, label, fastmath):
+    if _native_call(b, fn, args, ranges, label, fastmath):
         return
     entry = jit.load_function(fn, fastmath=fastmath, noalias=True).specialize((*args, 0, 0))
     if len(ranges) == 1:
@@ -336,20 +335,18 @@ def _call(b, fn, *args, n: int | None = None, fastmath: bool = False,
           (*args, 0, n), label=label)
 
 
-def _call_summed(b, fn, out: np.ndarray, *args, n: int, fastmath: bool = False,
-                 native_twin: bool = True) -> None:
+def _call_summed(b, fn, out: np.ndarray, *args, n: int, fastmath: bool = False) -> None:
     """Adds a call of the serial kernel ``fn(out, *args, n0, n1)`` that sets ``out`` to a sum
     over the items ``n0 <= i < n1`` of ``n`` (a kernel gradient over the batch): with several
     threads each sums its part into its own buffer, then the parts are added in order (the
     same threads, the same bits)."""
     ranges = threads.chunks(n, threads.kernel_threads())
     if len(ranges) == 1:
-        _call(b, fn, out, *args, n=n, fastmath=fastmath, native_twin=native_twin)
+        _call(b, fn, out, *args, n=n, fastmath=fastmath)
         return
     parts = np.empty((len(ranges), *out.shape), out.dtype)
     label = f"{b.node.op}:{fn.__name__}"
-    if not (native_twin and _native_call(b, fn, (parts[0], *args), ranges, label, fastmath,
-                                         parts)):
+    if not _native_call(b, fn, (parts[0], *args), ranges, label, fastmath, parts):
         entry = jit.load_function(fn, fastmath=fastmath, noalias=True).specialize(
             (parts[0], *args, 0, 0))
         b.add(threads.SplitCall(entry, len(ranges),

@@ -114,20 +114,17 @@ def build_grouped(b, node: Node) -> None:
     groups = node.attrs["groups"]
     first, second = (b.contiguous(i) for i in node.inputs)
     out = b.out(node)
-    # The native twins (native_groups.py) of the forward and kernel-gradient loops run 3-4x
-    # faster than numba's with 16 output channels per group but 1.3x / 2x slower with 2 / 1
-    # (depthwise), where numba's short inner loop does better; the input gradient's twin is
-    # faster at every width (1.3-2x). 64 channels, 32x32, batch 32, 3x3, AVX2 host.
-    co = first.shape[3] if node.op == "conv2d_backprop_input" else out.shape[3]
-    wide = co // groups >= 4
+    # The native twins (native_groups.py) run these loops as fast as numba's or faster: 64
+    # channels, 32x32, batch 32, 3x3, AVX2 host, native / numba per kernel (forward, kernel
+    # gradient, input gradient): depthwise 1.02 / 0.91 / 0.37, 2 channels per group 0.67 /
+    # 0.71 / 0.57, 16 per group 0.21 / 0.22 / 0.75.
     if node.op == "conv2d":
         _, _, p = _conv_params(first.shape[1:3], second.shape[:2], node.attrs)
-        _call(b, conv_grouped_kernel, out, first, second, np.append(p, groups),
-              native_twin=wide)
+        _call(b, conv_grouped_kernel, out, first, second, np.append(p, groups))
     elif node.op == "conv2d_backprop_input":
         _, _, p = _conv_params(node.attrs["input_shape"][:2], second.shape[:2], node.attrs)
         _call(b, conv_grouped_input_kernel, out, first, second, np.append(p, groups))
     else:
         _, _, p = _conv_params(first.shape[1:3], node.attrs["kernel_size"], node.attrs)
         _call_summed(b, conv_grouped_filter_kernel, out, first, second, np.append(p, groups),
-                     n=first.shape[0], native_twin=wide)
+                     n=first.shape[0])
