@@ -51,8 +51,9 @@ from kiln.core.backends.cpu.llvm_loop import DATA_OFFSET, generate_ir
 
 NATIVE_VERSION = "1"
 METH_FASTCALL = 0x0080
-# what a native loop costs the compile batch's estimate, in the units of jit.Kernel.size
-# (characters of numba source, ~0.3 ms each): ~1/8 of the numba kernel's (measured below)
+# A native kernel's compile cost in the compile batch's units (jit.Kernel.size: characters of
+# numba source, ~0.3 ms each, plus compile_batch.KERNEL_BASE_COST per kernel): 0.02 per
+# character of IR. Only the order of the batch's queue depends on it (largest first).
 COST_PER_IR_CHAR = 0.02
 
 _lock = threading.RLock()
