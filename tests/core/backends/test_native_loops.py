@@ -67,6 +67,18 @@ def _both(build, feeds):
     return out
 
 
+def _entry_name(step) -> str:
+    """The name of a plan step's callable (a SplitCall's entry point): a native kernel's is its
+    symbol, ``kiln_<hash>``."""
+    return getattr(getattr(step.fn, "entry", step.fn), "__name__", "")
+
+
+def _kernel_names(fn) -> dict[str, str]:
+    """``{kernel: entry point name}`` for the plan steps labelled ``op:kernel``."""
+    return {s.label.split(":")[-1]: _entry_name(s) for p in fn.program._plans.values()
+            for s in p.steps if ":" in s.label}
+
+
 def _special(rng, shape, dtype):
     a = rng.normal(size=shape).astype(dtype) * 4
     flat = a.reshape(-1)
@@ -207,8 +219,8 @@ def test_gathers_run_natively_and_match_numbas(idx_dtype, cache):
 
     native_fn = build()
     got = native_fn(ids)
-    names = [getattr(s.fn, "__name__", "") for p in native_fn.program._plans.values()
-             for s in p.steps if s.label in ("take", "take_grad")]
+    names = [_entry_name(s) for p in native_fn.program._plans.values() for s in p.steps
+             if s.label in ("take", "take_grad")]
     os.environ["KILN_NATIVE"] = "0"
     try:
         want = build()(ids)
@@ -249,8 +261,7 @@ def test_native_hand_written_kernels_give_numbas_bits(op, cache):
         np.testing.assert_array_equal(got, want, err_msg=f"{op} {ex.attrs}")
         fn = build()
         fn(*ex.inputs)
-        used += [getattr(getattr(s.fn, "entry", s.fn), "__name__", "")  # SplitCall: entry
-                 for p in fn.program._plans.values() for s in p.steps
+        used += [_entry_name(s) for p in fn.program._plans.values() for s in p.steps
                  if s.label.startswith(op)]
     # the examples ran the native kernel (softmax over a middle axis stays numba's)
     assert any(name.startswith("kiln_") for name in used), used
@@ -289,8 +300,7 @@ def test_a_small_convnet_step_runs_the_native_twins_with_numbas_bits(cache):
         np.testing.assert_array_equal(g, w)
     fn = build()
     fn(x)
-    names = {s.label.split(":")[-1]: getattr(getattr(s.fn, "entry", s.fn), "__name__", "")
-             for p in fn.program._plans.values() for s in p.steps if ":" in s.label}
+    names = _kernel_names(fn)
     for kernel in ("conv_direct_kernel", "conv_filter_direct_kernel", "im2col_kernel",
                    "col2im_kernel", "max_pool_kernel", "max_pool_grad_tiled_kernel"):
         assert names.get(kernel, "").startswith("kiln_"), (kernel, names)
@@ -331,8 +341,22 @@ def test_grouped_convolutions_run_natively_with_numbas_bits(groups, cache):
         np.testing.assert_array_equal(g, w)
     fn = build()
     fn(x)
-    names = {s.label.split(":")[-1]: getattr(getattr(s.fn, "entry", s.fn), "__name__", "")
-             for p in fn.program._plans.values() for s in p.steps if ":" in s.label}
+    names = _kernel_names(fn)
     for kernel in ("conv_grouped_kernel", "conv_grouped_filter_kernel",
                    "conv_grouped_input_kernel"):
         assert names.get(kernel, "").startswith("kiln_"), (kernel, names)
+
+
+def test_without_a_usable_llvmlite_every_kernel_is_numbas(cache, monkeypatch):
+    # native.available() is False where llvmlite, libm or the ndarray layout is not usable
+    monkeypatch.setitem(native._state, "ok", False)
+    assert not native.enabled()
+    assert isinstance(elementwise.loop_kernel(_spec("mul", ("float32", "float32"))),
+                      jit.Kernel)
+    x = kiln.placeholder((None, 4))
+    f = kiln.function([x], K.softmax(x * 2.0), backend="cpu")
+    a = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    e = np.exp(2 * a - (2 * a).max(1, keepdims=True))
+    np.testing.assert_allclose(f(a), e / e.sum(1, keepdims=True), rtol=1e-6)
+    assert not any(_entry_name(s).startswith("kiln_") for p in f.program._plans.values()
+                   for s in p.steps)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.core.backends.cpu import jit, native, native_conv, native_groups, threads
+from kiln.core.backends.cpu import jit, native, native_conv, native_groups, native_pool, threads
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Node
 from kiln.core.ops.window import window2d
@@ -355,12 +355,15 @@ def _call_summed(b, fn, out: np.ndarray, *args, n: int, fastmath: bool = False) 
     b.add(np.add.reduce, (parts, 0, None, out), label=f"{b.node.op}:sum_parts")
 
 
+_TWINS = {**native_conv.TWINS, **native_groups.TWINS, **native_pool.TWINS}
+
+
 def _native_call(b, fn, args: tuple, ranges: list, label: str, fastmath: bool,
                  parts: np.ndarray | None = None) -> bool:
-    """Adds ``fn``'s native twin (``native_conv.TWINS``, ``native_groups.TWINS``) split like
+    """Adds ``fn``'s native twin (``native_conv``, ``native_groups``, ``native_pool``) split like
     :func:`_call` (into ``parts[k]`` per part when given); False when there is none, or it
     cannot run here."""
-    make = native_conv.TWINS.get(fn.__name__) or native_groups.TWINS.get(fn.__name__)
+    make = _TWINS.get(fn.__name__)
     arrays, p = args[:-1], args[-1]
     if make is None or fastmath or any(a.dtype != arrays[0].dtype for a in arrays):
         return False

@@ -85,7 +85,8 @@ def available() -> bool:
                 try:
                     _init()
                     ok = True
-                except Exception as exc:  # noqa: BLE001 - any failure: numba's loops instead
+                except (ImportError, OSError, RuntimeError) as exc:
+                    # no usable llvmlite, libm or layout here: numba compiles every kernel
                     _state["why"] = f"{type(exc).__name__}: {exc}"
                     ok = False
                 _state["ok"] = ok
@@ -97,6 +98,13 @@ def _address(lib: Any, name: str) -> int | None:
         return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
     except AttributeError:
         return None
+
+
+def _symbol(llvm: Any, name: str, address: int | None) -> None:
+    """Registers ``name`` for the object files (RuntimeError when this process lacks it)."""
+    if not address:
+        raise RuntimeError(f"the symbol {name} is not in this process")
+    llvm.add_symbol(name, address)
 
 
 def _init() -> None:
@@ -113,7 +121,7 @@ def _init() -> None:
     llvm.initialize_native_asmprinter()
     py = ctypes.pythonapi
     for name in ("PyEval_SaveThread", "PyEval_RestoreThread", "Py_IncRef", "PyErr_SetString"):
-        llvm.add_symbol(name, _address(py, name))
+        _symbol(llvm, name, _address(py, name))
     # objects the wrapper uses, at their addresses (numba registers "PyExc_TypeError" as the
     # object, where C's symbol is a pointer to it: kiln's names are its own)
     llvm.add_symbol("kiln_py_none", id(None))
@@ -127,7 +135,7 @@ def _init() -> None:
             if addr:
                 llvm.add_symbol(name, addr)
     for name in ("memset", "memcpy", "memmove"):
-        llvm.add_symbol(name, _address(libc, name))
+        _symbol(llvm, name, _address(libc, name))
     cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     target = llvm.Target.from_default_triple()
     tm = target.create_target_machine(cpu=cpu, features=features, opt=3,

@@ -1,6 +1,6 @@
-"""Native (LLVM IR) twins of the convolution and pooling kernels of ``conv.py`` and
-``pool.py``: ``im2col_kernel``, ``col2im_kernel``, ``conv_direct_kernel``,
-``conv_filter_direct_kernel``, ``max_pool_kernel`` and ``max_pool_grad_tiled_kernel``
+"""Native (LLVM IR) twins of the convolution kernels of ``conv.py``: ``im2col_kernel``,
+``col2im_kernel``, ``conv_direct_kernel`` and ``conv_filter_direct_kernel``, and the loop
+helpers the grouped (``native_groups.py``) and pooling (``native_pool.py``) twins share
 (docs/architecture.md, "Native loops").
 
 Each generator writes its numba kernel's loops in the same order with the same float
@@ -56,6 +56,59 @@ class _Kernel:
         """``0 <= v < size``."""
         return self.f.scalar("v >= 0 and v < n", {"v": Val(v, "i64"), "n": Val(size, "i64")})
 
+    def open(self, *counts: str) -> list[tuple[str, str]]:
+        """Opens the loop over the images ``n0 <= n < n1`` and, inside it, one loop per
+        count; returns the (index, label) pairs for :meth:`close`."""
+        loops = [self.f.begin(self.n1, self.n0)]
+        loops += [self.f.begin(c) for c in counts]
+        return loops
+
+    def close(self, loops: list[tuple[str, str]]) -> None:
+        for var, lab in reversed(loops):
+            self.f.end(var, lab)
+
+    def fill(self, arr: str, dtype: str, base: str | None, count: str, value: str = "0") -> None:
+        """``arr[base + e] = value`` for ``e < count`` (``base`` None: 0)."""
+        f = self.f
+        e, lab = f.begin(count)
+        f.store(arr, dtype, e if base is None else f.add(base, e), f.scalar(value, {}))
+        f.end(e, lab)
+
+    def accumulate(self, dtype: str, dst: str, dst_row: str | None, v: Val, src: str,
+                   src_row: str, count: str, first: str | None = None) -> None:
+        """``dst[dst_row + o] += v * src[src_row + o]`` for ``o = first + t``, ``t < count``
+        (the numba kernels' ``row[o] += v * other[o]``; ``first`` None: 0, ``dst_row``
+        None: 0). The trip count is ``count``, the same for every call of the enclosing
+        loops: a loop over ``range(first, first + count)`` was not one LLVM saw as invariant,
+        and its vectorization checks ran per group (2x slower on depthwise convolutions)."""
+        f = self.f
+        t, lab = f.begin(count)
+        o = t if first is None else f.add(first, t)
+        at = o if dst_row is None else f.add(dst_row, o)
+        prod = f.expr.arith("*", v, f.load(src, dtype, f.add(src_row, o)))
+        f.store(dst, dtype, at, f.expr.arith("+", f.load(dst, dtype, at), prod))
+        f.end(t, lab)
+
+    def window(self, i: str, j: str, h: str, w: str, geometry: tuple,
+               body: Callable[[str, str, str, str], None]) -> None:
+        """For each tap (a, b) of the window of output pixel (i, j) that lies inside the
+        ``h`` x ``w`` image: ``body(a, b, row, column)``. ``geometry = (kh, kw, sh, sw, dh, dw,
+        pt, pl)`` (``dh``/``dw`` None: dilation 1); rows outside are skipped before their
+        columns, as the numba kernels' ``continue``."""
+        f = self.f
+        kh, kw, sh, sw, dh, dw, pt, pl = geometry
+        a, la = f.begin(kh)
+        r = f.add(self.sub(f.mul(i, sh), pt), a if dh is None else f.mul(a, dh))
+        row_ok = f.when(self.inside(r, h))
+        b, lb = f.begin(kw)
+        c = f.add(self.sub(f.mul(j, sw), pl), b if dw is None else f.mul(b, dw))
+        col_ok = f.when(self.inside(c, w))
+        body(a, b, r, c)
+        f.done(col_ok)
+        f.end(b, lb)
+        f.done(row_ok)
+        f.end(a, la)
+
 
 def _check(dtype: str, name: str) -> None:
     if dtype not in FLOAT:
@@ -72,18 +125,14 @@ def im2col_ir(symbol: str, dtype: str) -> str:
     sh, sw, dh, dw, pt, pl, c = k.p
     w = _div(f, wc, c)
     kw = _div(f, kwc, c)
-    zero = f.scalar("0.0", {})
-    n, ln = f.begin(k.n1, k.n0)
-    i, li = f.begin(oh)
-    j, lj = f.begin(ow)
+    loops = k.open(oh, ow)
+    n, i, j = (var for var, _ in loops)
     w0 = k.sub(f.mul(j, sw), pl)
     a, la = f.begin(kh)
     crow = k.index(k.dims[0], n, i, j, a)
     row = f.add(k.sub(f.mul(i, sh), pt), f.mul(a, dh))
-    outside = f.when(f.expr.truth(f.scalar("not ok", {"ok": k.inside(row, h)})))
-    e, le = f.begin(kwc)
-    f.store("%cols", dtype, f.add(crow, e), zero)
-    f.end(e, le)
+    outside = f.when(f.scalar("not ok", {"ok": k.inside(row, h)}))
+    k.fill("%cols", dtype, crow, kwc)
     f.done(outside)
     inside = f.when(k.inside(row, h))
     xrow = k.index(k.dims[1], n, row)
@@ -106,15 +155,13 @@ def im2col_ir(symbol: str, dtype: str) -> str:
     f.end(e, le)
     f.done(good)
     bad = f.when(f.scalar("not ok", {"ok": k.inside(wi, w)}))
-    e, le = f.begin(c)
-    f.store("%cols", dtype, f.add(dst, e), zero)
-    f.end(e, le)
+    k.fill("%cols", dtype, dst, c)
     f.done(bad)
     f.end(b, lb)
     f.done(slow)
     f.done(inside)
-    for var, lab in ((a, la), (j, lj), (i, li), (n, ln)):
-        f.end(var, lab)
+    f.end(a, la)
+    k.close(loops)
     return f.function(symbol, ["cols", "x", "p"], noalias=True)
 
 
@@ -127,53 +174,41 @@ def col2im_ir(symbol: str, dtype: str) -> str:
     _, oh, ow, kh, kw, _ = k.dims[1]
     sh, sw, dh, dw, pt, pl = k.p
     n, ln = f.begin(k.n1, k.n0)
-    base = k.index(k.dims[0], n)
-    e, le = f.begin(f.mul(f.mul(h, w), c))
-    f.store("%dx", dtype, f.add(base, e), f.scalar("0", {}))
-    f.end(e, le)
+    k.fill("%dx", dtype, k.index(k.dims[0], n), f.mul(f.mul(h, w), c))
     i, li = f.begin(oh)
     j, lj = f.begin(ow)
-    a, la = f.begin(kh)
-    r = f.add(k.sub(f.mul(i, sh), pt), f.mul(a, dh))
-    row_ok = f.when(k.inside(r, h))
-    b, lb = f.begin(kw)
-    wi = f.add(k.sub(f.mul(j, sw), pl), f.mul(b, dw))
-    col_ok = f.when(k.inside(wi, w))
-    dst = k.index(k.dims[0], n, r, wi)
-    src = k.index(k.dims[1], n, i, j, a, b)
-    ch, lc = f.begin(c)
-    at = f.add(dst, ch)
-    f.store("%dx", dtype, at, f.expr.arith("+", f.load("%dx", dtype, at),
-                                           f.load("%cols", dtype, f.add(src, ch))))
-    f.end(ch, lc)
-    f.done(col_ok)
-    f.end(b, lb)
-    f.done(row_ok)
-    for var, lab in ((a, la), (j, lj), (i, li), (n, ln)):
-        f.end(var, lab)
+
+    def body(a: str, b: str, r: str, wi: str) -> None:
+        dst = k.index(k.dims[0], n, r, wi)
+        src = k.index(k.dims[1], n, i, j, a, b)
+        ch, lc = f.begin(c)
+        at = f.add(dst, ch)
+        f.store("%dx", dtype, at, f.expr.arith("+", f.load("%dx", dtype, at),
+                                               f.load("%cols", dtype, f.add(src, ch))))
+        f.end(ch, lc)
+
+    k.window(i, j, h, w, (kh, kw, sh, sw, dh, dw, pt, pl), body)
+    k.close([(n, ln), (i, li), (j, lj)])
     return f.function(symbol, ["dx", "cols", "p"], noalias=True)
 
 
-def _taps(k: _Kernel, x_dims: list[str], w_dims: list[str], body: Callable) -> None:
+def _taps(k: _Kernel, dtype: str, x_dims: list[str], w_dims: list[str],
+          body: Callable) -> None:
     """The tap loops shared by the direct kernels: for each (a, b) inside the image, for each
-    input channel c, ``body(x index, tap row t + c)``; ``k.loop`` holds n, i, j."""
+    input channel c, ``body(x value, tap row (t + c) * CO)``; ``k.loop`` holds n, i, j."""
     f = k.f
     n, i, j = k.loop
     _, h, wd, ci = x_dims
-    kh, kw = w_dims[0], w_dims[1]
+    kh, kw, _, co = w_dims
     sh, sw, dh, dw, pt, pl = k.p
-    a, la = f.begin(kh)
-    r = f.add(k.sub(f.mul(i, sh), pt), f.mul(a, dh))
-    b, lb = f.begin(kw)
-    wi = f.add(k.sub(f.mul(j, sw), pl), f.mul(b, dw))
-    ok = f.when(f.scalar("p and q", {"p": k.inside(r, h), "q": k.inside(wi, wd)}))
-    t = f.mul(f.add(f.mul(a, kw), b), ci)
-    c, lc = f.begin(ci)
-    body(f.add(k.index(x_dims, n, r, wi), c), f.add(t, c))
-    f.end(c, lc)
-    f.done(ok)
-    f.end(b, lb)
-    f.end(a, la)
+
+    def tap(a: str, b: str, r: str, wi: str) -> None:
+        t = f.mul(f.add(f.mul(a, kw), b), ci)
+        c, lc = f.begin(ci)
+        body(f.load("%x", dtype, f.add(k.index(x_dims, n, r, wi), c)), f.mul(f.add(t, c), co))
+        f.end(c, lc)
+
+    k.window(i, j, h, wd, (kh, kw, sh, sw, dh, dw, pt, pl), tap)
 
 
 def conv_direct_ir(symbol: str, dtype: str) -> str:
@@ -183,27 +218,13 @@ def conv_direct_ir(symbol: str, dtype: str) -> str:
     k = _Kernel((4, 4, 4), 6)
     f = k.f
     _, oh, ow, co = k.dims[0]
-    n, ln = f.begin(k.n1, k.n0)
-    i, li = f.begin(oh)
-    j, lj = f.begin(ow)
-    k.loop = (n, i, j)
-    orow = k.index(k.dims[0], n, i, j)
-    o, lo = f.begin(co)
-    f.store("%out", dtype, f.add(orow, o), f.scalar("0", {}))
-    f.end(o, lo)
-
-    def body(xi: str, tap: str) -> None:
-        v = f.load("%x", dtype, xi)
-        wrow = f.mul(tap, co)
-        o, lo = f.begin(co)
-        at = f.add(orow, o)
-        prod = f.expr.arith("*", v, f.load("%w", dtype, f.add(wrow, o)))
-        f.store("%out", dtype, at, f.expr.arith("+", f.load("%out", dtype, at), prod))
-        f.end(o, lo)
-
-    _taps(k, k.dims[1], k.dims[2], body)
-    for var, lab in ((j, lj), (i, li), (n, ln)):
-        f.end(var, lab)
+    loops = k.open(oh, ow)
+    k.loop = tuple(var for var, _ in loops)
+    orow = k.index(k.dims[0], *k.loop)
+    k.fill("%out", dtype, orow, co)
+    _taps(k, dtype, k.dims[1], k.dims[2],
+          lambda v, wrow: k.accumulate(dtype, "%out", orow, v, "%w", wrow, co))
+    k.close(loops)
     return f.function(symbol, ["out", "x", "w", "p"], noalias=True)
 
 
@@ -215,273 +236,14 @@ def conv_filter_direct_ir(symbol: str, dtype: str) -> str:
     f = k.f
     kh, kw, ci, co = k.dims[0]
     _, oh, ow, _ = k.dims[2]
-    e, le = f.begin(f.mul(f.mul(f.mul(kh, kw), ci), co))
-    f.store("%dw", dtype, e, f.scalar("0", {}))
-    f.end(e, le)
-    n, ln = f.begin(k.n1, k.n0)
-    i, li = f.begin(oh)
-    j, lj = f.begin(ow)
-    k.loop = (n, i, j)
-    crow = k.index(k.dims[2], n, i, j)
-
-    def body(xi: str, tap: str) -> None:
-        v = f.load("%x", dtype, xi)
-        drow = f.mul(tap, co)
-        o, lo = f.begin(co)
-        at = f.add(drow, o)
-        prod = f.expr.arith("*", v, f.load("%ct", dtype, f.add(crow, o)))
-        f.store("%dw", dtype, at, f.expr.arith("+", f.load("%dw", dtype, at), prod))
-        f.end(o, lo)
-
-    _taps(k, k.dims[1], k.dims[0], body)
-    for var, lab in ((j, lj), (i, li), (n, ln)):
-        f.end(var, lab)
+    k.fill("%dw", dtype, None, f.mul(f.mul(f.mul(kh, kw), ci), co))
+    loops = k.open(oh, ow)
+    k.loop = tuple(var for var, _ in loops)
+    crow = k.index(k.dims[2], *k.loop)
+    _taps(k, dtype, k.dims[1], k.dims[0],
+          lambda v, drow: k.accumulate(dtype, "%dw", drow, v, "%ct", crow, co))
+    k.close(loops)
     return f.function(symbol, ["dw", "x", "ct", "p"], noalias=True)
-
-
-def max_pool_ir(symbol: str, dtype: str) -> str:
-    """``(out (N, OH, OW, C), x (N, H, W, C), p = [ph, pw, sh, sw, pt, pl])``: the first
-    element of the window in row-major order, then ``v if (v > m or v != v) else m``."""
-    _check(dtype, "max_pool")
-    k = _Kernel((4, 4), 6)
-    f = k.f
-    _, oh, ow, c = k.dims[0]
-    _, h, w, _ = k.dims[1]
-    ph, pw, sh, sw, pt, pl = k.p
-    f.var("first", f.scalar("True", {}))
-    n, ln = f.begin(k.n1, k.n0)
-    i, li = f.begin(oh)
-    j, lj = f.begin(ow)
-    orow = k.index(k.dims[0], n, i, j)
-    f.set("first", f.scalar("True", {}))
-    a, la = f.begin(ph)
-    hi = f.add(k.sub(f.mul(i, sh), pt), a)
-    row_ok = f.when(k.inside(hi, h))
-    b, lb = f.begin(pw)
-    wi = f.add(k.sub(f.mul(j, sw), pl), b)
-    col_ok = f.when(k.inside(wi, w))
-    src = k.index(k.dims[1], n, hi, wi)
-    first = f.get("first")
-    then = f.when(first)
-    ch, lc = f.begin(c)
-    f.store("%out", dtype, f.add(orow, ch), f.load("%x", dtype, f.add(src, ch)))
-    f.end(ch, lc)
-    f.set("first", f.scalar("False", {}))
-    f.done(then)
-    other = f.when(f.scalar("not first", {"first": first}))
-    ch, lc = f.begin(c)
-    at = f.add(orow, ch)
-    f.store("%out", dtype, at, f.scalar("v if (v > m or v != v) else m", {
-        "v": f.load("%x", dtype, f.add(src, ch)), "m": f.load("%out", dtype, at)}))
-    f.end(ch, lc)
-    f.done(other)
-    f.done(col_ok)
-    f.end(b, lb)
-    f.done(row_ok)
-    for var, lab in ((a, la), (j, lj), (i, li), (n, ln)):
-        f.end(var, lab)
-    return f.function(symbol, ["out", "x", "p"], noalias=True)
-
-
-def max_pool_grad_tiled_ir(symbol: str, dtype: str) -> str:
-    """``(dx, x, out, ct, p)``, windows that tile the input (``pool._tiled``): each input
-    element written once, the cotangent to the first maximal element of its window."""
-    _check(dtype, "max_pool_grad_tiled")
-    k = _Kernel((4, 4, 4, 4), 6)
-    f = k.f
-    _, h, w, c = k.dims[0]
-    _, oh, ow, _ = k.dims[2]
-    ph, pw, sh, sw = k.p[:4]
-    pending = f.tmp()
-    f.emit(f"{pending} = alloca i8, i64 {c}")  # numba's np.empty(c, np.bool_)
-    zero = f.scalar("0", {})
-    n, ln = f.begin(k.n1, k.n0)
-    ohs, ows = f.mul(oh, sh), f.mul(ow, sw)
-    hi, lh = f.begin(h, ohs)
-    e, le = f.begin(f.mul(w, c))
-    f.store("%dx", dtype, f.add(k.index(k.dims[0], n, hi), e), zero)
-    f.end(e, le)
-    f.end(hi, lh)
-    hi, lh = f.begin(ohs)
-    wi, lw = f.begin(w, ows)
-    base = k.index(k.dims[0], n, hi, wi)
-    ch, lc = f.begin(c)
-    f.store("%dx", dtype, f.add(base, ch), zero)
-    f.end(ch, lc)
-    f.end(wi, lw)
-    f.end(hi, lh)
-    i, li = f.begin(oh)
-    j, lj = f.begin(ow)
-    orow = k.index(k.dims[2], n, i, j)
-    ch, lc = f.begin(c)
-    f.store(pending, "bool", ch, f.scalar("True", {}))
-    f.end(ch, lc)
-    a, la = f.begin(ph)
-    hi = f.add(f.mul(i, sh), a)
-    b, lb = f.begin(pw)
-    wi = f.add(f.mul(j, sw), b)
-    src = k.index(k.dims[0], n, hi, wi)
-    ch, lc = f.begin(c)
-    pend = f.load(pending, "bool", ch)
-    hit = f.scalar("p and v == m", {"p": pend, "v": f.load("%x", dtype, f.add(src, ch)),
-                                    "m": f.load("%out", dtype, f.add(orow, ch))})
-    f.store("%dx", dtype, f.add(src, ch), f.scalar("g if hit else 0", {
-        "g": f.load("%ct", dtype, f.add(orow, ch)), "hit": hit}))
-    f.store(pending, "bool", ch, f.scalar("p and not hit", {"p": pend, "hit": hit}))
-    f.end(ch, lc)
-    for var, lab in ((b, lb), (a, la), (j, lj), (i, li), (n, ln)):
-        f.end(var, lab)
-    return f.function(symbol, ["dx", "x", "out", "ct", "p"], noalias=True)
-
-
-def max_pool_grad_ir(symbol: str, dtype: str) -> str:
-    """``(dx, x, out, ct, p = [ph, pw, sh, sw, pt, pl])``, any windows: zeroed, then each
-    window's cotangent added to its first maximal element (row-major in the window)."""
-    _check(dtype, "max_pool_grad")
-    k = _Kernel((4, 4, 4, 4), 6)
-    f = k.f
-    _, h, w, c = k.dims[0]
-    _, oh, ow, _ = k.dims[2]
-    ph, pw, sh, sw, pt, pl = k.p
-    pending = f.tmp()
-    f.emit(f"{pending} = alloca i8, i64 {c}")
-    n, ln = f.begin(k.n1, k.n0)
-    base = k.index(k.dims[0], n)
-    e, le = f.begin(f.mul(f.mul(h, w), c))
-    f.store("%dx", dtype, f.add(base, e), f.scalar("0", {}))
-    f.end(e, le)
-    i, li = f.begin(oh)
-    j, lj = f.begin(ow)
-    orow = k.index(k.dims[2], n, i, j)
-    ch, lc = f.begin(c)
-    f.store(pending, "bool", ch, f.scalar("True", {}))
-    f.end(ch, lc)
-    a, la = f.begin(ph)
-    hi = f.add(k.sub(f.mul(i, sh), pt), a)
-    row_ok = f.when(k.inside(hi, h))
-    b, lb = f.begin(pw)
-    wi = f.add(k.sub(f.mul(j, sw), pl), b)
-    col_ok = f.when(k.inside(wi, w))
-    src = k.index(k.dims[0], n, hi, wi)
-    ch, lc = f.begin(c)
-    at = f.add(src, ch)
-    hit = f.when(f.scalar("p and v == m", {
-        "p": f.load(pending, "bool", ch), "v": f.load("%x", dtype, at),
-        "m": f.load("%out", dtype, f.add(orow, ch))}))
-    f.store("%dx", dtype, at, f.expr.arith("+", f.load("%dx", dtype, at),
-                                           f.load("%ct", dtype, f.add(orow, ch))))
-    f.store(pending, "bool", ch, f.scalar("False", {}))
-    f.done(hit)
-    f.end(ch, lc)
-    f.done(col_ok)
-    f.end(b, lb)
-    f.done(row_ok)
-    for var, lab in ((a, la), (j, lj), (i, li), (n, ln)):
-        f.end(var, lab)
-    return f.function(symbol, ["dx", "x", "out", "ct", "p"], noalias=True)
-
-
-def _window_count(k: _Kernel, i: str, j: str, h: str, w: str) -> None:
-    """The variable ``cnt``: how many elements of window (i, j) lie inside the image."""
-    f = k.f
-    ph, pw, sh, sw, pt, pl = k.p
-    f.set("cnt", f.scalar("0", {}))
-    a, la = f.begin(ph)
-    hi = f.add(k.sub(f.mul(i, sh), pt), a)
-    row_ok = f.when(k.inside(hi, h))
-    b, lb = f.begin(pw)
-    wi = f.add(k.sub(f.mul(j, sw), pl), b)
-    col_ok = f.when(k.inside(wi, w))
-    f.set("cnt", f.scalar("c + 1", {"c": f.get("cnt")}))
-    f.done(col_ok)
-    f.end(b, lb)
-    f.done(row_ok)
-    f.end(a, la)
-
-
-def avg_pool_ir(symbol: str, dtype: str) -> str:
-    """``(out, x, p)``: the sum over the window's elements inside the image, then divided by
-    their count (as ``pool.avg_pool_kernel``: accumulated in ``out``)."""
-    _check(dtype, "avg_pool")
-    k = _Kernel((4, 4), 6)
-    f = k.f
-    _, oh, ow, c = k.dims[0]
-    _, h, w, _ = k.dims[1]
-    ph, pw, sh, sw, pt, pl = k.p
-    f.var("cnt", f.scalar("0", {}))
-    n, ln = f.begin(k.n1, k.n0)
-    i, li = f.begin(oh)
-    j, lj = f.begin(ow)
-    orow = k.index(k.dims[0], n, i, j)
-    ch, lc = f.begin(c)
-    f.store("%out", dtype, f.add(orow, ch), f.scalar("0", {}))
-    f.end(ch, lc)
-    _window_count(k, i, j, h, w)
-    a, la = f.begin(ph)
-    hi = f.add(k.sub(f.mul(i, sh), pt), a)
-    row_ok = f.when(k.inside(hi, h))
-    b, lb = f.begin(pw)
-    wi = f.add(k.sub(f.mul(j, sw), pl), b)
-    col_ok = f.when(k.inside(wi, w))
-    src = k.index(k.dims[1], n, hi, wi)
-    ch, lc = f.begin(c)
-    at = f.add(orow, ch)
-    f.store("%out", dtype, at, f.expr.arith("+", f.load("%out", dtype, at),
-                                            f.load("%x", dtype, f.add(src, ch))))
-    f.end(ch, lc)
-    f.done(col_ok)
-    f.end(b, lb)
-    f.done(row_ok)
-    f.end(a, la)
-    cnt = f.get("cnt")
-    ch, lc = f.begin(c)
-    at = f.add(orow, ch)
-    f.store("%out", dtype, at, f.expr.arith("/", f.load("%out", dtype, at), cnt))
-    f.end(ch, lc)
-    for var, lab in ((j, lj), (i, li), (n, ln)):
-        f.end(var, lab)
-    return f.function(symbol, ["out", "x", "p"], noalias=True)
-
-
-def avg_pool_grad_ir(symbol: str, dtype: str) -> str:
-    """``(dx, ct, p)``: each window's cotangent divided by its count, added to its elements
-    inside the image (as ``pool.avg_pool_grad_kernel``)."""
-    _check(dtype, "avg_pool_grad")
-    k = _Kernel((4, 4), 6)
-    f = k.f
-    _, h, w, c = k.dims[0]
-    _, oh, ow, _ = k.dims[1]
-    ph, pw, sh, sw, pt, pl = k.p
-    f.var("cnt", f.scalar("0", {}))
-    n, ln = f.begin(k.n1, k.n0)
-    base = k.index(k.dims[0], n)
-    e, le = f.begin(f.mul(f.mul(h, w), c))
-    f.store("%dx", dtype, f.add(base, e), f.scalar("0", {}))
-    f.end(e, le)
-    i, li = f.begin(oh)
-    j, lj = f.begin(ow)
-    _window_count(k, i, j, h, w)
-    cnt = f.get("cnt")
-    crow = k.index(k.dims[1], n, i, j)
-    a, la = f.begin(ph)
-    hi = f.add(k.sub(f.mul(i, sh), pt), a)
-    row_ok = f.when(k.inside(hi, h))
-    b, lb = f.begin(pw)
-    wi = f.add(k.sub(f.mul(j, sw), pl), b)
-    col_ok = f.when(k.inside(wi, w))
-    dst = k.index(k.dims[0], n, hi, wi)
-    ch, lc = f.begin(c)
-    at = f.add(dst, ch)
-    share = f.expr.arith("/", f.load("%ct", dtype, f.add(crow, ch)), cnt)
-    f.store("%dx", dtype, at, f.expr.arith("+", f.load("%dx", dtype, at), share))
-    f.end(ch, lc)
-    f.done(col_ok)
-    f.end(b, lb)
-    f.done(row_ok)
-    f.end(a, la)
-    for var, lab in ((j, lj), (i, li), (n, ln)):
-        f.end(var, lab)
-    return f.function(symbol, ["dx", "ct", "p"], noalias=True)
 
 
 def _div(f: Func, a: str, b: str) -> str:
@@ -494,7 +256,4 @@ def _div(f: Func, a: str, b: str) -> str:
 # numba kernel name -> its native twin's generator
 TWINS: dict[str, Callable[[str, str], str]] = {
     "im2col_kernel": im2col_ir, "col2im_kernel": col2im_ir,
-    "conv_direct_kernel": conv_direct_ir, "conv_filter_direct_kernel": conv_filter_direct_ir,
-    "max_pool_kernel": max_pool_ir, "max_pool_grad_tiled_kernel": max_pool_grad_tiled_ir,
-    "max_pool_grad_kernel": max_pool_grad_ir, "avg_pool_kernel": avg_pool_ir,
-    "avg_pool_grad_kernel": avg_pool_grad_ir}
+    "conv_direct_kernel": conv_direct_ir, "conv_filter_direct_kernel": conv_filter_direct_ir}

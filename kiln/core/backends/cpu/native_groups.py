@@ -24,26 +24,17 @@ def _windows(k: _Kernel, x_dims: list[str], w_dims: list[str], body: Callable) -
     kh, kw, cig, co = w_dims
     sh, sw, dh, dw, pt, pl, groups = k.p
     cog = _div(f, co, groups)
-    a, la = f.begin(kh)
-    hi = f.add(k.sub(f.mul(i, sh), pt), f.mul(a, dh))
-    row_ok = f.when(k.inside(hi, h))
-    b, lb = f.begin(kw)
-    wi = f.add(k.sub(f.mul(j, sw), pl), f.mul(b, dw))
-    col_ok = f.when(k.inside(wi, wd))
-    g, lg = f.begin(groups)
-    c, lc = f.begin(cig)
-    xi = f.add(k.index(x_dims, n, hi, wi), f.add(f.mul(g, cig), c))
-    wrow = f.mul(f.add(f.mul(f.add(f.mul(a, kw), b), cig), c), co)
-    # the group's channels as first + t for t < cog: a trip count LLVM sees is the same for
-    # every group (range(first, first + cog) was not, and its vectorization checks ran per
-    # group: 2x slower than numba's loop on depthwise convolutions)
-    body(xi, wrow, f.mul(g, cog), cog)
-    f.end(c, lc)
-    f.end(g, lg)
-    f.done(col_ok)
-    f.end(b, lb)
-    f.done(row_ok)
-    f.end(a, la)
+
+    def tap(a: str, b: str, hi: str, wi: str) -> None:
+        g, lg = f.begin(groups)
+        c, lc = f.begin(cig)
+        xi = f.add(k.index(x_dims, n, hi, wi), f.add(f.mul(g, cig), c))
+        wrow = f.mul(f.add(f.mul(f.add(f.mul(a, kw), b), cig), c), co)
+        body(xi, wrow, f.mul(g, cog), cog)
+        f.end(c, lc)
+        f.end(g, lg)
+
+    k.window(i, j, h, wd, (kh, kw, sh, sw, dh, dw, pt, pl), tap)
 
 
 def conv_grouped_ir(symbol: str, dtype: str) -> str:
@@ -55,29 +46,16 @@ def conv_grouped_ir(symbol: str, dtype: str) -> str:
     _, oh, ow, co = k.dims[0]
     acc = f.tmp()
     f.emit(f"{acc} = alloca {'float' if dtype == 'float32' else 'double'}, i64 {co}")
-    n, ln = f.begin(k.n1, k.n0)
-    i, li = f.begin(oh)
-    j, lj = f.begin(ow)
-    k.loop = (n, i, j)
-    o, lo = f.begin(co)
-    f.store(acc, dtype, o, f.scalar("0", {}))
-    f.end(o, lo)
-
-    def body(xi: str, wrow: str, first: str, count: str) -> None:
-        v = f.load("%x", dtype, xi)
-        t, lo = f.begin(count)
-        o = f.add(first, t)
-        prod = f.expr.arith("*", v, f.load("%w", dtype, f.add(wrow, o)))
-        f.store(acc, dtype, o, f.expr.arith("+", f.load(acc, dtype, o), prod))
-        f.end(t, lo)
-
-    _windows(k, k.dims[1], k.dims[2], body)
-    orow = k.index(k.dims[0], n, i, j)
+    loops = k.open(oh, ow)
+    k.loop = tuple(var for var, _ in loops)
+    k.fill(acc, dtype, None, co)
+    _windows(k, k.dims[1], k.dims[2], lambda xi, wrow, first, count: k.accumulate(
+        dtype, acc, None, f.load("%x", dtype, xi), "%w", wrow, count, first))
+    orow = k.index(k.dims[0], *k.loop)
     o, lo = f.begin(co)
     f.store("%out", dtype, f.add(orow, o), f.load(acc, dtype, o))
     f.end(o, lo)
-    for var, lab in ((j, lj), (i, li), (n, ln)):
-        f.end(var, lab)
+    k.close(loops)
     return f.function(symbol, ["out", "x", "w", "p"], noalias=True)
 
 
@@ -89,27 +67,14 @@ def conv_grouped_filter_ir(symbol: str, dtype: str) -> str:
     f = k.f
     kh, kw, cig, co = k.dims[0]
     _, oh, ow, _ = k.dims[2]
-    e, le = f.begin(f.mul(f.mul(f.mul(kh, kw), cig), co))
-    f.store("%dw", dtype, e, f.scalar("0", {}))
-    f.end(e, le)
-    n, ln = f.begin(k.n1, k.n0)
-    i, li = f.begin(oh)
-    j, lj = f.begin(ow)
-    k.loop = (n, i, j)
-    crow = k.index(k.dims[2], n, i, j)
-
-    def body(xi: str, wrow: str, first: str, count: str) -> None:
-        v = f.load("%x", dtype, xi)
-        t, lo = f.begin(count)
-        o = f.add(first, t)
-        at = f.add(wrow, o)
-        prod = f.expr.arith("*", v, f.load("%ct", dtype, f.add(crow, o)))
-        f.store("%dw", dtype, at, f.expr.arith("+", f.load("%dw", dtype, at), prod))
-        f.end(t, lo)
-
-    _windows(k, k.dims[1], k.dims[0], body)
-    for var, lab in ((j, lj), (i, li), (n, ln)):
-        f.end(var, lab)
+    k.fill("%dw", dtype, None, f.mul(f.mul(f.mul(kh, kw), cig), co))
+    loops = k.open(oh, ow)
+    k.loop = tuple(var for var, _ in loops)
+    crow = k.index(k.dims[2], *k.loop)
+    # drow[o] += v * ct[crow + o], o = first + t: dst row wrow, src row crow
+    _windows(k, k.dims[1], k.dims[0], lambda xi, wrow, first, count: k.accumulate(
+        dtype, "%dw", wrow, f.load("%x", dtype, xi), "%ct", crow, count, first))
+    k.close(loops)
     return f.function(symbol, ["dw", "x", "ct", "p"], noalias=True)
 
 
@@ -121,13 +86,9 @@ def conv_grouped_input_ir(symbol: str, dtype: str) -> str:
     f = k.f
     _, h, wd, ci = k.dims[0]
     _, oh, ow, _ = k.dims[1]
-    zero = f.scalar("0", {})
-    f.var("s", f.expr.cast(zero, "f32" if dtype == "float32" else "f64"))
+    f.var("s", f.expr.cast(f.scalar("0", {}), "f32" if dtype == "float32" else "f64"))
     n, ln = f.begin(k.n1, k.n0)
-    base = k.index(k.dims[0], n)
-    e, le = f.begin(f.mul(f.mul(h, wd), ci))
-    f.store("%dx", dtype, f.add(base, e), zero)
-    f.end(e, le)
+    k.fill("%dx", dtype, k.index(k.dims[0], n), f.mul(f.mul(h, wd), ci))
     i, li = f.begin(oh)
     j, lj = f.begin(ow)
     k.loop = (n, i, j)
@@ -144,8 +105,7 @@ def conv_grouped_input_ir(symbol: str, dtype: str) -> str:
         f.store("%dx", dtype, xi, f.get("s"))
 
     _windows(k, k.dims[0], k.dims[2], body)
-    for var, lab in ((j, lj), (i, li), (n, ln)):
-        f.end(var, lab)
+    k.close([(n, ln), (i, li), (j, lj)])
     return f.function(symbol, ["dx", "ct", "w", "p"], noalias=True)
 
 

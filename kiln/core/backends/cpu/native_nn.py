@@ -30,6 +30,24 @@ def _row_max(f: Func, dtype: str, row: str, n_r: str) -> None:
     f.end(r, lab)
 
 
+def _sum_exp(f: Func, dtype: str, row: str, n: str, m: Val) -> None:
+    """``for r in range(n): s += np.exp(x[row + r] - m)`` into the (float64) variable s."""
+    r, lab = f.begin(n)
+    f.set("s", f.scalar("s + np.exp(v - m)", {"s": f.get("s"), "m": m,
+                                              "v": f.load("%x", dtype, f.add(row, r))}))
+    f.end(r, lab)
+
+
+def _max_and_sum_exp(f: Func, dtype: str, row: str, n: str) -> Val:
+    """The cross-entropy kernels' first passes over a row of logits: its max m (returned)
+    and ``s = sum(exp(x - m))`` (the variable s, float64)."""
+    _row_max(f, dtype, row, n)
+    m = f.get("m")
+    f.var("s", f.scalar("0.0", {}))
+    _sum_exp(f, dtype, row, n, m)
+    return m
+
+
 def softmax_rows_ir(symbol: str, dtype: str, log: bool, fast32: bool) -> str:
     """``(o, x, p = [P, R])``: softmax (or log-softmax) over rows of R, as
     ``nn.softmax_rows_kernel`` (``fast32``: ``nn.softmax_rows_f32_kernel``)."""
@@ -60,10 +78,7 @@ def softmax_rows_ir(symbol: str, dtype: str, log: bool, fast32: bool) -> str:
                                                          "inv": inv}))
         f.end(r, lab)
     elif log:
-        r, lab = f.begin(n_r)
-        f.set("s", f.scalar("s + np.exp(v - m)", {"s": f.get("s"), "m": m,
-                                                  "v": f.load("%x", dtype, at(r))}))
-        f.end(r, lab)
+        _sum_exp(f, dtype, row, n_r, m)
         ls = f.scalar("np.log(s)", {"s": f.get("s")})
         r, lab = f.begin(n_r)
         f.store("%o", dtype, at(r), f.scalar("(v - m) - ls", {
@@ -93,13 +108,7 @@ def sparse_xent_ir(symbol: str, dtype: str, label_dtype: str) -> str:
     n_p, n_c = f.param(0), f.param(1)
     i, li = f.begin(n_p)
     row = f.mul(i, n_c)
-    _row_max(f, dtype, row, n_c)
-    m = f.get("m")
-    f.var("s", f.scalar("0.0", {}))
-    c, lab = f.begin(n_c)
-    f.set("s", f.scalar("s + np.exp(v - m)", {"s": f.get("s"), "m": m,
-                                              "v": f.load("%x", dtype, f.add(row, c))}))
-    f.end(c, lab)
+    m = _max_and_sum_exp(f, dtype, row, n_c)
     n = Val(n_c, "i64")
     k = f.expr.cast(f.load("%labels", label_dtype, i), "i64")
     k = f.scalar("k + n if k < 0 else k", {"k": k, "n": n})
@@ -121,13 +130,7 @@ def dense_xent_ir(symbol: str, dtype: str) -> str:
     n_p, n_c = f.param(0), f.param(1)
     i, li = f.begin(n_p)
     row = f.mul(i, n_c)
-    _row_max(f, dtype, row, n_c)
-    m = f.get("m")
-    f.var("s", f.scalar("0.0", {}))
-    c, lab = f.begin(n_c)
-    f.set("s", f.scalar("s + np.exp(v - m)", {"s": f.get("s"), "m": m,
-                                              "v": f.load("%x", dtype, f.add(row, c))}))
-    f.end(c, lab)
+    m = _max_and_sum_exp(f, dtype, row, n_c)
     ls = f.scalar("np.log(s)", {"s": f.get("s")})
     f.var("acc", f.scalar("0.0", {}))
     c, lab = f.begin(n_c)
