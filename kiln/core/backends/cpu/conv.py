@@ -13,7 +13,10 @@ Convolutions run one of three ways, picked per op, dtype and shape (``conv_metho
   a register-tiled numba loop that reads the input directly; with exactly 64 output channels
   the kernel gradient runs register-tiled too (from the im2col buffer).
 
-Grouped convolutions (``groups > 1``) run the direct kernels of ``conv_groups.py``.
+Grouped convolutions (``groups > 1``) run the direct kernels of ``conv_groups.py``. Before
+all of these, a float32 3x3 stride-1 convolution with 16 or more channels on each side runs
+as a Winograd convolution (``winograd.py``: forward and both gradients, 2.25x fewer
+multiplications than im2col + GEMM).
 
 Every kernel here is serial over a range of its outer loop (``n0 <= n < n1``, the images or
 output rows), split over kiln's threads by :func:`_call` (the images are independent; the
@@ -26,7 +29,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.core.backends.cpu import jit, native, native_conv, native_groups, native_pool, threads
+from kiln.core.backends.cpu import (
+    jit,
+    native,
+    native_conv,
+    native_groups,
+    native_pool,
+    threads,
+    winograd,
+)
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Node
 from kiln.core.ops.window import window2d
@@ -364,16 +375,30 @@ def _native_call(b, fn, args: tuple, ranges: list, label: str, fastmath: bool,
     :func:`_call` (into ``parts[k]`` per part when given); False when there is none, or it
     cannot run here."""
     make = _TWINS.get(fn.__name__)
-    arrays, p = args[:-1], args[-1]
-    if make is None or fastmath or any(a.dtype != arrays[0].dtype for a in arrays):
+    if make is None or fastmath:
         return False
+    return native_split(b, fn.__name__, make, args[:-1], args[-1].tolist(), ranges=ranges,
+                        label=label, parts=parts)
+
+
+def native_split(b, name: str, make, arrays: tuple, p: list[int], n: int = 0, *,
+                 ranges: list | None = None, label: str | None = None,
+                 parts: np.ndarray | None = None) -> bool:
+    """Adds the native kernel ``make(symbol, dtype)`` over ``arrays`` (one dtype) with the
+    parameters ``[*shapes, *p, n0, n1]``, its range of ``n`` items split over kiln's threads
+    (``ranges``: given), into ``parts[k]`` per part when given; False when it cannot run
+    here (the caller then runs its numba kernel)."""
+    if any(a.dtype != arrays[0].dtype for a in arrays):
+        return False
+    ranges = ranges or threads.chunks(n, threads.kernel_threads())
+    label = label or f"{b.node.op}:{name}"
     dims = [d for a in arrays for d in a.shape]
     dtype = arrays[0].dtype.name
 
     def params(lo: int, hi: int) -> list[int]:
-        return [*dims, *p.tolist(), lo, hi]
+        return [*dims, *p, lo, hi]
 
-    found = native.try_kernel(f"{fn.__name__} {dtype}", arrays, params(*ranges[0]),
+    found = native.try_kernel(f"{name} {dtype}", arrays, params(*ranges[0]),
                               lambda s: make(s, dtype))
     if found is None:
         return False
@@ -424,6 +449,10 @@ def build_conv2d(b, node: Node) -> None:
     k = w.shape[:2]
     oh, ow, p = _conv_params(b.shape(x_node)[1:3], k, node.attrs)
     out = b.out(node)
+    if winograd.usable(node.attrs, w.shape, out.dtype):
+        x = b.contiguous(x_node)
+        winograd.convolve(b, x, id(x_node), w, out, winograd.forward_pads(node, x.shape[1:3]))
+        return
     method = conv_method(k[0] * k[1] * w.shape[2], node.op, out.dtype.name, w.shape[3])
     if method == "tile":
         _conv_tile64(b, node, b.contiguous(x_node), w, out)
@@ -469,6 +498,11 @@ def build_conv2d_filter(b, node: Node) -> None:
     out = b.out(node)
     ct = b.contiguous(ct_node)
     ci = b.shape(x_node)[3]
+    if winograd.usable(node.attrs, (*k, ci, ct.shape[3]), out.dtype):
+        x = b.contiguous(x_node)
+        winograd.kernel_gradient(b, x, id(x_node), ct, out,
+                                 winograd.forward_pads(node, x.shape[1:3]))
+        return
     method = conv_method(k[0] * k[1] * ci, node.op, out.dtype.name, ct.shape[3])
     if method == "direct":
         _call_summed(b, conv_filter_direct_kernel, out, b.contiguous(x_node), ct, p,
@@ -496,6 +530,10 @@ def build_conv2d_input(b, node: Node) -> None:
     oh, ow, p = _conv_params(node.attrs["input_shape"][:2], k, node.attrs)
     out = b.out(node)
     ct = b.contiguous(ct_node)
+    if winograd.usable(node.attrs, w.shape, out.dtype):
+        pt, pl = winograd.forward_pads(node, out.shape[1:3])
+        winograd.convolve(b, ct, id(ct_node), w, out, (2 - pt, 2 - pl), flipped=True)
+        return
     if conv_method(k[0] * k[1] * w.shape[2], node.op, out.dtype.name, ct.shape[3]) == "direct":
         _call(b, conv_input_direct_kernel, out, ct, w, p)
         return

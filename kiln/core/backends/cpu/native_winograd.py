@@ -1,0 +1,188 @@
+"""Native (LLVM IR) tile transforms of the Winograd convolutions of ``winograd.py``
+(docs/architecture.md, "Winograd convolutions").
+
+One generator, :func:`transform_ir`, writes the three transforms of F(m x m, 3 x 3): each
+reads an ``s x s`` grid of channel rows of one tile, applies an integer matrix ``L`` on both
+sides (``dst = L src L^T``) and writes a ``d x d`` grid of channel rows:
+
+* ``"input"``: an ``alpha x alpha`` window of the image (rows ``ty * m - pt + a``), ``L =
+  B^T``, into the tile buffer;
+* ``"output"``: the tile buffer's ``alpha x alpha`` products, ``L = A^T``, into the ``m x m``
+  output pixels of the tile;
+* ``"gradient"``: the ``m x m`` cotangent pixels of the tile, ``L = A``, into the tile buffer
+  (the kernel gradient's right-hand factor).
+
+The tile buffer holds ``alpha * alpha`` blocks of ``S`` floats (``S`` a parameter, past the
+``tiles * channels`` it needs: see ``winograd.block_stride``), block ``xi`` holding tile
+``t``'s channel row at ``xi * S + t * C``. Image pixels outside the image read a row of zeros
+(the argument ``zeros``, at least C floats) and are written to a scratch row (``sink``): the
+channel loop has no branch. It runs eight lanes at a time as ``<8 x float>`` vectors, the
+rest one at a time. The arrays come flat; the parameter array holds every array's shape (in
+argument order), then ``[TH, TW, pt, pl, S]``, then the range ``n0 <= n < n1`` of images
+that ``conv.native_split`` splits over threads.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from kiln.core.backends.cpu.codegen import CodegenError
+from kiln.core.backends.cpu.llvm_loop import Func
+from kiln.core.backends.cpu.native_conv import _div, _Kernel
+
+LANES = 8
+
+# F(m x m, 3 x 3): the input (B^T), output (A^T) and kernel (G) transforms (Lavin and Gray,
+# "Fast Algorithms for Convolutional Neural Networks", 2016; interpolation points 0, +-1,
+# +-2 and infinity for m = 4).
+_F2 = {
+    "BT": [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+    "AT": [[1, 1, 1, 0], [0, 1, -1, -1]],
+    "G": [[1, 0, 0], [Fraction(1, 2)] * 3, [Fraction(1, 2), Fraction(-1, 2), Fraction(1, 2)],
+          [0, 0, 1]],
+}
+_F4 = {
+    "BT": [[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+           [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
+    "AT": [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+           [0, 1, -1, 8, -8, 1]],
+    "G": [[Fraction(1, 4), 0, 0], [Fraction(-1, 6)] * 3,
+          [Fraction(-1, 6), Fraction(1, 6), Fraction(-1, 6)],
+          [Fraction(1, 24), Fraction(1, 12), Fraction(1, 6)],
+          [Fraction(1, 24), Fraction(-1, 12), Fraction(1, 6)], [0, 0, 1]],
+}
+MATRICES = {2: _F2, 4: _F4}
+
+
+def matrix(m: int, name: str) -> list[list]:
+    """``BT``, ``AT`` or ``G`` of F(m x m, 3 x 3)."""
+    return MATRICES[m][name]
+
+
+def _left(m: int, kind: str) -> list[list[int]]:
+    if kind == "input":
+        return matrix(m, "BT")
+    at = matrix(m, "AT")
+    if kind == "output":
+        return at
+    return [list(col) for col in zip(*at)]  # "gradient": A
+
+
+def _apply(f: Func, ty: str, rows: list[list[int]], vals: list[str]) -> list[str]:
+    """``rows @ vals`` for a small integer matrix: +-1 as adds, other entries multiplied."""
+    out = []
+    for row in rows:
+        acc = None
+        for coef, v in zip(row, vals):
+            if coef == 0:
+                continue
+            term, sign = v, 1 if coef > 0 else -1
+            if abs(coef) != 1:
+                term = f.tmp()
+                f.emit(f"{term} = fmul {ty} {v}, {_const(ty, float(abs(coef)))}")
+            if acc is None:
+                if sign > 0:
+                    acc = term
+                else:
+                    acc = f.tmp()
+                    f.emit(f"{acc} = fneg {ty} {term}")
+                continue
+            nxt = f.tmp()
+            f.emit(f"{nxt} = {'fadd' if sign > 0 else 'fsub'} {ty} {acc}, {term}")
+            acc = nxt
+        if acc is None:
+            raise CodegenError("winograd: a zero row in a transform")
+        out.append(acc)
+    return out
+
+
+def _const(ty: str, value: float) -> str:
+    lit = f"float {value!r}"
+    if ty == "float":
+        return repr(value)
+    return "<" + ", ".join([lit] * LANES) + ">"
+
+
+def _body(f: Func, ty: str, left: list[list[int]], src: list[list[str]],
+          dst: list[list[str]], c: str) -> None:
+    """Loads ``src[a][b][c]`` (``ty`` lanes), ``dst = left src left^T``, stores at ``c``."""
+    size = len(src)
+    vals = []
+    for row in src:
+        for ptr in row:
+            g, v = f.tmp(), f.tmp()
+            f.emit(f"{g} = getelementptr inbounds float, ptr {ptr}, i64 {c}")
+            f.emit(f"{v} = load {ty}, ptr {g}, align 4")
+            vals.append(v)
+    # t = left @ src (over a), for each column b; then dst[i][j] = t[i] @ left[j]
+    cols = [_apply(f, ty, left, [vals[a * size + b] for a in range(size)]) for b in range(size)]
+    for i, drow in enumerate(dst):
+        outs = _apply(f, ty, left, [cols[b][i] for b in range(size)])
+        for ptr, v in zip(drow, outs):
+            g = f.tmp()
+            f.emit(f"{g} = getelementptr inbounds float, ptr {ptr}, i64 {c}")
+            f.emit(f"store {ty} {v}, ptr {g}, align 4")
+
+
+def transform_ir(symbol: str, dtype: str, m: int, kind: str) -> str:
+    """The ``kind`` transform of F(m x m, 3 x 3) (see the module docstring). Arguments:
+    ``"input"``: ``(tiles, x (N, H, W, C), zeros)``; ``"output"``: ``(out (N, H, W, C), tiles,
+    sink)``; ``"gradient"``: ``(tiles, ct (N, H, W, C), zeros)``; ``p = [TH, TW, pt, pl, S]``."""
+    if dtype != "float32":
+        raise CodegenError(f"native winograd: {dtype} not generated")
+    alpha = m + 2
+    left = _left(m, kind)
+    image_first = kind == "output"
+    k = _Kernel((4, 1, 1) if image_first else (1, 4, 1), 5)
+    f = k.f
+    _, h, w, c = k.dims[0] if image_first else k.dims[1]
+    th, tw, pt, pl, stride = k.p
+    img, buf, extra = ("%a0", "%a1", "%a2") if image_first else ("%a1", "%a0", "%a2")
+    n, ln = f.begin(k.n1, k.n0)
+    ty_, lty = f.begin(th)
+    tx_, ltx = f.begin(tw)
+    tile = f.add(f.mul(f.add(f.mul(n, th), ty_), tw), tx_)
+    tile_row = f.mul(tile, c)
+    img_size = m if kind != "input" else alpha
+    r0 = k.sub(f.mul(ty_, str(m)), pt)
+    s0 = k.sub(f.mul(tx_, str(m)), pl)
+    pixels = []
+    for a in range(img_size):
+        r = f.add(r0, str(a))
+        row = []
+        for b in range(img_size):
+            s = f.add(s0, str(b))
+            ok = f.scalar("r >= 0 and r < h and s >= 0 and s < w", {
+                "r": _i64(r), "h": _i64(h), "s": _i64(s), "w": _i64(w)})
+            at = f.mul(f.add(f.mul(f.add(f.mul(n, h), r), w), s), c)
+            g, p = f.tmp(), f.tmp()
+            f.emit(f"{g} = getelementptr float, ptr {img}, i64 {at}")
+            f.emit(f"{p} = select i1 {f.expr.truth(ok).ref}, ptr {g}, ptr {extra}")
+            row.append(p)
+        pixels.append(row)
+    blocks = []
+    for a in range(alpha):
+        row = []
+        for b in range(alpha):
+            at = f.add(f.mul(str(a * alpha + b), stride), tile_row)
+            g = f.tmp()
+            f.emit(f"{g} = getelementptr inbounds float, ptr {buf}, i64 {at}")
+            row.append(g)
+        blocks.append(row)
+    src, dst = (blocks, pixels) if image_first else (pixels, blocks)
+    vec = f"<{LANES} x float>"
+    groups = _div(f, c, str(LANES))
+    q, lq = f.begin(groups)
+    _body(f, vec, left, src, dst, f.mul(q, str(LANES)))
+    f.end(q, lq)
+    e, le = f.begin(c, f.mul(groups, str(LANES)))
+    _body(f, "float", left, src, dst, e)
+    f.end(e, le)
+    k.close([(n, ln), (ty_, lty), (tx_, ltx)])
+    return f.function(symbol, ["a0", "a1", "a2", "p"])
+
+
+def _i64(v: str):
+    from kiln.core.backends.cpu.llvm_expr import Val
+
+    return Val(v, "i64")

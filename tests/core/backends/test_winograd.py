@@ -1,0 +1,149 @@
+"""Winograd convolutions (kiln/core/backends/cpu/winograd.py, native_winograd.py) against the
+float64 reference: both tile sizes, odd image sizes (partial tiles), channel counts that leave
+a tail of the 8-lane loop, both paddings, the three convolution ops."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.core.backends.cpu import native, native_winograd, winograd
+from kiln.core.ops import all_ops
+from kiln.core.ops.registry import apply
+
+OPS = all_ops()
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="needs the native path")
+
+
+def _labels(f) -> list[str]:
+    plan = next(iter(f.program._plans.values()))
+    return [getattr(s, "label", "") for s in plan.steps]
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_transform_matrices_compute_a_correlation(m):
+    """A^T [(G g G^T) * (B^T d B)] A is the valid 3x3 correlation of one alpha x alpha tile,
+    in exact rational arithmetic."""
+    bt, at, g = (np.array(native_winograd.matrix(m, k), dtype=object) for k in ("BT", "AT", "G"))
+    rng = np.random.default_rng(m)
+    d = np.array([[Fraction(int(v)) for v in row] for row in rng.integers(-9, 9, (m + 2, m + 2))])
+    k = np.array([[Fraction(int(v)) for v in row] for row in rng.integers(-9, 9, (3, 3))])
+    y = at.dot((g.dot(k).dot(g.T)) * (bt.dot(d).dot(bt.T))).dot(at.T)
+    want = [[sum(d[i + a, j + b] * k[a, b] for a in range(3) for b in range(3))
+             for j in range(m)] for i in range(m)]
+    assert (y == np.array(want, dtype=object)).all()
+
+
+CASES = [  # (x shape, Cout, padding)
+    ((2, 7, 9, 16), 16, "same"),      # odd sizes: partial tiles on both axes
+    ((3, 8, 8, 19), 21, "valid"),     # 19 / 21 channels: the one-lane tail
+    ((1, 5, 6, 24), 40, "same"),
+    ((2, 4, 3, 16), 17, "valid"),     # output 2 x 1: one partial tile
+]
+
+
+def _attrs(padding):
+    return {"strides": (1, 1), "padding": padding, "dilation": (1, 1)}
+
+
+def _close(got, want):
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * scale * 3)
+
+
+@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("shape, co, padding", CASES)
+def test_winograd_convolutions_match_the_reference(m, shape, co, padding, monkeypatch):
+    monkeypatch.setenv("KILN_WINOGRAD", str(m))
+    rng = np.random.default_rng(sum(shape) + co)
+    attrs = _attrs(padding)
+    kernel = (3, 3, shape[3], co)
+    xv = rng.normal(size=shape).astype("float32")
+    wv = rng.normal(size=kernel).astype("float32")
+    ct_shape = OPS["conv2d"].ref(xv, wv, **attrs).shape
+    ctv = rng.normal(size=ct_shape).astype("float32")
+    x = kiln.placeholder((None,) + shape[1:])
+    w = kiln.placeholder(kernel)
+    ct = kiln.placeholder((None,) + ct_shape[1:])
+    x64, w64, ct64 = (v.astype("float64") for v in (xv, wv, ctv))
+    runs = [
+        ("conv2d", [x, w], (xv, wv), apply("conv2d", x, w, **attrs),
+         OPS["conv2d"].ref(x64, w64, **attrs)),
+        ("conv2d_backprop_input", [ct, w], (ctv, wv),
+         apply("conv2d_backprop_input", ct, w, input_shape=shape[1:], **attrs),
+         OPS["conv2d_backprop_input"].ref(ct64, w64, input_shape=shape[1:], **attrs)),
+        ("conv2d_backprop_filter", [x, ct], (xv, ctv),
+         apply("conv2d_backprop_filter", x, ct, kernel_size=(3, 3), **attrs),
+         OPS["conv2d_backprop_filter"].ref(x64, ct64, kernel_size=(3, 3), **attrs)),
+    ]
+    for name, ins, vals, node, want in runs:
+        f = kiln.function(ins, node, backend="cpu", optimize=False)
+        _close(f(*vals), want)
+        assert any("winograd" in lab for lab in _labels(f)), name
+        _close(f(*(v * 2 for v in vals)), want * 4)  # buffers refreshed on every call
+
+
+ATTRS = {"strides": (1, 1), "padding": "same", "dilation": (1, 1)}
+
+
+@pytest.mark.parametrize("attrs, shape, dtype, env, want", [
+    (ATTRS, (3, 3, 16, 16), np.float32, "4", True),
+    (ATTRS, (3, 3, 16, 16), np.float32, "2", True),
+    (ATTRS, (3, 3, 16, 16), np.float32, "0", False),            # turned off
+    (ATTRS, (3, 3, 16, 16), np.float64, "4", False),            # float32 only
+    (ATTRS, (3, 3, 15, 16), np.float32, "4", False),            # too few input channels
+    (ATTRS, (3, 3, 16, 8), np.float32, "4", False),             # too few output channels
+    (ATTRS, (5, 5, 16, 16), np.float32, "4", False),            # 3x3 only
+    ({**ATTRS, "strides": (2, 2)}, (3, 3, 16, 16), np.float32, "4", False),
+    ({**ATTRS, "dilation": (1, 2)}, (3, 3, 16, 16), np.float32, "4", False),
+    ({**ATTRS, "groups": 2}, (3, 3, 16, 16), np.float32, "4", False),
+])
+def test_usable_only_where_the_transform_applies(attrs, shape, dtype, env, want, monkeypatch):
+    monkeypatch.setenv("KILN_WINOGRAD", env)
+    assert winograd.usable(attrs, shape, np.dtype(dtype)) is want
+
+
+def test_interpreted_kernels_never_use_winograd(monkeypatch):
+    monkeypatch.setenv("KILN_JIT", "0")
+    assert not winograd.usable(ATTRS, (3, 3, 16, 16), np.dtype(np.float32))
+
+
+def test_bad_setting_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("KILN_WINOGRAD", "3")
+    with pytest.raises(ValueError, match="KILN_WINOGRAD must be 0, 2 or 4, got '3'"):
+        winograd.tile_size()
+
+
+@pytest.mark.parametrize("tiles, channels", [(4096, 64), (16384, 32), (7, 19), (1, 16)])
+def test_block_stride_spreads_the_blocks_over_cache_sets(tiles, channels):
+    s = winograd.block_stride(tiles, channels)
+    assert s >= tiles * channels
+    lines = {(xi * s * 4 % 4096) // 64 for xi in range(36)}
+    assert len(lines) == 36  # the 36 blocks of F(4x4, 3x3): one tile's rows in distinct sets
+
+
+def test_a_training_step_with_winograd_matches_im2col(monkeypatch):
+    """A Conv2D model's loss and gradients with F(4x4, 3x3) against the im2col path."""
+    rng = np.random.default_rng(7)
+    xv = rng.normal(size=(4, 10, 9, 16)).astype("float32")
+    results, built = [], []
+    convolve = winograd.convolve
+    monkeypatch.setattr(winograd, "convolve", lambda *a, **k: built.append(1) or convolve(*a, **k))
+    for env in ("4", "0"):
+        monkeypatch.setenv("KILN_WINOGRAD", env)
+        built.clear()
+        kiln.utils.set_random_seed(1)
+        model = kiln.Sequential([kiln.Input((10, 9, 16)),
+                                 kiln.layers.Conv2D(24, 3, padding="same", activation="relu"),
+                                 kiln.layers.Conv2D(16, 3), kiln.layers.GlobalAveragePooling2D(),
+                                 kiln.layers.Dense(3)])
+        model.compile(optimizer="sgd", loss="mse")
+        model.fit(xv, np.ones((4, 3), "float32"), epochs=2, batch_size=4, verbose=0)
+        results.append([w.numpy() for w in model.weights])
+        assert bool(built) == (env == "4")
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
