@@ -38,11 +38,13 @@ def test_transform_matrices_compute_a_correlation(m):
     assert (y == np.array(want, dtype=object)).all()
 
 
-CASES = [  # (x shape, Cout, padding)
-    ((2, 7, 9, 16), 16, "same"),      # odd sizes: partial tiles on both axes
-    ((3, 8, 8, 19), 21, "valid"),     # 19 / 21 channels: the one-lane tail
-    ((1, 5, 6, 24), 40, "same"),
-    ((2, 4, 3, 16), 17, "valid"),     # output 2 x 1: one partial tile
+CASES = [  # (x shape, kernel rows, Cout, padding)
+    ((2, 7, 9, 16), 3, 16, "same"),      # odd sizes: partial tiles on both axes
+    ((3, 8, 8, 19), 3, 21, "valid"),     # 19 / 21 channels: the one-lane tail
+    ((1, 5, 6, 24), 3, 40, "same"),
+    ((2, 4, 3, 16), 3, 17, "valid"),     # output 2 x 1: one partial tile
+    ((2, 1, 11, 16), 1, 18, "same"),     # a 1x3 kernel (Conv1D): one-row tiles
+    ((3, 2, 9, 17), 1, 16, "valid"),     # two rows, 7 outputs: a partial tile
 ]
 
 
@@ -56,12 +58,12 @@ def _close(got, want):
 
 
 @pytest.mark.parametrize("m", [2, 4])
-@pytest.mark.parametrize("shape, co, padding", CASES)
-def test_winograd_convolutions_match_the_reference(m, shape, co, padding, monkeypatch):
+@pytest.mark.parametrize("shape, kh, co, padding", CASES)
+def test_winograd_convolutions_match_the_reference(m, shape, kh, co, padding, monkeypatch):
     monkeypatch.setenv("KILN_WINOGRAD", str(m))
     rng = np.random.default_rng(sum(shape) + co)
     attrs = _attrs(padding)
-    kernel = (3, 3, shape[3], co)
+    kernel = (kh, 3, shape[3], co)
     xv = rng.normal(size=shape).astype("float32")
     wv = rng.normal(size=kernel).astype("float32")
     ct_shape = OPS["conv2d"].ref(xv, wv, **attrs).shape
@@ -77,8 +79,8 @@ def test_winograd_convolutions_match_the_reference(m, shape, co, padding, monkey
          apply("conv2d_backprop_input", ct, w, input_shape=shape[1:], **attrs),
          OPS["conv2d_backprop_input"].ref(ct64, w64, input_shape=shape[1:], **attrs)),
         ("conv2d_backprop_filter", [x, ct], (xv, ctv),
-         apply("conv2d_backprop_filter", x, ct, kernel_size=(3, 3), **attrs),
-         OPS["conv2d_backprop_filter"].ref(x64, ct64, kernel_size=(3, 3), **attrs)),
+         apply("conv2d_backprop_filter", x, ct, kernel_size=(kh, 3), **attrs),
+         OPS["conv2d_backprop_filter"].ref(x64, ct64, kernel_size=(kh, 3), **attrs)),
     ]
     for name, ins, vals, node, want in runs:
         f = kiln.function(ins, node, backend="cpu", optimize=False)
@@ -97,7 +99,9 @@ ATTRS = {"strides": (1, 1), "padding": "same", "dilation": (1, 1)}
     (ATTRS, (3, 3, 16, 16), np.float64, "4", False),            # float32 only
     (ATTRS, (3, 3, 15, 16), np.float32, "4", False),            # too few input channels
     (ATTRS, (3, 3, 16, 8), np.float32, "4", False),             # too few output channels
-    (ATTRS, (5, 5, 16, 16), np.float32, "4", False),            # 3x3 only
+    (ATTRS, (1, 3, 16, 16), np.float32, "4", True),             # Conv1D's 1x3
+    (ATTRS, (5, 5, 16, 16), np.float32, "4", False),            # 3x3 and 1x3 only
+    (ATTRS, (3, 1, 16, 16), np.float32, "4", False),
     ({**ATTRS, "strides": (2, 2)}, (3, 3, 16, 16), np.float32, "4", False),
     ({**ATTRS, "dilation": (1, 2)}, (3, 3, 16, 16), np.float32, "4", False),
     ({**ATTRS, "groups": 2}, (3, 3, 16, 16), np.float32, "4", False),
@@ -126,8 +130,24 @@ def test_block_stride_spreads_the_blocks_over_cache_sets(tiles, channels):
     assert len(lines) == 36  # the 36 blocks of F(4x4, 3x3): one tile's rows in distinct sets
 
 
-def test_a_training_step_with_winograd_matches_im2col(monkeypatch):
-    """A Conv2D model's loss and gradients with F(4x4, 3x3) against the im2col path."""
+def _model2d():
+    return [kiln.Input((10, 9, 16)),
+            kiln.layers.Conv2D(24, 3, padding="same", activation="relu"),
+            kiln.layers.Conv2D(16, 3), kiln.layers.GlobalAveragePooling2D(),
+            kiln.layers.Dense(3)]
+
+
+def _model1d():
+    return [kiln.Input((10, 9, 16)), kiln.layers.Reshape((90, 16)),
+            kiln.layers.Conv1D(24, 3, padding="same", activation="relu"),
+            kiln.layers.Conv1D(16, 3, padding="causal"), kiln.layers.GlobalAveragePooling1D(),
+            kiln.layers.Dense(3)]
+
+
+@pytest.mark.parametrize("layers", [_model2d, _model1d])
+def test_a_training_step_with_winograd_matches_im2col(layers, monkeypatch):
+    """A Conv2D / Conv1D model's weights after two steps with F(4x4, 3x3) / F(1x4, 1x3)
+    against the im2col path."""
     rng = np.random.default_rng(7)
     xv = rng.normal(size=(4, 10, 9, 16)).astype("float32")
     results, built = [], []
@@ -137,10 +157,7 @@ def test_a_training_step_with_winograd_matches_im2col(monkeypatch):
         monkeypatch.setenv("KILN_WINOGRAD", env)
         built.clear()
         kiln.utils.set_random_seed(1)
-        model = kiln.Sequential([kiln.Input((10, 9, 16)),
-                                 kiln.layers.Conv2D(24, 3, padding="same", activation="relu"),
-                                 kiln.layers.Conv2D(16, 3), kiln.layers.GlobalAveragePooling2D(),
-                                 kiln.layers.Dense(3)])
+        model = kiln.Sequential(layers())
         model.compile(optimizer="sgd", loss="mse")
         model.fit(xv, np.ones((4, 3), "float32"), epochs=2, batch_size=4, verbose=0)
         results.append([w.numpy() for w in model.weights])

@@ -1,7 +1,8 @@
 """Native (LLVM IR) tile transforms of the Winograd convolutions of ``winograd.py``
 (docs/architecture.md, "Winograd convolutions").
 
-One generator, :func:`transform_ir`, writes the three transforms of F(m x m, 3 x 3): each
+One generator, :func:`transform_ir`, writes the three transforms of F(m x m, 3 x 3) (and of
+F(1 x m, 1 x 3), whose tiles are one row: the row matrices below become ``[[1]]``): each
 reads an ``s x s`` grid of channel rows of one tile, applies an integer matrix ``L`` on both
 sides (``dst = L src L^T``) and writes a ``d x d`` grid of channel rows:
 
@@ -103,10 +104,11 @@ def _const(ty: str, value: float) -> str:
     return "<" + ", ".join([lit] * LANES) + ">"
 
 
-def _body(f: Func, ty: str, left: list[list[int]], src: list[list[str]],
-          dst: list[list[str]], c: str) -> None:
-    """Loads ``src[a][b][c]`` (``ty`` lanes), ``dst = left src left^T``, stores at ``c``."""
-    size = len(src)
+def _body(f: Func, ty: str, mats: tuple, src: list[list[str]], dst: list[list[str]],
+          c: str) -> None:
+    """Loads ``src[a][b][c]`` (``ty`` lanes), ``dst = rows src cols^T`` (``mats = (rows,
+    cols)``), stores at ``c``."""
+    rows, cols = mats
     vals = []
     for row in src:
         for ptr in row:
@@ -114,24 +116,30 @@ def _body(f: Func, ty: str, left: list[list[int]], src: list[list[str]],
             f.emit(f"{g} = getelementptr inbounds float, ptr {ptr}, i64 {c}")
             f.emit(f"{v} = load {ty}, ptr {g}, align 4")
             vals.append(v)
-    # t = left @ src (over a), for each column b; then dst[i][j] = t[i] @ left[j]
-    cols = [_apply(f, ty, left, [vals[a * size + b] for a in range(size)]) for b in range(size)]
+    width = len(src[0])
+    # t = rows @ src (over a), for each column b; then dst[i][j] = t[i] @ cols[j]
+    t = [_apply(f, ty, rows, [vals[a * width + b] for a in range(len(src))])
+         for b in range(width)]
     for i, drow in enumerate(dst):
-        outs = _apply(f, ty, left, [cols[b][i] for b in range(size)])
+        outs = _apply(f, ty, cols, [t[b][i] for b in range(width)])
         for ptr, v in zip(drow, outs):
             g = f.tmp()
             f.emit(f"{g} = getelementptr inbounds float, ptr {ptr}, i64 {c}")
             f.emit(f"store {ty} {v}, ptr {g}, align 4")
 
 
-def transform_ir(symbol: str, dtype: str, m: int, kind: str) -> str:
-    """The ``kind`` transform of F(m x m, 3 x 3) (see the module docstring). Arguments:
-    ``"input"``: ``(tiles, x (N, H, W, C), zeros)``; ``"output"``: ``(out (N, H, W, C), tiles,
-    sink)``; ``"gradient"``: ``(tiles, ct (N, H, W, C), zeros)``; ``p = [TH, TW, pt, pl, S]``."""
+def transform_ir(symbol: str, dtype: str, m: int, kind: str, rows: int = 3) -> str:
+    """The ``kind`` transform of F(m x m, 3 x 3), or with ``rows = 1`` of F(1 x m, 1 x 3) (a
+    1x3 kernel: tiles of one row, the row transform the identity); see the module docstring.
+    Arguments: ``"input"``: ``(tiles, x (N, H, W, C), zeros)``; ``"output"``: ``(out (N, H,
+    W, C), tiles, sink)``; ``"gradient"``: ``(tiles, ct (N, H, W, C), zeros)``; ``p = [TH,
+    TW, pt, pl, S]``."""
     if dtype != "float32":
         raise CodegenError(f"native winograd: {dtype} not generated")
-    alpha = m + 2
-    left = _left(m, kind)
+    cols = _left(m, kind)
+    mats = (cols if rows == 3 else [[1]], cols)
+    alpha, alpha_h = m + 2, (m + 2 if rows == 3 else 1)
+    m_h = m if rows == 3 else 1
     image_first = kind == "output"
     k = _Kernel((4, 1, 1) if image_first else (1, 4, 1), 5)
     f = k.f
@@ -143,14 +151,14 @@ def transform_ir(symbol: str, dtype: str, m: int, kind: str) -> str:
     tx_, ltx = f.begin(tw)
     tile = f.add(f.mul(f.add(f.mul(n, th), ty_), tw), tx_)
     tile_row = f.mul(tile, c)
-    img_size = m if kind != "input" else alpha
-    r0 = k.sub(f.mul(ty_, str(m)), pt)
+    img_h, img_w = (alpha_h, alpha) if kind == "input" else (m_h, m)
+    r0 = k.sub(f.mul(ty_, str(m_h)), pt)
     s0 = k.sub(f.mul(tx_, str(m)), pl)
     pixels = []
-    for a in range(img_size):
+    for a in range(img_h):
         r = f.add(r0, str(a))
         row = []
-        for b in range(img_size):
+        for b in range(img_w):
             s = f.add(s0, str(b))
             ok = f.scalar("r >= 0 and r < h and s >= 0 and s < w", {
                 "r": _i64(r), "h": _i64(h), "s": _i64(s), "w": _i64(w)})
@@ -161,7 +169,7 @@ def transform_ir(symbol: str, dtype: str, m: int, kind: str) -> str:
             row.append(p)
         pixels.append(row)
     blocks = []
-    for a in range(alpha):
+    for a in range(alpha_h):
         row = []
         for b in range(alpha):
             at = f.add(f.mul(str(a * alpha + b), stride), tile_row)
@@ -173,10 +181,10 @@ def transform_ir(symbol: str, dtype: str, m: int, kind: str) -> str:
     vec = f"<{LANES} x float>"
     groups = _div(f, c, str(LANES))
     q, lq = f.begin(groups)
-    _body(f, vec, left, src, dst, f.mul(q, str(LANES)))
+    _body(f, vec, mats, src, dst, f.mul(q, str(LANES)))
     f.end(q, lq)
     e, le = f.begin(c, f.mul(groups, str(LANES)))
-    _body(f, "float", left, src, dst, e)
+    _body(f, "float", mats, src, dst, e)
     f.end(e, le)
     k.close([(n, ln), (ty_, lty), (tx_, ltx)])
     return f.function(symbol, ["a0", "a1", "a2", "p"])
