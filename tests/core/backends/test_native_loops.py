@@ -281,8 +281,10 @@ def test_softmax_rows_with_extreme_values_give_numbas_bits(cache):
         np.testing.assert_array_equal(g, w)
 
 
-def test_a_small_convnet_step_runs_the_native_twins_with_numbas_bits(cache):
-    # conv (direct and im2col + GEMM) -> tiled max pooling, forward and gradients
+def test_a_small_convnet_step_runs_the_native_twins_with_numbas_bits(cache, monkeypatch):
+    # conv (direct and im2col + GEMM) -> tiled max pooling, forward and gradients; Winograd
+    # (native only, tests/core/backends/test_winograd.py) off so both run the twins
+    monkeypatch.setenv("KILN_WINOGRAD", "0")
     rng = np.random.default_rng(7)
     x = rng.normal(size=(4, 12, 12, 1)).astype(np.float32)
     k1 = rng.normal(size=(3, 3, 1, 8)).astype(np.float32)

@@ -24,27 +24,35 @@ def _labels(f) -> list[str]:
     return [getattr(s, "label", "") for s in plan.steps]
 
 
-@pytest.mark.parametrize("m", [2, 4])
-def test_transform_matrices_compute_a_correlation(m):
-    """A^T [(G g G^T) * (B^T d B)] A is the valid 3x3 correlation of one alpha x alpha tile,
+@pytest.mark.parametrize("m, r", [(2, 3), (4, 3), (3, 2)])
+def test_transform_matrices_compute_a_correlation(m, r):
+    """A^T [(G g G^T) * (B^T d B)] A is the valid r x r correlation of one alpha x alpha tile,
     in exact rational arithmetic."""
-    bt, at, g = (np.array(native_winograd.matrix(m, k), dtype=object) for k in ("BT", "AT", "G"))
+    bt, at, g = (np.array(native_winograd.matrix(m, k, r), dtype=object)
+                 for k in ("BT", "AT", "G"))
     rng = np.random.default_rng(m)
-    d = np.array([[Fraction(int(v)) for v in row] for row in rng.integers(-9, 9, (m + 2, m + 2))])
-    k = np.array([[Fraction(int(v)) for v in row] for row in rng.integers(-9, 9, (3, 3))])
+    alpha = m + r - 1
+    d = np.array([[Fraction(int(v)) for v in row] for row in rng.integers(-9, 9, (alpha, alpha))])
+    k = np.array([[Fraction(int(v)) for v in row] for row in rng.integers(-9, 9, (r, r))])
     y = at.dot((g.dot(k).dot(g.T)) * (bt.dot(d).dot(bt.T))).dot(at.T)
-    want = [[sum(d[i + a, j + b] * k[a, b] for a in range(3) for b in range(3))
+    want = [[sum(d[i + a, j + b] * k[a, b] for a in range(r) for b in range(r))
              for j in range(m)] for i in range(m)]
     assert (y == np.array(want, dtype=object)).all()
 
 
-CASES = [  # (x shape, kernel rows, Cout, padding)
-    ((2, 7, 9, 16), 3, 16, "same"),      # odd sizes: partial tiles on both axes
-    ((3, 8, 8, 19), 3, 21, "valid"),     # 19 / 21 channels: the one-lane tail
-    ((1, 5, 6, 24), 3, 40, "same"),
-    ((2, 4, 3, 16), 3, 17, "valid"),     # output 2 x 1: one partial tile
-    ((2, 1, 11, 16), 1, 18, "same"),     # a 1x3 kernel (Conv1D): one-row tiles
-    ((3, 2, 9, 17), 1, 16, "valid"),     # two rows, 7 outputs: a partial tile
+CASES = [  # (x shape, kernel, Cout, padding, stride)
+    ((2, 7, 9, 16), (3, 3), 16, "same", 1),      # odd sizes: partial tiles on both axes
+    ((3, 8, 8, 19), (3, 3), 21, "valid", 1),     # 19 / 21 channels: the one-lane tail
+    ((1, 5, 6, 24), (3, 3), 40, "same", 1),
+    ((2, 4, 3, 16), (3, 3), 17, "valid", 1),     # output 2 x 1: one partial tile
+    ((2, 1, 11, 16), (1, 3), 18, "same", 1),     # a 1x3 kernel (Conv1D): one-row tiles
+    ((3, 2, 9, 17), (1, 3), 16, "valid", 1),     # two rows, 7 outputs: a partial tile
+    ((2, 14, 14, 16), (4, 4), 16, "same", 2),    # stride 2, 4x4: four 2x2 phases
+    ((2, 9, 11, 19), (4, 4), 17, "same", 2),     # odd sizes, channel tails
+    ((3, 10, 9, 16), (4, 4), 24, "valid", 2),
+    ((1, 7, 8, 16), (4, 4), 16, "same", 2),
+    ((2, 9, 8, 16), (3, 3), 1, "same", 1),       # one output channel: forward, kernel grad
+    ((2, 6, 7, 3), (3, 3), 8, "same", 1),        # 3 -> 8: the input gradient only
 ]
 
 
@@ -58,12 +66,14 @@ def _close(got, want):
 
 
 @pytest.mark.parametrize("m", [2, 4])
-@pytest.mark.parametrize("shape, kh, co, padding", CASES)
-def test_winograd_convolutions_match_the_reference(m, shape, kh, co, padding, monkeypatch):
+@pytest.mark.parametrize("shape, k, co, padding, stride", CASES)
+def test_winograd_convolutions_match_the_reference(m, shape, k, co, padding, stride,
+                                                  monkeypatch):
     monkeypatch.setenv("KILN_WINOGRAD", str(m))
+    kh, kw = k
     rng = np.random.default_rng(sum(shape) + co)
-    attrs = _attrs(padding)
-    kernel = (kh, 3, shape[3], co)
+    attrs = {**_attrs(padding), "strides": (stride, stride)}
+    kernel = (kh, kw, shape[3], co)
     xv = rng.normal(size=shape).astype("float32")
     wv = rng.normal(size=kernel).astype("float32")
     ct_shape = OPS["conv2d"].ref(xv, wv, **attrs).shape
@@ -79,36 +89,51 @@ def test_winograd_convolutions_match_the_reference(m, shape, kh, co, padding, mo
          apply("conv2d_backprop_input", ct, w, input_shape=shape[1:], **attrs),
          OPS["conv2d_backprop_input"].ref(ct64, w64, input_shape=shape[1:], **attrs)),
         ("conv2d_backprop_filter", [x, ct], (xv, ctv),
-         apply("conv2d_backprop_filter", x, ct, kernel_size=(kh, 3), **attrs),
-         OPS["conv2d_backprop_filter"].ref(x64, ct64, kernel_size=(kh, 3), **attrs)),
+         apply("conv2d_backprop_filter", x, ct, kernel_size=(kh, kw), **attrs),
+         OPS["conv2d_backprop_filter"].ref(x64, ct64, kernel_size=(kh, kw), **attrs)),
     ]
     for name, ins, vals, node, want in runs:
         f = kiln.function(ins, node, backend="cpu", optimize=False)
         _close(f(*vals), want)
-        assert any("winograd" in lab for lab in _labels(f)), name
+        used = winograd.usable(attrs, kernel, np.dtype("float32"), name)
+        assert any("winograd" in lab for lab in _labels(f)) == bool(used), name
         _close(f(*(v * 2 for v in vals)), want * 4)  # buffers refreshed on every call
 
 
 ATTRS = {"strides": (1, 1), "padding": "same", "dilation": (1, 1)}
 
 
+S2 = {**ATTRS, "strides": (2, 2)}
+
+
 @pytest.mark.parametrize("attrs, shape, dtype, env, want", [
-    (ATTRS, (3, 3, 16, 16), np.float32, "4", True),
-    (ATTRS, (3, 3, 16, 16), np.float32, "2", True),
-    (ATTRS, (3, 3, 16, 16), np.float32, "0", False),            # turned off
-    (ATTRS, (3, 3, 16, 16), np.float64, "4", False),            # float32 only
-    (ATTRS, (3, 3, 15, 16), np.float32, "4", False),            # too few input channels
-    (ATTRS, (3, 3, 16, 8), np.float32, "4", False),             # too few output channels
-    (ATTRS, (1, 3, 16, 16), np.float32, "4", True),             # Conv1D's 1x3
-    (ATTRS, (5, 5, 16, 16), np.float32, "4", False),            # 3x3 and 1x3 only
-    (ATTRS, (3, 1, 16, 16), np.float32, "4", False),
-    ({**ATTRS, "strides": (2, 2)}, (3, 3, 16, 16), np.float32, "4", False),
-    ({**ATTRS, "dilation": (1, 2)}, (3, 3, 16, 16), np.float32, "4", False),
-    ({**ATTRS, "groups": 2}, (3, 3, 16, 16), np.float32, "4", False),
+    (ATTRS, (3, 3, 16, 16), np.float32, "4", 1),
+    (ATTRS, (3, 3, 16, 16), np.float32, "2", 1),
+    (ATTRS, (3, 3, 16, 16), np.float32, "0", 0),            # turned off
+    (ATTRS, (3, 3, 16, 16), np.float64, "4", 0),            # float32 only
+    (ATTRS, (3, 3, 7, 16), np.float32, "4", 0),             # too few channels read
+    (ATTRS, (3, 3, 8, 1), np.float32, "4", 1),              # any number written
+    (ATTRS, (1, 3, 16, 16), np.float32, "4", 1),            # Conv1D's 1x3
+    (ATTRS, (5, 5, 16, 16), np.float32, "4", 0),            # 3x3 and 1x3 only
+    (ATTRS, (3, 1, 16, 16), np.float32, "4", 0),
+    (ATTRS, (4, 4, 16, 16), np.float32, "4", 0),            # 4x4 only at stride 2
+    (S2, (4, 4, 16, 16), np.float32, "4", 2),               # stride 2: four 2x2 phases
+    (S2, (4, 4, 16, 16), np.float32, "0", 0),
+    (S2, (3, 3, 16, 16), np.float32, "4", 0),               # 3x3 at stride 2: im2col
+    ({**ATTRS, "strides": (1, 2)}, (4, 4, 16, 16), np.float32, "4", 0),
+    ({**ATTRS, "dilation": (1, 2)}, (3, 3, 16, 16), np.float32, "4", 0),
+    ({**ATTRS, "groups": 2}, (3, 3, 16, 16), np.float32, "4", 0),
 ])
 def test_usable_only_where_the_transform_applies(attrs, shape, dtype, env, want, monkeypatch):
     monkeypatch.setenv("KILN_WINOGRAD", env)
-    assert winograd.usable(attrs, shape, np.dtype(dtype)) is want
+    assert winograd.usable(attrs, shape, np.dtype(dtype)) == want
+    assert winograd.usable(attrs, shape, np.dtype(dtype), "conv2d_backprop_filter") == want
+
+
+@pytest.mark.parametrize("shape, want", [((3, 3, 16, 8), 1), ((3, 3, 1, 8), 1),
+                                         ((3, 3, 16, 7), 0), ((3, 3, 16, 1), 0)])
+def test_the_input_gradient_reads_the_output_channels(shape, want):
+    assert winograd.usable(ATTRS, shape, np.dtype("float32"), "conv2d_backprop_input") == want
 
 
 def test_interpreted_kernels_never_use_winograd(monkeypatch):

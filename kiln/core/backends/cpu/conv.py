@@ -449,10 +449,11 @@ def build_conv2d(b, node: Node) -> None:
     k = w.shape[:2]
     oh, ow, p = _conv_params(b.shape(x_node)[1:3], k, node.attrs)
     out = b.out(node)
-    if winograd.usable(node.attrs, w.shape, out.dtype):
+    stride = winograd.usable(node.attrs, w.shape, out.dtype)
+    if stride:
         x = b.contiguous(x_node)
         pads = winograd.forward_pads(node, x.shape[1:3], k)
-        winograd.convolve(b, x, id(x_node), w, out, pads)
+        winograd.convolve(b, x, id(x_node), w, out, pads, stride)
         return
     method = conv_method(k[0] * k[1] * w.shape[2], node.op, out.dtype.name, w.shape[3])
     if method == "tile":
@@ -499,10 +500,11 @@ def build_conv2d_filter(b, node: Node) -> None:
     out = b.out(node)
     ct = b.contiguous(ct_node)
     ci = b.shape(x_node)[3]
-    if winograd.usable(node.attrs, (*k, ci, ct.shape[3]), out.dtype):
+    stride = winograd.usable(node.attrs, (*k, ci, ct.shape[3]), out.dtype, node.op)
+    if stride:
         x = b.contiguous(x_node)
         pads = winograd.forward_pads(node, x.shape[1:3], k)
-        winograd.kernel_gradient(b, x, id(x_node), ct, out, pads)
+        winograd.kernel_gradient(b, x, id(x_node), ct, out, pads, stride)
         return
     method = conv_method(k[0] * k[1] * ci, node.op, out.dtype.name, ct.shape[3])
     if method == "direct":
@@ -531,9 +533,10 @@ def build_conv2d_input(b, node: Node) -> None:
     oh, ow, p = _conv_params(node.attrs["input_shape"][:2], k, node.attrs)
     out = b.out(node)
     ct = b.contiguous(ct_node)
-    if winograd.usable(node.attrs, w.shape, out.dtype):
-        pt, pl = winograd.forward_pads(node, out.shape[1:3], k)
-        winograd.convolve(b, ct, id(ct_node), w, out, (k[0] - 1 - pt, 2 - pl), flipped=True)
+    stride = winograd.usable(node.attrs, w.shape, out.dtype, node.op)
+    if stride:
+        pads = winograd.forward_pads(node, out.shape[1:3], k)
+        winograd.input_gradient(b, ct, id(ct_node), w, out, pads, stride)
         return
     if conv_method(k[0] * k[1] * w.shape[2], node.op, out.dtype.name, ct.shape[3]) == "direct":
         _call(b, conv_input_direct_kernel, out, ct, w, p)

@@ -52,18 +52,24 @@ _F4 = {
           [Fraction(1, 24), Fraction(1, 12), Fraction(1, 6)],
           [Fraction(1, 24), Fraction(-1, 12), Fraction(1, 6)], [0, 0, 1]],
 }
-MATRICES = {2: _F2, 4: _F4}
+# F(3 x 3, 2 x 2): the 2x2 phases of a stride-2 4x4 kernel (points 0, +-1, infinity)
+_F3R2 = {
+    "BT": [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, -1, 0, 1]],
+    "AT": [[1, 1, 1, 0], [0, 1, -1, 0], [0, 1, 1, 1]],
+    "G": [[1, 0], [Fraction(1, 2)] * 2, [Fraction(1, 2), Fraction(-1, 2)], [0, 1]],
+}
+MATRICES = {(2, 3): _F2, (4, 3): _F4, (3, 2): _F3R2}
 
 
-def matrix(m: int, name: str) -> list[list]:
-    """``BT``, ``AT`` or ``G`` of F(m x m, 3 x 3)."""
-    return MATRICES[m][name]
+def matrix(m: int, name: str, r: int = 3) -> list[list]:
+    """``BT``, ``AT`` or ``G`` of F(m x m, r x r)."""
+    return MATRICES[(m, r)][name]
 
 
-def _left(m: int, kind: str) -> list[list[int]]:
+def _left(m: int, r: int, kind: str) -> list[list[int]]:
     if kind == "input":
-        return matrix(m, "BT")
-    at = matrix(m, "AT")
+        return matrix(m, "BT", r)
+    at = matrix(m, "AT", r)
     if kind == "output":
         return at
     return [list(col) for col in zip(*at)]  # "gradient": A
@@ -128,41 +134,47 @@ def _body(f: Func, ty: str, mats: tuple, src: list[list[str]], dst: list[list[st
             f.emit(f"store {ty} {v}, ptr {g}, align 4")
 
 
-def transform_ir(symbol: str, dtype: str, m: int, kind: str, rows: int = 3) -> str:
-    """The ``kind`` transform of F(m x m, 3 x 3), or with ``rows = 1`` of F(1 x m, 1 x 3) (a
-    1x3 kernel: tiles of one row, the row transform the identity); see the module docstring.
-    Arguments: ``"input"``: ``(tiles, x (N, H, W, C), zeros)``; ``"output"``: ``(out (N, H,
-    W, C), tiles, sink)``; ``"gradient"``: ``(tiles, ct (N, H, W, C), zeros)``; ``p = [TH,
-    TW, pt, pl, S]``."""
+def transform_ir(symbol: str, dtype: str, m: int, kind: str, rows: int = 3, r: int = 3,
+                 step: int = 1) -> str:
+    """The ``kind`` transform of F(m x m, r x r), or with ``rows = 1`` of F(1 x m, 1 x r) (tiles
+    of one row, the row transform the identity); image pixels ``step`` apart (a phase of a
+    stride-2 convolution: ``winograd.py``); see the module docstring. Arguments:
+    ``"input"``: ``(tiles, x (N, H, W, C), zeros)``; ``"output"``: ``(out (N, H, W, C),
+    tiles, sink)``; ``"gradient"``: ``(tiles, ct (N, H, W, C), zeros)``; ``p = [TH, TW, pt,
+    pl, S, width, offset]``: tile ``(ty, tx)``'s pixel ``(a, b)`` is image pixel ``(ty * m *
+    step + a * step - pt, ...)``, its row of block ``xi`` is at ``xi * S + tile * width +
+    offset``."""
     if dtype != "float32":
         raise CodegenError(f"native winograd: {dtype} not generated")
-    cols = _left(m, kind)
-    mats = (cols if rows == 3 else [[1]], cols)
-    alpha, alpha_h = m + 2, (m + 2 if rows == 3 else 1)
-    m_h = m if rows == 3 else 1
+    if (m, r) not in MATRICES:
+        raise CodegenError(f"native winograd: F({m}, {r}) not generated")
+    cols = _left(m, r, kind)
+    mats = (cols if rows > 1 else [[1]], cols)
+    alpha = m + r - 1
+    alpha_h, m_h = (alpha, m) if rows > 1 else (1, 1)
     image_first = kind == "output"
-    k = _Kernel((4, 1, 1) if image_first else (1, 4, 1), 5)
+    k = _Kernel((4, 1, 1) if image_first else (1, 4, 1), 7)
     f = k.f
     _, h, w, c = k.dims[0] if image_first else k.dims[1]
-    th, tw, pt, pl, stride = k.p
+    th, tw, pt, pl, stride, width, offset = k.p
     img, buf, extra = ("%a0", "%a1", "%a2") if image_first else ("%a1", "%a0", "%a2")
     n, ln = f.begin(k.n1, k.n0)
     ty_, lty = f.begin(th)
     tx_, ltx = f.begin(tw)
     tile = f.add(f.mul(f.add(f.mul(n, th), ty_), tw), tx_)
-    tile_row = f.mul(tile, c)
+    tile_row = f.add(f.mul(tile, width), offset)
     img_h, img_w = (alpha_h, alpha) if kind == "input" else (m_h, m)
-    r0 = k.sub(f.mul(ty_, str(m_h)), pt)
-    s0 = k.sub(f.mul(tx_, str(m)), pl)
+    r0 = k.sub(f.mul(ty_, str(m_h * step)), pt)
+    s0 = k.sub(f.mul(tx_, str(m * step)), pl)
     pixels = []
     for a in range(img_h):
-        r = f.add(r0, str(a))
+        row_at = f.add(r0, str(a * step))
         row = []
         for b in range(img_w):
-            s = f.add(s0, str(b))
+            col_at = f.add(s0, str(b * step))
             ok = f.scalar("r >= 0 and r < h and s >= 0 and s < w", {
-                "r": _i64(r), "h": _i64(h), "s": _i64(s), "w": _i64(w)})
-            at = f.mul(f.add(f.mul(f.add(f.mul(n, h), r), w), s), c)
+                "r": _i64(row_at), "h": _i64(h), "s": _i64(col_at), "w": _i64(w)})
+            at = f.mul(f.add(f.mul(f.add(f.mul(n, h), row_at), w), col_at), c)
             g, p = f.tmp(), f.tmp()
             f.emit(f"{g} = getelementptr float, ptr {img}, i64 {at}")
             f.emit(f"{p} = select i1 {f.expr.truth(ok).ref}, ptr {g}, ptr {extra}")

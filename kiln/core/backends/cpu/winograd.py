@@ -18,9 +18,10 @@ The tile buffers hold their blocks spaced ``S`` floats apart (:func:`block_strid
 transform writes one row into each block per tile, and blocks a power of two apart would fall
 in the same cache sets (16 streams at 2 MiB strides ran the input transform 3x slower).
 
-Used where ``usable`` says so: float32, a 3x3 or 1x3 kernel, stride 1, dilation 1, no groups,
-at least :data:`MIN_CHANNELS` input and output channels (fewer starve the GEMMs), and the
-native path (``native.enabled()``); ``KILN_WINOGRAD=0`` turns it off, ``2`` or ``4`` picks m.
+Used where ``usable`` says so: float32, a 3x3 or 1x3 kernel at stride 1 or a 4x4 kernel at
+stride 2, dilation 1, no groups, at least :data:`MIN_CHANNELS` channels read by the input
+transform, and the native path (``native.enabled()``); ``KILN_WINOGRAD=0`` turns it off, ``2``
+or ``4`` picks m of the stride-1 tiles.
 """
 
 from __future__ import annotations
@@ -34,9 +35,16 @@ from numpy.lib.stride_tricks import as_strided
 from kiln.core.backends.cpu import native, native_winograd, threads
 from kiln.core.ir import Node
 
-MIN_CHANNELS = 16
+# Channels the input transform reads, at least: one 8-lane vector. From tests of single
+# convolutions (batch 128, 28x28, forward / input gradient / kernel gradient, ms, AVX2 host;
+# im2col + GEMM -> Winograd): 32 -> 1 channels 24.8 / - / 24.0 -> 11.1 / - / 10.9 (the
+# input gradient reads 1 channel: 9.9 by conv_tile64 against 20.9), 32 -> 8 38.3 / 38.7 /
+# 37.2 -> 13.9 / 15.7 / 16.5, 8 -> 32 17.0 / - / 16.2 -> 16.8 / - / 15.3; reading 1 or 3
+# channels (a first layer) 1.7-3.3x slower.
+MIN_CHANNELS = 8
 DEFAULT_M = 4
-KERNELS = ((3, 3), (1, 3))
+KERNELS = ((3, 3), (1, 3))  # stride 1
+STRIDE2_KERNELS = ((4, 4),)  # as four 2x2 phases, F(3x3, 2x2)
 
 
 def tile_size() -> int:
@@ -49,13 +57,21 @@ def tile_size() -> int:
     return int(env)
 
 
-def usable(attrs: dict, kernel_shape: tuple, dtype: np.dtype) -> bool:
-    """Whether a convolution with ``attrs`` and an HWIO kernel of ``kernel_shape`` runs here."""
+def usable(attrs: dict, kernel_shape: tuple, dtype: np.dtype, op: str = "conv2d") -> int:
+    """The stride (1 or 2) of the convolution op ``op`` (conv2d, conv2d_backprop_input or
+    conv2d_backprop_filter) with ``attrs`` and an HWIO kernel of ``kernel_shape`` when it runs
+    here, else 0. The channels its input transform reads (the input's; the input gradient's:
+    the output's) must fill the 8-lane loop; the others may be as few as one."""
     kh, kw, ci, co = kernel_shape
-    return (dtype == np.float32 and (kh, kw) in KERNELS and tile_size() != 0
-            and tuple(attrs["strides"]) == (1, 1) and tuple(attrs["dilation"]) == (1, 1)
-            and attrs.get("groups", 1) == 1 and min(ci, co) >= MIN_CHANNELS
-            and native.enabled())
+    strides = tuple(attrs["strides"])
+    read = co if op == "conv2d_backprop_input" else ci
+    ok = (dtype == np.float32 and tile_size() != 0 and tuple(attrs["dilation"]) == (1, 1)
+          and attrs.get("groups", 1) == 1 and read >= MIN_CHANNELS and native.enabled())
+    if ok and strides == (1, 1) and (kh, kw) in KERNELS:
+        return 1
+    if ok and strides == (2, 2) and (kh, kw) in STRIDE2_KERNELS:
+        return 2
+    return 0
 
 
 def block_stride(tiles: int, channels: int) -> int:
@@ -76,101 +92,209 @@ class Tiles:
 
 
 class Geometry:
-    """F(m_h x m, kh x 3) for a kernel of ``kh`` rows (3, or 1: one-row tiles) over an
-    ``out_hw`` output: tile counts, the kernel transform matrices (float64)."""
+    """F(m_h x m, r x r) tiles over an ``out_hw`` grid (``rows``: the kernel's rows, 1 for
+    one-row tiles) and the kernel transform matrices (float64)."""
 
-    def __init__(self, kh: int, out_hw: tuple[int, int]):
-        self.m = m = tile_size()
-        self.kh = kh
-        self.m_h = m if kh == 3 else 1
-        self.blocks = (m + 2) * (m + 2 if kh == 3 else 1)
+    def __init__(self, m: int, r: int, rows: int, out_hw: tuple[int, int]):
+        self.m, self.r, self.rows = m, r, rows
+        self.m_h = m if rows > 1 else 1
+        alpha = m + r - 1
+        self.blocks = alpha * (alpha if rows > 1 else 1)
         self.th, self.tw = -(-out_hw[0] // self.m_h), -(-out_hw[1] // m)
-        self.g = _matrix(m, "G")
-        self.g_rows = self.g if kh == 3 else np.ones((1, 1))
+        self.g = _matrix(m, r, "G")
+        self.g_rows = self.g if rows > 1 else np.ones((1, 1))
 
-    def transform(self, b, kind: str, arrays: tuple, pads: tuple[int, int], stride: int,
-                  n: int) -> None:
-        """Adds the native ``kind`` transform over the images, split over threads."""
+    def transform(self, b, kind: str, arrays: tuple, pads: tuple[int, int], tiles: Tiles,
+                  n: int, step: int = 1, part: tuple[int, int] | None = None) -> None:
+        """Adds the native ``kind`` transform between an image and ``tiles`` over the ``n``
+        images, split over threads; ``part = (width, offset)``: the tiles' rows hold several
+        images' channels (the phases of a stride-2 convolution), this one at ``offset``."""
         from kiln.core.backends.cpu.conv import native_split
 
-        m, rows = self.m, self.kh
+        m, r, rows = self.m, self.r, self.rows
+        width, offset = part or (tiles.view.shape[2], 0)
 
         def make(symbol: str, dtype: str) -> str:
-            return native_winograd.transform_ir(symbol, dtype, m, kind, rows)
+            return native_winograd.transform_ir(symbol, dtype, m, kind, rows, r, step)
 
-        if not native_split(b, f"winograd_{kind}{m}x{rows}", make, arrays,
-                            [self.th, self.tw, *pads, stride], n):
+        name = f"winograd_{kind}_f{m}r{r}x{rows}s{step}"
+        params = [self.th, self.tw, *pads, tiles.stride, width, offset]
+        if not native_split(b, name, make, arrays, params, n):
             raise RuntimeError(f"{b.node.op}: the native Winograd {kind} transform did not "
                                "build")
 
     def kernel_transform(self, w: np.ndarray, out: np.ndarray) -> None:
-        """``out[i, j] = sum_ab g_rows[i, a] w[a, b] g[j, b]`` in float64 (``w`` (kh, 3, ...))."""
-        t = np.matmul(self.g_rows, w.astype(np.float64).reshape(self.kh, -1))
-        out.reshape(len(self.g_rows), len(self.g), -1)[...] = np.matmul(
-            self.g[None], t.reshape(len(self.g_rows), 3, -1))
+        """``out[i, j] = sum_ab g_rows[i, a] w[a, b] g[j, b]`` in float64 (``w`` (kh, r,
+        ...), ``out`` (blocks, ...))."""
+        gr, g = self.g_rows, self.g
+        t = np.matmul(gr, w.astype(np.float64).reshape(len(gr[0]), -1))
+        out.reshape(len(gr), len(g), -1)[...] = np.matmul(g[None], t.reshape(len(gr), self.r, -1))
 
     def kernel_untransform(self, du: np.ndarray, out: np.ndarray) -> None:
-        """``out[a, b] = sum_ij g_rows[i, a] du[i, j] g[j, b]`` in float64 (the kernel
-        gradient from its transform)."""
-        t = np.matmul(self.g_rows.T, du.astype(np.float64).reshape(len(self.g_rows), -1))
-        out.reshape(self.kh, 3, -1)[...] = np.matmul(
-            self.g.T[None], t.reshape(self.kh, len(self.g), -1))
+        """``out[a, b] = sum_ij g_rows[i, a] du[i, j] g[j, b]`` in float64: the kernel gradient
+        (``out`` (kh, r, ...)) from its transform (``du`` (blocks, ...))."""
+        gr, g = self.g_rows, self.g
+        t = np.matmul(gr.T, du.astype(np.float64).reshape(len(gr), -1))
+        out.reshape(len(gr[0]), self.r, -1)[...] = np.matmul(
+            g.T[None], t.reshape(len(gr[0]), len(g), -1))
 
 
-def _matrix(m: int, name: str) -> np.ndarray:
+def _matrix(m: int, r: int, name: str) -> np.ndarray:
     return np.array([[float(Fraction(v)) for v in row]
-                     for row in native_winograd.matrix(m, name)], np.float64)
+                     for row in native_winograd.matrix(m, name, r)], np.float64)
 
 
-def input_tiles(b, x: np.ndarray, key: object, geo: Geometry, pads: tuple[int, int]) -> Tiles:
-    """The input transform of ``x`` (N, H, W, C) with the padding ``pads`` (top, left), shared
-    by the readers of the same ``key`` in a step."""
-    cache_key = ("winograd", key, geo.m, geo.kh, geo.th, geo.tw, pads)
+def _stride1(kh: int, out_hw: tuple[int, int]) -> Geometry:
+    return Geometry(tile_size(), 3, kh, out_hw)
+
+
+def _stride2(out_hw: tuple[int, int]) -> Geometry:
+    return Geometry(3, 2, 2, out_hw)
+
+
+PHASES = ((0, 0), (0, 1), (1, 0), (1, 1))  # (row, column) parity of a stride-2 kernel's taps
+
+
+def input_tiles(b, x: np.ndarray, key: object, geo: Geometry, pads: tuple[int, int],
+                stride: int = 1) -> Tiles:
+    """The input transform of ``x`` (N, H, W, C) with the padding ``pads`` (top, left),
+    shared by the readers of the same ``key`` in a step; with ``stride`` 2 the four phases'
+    transforms side by side in each row (phase ``k`` at channels ``k * C``)."""
+    cache_key = ("winograd", key, geo.m, geo.r, geo.rows, geo.th, geo.tw, pads, stride)
     found = b.cache.get(cache_key)
     if found is not None:
         return found
     n, c = x.shape[0], x.shape[3]
-    tiles = Tiles(geo.blocks, n * geo.th * geo.tw, c)
-    geo.transform(b, "input", (tiles.flat, x, np.zeros(c, np.float32)), pads, tiles.stride, n)
+    zeros = np.zeros(c, np.float32)
+    if stride == 1:
+        tiles = Tiles(geo.blocks, n * geo.th * geo.tw, c)
+        geo.transform(b, "input", (tiles.flat, x, zeros), pads, tiles, n)
+    else:
+        tiles = Tiles(geo.blocks, n * geo.th * geo.tw, 4 * c)
+        for k, (vr, vc) in enumerate(PHASES):
+            geo.transform(b, "input", (tiles.flat, x, zeros), (pads[0] - vr, pads[1] - vc),
+                          tiles, n, step=2, part=(4 * c, k * c))
     b.cache[cache_key] = tiles
     return tiles
 
 
+def _phase_kernels(w: np.ndarray, flipped: bool) -> list[np.ndarray]:
+    """The 2x2 kernels of a stride-2 kernel's phases (``w`` zero-padded to 4x4), flipped with
+    their channel axes swapped for the input gradient."""
+    kh, kw = w.shape[:2]
+    if (kh, kw) != (4, 4):
+        w4 = np.zeros((4, 4, *w.shape[2:]), w.dtype)
+        w4[:kh, :kw] = w
+        w = w4
+    out = []
+    for vr, vc in PHASES:
+        p = w[vr::2, vc::2]
+        out.append(p[::-1, ::-1].transpose(0, 1, 3, 2) if flipped else p)
+    return out
+
+
 def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
-             pads: tuple[int, int], flipped: bool = False) -> None:
-    """``out = conv(x, w)`` (stride 1; ``pads`` top/left): the forward convolution, or with
-    ``flipped`` the input gradient (``x`` the cotangent, ``w`` the forward's kernel)."""
+             pads: tuple[int, int], stride: int = 1) -> None:
+    """``out = conv(x, w)`` (``pads`` top/left), the forward convolution."""
     n, oh, ow, co = out.shape
-    geo = Geometry(w.shape[0], (oh, ow))
-    v = input_tiles(b, x, key, geo, pads)
     ci = x.shape[3]
-    u = np.empty((geo.blocks, ci, co), np.float32)
-    src = w[::-1, ::-1].transpose(0, 1, 3, 2) if flipped else w
-    b.add(geo.kernel_transform, (src, u), label=f"{b.node.op}:winograd_kernel")
+    if stride == 1:
+        geo = _stride1(w.shape[0], (oh, ow))
+        v = input_tiles(b, x, key, geo, pads)
+        u = np.empty((geo.blocks, ci, co), np.float32)
+        b.add(geo.kernel_transform, (w, u), label=f"{b.node.op}:winograd_kernel")
+    else:
+        geo = _stride2((oh, ow))
+        v = input_tiles(b, x, key, geo, pads, stride=2)
+        u = np.empty((geo.blocks, 4 * ci, co), np.float32)
+        b.add(_phases_transform, (geo, w, u, False), label=f"{b.node.op}:winograd_kernel")
     prod = Tiles(geo.blocks, v.view.shape[1], co)
     b.add(threads.matmul, (v.view, u, prod.view), label=f"{b.node.op}:winograd_gemm")
-    geo.transform(b, "output", (out, prod.flat, np.empty(co, np.float32)), (0, 0),
-                  prod.stride, n)
+    geo.transform(b, "output", (out, prod.flat, np.empty(co, np.float32)), (0, 0), prod, n)
+
+
+def _phases_transform(geo: Geometry, w: np.ndarray, u: np.ndarray, flipped: bool) -> None:
+    """The four phase kernels' transforms into ``u``: side by side along its input-channel
+    axis (forward, ``u`` (blocks, 4 Cin, Cout)) or its output-channel axis (``flipped``: the
+    input gradient, ``u`` (blocks, Cout, 4 Cin))."""
+    for k, p in enumerate(_phase_kernels(w, flipped)):
+        ch = p.shape[3] if flipped else p.shape[2]
+        part = u[:, :, k * ch:(k + 1) * ch] if flipped else u[:, k * ch:(k + 1) * ch]
+        block = np.empty(part.shape, np.float32)
+        geo.kernel_transform(p, block)
+        part[...] = block
+
+
+def input_gradient(b, ct: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
+                   pads: tuple[int, int], stride: int = 1) -> None:
+    """``out`` (N, H, W, Cin) = the input gradient of the convolution with kernel ``w``,
+    forward padding ``pads`` (top, left) and cotangent ``ct``: a convolution of ``ct`` with
+    the kernel flipped in space and its channel axes swapped; with stride 2 one per phase of
+    ``out``'s pixels, each writing every other row and column."""
+    kh = w.shape[0]
+    n, h, wd, ci = out.shape
+    co = ct.shape[3]
+    if stride == 1:
+        geo = _stride1(kh, (h, wd))
+        v = input_tiles(b, ct, key, geo, (kh - 1 - pads[0], 2 - pads[1]))
+        u = np.empty((geo.blocks, co, ci), np.float32)
+        flipped = w[::-1, ::-1].transpose(0, 1, 3, 2)
+        b.add(geo.kernel_transform, (flipped, u), label=f"{b.node.op}:winograd_kernel")
+        prod = Tiles(geo.blocks, v.view.shape[1], ci)
+        b.add(threads.matmul, (v.view, u, prod.view), label=f"{b.node.op}:winograd_gemm")
+        geo.transform(b, "output", (out, prod.flat, np.empty(ci, np.float32)), (0, 0), prod, n)
+        return
+    # out row j = 2 J + v - pt takes ct rows J - 1 and J (phase v of the kernel's rows); the
+    # tiles run over J from pt // 2 for every phase, so all four share ct's transform
+    first = (pads[0] // 2, pads[1] // 2)
+    last = ((h - 1 + pads[0]) // 2, (wd - 1 + pads[1]) // 2)
+    geo = _stride2((last[0] - first[0] + 1, last[1] - first[1] + 1))
+    v = input_tiles(b, ct, key, geo, (1 - first[0], 1 - first[1]))
+    u = np.empty((geo.blocks, co, 4 * ci), np.float32)
+    b.add(_phases_transform, (geo, w, u, True), label=f"{b.node.op}:winograd_kernel")
+    prod = Tiles(geo.blocks, v.view.shape[1], 4 * ci)
+    b.add(threads.matmul, (v.view, u, prod.view), label=f"{b.node.op}:winograd_gemm")
+    sink = np.empty(ci, np.float32)
+    for k, (vr, vc) in enumerate(PHASES):
+        at = (pads[0] - vr - 2 * first[0], pads[1] - vc - 2 * first[1])
+        geo.transform(b, "output", (out, prod.flat, sink), at, prod, n, step=2,
+                      part=(4 * ci, k * ci))
 
 
 def kernel_gradient(b, x: np.ndarray, key: object, ct: np.ndarray, out: np.ndarray,
-                    pads: tuple[int, int]) -> None:
-    """``out`` (kh, 3, Cin, Cout) = the kernel gradient of ``conv(x, w)`` with cotangent
-    ``ct``."""
+                    pads: tuple[int, int], stride: int = 1) -> None:
+    """``out`` (kh, kw, Cin, Cout) = the kernel gradient of ``conv(x, w)`` with cotangent
+    ``ct``: ``G^T (V^T Z) G`` with the forward's input tiles ``V`` (per phase with stride 2)."""
     n, oh, ow, co = ct.shape
-    geo = Geometry(out.shape[0], (oh, ow))
-    v = input_tiles(b, x, key, geo, pads)
+    geo = _stride1(out.shape[0], (oh, ow)) if stride == 1 else _stride2((oh, ow))
+    v = input_tiles(b, x, key, geo, pads, stride=stride)
     z = Tiles(geo.blocks, v.view.shape[1], co)
-    geo.transform(b, "gradient", (z.flat, ct, np.zeros(co, np.float32)), (0, 0), z.stride, n)
-    du = np.empty((geo.blocks, x.shape[3], co), np.float32)
+    geo.transform(b, "gradient", (z.flat, ct, np.zeros(co, np.float32)), (0, 0), z, n)
+    du = np.empty((geo.blocks, v.view.shape[2], co), np.float32)
     b.add(threads.matmul, (v.view.transpose(0, 2, 1), z.view, du),
           label=f"{b.node.op}:winograd_gemm")
-    b.add(geo.kernel_untransform, (du, out), label=f"{b.node.op}:winograd_kernel")
+    if stride == 1:
+        b.add(geo.kernel_untransform, (du, out), label=f"{b.node.op}:winograd_kernel")
+    else:
+        b.add(_phases_untransform, (geo, du, out), label=f"{b.node.op}:winograd_kernel")
+
+
+def _phases_untransform(geo: Geometry, du: np.ndarray, out: np.ndarray) -> None:
+    """The stride-2 kernel gradient ``out`` (kh, kw, Cin, Cout) from the phases' transformed
+    gradients side by side in ``du`` (blocks, 4 Cin, Cout)."""
+    kh, kw, ci, co = out.shape
+    full = np.empty((4, 4, ci, co), np.float32)
+    part = np.empty((2, 2, ci, co), np.float32)
+    for k, (vr, vc) in enumerate(PHASES):
+        geo.kernel_untransform(du[:, k * ci:(k + 1) * ci], part)
+        full[vr::2, vc::2] = part
+    out[...] = full[:kh, :kw]
 
 
 def forward_pads(node: Node, hw: tuple[int, int], k: tuple[int, int]) -> tuple[int, int]:
     """(top, left) padding of the forward convolution ``node`` (kernel ``k``) on ``hw``."""
     from kiln.core.ops.window import window2d
 
-    _, ((pt, _), (pl, _)) = window2d(hw, k, (1, 1), (1, 1), node.attrs["padding"])
+    _, ((pt, _), (pl, _)) = window2d(hw, k, node.attrs["strides"], (1, 1),
+                                     node.attrs["padding"])
     return pt, pl
