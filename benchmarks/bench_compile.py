@@ -157,7 +157,7 @@ def run_child(case: str, cache_dir: str, workers: str | None, pyc: bool = True) 
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             out = json.loads(line[7:])
-            out["wall_s"] = wall
+            out["wall_s"] = wall - out["next_s"]  # up to the end of the first step / epoch
             return out
     raise RuntimeError(f"child {case} failed:\n{proc.stderr}")
 
