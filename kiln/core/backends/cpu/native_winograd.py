@@ -76,31 +76,86 @@ def _left(m: int, r: int, kind: str) -> list[list[int]]:
 
 
 def _apply(f: Func, ty: str, rows: list[list[int]], vals: list[str]) -> list[str]:
-    """``rows @ vals`` for a small integer matrix: +-1 as adds, other entries multiplied."""
-    out = []
-    for row in rows:
-        acc = None
-        for coef, v in zip(row, vals):
-            if coef == 0:
+    """``rows @ vals`` for a small integer matrix, sharing work between the rows and columns
+    of opposite interpolation points ``p`` and ``-p``, whose entries differ by ``(-1)^k``:
+    two such columns of A^T enter every row as their sum (even rows) or difference (odd
+    rows); two such rows of B^T or A are the sum and difference of their even and odd
+    parts."""
+    width = len(vals)
+    cols = [[row[k] for row in rows] for k in range(width)]
+    merged: dict[int, tuple[str, str]] = {}  # column -> (sum, difference) with its partner
+    for a in range(width):
+        for b in range(a + 1, width):
+            if a in merged or b in merged or not _paired(cols[a], cols[b]):
                 continue
-            term, sign = v, 1 if coef > 0 else -1
-            if abs(coef) != 1:
-                term = f.tmp()
-                f.emit(f"{term} = fmul {ty} {v}, {_const(ty, float(abs(coef)))}")
-            if acc is None:
-                if sign > 0:
-                    acc = term
-                else:
-                    acc = f.tmp()
-                    f.emit(f"{acc} = fneg {ty} {term}")
-                continue
-            nxt = f.tmp()
-            f.emit(f"{nxt} = {'fadd' if sign > 0 else 'fsub'} {ty} {acc}, {term}")
-            acc = nxt
-        if acc is None:
-            raise CodegenError("winograd: a zero row in a transform")
-        out.append(acc)
+            both = (_combine(f, ty, [(1, vals[a]), (1, vals[b])]),
+                    _combine(f, ty, [(1, vals[a]), (-1, vals[b])]))
+            merged[a], merged[b] = both, both
+    if merged:
+        out = []
+        for i, row in enumerate(rows):
+            terms = [(row[k], merged[k][i % 2] if k in merged else vals[k])
+                     for k in range(width) if row[k] and not _second(k, merged)]
+            out.append(_combine(f, ty, terms))
+        return out
+    out: list[str | None] = [None] * len(rows)
+    for a in range(len(rows)):
+        if out[a] is not None:
+            continue
+        b = next((b for b in range(a + 1, len(rows))
+                  if out[b] is None and _paired(rows[a], rows[b])), None)
+        if b is None:
+            out[a] = _combine(f, ty, [(c, v) for c, v in zip(rows[a], vals) if c])
+            continue
+        even = _combine(f, ty, [(c, v) for k, (c, v) in enumerate(zip(rows[a], vals))
+                                if c and k % 2 == 0])
+        odd = _combine(f, ty, [(c, v) for k, (c, v) in enumerate(zip(rows[a], vals))
+                               if c and k % 2 == 1])
+        out[a] = _combine(f, ty, [(1, even), (1, odd)])
+        out[b] = _combine(f, ty, [(1, even), (-1, odd)])
     return out
+
+
+def _paired(x: list, y: list) -> bool:
+    """``y[k] == x[k] * (-1)^k`` with nonzero even and odd parts (points ``p``, ``-p``)."""
+    return (all(b == a * (-1) ** k for k, (a, b) in enumerate(zip(x, y)))
+            and any(x[0::2]) and any(x[1::2]))
+
+
+def _second(k: int, merged: dict) -> bool:
+    """Whether column ``k`` is the second of a merged pair (its partner carries both)."""
+    return k in merged and any(j < k and merged[j] is merged[k] for j in merged)
+
+
+def _combine(f: Func, ty: str, terms: list[tuple]) -> str:
+    """``sum(c * v)``; equal magnitudes other than 1 multiply once, after the sum."""
+    if not terms:
+        raise CodegenError("winograd: a zero row in a transform")
+    mags = {abs(c) for c, _ in terms}
+    scale = mags.pop() if len(mags) == 1 and 1 not in mags else None
+    if scale is not None:
+        terms = [(1 if c > 0 else -1, v) for c, v in terms]
+    terms = sorted(terms, key=lambda t: t[0] < 0)  # a positive term first: no negation
+    acc = None
+    for coef, v in terms:
+        term = v
+        if abs(coef) != 1:
+            term = f.tmp()
+            f.emit(f"{term} = fmul contract {ty} {v}, {_const(ty, float(abs(coef)))}")
+        if acc is None:
+            acc = term
+            if coef < 0:
+                acc = f.tmp()
+                f.emit(f"{acc} = fneg {ty} {term}")
+            continue
+        nxt = f.tmp()
+        f.emit(f"{nxt} = {'fadd' if coef > 0 else 'fsub'} contract {ty} {acc}, {term}")
+        acc = nxt
+    if scale is not None:
+        nxt = f.tmp()
+        f.emit(f"{nxt} = fmul contract {ty} {acc}, {_const(ty, float(scale))}")
+        acc = nxt
+    return acc
 
 
 def _const(ty: str, value: float) -> str:
