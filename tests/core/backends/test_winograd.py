@@ -53,6 +53,8 @@ CASES = [  # (x shape, kernel, Cout, padding, stride)
     ((1, 7, 8, 16), (4, 4), 16, "same", 2),
     ((2, 9, 8, 16), (3, 3), 1, "same", 1),       # one output channel: forward, kernel grad
     ((2, 6, 7, 3), (3, 3), 8, "same", 1),        # 3 -> 8: the input gradient only
+    ((2, 9, 10, 16), (3, 3), 16, "same", 2),     # 3x3 at stride 2: zero-padded phases
+    ((2, 11, 8, 16), (3, 3), 8, "valid", 2),     # (allowed here only: slower than im2col)
 ]
 
 
@@ -70,6 +72,7 @@ def _close(got, want):
 def test_winograd_convolutions_match_the_reference(m, shape, k, co, padding, stride,
                                                   monkeypatch):
     monkeypatch.setenv("KILN_WINOGRAD", str(m))
+    monkeypatch.setattr(winograd, "STRIDE2_KERNELS", ((4, 4), (3, 3)))
     kh, kw = k
     rng = np.random.default_rng(sum(shape) + co)
     attrs = {**_attrs(padding), "strides": (stride, stride)}
