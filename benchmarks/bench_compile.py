@@ -9,6 +9,9 @@ cache), for these cases:
 * ``convnet_epoch``  the same model's first epoch as the example runs it: ``fit`` on the
                      MNIST sample shipped with kiln (10,000 digits, validation_split=0.1,
                      batch 128, one epoch; the validation step's kernels included);
+* ``resnet``         benchmarks/bench_suite.py's small ResNet (Conv2D 64 3x3 + BatchNormalization
+                     + ReLU, three residual blocks with Add, GlobalAveragePooling2D, Dense
+                     softmax; 32x32x3 input, Adam): the first ``train_on_batch`` (batch 64);
 * ``lstm``           benchmarks/bench_sequence.py's LSTM text classifier (Embedding
                      20,000 x 128, LSTM 128, length 200, batch 64, Dense(1, sigmoid), Adam):
                      the first ``train_on_batch``.
@@ -35,7 +38,8 @@ Usage::
     python benchmarks/bench_compile.py --workers 1                # serial compilation
 
 Targets (issues 14 and 18): MLP warm <= 1.5 s, cold <= 10 s; LSTM first step cold < 5 s;
-convnet first epoch cold < 8 s, warm < 1 s. Prints a table (medians) and JSON lines.
+convnet first epoch cold < 8 s, warm < 1 s (the ResNet has no target of its own). Prints a
+table (medians) and JSON lines.
 """
 
 from __future__ import annotations
@@ -105,6 +109,20 @@ else:
     model.train_on_batch(xt[:128], yt[:128])
 """
 
+RESNET = r"""
+from kiln import layers as L
+xb = rng.random((64, 32, 32, 3), dtype=np.float32)
+yb = rng.integers(0, 10, 64).astype(np.int32)
+inputs = L.Input((32, 32, 3))
+h = L.ReLU()(L.BatchNormalization()(L.Conv2D(64, 3, padding="same")(inputs)))
+for _ in range(3):
+    h = L.Add()([h, L.ReLU()(L.BatchNormalization()(L.Conv2D(64, 3, padding="same")(h)))])
+model = kiln.Model(inputs, L.Dense(10, activation="softmax")(L.GlobalAveragePooling2D()(h)))
+model.compile("adam", "sparse_categorical_crossentropy")
+t_built = time.perf_counter()
+model.train_on_batch(xb, yb)
+"""
+
 LSTM = r"""
 from kiln import layers as L
 x = rng.integers(1, 20000, size=(64, 200)).astype("int32")
@@ -138,6 +156,7 @@ CASES = {
     "mlp": MLP,
     "convnet": "EPOCH = False\n" + CONVNET,
     "convnet_epoch": "EPOCH = True\n" + CONVNET,
+    "resnet": RESNET,
     "lstm": LSTM,
 }
 
