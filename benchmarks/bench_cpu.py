@@ -24,9 +24,10 @@ the old way instead: one process per case and round, run after one another, the 
 counts (pairs are then rounds, each side's best epoch).
 
 ``gemm`` (table: ``gemm-floor``, MLP workloads only) is no framework: per batch it runs exactly
-the GEMMs of the MLP step with NumPy's BLAS (training: the 3 forward GEMMs and the 5 backward
+the GEMMs of the MLP step with the BLAS kiln's GEMMs use (``blas_matmul``: NumPy's, or kiln's
+private OpenBLAS with this CPU's kernels) (training: the 3 forward GEMMs and the 5 backward
 ones, dW3 dh2 dW2 dh1 dW1; predict: the 3 forward ones) and nothing else. Every implementation
-whose GEMMs are NumPy's must do at least that much work per step, so the ``cap`` column
+whose GEMMs run on that BLAS must do at least that much work per step, so the ``cap`` column
 (median pair ratio torch_epoch_s / gemm_epoch_s) is the best kiln/torch ratio it could reach.
 
 Usage::
@@ -268,8 +269,19 @@ def torch_case(workload: str, fused: bool = False) -> tuple[Callable[[Any, Any],
 
 
 # ---- gemm floor ---------------------------------------------------------------------------------
+def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out = a @ b`` with the BLAS kiln's own GEMMs run on: NumPy's, or the private OpenBLAS
+    with this CPU's kernels where NumPy's picked slower ones (kiln/core/backends/cpu/blas.py),
+    so that a floor is one for kiln too."""
+    from kiln.core.backends.cpu import blas
+
+    if not blas.matmul(a, b, out):
+        np.matmul(a, b, out=out)
+
+
 def gemm_case(workload: str) -> tuple[Callable[[Any, Any], Any], dict]:
-    """Only the GEMMs of one MLP step, float32, with NumPy's BLAS into preallocated outputs.
+    """Only the GEMMs of one MLP step, float32, into preallocated outputs, with the BLAS kiln's
+    GEMMs use (:func:`blas_matmul`).
 
     Training: forward x@W1, h1@W2, h2@W3, then backward dW3 = h2.T@d3, dh2 = d3@W3.T,
     dW2 = h1.T@d2, dh1 = d2@W2.T, dW1 = x.T@d1 (no dX); predict: the 3 forward GEMMs.
@@ -286,7 +298,8 @@ def gemm_case(workload: str) -> tuple[Callable[[Any, Any], Any], dict]:
     def forward(xb: np.ndarray) -> np.ndarray:
         h = xb
         for w, out in zip(ws, hs):
-            h = np.matmul(h, w, out=out)
+            blas_matmul(h, w, out)
+            h = out
         return h
 
     if WORKLOADS[workload]["kind"] == "predict":
@@ -299,9 +312,9 @@ def gemm_case(workload: str) -> tuple[Callable[[Any, Any], Any], dict]:
         forward(xb)
         inputs = [xb, hs[0], hs[1]]
         for i in (2, 1, 0):  # dW3, dh2, dW2, dh1, dW1
-            np.matmul(inputs[i].T, ds[i], out=dws[i])
+            blas_matmul(inputs[i].T, ds[i], dws[i])
             if i:
-                np.matmul(ds[i], ws[i].T, out=ds[i - 1])
+                blas_matmul(ds[i], ws[i].T, ds[i - 1])
 
     return step, {}
 

@@ -42,7 +42,9 @@ machinery is ``bench_cpu.py``'s: every (framework, workload) in its own long-liv
 process, ``--epochs`` x ``--rounds`` pairs of one epoch per framework, one computing at a time,
 the order reversed every pair; ratios are medians over pairs (min-max beside them).
 
-Floors (no framework, NumPy's BLAS into preallocated float32 outputs, nothing else):
+Floors (no framework, only GEMMs into preallocated float32 outputs, with the BLAS kiln's GEMMs
+use: NumPy's, or where NumPy's OpenBLAS picked slower kernels than the CPU runs, kiln's private
+instance with the right ones, ``bench_cpu.blas_matmul``):
 
 * ``gemm-floor`` (MLP workloads): per batch the GEMMs of the Dense layers: forward, then per
   layer backwards the kernel gradient and (but for the first layer) the input gradient;
@@ -447,7 +449,7 @@ def gemms_of(shape: tuple[int, ...], layers: list[tuple], batch: int) -> list[Ge
 
 
 def floor_case(workload: str) -> tuple[Callable[[Any, Any], Any], dict]:
-    """The floor's step: exactly ``floor_gemms``' GEMMs, float32, NumPy's BLAS, preallocated
+    """The floor's step: exactly ``floor_gemms``' GEMMs, float32, kiln's BLAS, preallocated
     operands and outputs (shared between layers of the same shapes), nothing else. The MLP
     workloads of ``bench_cpu.py`` use its own ``gemm_case``."""
     if workload in ("mlp_train", "mlp_predict"):
@@ -485,7 +487,7 @@ def floor_case(workload: str) -> tuple[Callable[[Any, Any], Any], dict]:
 
     def step(xb: np.ndarray, yb: np.ndarray) -> None:
         for a, b, out in calls:
-            np.matmul(a, b, out=out)
+            bench_cpu.blas_matmul(a, b, out)
 
     return step, {"gemms": [(a.shape, b.shape) for a, b, _ in calls]}
 

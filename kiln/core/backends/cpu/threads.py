@@ -98,11 +98,16 @@ _GEMM_LOCK = threading.Lock()
 
 
 def matmul(a: Any, b: Any, out: Any) -> None:
-    """``np.matmul(a, b, out=out)`` under kiln's process-wide GEMM lock (see above)."""
+    """``out = a @ b`` under kiln's process-wide GEMM lock (see above): through
+    :func:`kiln.core.backends.cpu.blas.matmul` (OpenBLAS with this CPU's kernels where NumPy's
+    picked slower ones), else ``np.matmul``."""
     import numpy as np
 
+    from kiln.core.backends.cpu import blas
+
     with _GEMM_LOCK:
-        np.matmul(a, b, out=out)
+        if not blas.matmul(a, b, out):
+            np.matmul(a, b, out=out)
 
 
 # ---- kiln's kernel threads ---------------------------------------------------------------------

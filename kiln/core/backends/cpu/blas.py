@@ -1,0 +1,258 @@
+"""kiln's GEMMs: NumPy's BLAS, or a second instance of the same OpenBLAS with the kernels of
+this CPU where NumPy's picked slower ones (docs/architecture.md, "BLAS").
+
+OpenBLAS built with ``DYNAMIC_ARCH`` (NumPy's wheels: scipy-openblas) picks its kernels from
+the CPU model when it loads. A CPU it does not know falls back to an older family: on an AMD
+Zen 5 (AVX-512 with full-width FMA units) OpenBLAS 0.3.31 picks ``Haswell`` (AVX2), and every
+GEMM runs at half the speed the host allows (2048^3 sgemm 210-225 against 376-430 GFLOPS
+with the ``SkylakeX`` kernels on the 2-core test host; the Winograd convolutions' batched
+GEMMs 1.2-1.8x). ``OPENBLAS_CORETYPE`` would fix the choice, but OpenBLAS reads it only when
+it loads, before ``import kiln`` in every program.
+
+So, where NumPy's OpenBLAS runs AVX2 kernels (``Haswell``, ``Zen``) on a host with the
+AVX-512 subsets of ``SkylakeX`` (F, CD, BW, DQ, VL), :func:`library` loads a private copy of
+the same library file: its bytes in an anonymous memory file (``memfd``: nothing written to
+disk, nothing to damage), opened with ``OPENBLAS_CORETYPE=SkylakeX`` set for the moment of
+loading, ``RTLD_LOCAL | RTLD_DEEPBIND`` (its symbols bind inside itself, NumPy's instance is
+untouched). It is used only if it reports the ``SkylakeX`` kernels. :func:`matmul` then runs
+kiln's float32 / float64 GEMMs through it (``cblas_?gemm``, one call per matrix of a batch),
+where the operands are BLAS-shaped and the GEMM large enough to pay for the ~1.5 us of a
+ctypes call; anything else goes to ``np.matmul``.
+
+``KILN_BLAS`` (read once): ``auto`` (default: as above), ``numpy`` (never the copy), or a core
+name of :data:`CORES` (the copy with those kernels whatever NumPy's picked, where the CPU
+has their instructions).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+# Core names whose kernels are AVX2 at most; the cores KILN_BLAS may name, with the CPU
+# features their kernels use (LLVM's names).
+AVX2_CORES = {"haswell", "zen", "sandybridge", "nehalem", "core2", "prescott", "atom",
+              "barcelona", "bulldozer", "piledriver", "steamroller", "excavator"}
+_AVX512 = ("avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl")
+CORES = {"SkylakeX": _AVX512, "Cooperlake": (*_AVX512, "avx512bf16"),
+         "Haswell": ("avx2", "fma"), "Zen": ("avx2", "fma"), "SandyBridge": ("avx",)}
+# Below this many multiply-adds per matrix (or with an edge under MIN_EDGE), np.matmul's
+# own small-matrix paths (gemv, no ctypes call) are at least as fast.
+MIN_WORK = 32 * 32 * 32
+MIN_EDGE = 8
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+_open_files: list[int] = []  # the memory files of the loaded copies
+# (symbol prefix, suffix, integer type) of the OpenBLAS builds we know: NumPy's 64-bit-index
+# scipy-openblas, its 32-bit one, a distribution's ILP64 and LP64 libopenblas.
+_FLAVOURS = (("scipy_", "64_", ctypes.c_int64), ("scipy_", "", ctypes.c_int32),
+             ("", "64_", ctypes.c_int64), ("", "", ctypes.c_int32))
+
+
+def mode() -> str:
+    """``KILN_BLAS``: ``auto``, ``numpy`` or an OpenBLAS core name of :data:`CORES`."""
+    env = os.environ.get("KILN_BLAS", "").strip()
+    if not env or env.lower() == "auto":
+        return "auto"
+    if env.lower() == "numpy":
+        return "numpy"
+    for core in CORES:
+        if env.lower() == core.lower():
+            return core
+    raise ValueError(f"KILN_BLAS must be 'auto', 'numpy' or an OpenBLAS core name "
+                     f"({', '.join(CORES)}), got {env!r}")
+
+
+def wanted_core(numpy_core: str | None, features: dict[str, bool], setting: str) -> str | None:
+    """The core the private copy should load with, or None for NumPy's own: ``setting`` is
+    :func:`mode`, ``numpy_core`` the kernels NumPy's OpenBLAS reports (None: not OpenBLAS),
+    ``features`` the host's CPU features.
+
+    Raises:
+        ValueError: ``setting`` names a core whose instructions this CPU lacks (OpenBLAS
+            would load it and crash at the first GEMM).
+    """
+    if numpy_core is None or setting == "numpy":
+        return None
+    if setting != "auto":
+        missing = [f for f in CORES[setting] if not features.get(f)]
+        if missing:
+            raise ValueError(f"KILN_BLAS={setting}: this CPU lacks {', '.join(missing)}, "
+                             f"which {setting}'s kernels use")
+        return setting
+    if numpy_core.lower() in AVX2_CORES and all(features.get(f) for f in CORES["SkylakeX"]):
+        return "SkylakeX"
+    return None
+
+
+def _numpy_openblas() -> tuple[str, Any, tuple] | None:
+    """(path, handle, flavour) of the OpenBLAS NumPy loaded, or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({line.split()[-1] for line in f
+                            if "openblas" in line.lower() and ".so" in line})
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for flavour in _FLAVOURS:
+            prefix, suffix, _ = flavour
+            if hasattr(lib, f"{prefix}cblas_sgemm{suffix}") and hasattr(
+                    lib, f"{prefix}openblas_get_corename{suffix}"):
+                return path, lib, flavour
+    return None
+
+
+def _corename(lib: Any, flavour: tuple) -> str:
+    fn = getattr(lib, f"{flavour[0]}openblas_get_corename{flavour[1]}")
+    fn.restype = ctypes.c_char_p
+    fn.argtypes = []
+    return fn().decode()
+
+
+class Library:
+    """A loaded OpenBLAS instance's GEMM entry points (``cblas_sgemm`` / ``cblas_dgemm``)."""
+
+    def __init__(self, lib: Any, flavour: tuple, core: str):
+        prefix, suffix, index = flavour
+        self.core = core
+        self.handle = lib
+        self.gemm = {}
+        for dtype, name, scalar in ((np.float32, "sgemm", ctypes.c_float),
+                                    (np.float64, "dgemm", ctypes.c_double)):
+            fn = getattr(lib, f"{prefix}cblas_{name}{suffix}")
+            fn.restype = None
+            fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, index, index, index,
+                           scalar, ctypes.c_void_p, index, ctypes.c_void_p, index, scalar,
+                           ctypes.c_void_p, index]
+            self.gemm[np.dtype(dtype)] = fn
+
+
+def load_copy(core: str) -> Library | None:
+    """A private instance of NumPy's OpenBLAS with ``core``'s kernels, or None where NumPy's
+    BLAS is not OpenBLAS, memory files are missing (not Linux), or the copy does not report
+    ``core`` (a build without those kernels). ``core`` must be one the CPU can run
+    (:func:`wanted_core` checks)."""
+    found = _numpy_openblas()
+    if found is None or not hasattr(os, "memfd_create"):
+        return None
+    path, _, flavour = found
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        fd = os.memfd_create("kiln-openblas")
+    except OSError:
+        return None
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if os.fstat(fd).st_size != len(data):
+            raise OSError("short write")
+        saved = os.environ.get("OPENBLAS_CORETYPE")
+        os.environ["OPENBLAS_CORETYPE"] = core
+        try:
+            lib = ctypes.CDLL(f"/proc/self/fd/{fd}",
+                              mode=os.RTLD_LOCAL | getattr(os, "RTLD_DEEPBIND", 0))
+        finally:
+            if saved is None:
+                del os.environ["OPENBLAS_CORETYPE"]
+            else:
+                os.environ["OPENBLAS_CORETYPE"] = saved
+    except OSError:
+        os.close(fd)
+        return None
+    # the file stays open with the library: dlopen knows a library by its path, and a later
+    # copy at a reused /proc/self/fd/N would be handed this one
+    _open_files.append(fd)
+    got = _corename(lib, flavour)
+    return Library(lib, flavour, got) if got.lower() == core.lower() else None
+
+
+def library() -> Library | None:
+    """The private OpenBLAS :func:`matmul` uses, or None (NumPy's BLAS is right for this
+    host, ``KILN_BLAS=numpy``, or the copy did not load); decided once per process."""
+    if "lib" in _state:
+        return _state["lib"]
+    with _lock:
+        if "lib" not in _state:
+            setting = mode()
+            found = _numpy_openblas() if setting != "numpy" else None
+            numpy_core = _corename(found[1], found[2]) if found else None
+            core = wanted_core(numpy_core, _host_features(), setting)
+            _state["numpy_core"] = numpy_core
+            _state["lib"] = load_copy(core) if core else None
+    return _state["lib"]
+
+
+def _host_features() -> dict[str, bool]:
+    try:
+        import llvmlite.binding as llvm
+
+        return dict(llvm.get_host_cpu_features())
+    except (ImportError, AttributeError, RuntimeError, OSError):
+        return {}
+
+
+def _operand(shape: tuple, strides: tuple, size: int) -> tuple[int, int] | None:
+    """(transpose flag, leading dimension) of a matrix of ``shape`` with byte ``strides`` as
+    a row-major BLAS operand, or None when neither axis is unit-stride."""
+    rows, cols = shape
+    s0, s1 = strides[0] // size, strides[1] // size
+    if strides[1] == size and s0 >= cols and strides[0] % size == 0:
+        return 111, s0  # CblasNoTrans
+    if strides[0] == size and s1 >= rows and strides[1] % size == 0:
+        return 112, s1  # CblasTrans: the row-major (cols, rows) matrix read transposed
+    return None
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """``out = a @ b`` through the private OpenBLAS where it is loaded and the operands suit
+    it (2-D, or 3-D with equal batch sizes; one dtype, float32 or float64; each matrix with a
+    unit-stride axis, ``out`` row-major; no overlap with ``out``; enough work). Returns
+    False, doing nothing, otherwise: the caller runs ``np.matmul``."""
+    lib = _state.get("lib", False)
+    if lib is False:
+        lib = library()
+    if lib is None:
+        return False
+    dt = out.dtype
+    fn = lib.gemm.get(dt)
+    if fn is None or a.dtype != dt or b.dtype != dt or not a.ndim == b.ndim == out.ndim:
+        return False
+    if a.ndim == 2:
+        nb, sa, sb, sc = 1, 0, 0, 0
+        (m, k), n = a.shape, b.shape[1]
+    elif a.ndim == 3 and a.shape[0] == b.shape[0] == out.shape[0]:
+        nb, sa, sb, sc = a.shape[0], a.strides[0], b.strides[0], out.strides[0]
+        (m, k), n = a.shape[1:], b.shape[2]
+    else:
+        return False
+    if (b.shape[-2] != k or out.shape[-2:] != (m, n) or min(m, n, k) < MIN_EDGE
+            or m * n * k < MIN_WORK):
+        return False
+    size = dt.itemsize
+    opa = _operand(a.shape[-2:], a.strides[-2:], size)
+    opb = _operand(b.shape[-2:], b.strides[-2:], size)
+    opc = _operand(out.shape[-2:], out.strides[-2:], size)
+    if opa is None or opb is None or opc is None or opc[0] != 111:
+        return False
+    if np.may_share_memory(out, a) or np.may_share_memory(out, b):
+        return False
+    pa = a.__array_interface__["data"][0]
+    pb = b.__array_interface__["data"][0]
+    pc = out.__array_interface__["data"][0]
+    ta, lda = opa
+    tb, ldb = opb
+    ldc = opc[1]
+    for i in range(nb):
+        fn(101, ta, tb, m, n, k, 1.0, pa + i * sa, lda, pb + i * sb, ldb, 0.0, pc + i * sc, ldc)
+    return True

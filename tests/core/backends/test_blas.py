@@ -1,0 +1,189 @@
+"""kiln's GEMMs (kiln/core/backends/cpu/blas.py): the choice of a private OpenBLAS instance,
+the instance itself (loaded here with the kernels NumPy's already runs, so on any host with
+NumPy's OpenBLAS), and its GEMMs against the float64 product, with every operand layout
+the backend passes and every case that must fall back to ``np.matmul``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.lib.stride_tricks import as_strided
+
+from kiln.core.backends.cpu import blas, threads
+
+AVX2 = {"avx": True, "avx2": True, "fma": True}
+AVX512 = {**AVX2, **{f: True for f in blas.CORES["Cooperlake"]}}
+
+
+@pytest.mark.parametrize("numpy_core, features, setting, want", [
+    ("Haswell", AVX512, "auto", "SkylakeX"),   # NumPy's AVX2 kernels on an AVX-512 CPU
+    ("Zen", AVX512, "auto", "SkylakeX"),
+    ("Haswell", AVX2, "auto", None),           # the right kernels already
+    ("SkylakeX", AVX512, "auto", None),
+    ("Cooperlake", AVX512, "auto", None),
+    ("Haswell", AVX512, "numpy", None),        # KILN_BLAS=numpy
+    (None, AVX512, "auto", None),              # NumPy's BLAS is not OpenBLAS
+    ("SkylakeX", AVX512, "Haswell", "Haswell"),  # asked for
+    ("Haswell", {**AVX512, "avx512dq": False}, "auto", None),  # one subset missing
+])
+def test_the_copy_loads_only_where_numpys_kernels_are_slower(numpy_core, features, setting,
+                                                             want):
+    assert blas.wanted_core(numpy_core, features, setting) == want
+
+
+def test_a_core_the_cpu_cannot_run_is_refused():
+    with pytest.raises(ValueError, match="KILN_BLAS=SkylakeX: this CPU lacks avx512f"):
+        blas.wanted_core("Haswell", AVX2, "SkylakeX")
+
+
+@pytest.mark.parametrize("env, want", [("", "auto"), ("auto", "auto"), ("numpy", "numpy"),
+                                       ("NumPy", "numpy"), ("skylakex", "SkylakeX")])
+def test_the_setting(env, want, monkeypatch):
+    monkeypatch.setenv("KILN_BLAS", env)
+    assert blas.mode() == want
+
+
+def test_a_bad_setting_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("KILN_BLAS", "fastest")
+    with pytest.raises(ValueError, match="KILN_BLAS must be 'auto', 'numpy' or an OpenBLAS "
+                                         "core name .*got 'fastest'"):
+        blas.mode()
+
+
+def test_numpy_setting_keeps_numpys_blas(monkeypatch):
+    monkeypatch.setenv("KILN_BLAS", "numpy")
+    monkeypatch.setattr(blas, "_state", {})
+    assert blas.library() is None
+    assert blas.matmul(np.ones((64, 64), np.float32), np.ones((64, 64), np.float32),
+                       np.empty((64, 64), np.float32)) is False
+
+
+@pytest.fixture(scope="module")
+def copy():
+    """A private instance with NumPy's own kernels (every host can run them)."""
+    found = blas._numpy_openblas()
+    if found is None:
+        pytest.skip("NumPy's BLAS is not OpenBLAS")
+    core = blas._corename(found[1], found[2])
+    lib = blas.load_copy(core)
+    assert lib is not None and lib.core.lower() == core.lower()
+    assert blas._corename(found[1], found[2]) == core  # NumPy's instance is untouched
+    return lib
+
+
+def test_copies_loaded_one_after_another_are_distinct_instances(copy):
+    again = blas.load_copy(copy.core)
+    assert again is not None and again.core == copy.core
+    assert again.handle._handle != copy.handle._handle
+
+
+@pytest.fixture
+def using(copy, monkeypatch):
+    monkeypatch.setattr(blas, "_state", {"lib": copy})
+    return copy
+
+
+def _rand(rng, shape, dtype):
+    return rng.normal(size=shape).astype(dtype)
+
+
+def _blocks(flat_len, shape, block_stride):
+    """A (blocks, rows, cols) view with blocks ``block_stride`` floats apart (the Winograd
+    tile buffers' layout)."""
+    flat = np.zeros(flat_len, np.float32)
+    return as_strided(flat, shape, (block_stride * 4, shape[2] * 4, 4), writeable=True)
+
+
+@pytest.mark.parametrize("case, dtype", [
+    (c, d) for c in ("nn", "tn", "nt", "tt", "ld", "batched", "batched_tn", "blocks", "blocks_tn")
+    for d in (np.float32, np.float64) if d == np.float32 or not c.startswith("blocks")])
+def test_the_copys_gemms_match_the_float64_product(using, case, dtype):
+    rng = np.random.default_rng(len(case))
+    m, k, n = 67, 45, 33  # odd sizes: no kernel's tile divides them
+    if case == "nn":
+        a, b = _rand(rng, (m, k), dtype), _rand(rng, (k, n), dtype)
+    elif case == "tn":
+        a, b = _rand(rng, (k, m), dtype).T, _rand(rng, (k, n), dtype)
+    elif case == "nt":
+        a, b = _rand(rng, (m, k), dtype), _rand(rng, (n, k), dtype).T
+    elif case == "tt":
+        a, b = _rand(rng, (k, m), dtype).T, _rand(rng, (n, k), dtype).T
+    elif case == "ld":  # row slices of wider arrays: leading dimensions past the width
+        a, b = _rand(rng, (m, k + 7), dtype)[:, 3:3 + k], _rand(rng, (k, n + 5), dtype)[:, :n]
+    elif case == "batched":
+        a, b = _rand(rng, (5, m, k), dtype), _rand(rng, (5, k, n), dtype)
+    elif case == "batched_tn":
+        a, b = _rand(rng, (5, k, m), dtype).transpose(0, 2, 1), _rand(rng, (5, k, n), dtype)
+    else:  # the tile buffers (float32)
+        stride = m * k + 80
+        a = _blocks(5 * stride, (5, m, k), stride)
+        a[...] = _rand(rng, (5, m, k), dtype)
+        if case == "blocks_tn":
+            a = _blocks(5 * (k * m + 80), (5, k, m), k * m + 80)
+            a[...] = _rand(rng, (5, k, m), dtype)
+            a = a.transpose(0, 2, 1)
+        b = _rand(rng, (5, k, n), dtype)
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    if case in ("blocks", "blocks_tn"):
+        ostride = m * n + 80
+        out = _blocks(5 * ostride, (5, m, n), ostride)
+    elif case == "ld":
+        out = np.zeros((m, n + 9), dtype)[:, 2:2 + n]
+    else:
+        out = np.zeros(want.shape, dtype)
+    assert blas.matmul(a, b, out) is True
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.sqrt(k))
+
+
+@pytest.mark.parametrize("case", ["small", "edge", "alias", "broadcast", "strided", "int",
+                                  "mixed", "out_t", "shapes"])
+def test_what_the_copy_does_not_take_falls_back_to_numpy(using, case):
+    rng = np.random.default_rng(1)
+    f32 = np.float32
+    a, b = _rand(rng, (64, 48), f32), _rand(rng, (48, 40), f32)
+    out = np.zeros((64, 40), f32)
+    if case == "small":
+        a, b, out = a[:16, :16], b[:16, :16], np.zeros((16, 16), f32)
+    elif case == "edge":  # one output column: NumPy's gemv
+        b, out = b[:, :1], np.zeros((64, 1), f32)
+    elif case == "alias":  # the output is the input: BLAS would read what it writes
+        a = np.ascontiguousarray(a[:, :40])
+        b, out = _rand(rng, (40, 40), f32), a
+    elif case == "broadcast":
+        a, out = _rand(rng, (3, 64, 48), f32), np.zeros((3, 64, 40), f32)
+    elif case == "strided":  # no unit-stride axis
+        a = _rand(rng, (128, 96), f32)[::2, ::2]
+    elif case == "int":
+        a, b, out = (v.astype(np.int64) for v in (a, b, out))
+    elif case == "mixed":
+        b = b.astype(np.float64)
+    elif case == "out_t":  # a transposed output
+        out = np.zeros((40, 64), f32).T
+    elif case == "shapes":
+        b = b[:40]
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64)) if case != "shapes" else None
+    assert blas.matmul(a, b, out) is False
+    if case == "shapes":
+        with pytest.raises(ValueError):
+            threads.matmul(a, b, out)
+        return
+    threads.matmul(a, b, out)  # np.matmul, the right answer
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_training_step_is_the_same_through_either_blas(using, monkeypatch):
+    import kiln
+    import kiln.ops as K
+
+    rng = np.random.default_rng(5)
+    xv = rng.normal(size=(96, 80)).astype(np.float32)
+    wv = (rng.normal(size=(80, 64)) / 9).astype(np.float32)
+    results = []
+    for state in ({"lib": using}, {"lib": None}):
+        monkeypatch.setattr(blas, "_state", state)
+        x, w = kiln.placeholder((None, 80)), kiln.Variable(wv)
+        loss = K.sum(K.square(K.relu(x @ w)))
+        results.append(kiln.function([x], [loss, *kiln.grad(loss, [w])], backend="cpu")(xv))
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=2e-5)
