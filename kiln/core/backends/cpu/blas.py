@@ -174,7 +174,23 @@ def load_copy(core: str) -> Library | None:
     # copy at a reused /proc/self/fd/N would be handed this one
     _open_files.append(fd)
     got = _corename(lib, flavour)
-    return Library(lib, flavour, got) if got.lower() == core.lower() else None
+    if got.lower() != core.lower():
+        return None
+    _same_threads(found[1], lib, flavour)
+    return Library(lib, flavour, got)
+
+
+def _same_threads(numpy_lib: Any, lib: Any, flavour: tuple) -> None:
+    """Gives the copy as many threads as NumPy's instance has (a user's limit included)."""
+    prefix, suffix, _ = flavour
+    try:
+        get = getattr(numpy_lib, f"{prefix}openblas_get_num_threads{suffix}")
+        put = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}")
+    except AttributeError:
+        return
+    get.restype, get.argtypes = ctypes.c_int, []
+    put.restype, put.argtypes = None, [ctypes.c_int]
+    put(get())
 
 
 def library() -> Library | None:
