@@ -28,8 +28,9 @@ Workloads (synthetic data, whole epochs timed after one warm-up epoch):
 * ``mlp_train``, ``mlp_predict``, ``convnet_train``, ``tiny_train``: the four of
   ``bench_cpu.py`` (see there), with its sample counts.
 
-Sample counts make an epoch 1-4 s on 2 shared cores (the suite's eleven workloads, four
-frameworks and ``--rounds 2`` took 10 minutes); every figure is per sample.
+Sample counts make an epoch of every convolutional workload at least 4-8 steps (0.1-0.5 s on
+a 2-core Zen 5, 1-4 s on a 2-core AVX2 host; the suite's eleven workloads, four frameworks
+and ``--rounds 2`` took 5 and 10 minutes there); every figure is per sample.
 
 kiln's side is built with the Keras API (``kiln.Sequential`` / functional ``kiln.Model``,
 ``compile``) and times whole epochs of ``model.fit(..., verbose=0, shuffle=False)``
@@ -105,13 +106,13 @@ SUITE = {
                  "floor": "gemm"},
     "wide_mlp": {"samples": 1024, "batch": 256, "kind": "train", "optimizer": "adam",
                  "floor": "gemm"},
-    "conv1d": {"samples": 192, "batch": 32, "kind": "train", "optimizer": "adam",
+    "conv1d": {"samples": 384, "batch": 32, "kind": "train", "optimizer": "adam",
                "floor": "conv"},
-    "cifar_cnn": {"samples": 128, "batch": 64, "kind": "train", "optimizer": "adam",
+    "cifar_cnn": {"samples": 512, "batch": 64, "kind": "train", "optimizer": "adam",
                   "floor": "conv"},
-    "small_resnet": {"samples": 128, "batch": 64, "kind": "train", "optimizer": "adam",
+    "small_resnet": {"samples": 256, "batch": 64, "kind": "train", "optimizer": "adam",
                      "floor": "conv"},
-    "conv_autoencoder": {"samples": 512, "batch": 128, "kind": "train", "optimizer": "adam",
+    "conv_autoencoder": {"samples": 1024, "batch": 128, "kind": "train", "optimizer": "adam",
                          "floor": "conv"},
 }
 FROM_CPU = {"mlp_train": ("sgd", "gemm"), "mlp_predict": (None, "gemm"),
