@@ -138,6 +138,22 @@ def test_the_copys_gemms_match_the_float64_product(using, case, dtype):
     np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.sqrt(k))
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_batch_split_over_threads_computes_every_product(using, threads, monkeypatch):
+    """Parts of 5 products on 1, 2 or 3 threads (one BLAS thread each), with a batch stride
+    that is not the matrices' size."""
+    own = using.threads
+    monkeypatch.setattr(using, "threads", threads)
+    rng = np.random.default_rng(threads)
+    a = _rand(rng, (5, 2, 70, 40), np.float32)[:, 1]
+    b = _rand(rng, (5, 40, 30), np.float32)
+    out = np.full((5, 70, 30), np.nan, np.float32)
+    assert blas.matmul(a, b, out) is True
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.sqrt(40))
+    using.set_threads(own)
+
+
 @pytest.mark.parametrize("case", ["small", "edge", "alias", "broadcast", "strided", "int",
                                   "mixed", "out_t", "shapes"])
 def test_what_the_copy_does_not_take_falls_back_to_numpy(using, case, monkeypatch):
