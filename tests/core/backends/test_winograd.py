@@ -188,6 +188,28 @@ def test_a_model_with_partial_tiles_still_trains_like_im2col_below_the_floor(mon
     assert not any("winograd" in lab for lab in _labels(f))
 
 
+@pytest.mark.parametrize("m, r, rows", [(4, 3, 3), (2, 3, 3), (4, 3, 1), (3, 2, 2)])
+def test_kernel_transforms_match_the_float64_products(m, r, rows):
+    """U = G g G^T and its adjoint as one float32 GEMM, into contiguous and strided outputs,
+    against the two float64 products."""
+    geo = winograd.Geometry(m, r, rows, (8, 8))
+    rng = np.random.default_rng(m + r + rows)
+    w = rng.normal(size=(rows, r, 5, 7)).astype("float32")
+    gr, g = geo.g_rows, geo.g
+    want = np.einsum("ia,jb,abco->ijco", gr, g, w.astype("float64")).reshape(geo.blocks, 5, 7)
+    out = np.empty((geo.blocks, 5, 7), np.float32)
+    geo.kernel_transform(w, out)
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-6 * np.abs(want).max())
+    strided = np.zeros((geo.blocks, 5, 14), np.float32)[:, :, ::2]
+    geo.kernel_transform(w[:, :, :, :], strided)
+    np.testing.assert_array_equal(strided, out)
+    du = rng.normal(size=(geo.blocks, 5, 7)).astype("float32")
+    back = np.einsum("ia,jb,ijco->abco", gr, g, du.reshape(len(gr), len(g), 5, 7))
+    got = np.zeros((rows, r, 5, 14), np.float32)[..., 1::2]
+    geo.kernel_untransform(du, got)
+    np.testing.assert_allclose(got, back, rtol=0, atol=1e-6 * np.abs(back).max())
+
+
 def test_bad_setting_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("KILN_WINOGRAD", "3")
     with pytest.raises(ValueError, match="KILN_WINOGRAD must be 0, 2 or 4, got '3'"):
