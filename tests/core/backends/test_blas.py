@@ -31,6 +31,11 @@ def test_the_copy_loads_only_where_numpys_kernels_are_slower(numpy_core, feature
     assert blas.wanted_core(numpy_core, features, setting) == want
 
 
+def test_a_users_own_coretype_is_kept():
+    assert blas.wanted_core("Haswell", AVX512, "auto", user_core="Haswell") is None
+    assert blas.wanted_core("Haswell", AVX512, "SkylakeX", user_core="Haswell") == "SkylakeX"
+
+
 def test_a_core_the_cpu_cannot_run_is_refused():
     with pytest.raises(ValueError, match="KILN_BLAS=SkylakeX: this CPU lacks avx512f"):
         blas.wanted_core("Haswell", AVX2, "SkylakeX")

@@ -10,7 +10,8 @@ GEMMs 1.2-1.8x). ``OPENBLAS_CORETYPE`` would fix the choice, but OpenBLAS reads 
 it loads, before ``import kiln`` in every program.
 
 So, where NumPy's OpenBLAS runs AVX2 kernels (``Haswell``, ``Zen``) on a host with the
-AVX-512 subsets of ``SkylakeX`` (F, CD, BW, DQ, VL), :func:`library` loads a private copy of
+AVX-512 subsets of ``SkylakeX`` (F, CD, BW, DQ, VL) and the user did not choose them
+(``OPENBLAS_CORETYPE`` unset), :func:`library` loads a private copy of
 the same library file: its bytes in an anonymous memory file (``memfd``: nothing written to
 disk, nothing to damage), opened with ``OPENBLAS_CORETYPE=SkylakeX`` set for the moment of
 loading, ``RTLD_LOCAL | RTLD_DEEPBIND`` (its symbols bind inside itself, NumPy's instance is
@@ -75,10 +76,12 @@ def mode() -> str:
                      f"({', '.join(CORES)}), got {env!r}")
 
 
-def wanted_core(numpy_core: str | None, features: dict[str, bool], setting: str) -> str | None:
+def wanted_core(numpy_core: str | None, features: dict[str, bool], setting: str,
+                user_core: str | None = None) -> str | None:
     """The core the private copy should load with, or None for NumPy's own: ``setting`` is
     :func:`mode`, ``numpy_core`` the kernels NumPy's OpenBLAS reports (None: not OpenBLAS),
-    ``features`` the host's CPU features.
+    ``features`` the host's CPU features, ``user_core`` the user's ``OPENBLAS_CORETYPE``
+    (a choice ``auto`` keeps).
 
     Raises:
         ValueError: ``setting`` names a core whose instructions this CPU lacks (OpenBLAS
@@ -92,6 +95,8 @@ def wanted_core(numpy_core: str | None, features: dict[str, bool], setting: str)
             raise ValueError(f"KILN_BLAS={setting}: this CPU lacks {', '.join(missing)}, "
                              f"which {setting}'s kernels use")
         return setting
+    if user_core:
+        return None
     if numpy_core.lower() in AVX2_CORES and all(features.get(f) for f in CORES["SkylakeX"]):
         return "SkylakeX"
     return None
@@ -211,7 +216,8 @@ def library() -> Library | None:
             setting = mode()
             found = _numpy_openblas() if setting != "numpy" else None
             numpy_core = _corename(found[1], found[2]) if found else None
-            core = wanted_core(numpy_core, _host_features(), setting)
+            core = wanted_core(numpy_core, _host_features(), setting,
+                               os.environ.get("OPENBLAS_CORETYPE", "").strip() or None)
             _state["numpy_core"] = numpy_core
             _state["lib"] = load_copy(core) if core else None
     return _state["lib"]
