@@ -9,9 +9,10 @@ Environment variables (read when kiln is imported; the setters below change them
     KILN_WINOGRAD  CPU float32 3x3 / 1x3 / stride-2 4x4 convolutions: 4 (default) Winograd
                    F(4x4, 3x3), 2 F(2x2, 3x3), 0 im2col + GEMM (backends/cpu/winograd.py; read
                    when a plan is built).
-    KILN_BLAS      the BLAS of the CPU backend's GEMMs: auto (default: NumPy's, or a private
-                   copy of its OpenBLAS with AVX-512 kernels where NumPy's picked AVX2 ones on
-                   an AVX-512 CPU), numpy, or an OpenBLAS core name (backends/cpu/blas.py).
+    KILN_BLAS      the BLAS of the CPU backend's GEMMs: auto (default: a private copy of
+                   NumPy's OpenBLAS, with NumPy's kernels or AVX-512 ones where NumPy's picked
+                   AVX2 ones on an AVX-512 CPU by itself), numpy, or an OpenBLAS core name
+                   (backends/cpu/blas.py).
     KILN_DEBUG=1   verify graph invariants after every optimization pass.
     KILN_CACHE_DIR where generated kernel source, native object files and numba's cache live
                    (~/.cache/kiln; created with mode 0700, checked on every load:

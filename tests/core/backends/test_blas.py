@@ -18,21 +18,23 @@ AVX512 = {**AVX2, **{f: True for f in blas.CORES["Cooperlake"]}}
 @pytest.mark.parametrize("numpy_core, features, setting, want", [
     ("Haswell", AVX512, "auto", "SkylakeX"),   # NumPy's AVX2 kernels on an AVX-512 CPU
     ("Zen", AVX512, "auto", "SkylakeX"),
-    ("Haswell", AVX2, "auto", None),           # the right kernels already
-    ("SkylakeX", AVX512, "auto", None),
-    ("Cooperlake", AVX512, "auto", None),
-    ("Haswell", AVX512, "numpy", None),        # KILN_BLAS=numpy
+    ("Haswell", AVX2, "auto", "Haswell"),      # the right kernels already: the same ones
+    ("SkylakeX", AVX512, "auto", "SkylakeX"),
+    ("Cooperlake", AVX512, "auto", "Cooperlake"),
+    ("Haswell", AVX512, "numpy", None),        # KILN_BLAS=numpy: no copy
     (None, AVX512, "auto", None),              # NumPy's BLAS is not OpenBLAS
     ("SkylakeX", AVX512, "Haswell", "Haswell"),  # asked for
-    ("Haswell", {**AVX512, "avx512dq": False}, "auto", None),  # one subset missing
+    ("Haswell", {**AVX512, "avx512dq": False}, "auto", "Haswell"),  # one subset missing
 ])
-def test_the_copy_loads_only_where_numpys_kernels_are_slower(numpy_core, features, setting,
-                                                             want):
+def test_the_copys_kernels_are_numpys_unless_numpys_are_slower(numpy_core, features, setting,
+                                                               want):
     assert blas.wanted_core(numpy_core, features, setting) == want
 
 
 def test_a_users_own_coretype_is_kept():
-    assert blas.wanted_core("Haswell", AVX512, "auto", user_core="Haswell") is None
+    """OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU (the test machine's environment): the copy
+    runs Haswell's kernels too, unless KILN_BLAS names others."""
+    assert blas.wanted_core("Haswell", AVX512, "auto", user_core="Haswell") == "Haswell"
     assert blas.wanted_core("Haswell", AVX512, "SkylakeX", user_core="Haswell") == "SkylakeX"
 
 
@@ -141,6 +143,17 @@ def test_the_copys_gemms_match_the_float64_product(using, case, dtype):
     assert blas.matmul(a, b, out) is True
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.sqrt(k))
+
+
+def test_with_numpys_own_kernels_only_batches_go_through_the_copy(using, monkeypatch):
+    monkeypatch.setattr(using, "better", False)
+    rng = np.random.default_rng(2)
+    a, b = _rand(rng, (70, 40), np.float32), _rand(rng, (40, 30), np.float32)
+    assert blas.matmul(a, b, np.empty((70, 30), np.float32)) is False
+    a3, b3 = _rand(rng, (3, 70, 40), np.float32), _rand(rng, (3, 40, 30), np.float32)
+    out = np.empty((3, 70, 30), np.float32)
+    assert blas.matmul(a3, b3, out) is True
+    np.testing.assert_allclose(out, np.matmul(a3, b3), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])

@@ -1,33 +1,35 @@
-"""kiln's GEMMs: NumPy's BLAS, or a second instance of the same OpenBLAS with the kernels of
-this CPU where NumPy's picked slower ones (docs/architecture.md, "BLAS").
+"""kiln's GEMMs: on a private instance of NumPy's OpenBLAS that kiln alone uses, so that kiln
+sets its threads, and that runs this CPU's best kernels where NumPy's picked slower ones on
+their own (docs/architecture.md, "BLAS").
 
-OpenBLAS built with ``DYNAMIC_ARCH`` (NumPy's wheels: scipy-openblas) picks its kernels from
-the CPU model when it loads. A CPU it does not know falls back to an older family: on an AMD
-Zen 5 (AVX-512 with full-width FMA units) OpenBLAS 0.3.31 picks ``Haswell`` (AVX2), and every
-GEMM runs at half the speed the host allows (2048^3 sgemm 210-225 against 376-430 GFLOPS
-with the ``SkylakeX`` kernels on the 2-core test host; the Winograd convolutions' batched
-GEMMs 1.2-1.8x). ``OPENBLAS_CORETYPE`` would fix the choice, but OpenBLAS reads it only when
-it loads, before ``import kiln`` in every program.
+* Batches of products (the Winograd convolutions' 16-64 GEMMs of a few hundred to a few
+  thousand rows): OpenBLAS threads each small product on its own and waits for its threads
+  every time. kiln splits the batch over its own threads, each running its share on one BLAS
+  thread (the instance's thread count set to 1 for the call: nobody else uses it, and kiln's
+  GEMMs run one at a time, ``threads.matmul``). On the 2-core Zen 5 test host: CIFAR CNN epoch
+  -12% with OpenBLAS's Haswell kernels, -20% with its SkylakeX ones; ResNet -6 / -4.5%,
+  Conv1D -7%; kernel-gradient products 36 x (32 x 4096) @ (4096 x 32) 2.8 -> 2.2 ms.
+* Kernels: OpenBLAS built with ``DYNAMIC_ARCH`` (NumPy's wheels) picks its kernels from the
+  CPU model when it loads, or takes ``OPENBLAS_CORETYPE``. Where NumPy's instance runs AVX2
+  kernels (``Haswell``, ``Zen``) on a CPU with the AVX-512 subsets of ``SkylakeX`` (F, CD,
+  BW, DQ, VL) and the user did not ask for them (no ``OPENBLAS_CORETYPE``: an OpenBLAS that
+  does not know the CPU), the copy loads ``SkylakeX``'s: 2048^3 sgemm 210-225 against 376-430
+  GFLOPS on the Zen 5 host (whose OpenBLAS 0.3.31 knows it; measured with the test machine's
+  ``OPENBLAS_CORETYPE=Haswell`` and ``KILN_BLAS=SkylakeX``). Where the user set
+  ``OPENBLAS_CORETYPE``, the copy runs what NumPy's runs.
 
-So, where NumPy's OpenBLAS runs AVX2 kernels (``Haswell``, ``Zen``) on a host with the
-AVX-512 subsets of ``SkylakeX`` (F, CD, BW, DQ, VL) and the user did not choose them
-(``OPENBLAS_CORETYPE`` unset), :func:`library` loads a private copy of
-the same library file: its bytes in an anonymous memory file (``memfd``: nothing written to
-disk, nothing to damage), opened with ``OPENBLAS_CORETYPE=SkylakeX`` set for the moment of
-loading, ``RTLD_LOCAL | RTLD_DEEPBIND`` (its symbols bind inside itself, NumPy's instance is
-untouched). It is used only if it reports the ``SkylakeX`` kernels. :func:`matmul` then runs
-kiln's float32 / float64 GEMMs through it (``cblas_?gemm``, one call per matrix of a batch),
-where the operands are BLAS-shaped and the GEMM large enough to pay for the ~1.5 us of a
-ctypes call; anything else goes to ``np.matmul``. A batch (the Winograd convolutions' 16-64
-products) is split over kiln's threads, each running its share on one BLAS thread: OpenBLAS
-threads each small product on its own and waits for its threads 36 times (kernel-gradient
-products 36 x (32 x 4096) @ (4096 x 32) 2.8 -> 2.2 ms, 36 x (4096 x 32) @ (32 x 32) 2.4 ->
-1.9 ms); the copy is kiln's alone, and kiln's GEMMs run one at a time (``threads.matmul``), so
-its thread count can change for the call.
+The copy is the same library file's bytes in an anonymous memory file (``memfd``: nothing on
+disk to damage), opened with ``OPENBLAS_CORETYPE`` set to its core for the moment of loading
+and ``RTLD_LOCAL | RTLD_DEEPBIND`` (its symbols bind inside itself; NumPy's instance, and the
+user's own NumPy GEMMs, are untouched); it is used only if it reports that core. It loads at
+the first batch of products (or the first GEMM, where its kernels are better): ~30 ms, and
+~25 MB of memory. :func:`matmul` runs a GEMM through it (``cblas_?gemm``, one ctypes call of
+~1.5 us per product) where the operands are BLAS-shaped and the work large enough; single
+products only where its kernels are better than NumPy's; anything else is ``np.matmul``'s.
 
 ``KILN_BLAS`` (read once): ``auto`` (default: as above), ``numpy`` (never the copy), or a core
-name of :data:`CORES` (the copy with those kernels whatever NumPy's picked, where the CPU
-has their instructions).
+name of :data:`CORES` (the copy with those kernels whatever NumPy's runs, where the CPU has
+their instructions).
 """
 
 from __future__ import annotations
@@ -78,10 +80,10 @@ def mode() -> str:
 
 def wanted_core(numpy_core: str | None, features: dict[str, bool], setting: str,
                 user_core: str | None = None) -> str | None:
-    """The core the private copy should load with, or None for NumPy's own: ``setting`` is
+    """The core the private copy loads with, or None for no copy: ``setting`` is
     :func:`mode`, ``numpy_core`` the kernels NumPy's OpenBLAS reports (None: not OpenBLAS),
     ``features`` the host's CPU features, ``user_core`` the user's ``OPENBLAS_CORETYPE``
-    (a choice ``auto`` keeps).
+    (what NumPy's runs then, and so the copy).
 
     Raises:
         ValueError: ``setting`` names a core whose instructions this CPU lacks (OpenBLAS
@@ -95,11 +97,10 @@ def wanted_core(numpy_core: str | None, features: dict[str, bool], setting: str,
             raise ValueError(f"KILN_BLAS={setting}: this CPU lacks {', '.join(missing)}, "
                              f"which {setting}'s kernels use")
         return setting
-    if user_core:
-        return None
-    if numpy_core.lower() in AVX2_CORES and all(features.get(f) for f in CORES["SkylakeX"]):
+    if (not user_core and numpy_core.lower() in AVX2_CORES
+            and all(features.get(f) for f in CORES["SkylakeX"])):
         return "SkylakeX"
-    return None
+    return numpy_core
 
 
 def _numpy_openblas() -> tuple[str, Any, tuple] | None:
@@ -139,6 +140,7 @@ class Library:
         self.core = core
         self.handle = lib
         self.threads = threads
+        self.better = True  # its kernels beat NumPy's: single products go through it too
         self.gemm = {}
         for dtype, name, scalar in ((np.float32, "sgemm", ctypes.c_float),
                                     (np.float64, "dgemm", ctypes.c_double)):
@@ -206,20 +208,37 @@ def _threads(numpy_lib: Any, flavour: tuple) -> int:
     return max(1, int(get()))
 
 
+def decide() -> tuple[str | None, bool]:
+    """(the copy's core or None, whether its kernels differ from NumPy's); once per process,
+    without loading anything."""
+    found = _state.get("decision")
+    if found is None:
+        with _lock:
+            found = _state.get("decision")
+            if found is None:
+                setting = mode()
+                lib = _numpy_openblas() if setting != "numpy" else None
+                numpy_core = _corename(lib[1], lib[2]) if lib else None
+                core = wanted_core(numpy_core, _host_features(), setting,
+                                   os.environ.get("OPENBLAS_CORETYPE", "").strip() or None)
+                found = (core, core is not None and core.lower() != numpy_core.lower())
+                _state["numpy_core"] = numpy_core
+                _state["decision"] = found
+    return found
+
+
 def library() -> Library | None:
-    """The private OpenBLAS :func:`matmul` uses, or None (NumPy's BLAS is right for this
-    host, ``KILN_BLAS=numpy``, or the copy did not load); decided once per process."""
+    """The private OpenBLAS :func:`matmul` uses (loaded on first call), or None (NumPy's BLAS
+    is not OpenBLAS, ``KILN_BLAS=numpy``, or the copy did not load)."""
     if "lib" in _state:
         return _state["lib"]
+    core, better = decide()
     with _lock:
         if "lib" not in _state:
-            setting = mode()
-            found = _numpy_openblas() if setting != "numpy" else None
-            numpy_core = _corename(found[1], found[2]) if found else None
-            core = wanted_core(numpy_core, _host_features(), setting,
-                               os.environ.get("OPENBLAS_CORETYPE", "").strip() or None)
-            _state["numpy_core"] = numpy_core
-            _state["lib"] = load_copy(core) if core else None
+            lib = load_copy(core) if core else None
+            if lib is not None:
+                lib.better = better
+            _state["lib"] = lib
     return _state["lib"]
 
 
@@ -251,8 +270,10 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     False, doing nothing, otherwise: the caller runs ``np.matmul``."""
     lib = _state.get("lib", False)
     if lib is False:
+        if a.ndim == 2 and not decide()[1]:
+            return False  # NumPy's own kernels: nothing to gain for one product
         lib = library()
-    if lib is None:
+    if lib is None or (a.ndim == 2 and not lib.better):
         return False
     dt = out.dtype
     fn = lib.gemm.get(dt)
@@ -303,3 +324,4 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     finally:
         lib.set_threads(lib.threads)
     return True
+
