@@ -32,7 +32,7 @@ from fractions import Fraction
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from kiln.core.backends.cpu import native, native_winograd, threads
+from kiln.core.backends.cpu import native, native_gemm, native_winograd, threads
 from kiln.core.ir import Node
 
 # Channels the input transform reads, at least: one 8-lane vector. From tests of single
@@ -200,6 +200,52 @@ def _stride2(out_hw: tuple[int, int]) -> Geometry:
     return Geometry(3, 2, 2, out_hw)
 
 
+def products(b, a: tuple | np.ndarray, bm: tuple | np.ndarray, out: tuple | np.ndarray) -> None:
+    """Adds ``out[x] = a[x] @ bm[x]`` for every block ``x``: each operand an array, or a
+    (flat buffer, view of it from its start) pair (the tile buffers). The register-blocked
+    native kernel (``native_gemm``: 2-4x OpenBLAS's speed on these shapes) split over kiln's
+    threads by blocks, where the columns fill its vectors; else ``threads.matmul``."""
+    pairs = [x if isinstance(x, tuple) else (x.reshape(-1), x) for x in (out, a, bm)]
+    views = [v for _, v in pairs]
+    label = f"{b.node.op}:winograd_gemm"
+    nb, m, k = views[1].shape
+    n = views[2].shape[2]
+    lanes = 16 if n % 16 == 0 and _avx512() else 8
+    steps = [[s // 4 for s in v.strides] for v in views]
+    if (n % lanes == 0 and steps[0][2] == 1 and steps[2][2] == 1
+            and all(fl.flags.c_contiguous for fl, _ in pairs)
+            and all(v.__array_interface__["data"][0] == fl.__array_interface__["data"][0]
+                    for fl, v in pairs)):
+        rows, vecs = GEMM_BLOCK[lanes]
+        if m % rows:  # few rows (a kernel gradient's Cin): a block height that divides them
+            rows = next((r for r in ROW_CHOICES[lanes] if m % r == 0), rows)
+        p = [m, k, n, *steps[1], steps[2][0], steps[2][1], steps[0][0], steps[0][1]]
+
+        def make(symbol: str, dtype: str) -> str:
+            return native_gemm.gemm_ir(symbol, dtype, lanes, rows, vecs)
+
+        from kiln.core.backends.cpu.conv import native_split
+
+        if native_split(b, f"winograd_gemm_l{lanes}r{rows}v{vecs}", make,
+                        tuple(fl for fl, _ in pairs), p, nb, label=label):
+            return
+    b.add(threads.matmul, (views[1], views[2], views[0]), label=label)
+
+
+# Rows x vectors of a native product block per lane count: 12 accumulators, the two B vectors
+# and the broadcast in registers (16 of AVX2's 16, 15 of AVX-512's 32).
+GEMM_BLOCK = {16: (6, 2), 8: (6, 2)}
+# Other block heights, tried in order when the default leaves a tail of rows (run one row at a
+# time: the kernel gradient's 32 x 32 products took 7 passes over B with 6 rows, 4 with 8).
+ROW_CHOICES = {16: (8, 4), 8: (4,)}
+
+
+def _avx512() -> bool:
+    from kiln.core.backends.cpu import conv
+
+    return conv.TILE64
+
+
 PHASES = ((0, 0), (0, 1), (1, 0), (1, 1))  # (row, column) parity of a stride-2 kernel's taps
 
 
@@ -257,7 +303,7 @@ def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
         u = np.empty((geo.blocks, 4 * ci, co), np.float32)
         b.add(_phases_transform, (geo, w, u, False), label=f"{b.node.op}:winograd_kernel")
     prod = Tiles(geo.blocks, v.view.shape[1], co)
-    b.add(threads.matmul, (v.view, u, prod.view), label=f"{b.node.op}:winograd_gemm")
+    products(b, (v.flat, v.view), u, (prod.flat, prod.view))
     geo.transform(b, "output", (out, prod.flat, np.empty(co, np.float32)), (0, 0), prod, n)
 
 
@@ -289,7 +335,7 @@ def input_gradient(b, ct: np.ndarray, key: object, w: np.ndarray, out: np.ndarra
         flipped = w[::-1, ::-1].transpose(0, 1, 3, 2)
         b.add(geo.kernel_transform, (flipped, u), label=f"{b.node.op}:winograd_kernel")
         prod = Tiles(geo.blocks, v.view.shape[1], ci)
-        b.add(threads.matmul, (v.view, u, prod.view), label=f"{b.node.op}:winograd_gemm")
+        products(b, (v.flat, v.view), u, (prod.flat, prod.view))
         geo.transform(b, "output", (out, prod.flat, np.empty(ci, np.float32)), (0, 0), prod, n)
         return
     # out row j = 2 J + v - pt takes ct rows J - 1 and J (phase v of the kernel's rows); the
@@ -301,7 +347,7 @@ def input_gradient(b, ct: np.ndarray, key: object, w: np.ndarray, out: np.ndarra
     u = np.empty((geo.blocks, co, 4 * ci), np.float32)
     b.add(_phases_transform, (geo, w, u, True), label=f"{b.node.op}:winograd_kernel")
     prod = Tiles(geo.blocks, v.view.shape[1], 4 * ci)
-    b.add(threads.matmul, (v.view, u, prod.view), label=f"{b.node.op}:winograd_gemm")
+    products(b, (v.flat, v.view), u, (prod.flat, prod.view))
     sink = np.empty(ci, np.float32)
     for k, (vr, vc) in enumerate(PHASES):
         at = (pads[0] - vr - 2 * first[0], pads[1] - vc - 2 * first[1])
@@ -319,8 +365,7 @@ def kernel_gradient(b, x: np.ndarray, key: object, ct: np.ndarray, out: np.ndarr
     z = Tiles(geo.blocks, v.view.shape[1], co)
     geo.transform(b, "gradient", (z.flat, ct, np.zeros(co, np.float32)), (0, 0), z, n)
     du = np.empty((geo.blocks, v.view.shape[2], co), np.float32)
-    b.add(threads.matmul, (v.view.transpose(0, 2, 1), z.view, du),
-          label=f"{b.node.op}:winograd_gemm")
+    products(b, (v.flat, v.view.transpose(0, 2, 1)), (z.flat, z.view), du)
     if stride == 1:
         b.add(geo.kernel_untransform, (du, out), label=f"{b.node.op}:winograd_kernel")
     else:

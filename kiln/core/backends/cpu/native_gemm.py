@@ -1,0 +1,102 @@
+"""A register-blocked native kernel for batches of small float32 products, the Winograd
+convolutions' ``C[b] = A[b] @ B[b]`` (docs/architecture.md, "Winograd convolutions").
+
+OpenBLAS runs these products (a few hundred to a few thousand rows, 8-128 inner products and
+columns) at a fraction of its speed on large ones: packing costs as much as the arithmetic
+when an operand is 32 x 32. Here each block of ``R`` rows by ``V`` vectors of ``L`` lanes
+keeps its ``R x V`` accumulators in registers over the whole inner dimension, ``B``'s
+``K x (V L)`` slice stays in the L1 cache, and every ``A`` value is broadcast once per
+block (the classic micro-kernel; no packing: ``A`` is read in place through its strides, so
+``A`` may be the transposed view of the kernel gradient's ``V^T``).
+
+Arguments (flat float32 arrays): ``(c, a, b, p)``; ``p = [c size, a size, b size, M, K, N,
+a_batch, a_row, a_inner, b_batch, b_inner, c_batch, c_row, b0, b1]`` (strides in elements;
+``B`` and ``C`` are unit-stride along the columns): products ``b0 <= b < b1``. The columns
+run in blocks of ``V L``, then of ``L``; ``N`` must be a multiple of ``L`` (the caller
+checks); rows in blocks of ``R``, then one by one.
+"""
+
+from __future__ import annotations
+
+from kiln.core.backends.cpu.codegen import CodegenError
+from kiln.core.backends.cpu.native_conv import _div, _Kernel
+
+
+def gemm_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int) -> str:
+    """The module of ``@symbol`` (see the module docstring) with ``L = lanes``, ``R = rows``,
+    ``V = vecs``."""
+    if dtype != "float32":
+        raise CodegenError(f"native gemm: {dtype} not generated")
+    k = _Kernel((1, 1, 1), 10)
+    f = k.f
+    m, kk, n, sab, sar, sak, sbb, sbk, scb, scr = k.p
+    vec = f"<{lanes} x float>"
+    fma = f"@llvm.fma.v{lanes}f32"
+    f.declare.add(f"declare {vec} {fma}({vec}, {vec}, {vec})")
+    bi, lb = f.begin(k.n1, k.n0)
+    base = (f.mul(bi, sab), f.mul(bi, sbb), f.mul(bi, scb))
+    wide = lanes * vecs
+    n_wide = f.mul(_div(f, n, str(wide)), str(wide))
+    m_full = f.mul(_div(f, m, str(rows)), str(rows))
+
+    def columns(start: str, stop: str, width: int, nv: int) -> None:
+        q, lq = f.begin(_div(f, k.sub(stop, start), str(width)))
+        n0 = f.add(start, f.mul(q, str(width)))
+        r, lr = f.begin(_div(f, m_full, str(rows)))
+        _block(f, vec, fma, lanes, rows, nv, f.mul(r, str(rows)), n0, base, (kk, sar, sak, sbk,
+                                                                              scr))
+        f.end(r, lr)
+        r1, lr1 = f.begin(m, m_full)
+        _block(f, vec, fma, lanes, 1, nv, r1, n0, base, (kk, sar, sak, sbk, scr))
+        f.end(r1, lr1)
+        f.end(q, lq)
+
+    columns("0", n_wide, wide, vecs)
+    columns(n_wide, n, lanes, 1)
+    f.end(bi, lb)
+    return f.function(symbol, ["c", "a", "b", "p"], noalias=True)
+
+
+def _block(f, vec: str, fma: str, lanes: int, rows: int, nv: int, r0: str, n0: str,
+           base: tuple, geo: tuple) -> None:
+    """``C[r0:r0+rows, n0:n0+nv*lanes] = A[r0:r0+rows, :] @ B[:, n0:...]`` with the
+    accumulators in registers (allocas that LLVM promotes)."""
+    kk, sar, sak, sbk, scr = geo
+    a0, b0, c0 = base
+    f.labels += 1
+    tag = f"acc{f.labels}"
+    accs = [[f"%{tag}.{i}.{v}" for v in range(nv)] for i in range(rows)]
+    for row in accs:
+        for name in row:
+            f.allocas.append(f"  {name} = alloca {vec}")
+            f.emit(f"store {vec} zeroinitializer, ptr {name}")
+    arow = [f.add(a0, f.mul(f.add(r0, str(i)), sar)) for i in range(rows)]
+    t, lt = f.begin(kk)
+    brow = f.add(f.add(b0, f.mul(t, sbk)), n0)
+    bvals = []
+    for v in range(nv):
+        g, x = f.tmp(), f.tmp()
+        f.emit(f"{g} = getelementptr inbounds float, ptr %b, i64 {f.add(brow, str(v * lanes))}")
+        f.emit(f"{x} = load {vec}, ptr {g}, align 4")
+        bvals.append(x)
+    for i in range(rows):
+        g, s, one, splat = f.tmp(), f.tmp(), f.tmp(), f.tmp()
+        f.emit(f"{g} = getelementptr inbounds float, ptr %a, i64 {f.add(arow[i], f.mul(t, sak))}")
+        f.emit(f"{s} = load float, ptr {g}, align 4")
+        f.emit(f"{one} = insertelement {vec} poison, float {s}, i64 0")
+        f.emit(f"{splat} = shufflevector {vec} {one}, {vec} poison, "
+               f"<{lanes} x i32> zeroinitializer")
+        for v in range(nv):
+            old, new = f.tmp(), f.tmp()
+            f.emit(f"{old} = load {vec}, ptr {accs[i][v]}")
+            f.emit(f"{new} = call {vec} {fma}({vec} {splat}, {vec} {bvals[v]}, {vec} {old})")
+            f.emit(f"store {vec} {new}, ptr {accs[i][v]}")
+    f.end(t, lt)
+    for i in range(rows):
+        crow = f.add(f.add(c0, f.mul(f.add(r0, str(i)), scr)), n0)
+        for v in range(nv):
+            x, g = f.tmp(), f.tmp()
+            f.emit(f"{x} = load {vec}, ptr {accs[i][v]}")
+            f.emit(f"{g} = getelementptr inbounds float, ptr %c, i64 "
+                   f"{f.add(crow, str(v * lanes))}")
+            f.emit(f"store {vec} {x}, ptr {g}, align 4")

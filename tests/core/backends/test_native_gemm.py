@@ -1,0 +1,89 @@
+"""The Winograd convolutions' batched products (winograd.products: the register-blocked
+native kernel of native_gemm.py, else kiln's BLAS) against the float64 product: both lane
+counts, row tails (M not a multiple of the block height) and column tails (N a multiple of
+the lanes but not of the block width), the kernel gradient's transposed A, block-strided tile
+buffers, split over threads or not, and the shapes the kernel leaves to BLAS."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kiln.core.backends.cpu import conv, native, threads, winograd
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="needs the native path")
+
+
+class _Builder:
+    """The two things products() uses of a plan builder: ``add`` and ``node.op``."""
+
+    class node:
+        op = "test"
+
+    def __init__(self):
+        self.steps = []
+
+    def add(self, fn, args, label=None):
+        self.steps.append((fn, args, label))
+
+    def run(self):
+        for fn, args, _ in self.steps:
+            fn(*args)
+
+
+def _tiles(rng, blocks, rows, cols):
+    t = winograd.Tiles(blocks, rows, cols)
+    t.view[...] = rng.normal(size=(blocks, rows, cols)).astype(np.float32)
+    return t
+
+
+@pytest.mark.parametrize("avx512", [True, False])
+@pytest.mark.parametrize("parts", [1, 3])
+@pytest.mark.parametrize("blocks, m, k, n", [
+    (4, 37, 19, 48),    # rows: 6 blocks of 6 + 1; columns: one 32-wide block + 16 (or 16 + 16 + 16)
+    (3, 64, 32, 32),
+    (2, 5, 7, 8),       # fewer rows than a block, 8 columns: the 8-lane column tail only
+    (5, 32, 40, 128),
+])
+def test_products_match_the_float64_product(avx512, parts, blocks, m, k, n, monkeypatch):
+    monkeypatch.setattr(conv, "TILE64", avx512)
+    monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
+    rng = np.random.default_rng(m * n + k)
+    v = _tiles(rng, blocks, m, k)
+    u = rng.normal(size=(blocks, k, n)).astype(np.float32)
+    out = winograd.Tiles(blocks, m, n)
+    out.view[...] = np.nan
+    b = _Builder()
+    winograd.products(b, (v.flat, v.view), u, (out.flat, out.view))
+    assert b.steps[0][0] is not threads.matmul  # the native kernel
+    b.run()
+    want = np.matmul(v.view.astype(np.float64), u.astype(np.float64))
+    np.testing.assert_allclose(out.view, want, rtol=0, atol=2e-6 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("m", [32, 30, 7])  # 8-row blocks, 6-row blocks, a tail only
+def test_the_kernel_gradients_transposed_products(m, monkeypatch):
+    """``du[x] = V[x]^T @ Z[x]``: A read through the tile buffer's strides, few rows."""
+    monkeypatch.setattr(threads, "kernel_threads", lambda: 2)
+    rng = np.random.default_rng(m)
+    v = _tiles(rng, 6, 500, m)
+    z = _tiles(rng, 6, 500, 16)
+    du = np.full((6, m, 16), np.nan, np.float32)
+    b = _Builder()
+    winograd.products(b, (v.flat, v.view.transpose(0, 2, 1)), (z.flat, z.view), du)
+    b.run()
+    want = np.matmul(v.view.transpose(0, 2, 1).astype(np.float64), z.view.astype(np.float64))
+    np.testing.assert_allclose(du, want, rtol=0, atol=4e-6 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("n", [1, 12, 20])  # not a multiple of 8: BLAS
+def test_columns_that_do_not_fill_a_vector_go_to_blas(n):
+    rng = np.random.default_rng(n)
+    v = _tiles(rng, 3, 40, 16)
+    u = rng.normal(size=(3, 16, n)).astype(np.float32)
+    out = winograd.Tiles(3, 40, n)
+    b = _Builder()
+    winograd.products(b, (v.flat, v.view), u, (out.flat, out.view))
+    assert b.steps[0][0] is threads.matmul
+    b.run()
+    np.testing.assert_allclose(out.view, np.matmul(v.view, u), rtol=1e-5, atol=1e-5)
