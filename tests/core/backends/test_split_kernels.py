@@ -17,7 +17,6 @@ import pytest
 import kiln
 import kiln.ops as K
 from kiln.core.backends.cpu import elementwise, threads
-from kiln.core.backends.cpu import winograd as winograd_module
 
 
 def _plan_steps(f):
@@ -173,7 +172,6 @@ def test_a_forked_child_starts_its_own_threads():
 def test_convolutions_and_pools_with_split_loops_match_the_reference(
         split_all, ci, co, k, groups, stride, padding, winograd, monkeypatch):
     monkeypatch.setenv("KILN_WINOGRAD", winograd)  # "0": the kernels named above
-    monkeypatch.setattr(winograd_module, "MIN_COVERAGE", 0.0)  # 9 x 8 images: partial tiles
     rng = np.random.default_rng(3)
     xv = rng.normal(size=(5, 9, 8, ci)).astype("float32")  # batch 5: parts of 2, 2, 1
     wv = (rng.normal(size=(k, k, ci // groups, co)) / k).astype("float32")

@@ -10,20 +10,13 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.core.backends.cpu import conv, native, native_winograd, winograd
+from kiln.core.backends.cpu import native, native_winograd, winograd
 from kiln.core.ops import all_ops
 from kiln.core.ops.registry import apply
 
 OPS = all_ops()
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="needs the native path")
-
-
-@pytest.fixture(autouse=True)
-def _every_coverage(monkeypatch):
-    """The kernels run on every grid here, partial tiles included, on any host (the coverage
-    rule is tested on its own below)."""
-    monkeypatch.setattr(winograd, "MIN_COVERAGE", 0.0)
 
 
 def _labels(f) -> list[str]:
@@ -149,43 +142,6 @@ def test_the_input_gradient_reads_the_output_channels(shape, want):
 def test_interpreted_kernels_never_use_winograd(monkeypatch):
     monkeypatch.setenv("KILN_JIT", "0")
     assert not winograd.usable(ATTRS, (3, 3, 16, 16), np.dtype(np.float32))
-
-
-@pytest.mark.parametrize("grid, kh, stride, op, want", [
-    ((8, 8), 3, 1, "conv2d", 1.0),                        # whole tiles of 4
-    ((11, 11), 3, 1, "conv2d", (11 / 12) ** 2),           # the MNIST convnet's second layer
-    ((13, 13), 3, 1, "conv2d_backprop_input", (13 / 16) ** 2),
-    ((1, 7), 1, 1, "conv2d", 7 / 8),                      # one-row tiles: columns only
-    ((7, 7), 4, 2, "conv2d", (7 / 9) ** 2),               # stride 2: tiles of 3
-    ((14, 14), 4, 2, "conv2d_backprop_input", (7 / 9) ** 2),  # phases of half the input
-    ((28, 28), 4, 2, "conv2d_backprop_filter", (28 / 30) ** 2),
-])
-def test_coverage_is_the_share_of_tile_pixels_inside_the_grid(grid, kh, stride, op, want):
-    assert winograd.coverage(grid, kh, stride, op) == pytest.approx(want)
-
-
-@pytest.mark.parametrize("avx512", [True, False])
-def test_partial_tiles_turn_winograd_off_only_below_the_coverage_floor(avx512, monkeypatch):
-    monkeypatch.setattr(winograd, "MIN_COVERAGE", 0.85)
-    monkeypatch.setattr(conv, "TILE64", avx512)
-    attrs, kernel, f32 = ATTRS, (3, 3, 32, 64), np.dtype("float32")
-    assert winograd.usable(attrs, kernel, f32, grid=(12, 12)) == 1
-    assert winograd.usable(attrs, kernel, f32, grid=(11, 11)) == (0 if avx512 else 1)
-    assert winograd.usable(S2, (4, 4, 32, 32), f32, grid=(7, 7)) == (0 if avx512 else 2)
-    assert winograd.usable(S2, (4, 4, 32, 32), f32, grid=(14, 14)) == 2
-
-
-def test_a_model_with_partial_tiles_still_trains_like_im2col_below_the_floor(monkeypatch):
-    """Coverage 0.6 with the floor at 0.85: the step runs without Winograd, same numbers."""
-    monkeypatch.setattr(winograd, "MIN_COVERAGE", 0.85)
-    monkeypatch.setattr(conv, "TILE64", True)
-    rng = np.random.default_rng(3)
-    xv = rng.normal(size=(2, 14, 14, 16)).astype("float32")
-    wv = rng.normal(size=(4, 4, 16, 16)).astype("float32")
-    x, w = kiln.placeholder((None, 14, 14, 16)), kiln.placeholder((4, 4, 16, 16))
-    f = kiln.function([x, w], apply("conv2d", x, w, **S2), backend="cpu", optimize=False)
-    _close(f(xv, wv), OPS["conv2d"].ref(xv.astype("float64"), wv.astype("float64"), **S2))
-    assert not any("winograd" in lab for lab in _labels(f))
 
 
 @pytest.mark.parametrize("m, r, rows", [(4, 3, 3), (2, 3, 3), (4, 3, 1), (3, 2, 2)])

@@ -449,7 +449,7 @@ def build_conv2d(b, node: Node) -> None:
     k = w.shape[:2]
     oh, ow, p = _conv_params(b.shape(x_node)[1:3], k, node.attrs)
     out = b.out(node)
-    stride = winograd.usable(node.attrs, w.shape, out.dtype, grid=(oh, ow))
+    stride = winograd.usable(node.attrs, w.shape, out.dtype)
     if stride:
         x = b.contiguous(x_node)
         pads = winograd.forward_pads(node, x.shape[1:3], k)
@@ -500,8 +500,7 @@ def build_conv2d_filter(b, node: Node) -> None:
     out = b.out(node)
     ct = b.contiguous(ct_node)
     ci = b.shape(x_node)[3]
-    stride = winograd.usable(node.attrs, (*k, ci, ct.shape[3]), out.dtype, node.op,
-                             grid=(oh, ow))
+    stride = winograd.usable(node.attrs, (*k, ci, ct.shape[3]), out.dtype, node.op)
     if stride:
         x = b.contiguous(x_node)
         pads = winograd.forward_pads(node, x.shape[1:3], k)
@@ -534,7 +533,7 @@ def build_conv2d_input(b, node: Node) -> None:
     oh, ow, p = _conv_params(node.attrs["input_shape"][:2], k, node.attrs)
     out = b.out(node)
     ct = b.contiguous(ct_node)
-    stride = winograd.usable(node.attrs, w.shape, out.dtype, node.op, grid=out.shape[1:3])
+    stride = winograd.usable(node.attrs, w.shape, out.dtype, node.op)
     if stride:
         pads = winograd.forward_pads(node, out.shape[1:3], k)
         winograd.input_gradient(b, ct, id(ct_node), w, out, pads, stride)

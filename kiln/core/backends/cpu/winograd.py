@@ -47,17 +47,11 @@ KERNELS = ((3, 3), (1, 3))  # stride 1
 # A 3x3 kernel at stride 2 as four zero-padded 2x2 phases does 16 taps' work for 9: 1.3-1.6x
 # slower than im2col (batch 64, 32x32x64 -> 64: 18.8/21.0/18.9 against 25.1/25.5/27.1 ms).
 STRIDE2_KERNELS = ((4, 4),)  # as four 2x2 phases, F(3x3, 2x2)
-# Tiles that overhang the image compute pixels that are thrown away. Where the host has
-# AVX-512 (kiln's register-tiled forward, conv.TILE64, and OpenBLAS's AVX-512 kernels), the
-# other methods are fast enough that Winograd loses below this share of useful
-# pixels (2-core Zen 5 host, ms, Winograd / tiles-or-GEMM): 13x13x32 -> 64 valid, batch 128
-# (11x11 outputs in 12x12 tiles: 0.84; its input gradient 13x13 in 16x16: 0.66) 1.56 / 1.61,
-# 2.75 / 2.11, 2.17 / 1.87; 14x14x32 -> 32 4x4 stride 2 (7x7 in 9x9: 0.60) 1.30 / 1.17,
-# 1.20 / 0.87, 1.48 / 1.03; at 0.87 (28x28 -> 14x14 in 15x15) Winograd wins 5.5 / 5.4,
-# 4.8 / 6.1, 5.9 / 7.0. Whole models (A/B in one process, rule off / on): MNIST convnet
-# epoch -12% and conv autoencoder -2.5% with OpenBLAS's AVX-512 kernels, +-2% (noise) with
-# its AVX2 ones. On an AVX2 host Winograd won even at 0.84 (the MNIST convnet).
-MIN_COVERAGE = 0.85
+# Tiles that overhang the image compute pixels that are thrown away (11x11 outputs in 12x12
+# tiles: 16%; a stride-2 layer's 7x7 in 9x9: 40%). With OpenBLAS's products, Winograd lost
+# to the register-tiled forward / AVX-512 GEMMs below ~85% useful pixels on the Zen 5 host;
+# with native_gemm's products it wins at any coverage (declining below 85%, then 60%, made
+# the conv autoencoder 13% and 12% slower, the MNIST convnet 19%; A/B in one process).
 
 
 def tile_size() -> int:
@@ -70,48 +64,21 @@ def tile_size() -> int:
     return int(env)
 
 
-def usable(attrs: dict, kernel_shape: tuple, dtype: np.dtype, op: str = "conv2d",
-           grid: tuple[int, int] | None = None) -> int:
+def usable(attrs: dict, kernel_shape: tuple, dtype: np.dtype, op: str = "conv2d") -> int:
     """The stride (1 or 2) of the convolution op ``op`` (conv2d, conv2d_backprop_input or
     conv2d_backprop_filter) with ``attrs`` and an HWIO kernel of ``kernel_shape`` when it runs
     here, else 0. The channels its input transform reads (the input's; the input gradient's:
-    the output's) must fill the 8-lane loop; the others may be as few as one. ``grid``: the
-    pixels its tiles cover (the convolution's output; the input gradient's: the input), at
-    least :func:`min_coverage` of them inside the image."""
+    the output's) must fill the 8-lane loop; the others may be as few as one."""
     kh, kw, ci, co = kernel_shape
     strides = tuple(attrs["strides"])
     read = co if op == "conv2d_backprop_input" else ci
     ok = (dtype == np.float32 and tile_size() != 0 and tuple(attrs["dilation"]) == (1, 1)
           and attrs.get("groups", 1) == 1 and read >= MIN_CHANNELS and native.enabled())
     if ok and strides == (1, 1) and (kh, kw) in KERNELS:
-        stride = 1
-    elif ok and strides == (2, 2) and (kh, kw) in STRIDE2_KERNELS:
-        stride = 2
-    else:
-        return 0
-    if grid is not None and coverage(grid, kh, stride, op) < min_coverage():
-        return 0
-    return stride
-
-
-def coverage(grid: tuple[int, int], kh: int, stride: int, op: str = "conv2d") -> float:
-    """The share of the tiles' pixels inside a ``grid`` of outputs (a stride-2 input
-    gradient's phases each cover half of each axis)."""
-    edges, t = grid, (tile_size() if stride == 1 else 3)
-    if stride == 2 and op == "conv2d_backprop_input":
-        edges = (-(-grid[0] // 2), -(-grid[1] // 2))
-    share = 1.0
-    for axis, g in enumerate(edges):
-        step = t if (axis == 1 or kh > 1) else 1
-        share *= g / (-(-g // step) * step)
-    return share
-
-
-def min_coverage() -> float:
-    """:data:`MIN_COVERAGE` on a host with AVX-512 (``conv.TILE64``), else 0."""
-    from kiln.core.backends.cpu import conv
-
-    return MIN_COVERAGE if conv.TILE64 else 0.0
+        return 1
+    if ok and strides == (2, 2) and (kh, kw) in STRIDE2_KERNELS:
+        return 2
+    return 0
 
 
 def block_stride(tiles: int, channels: int) -> int:
