@@ -76,6 +76,23 @@ def test_the_kernel_gradients_transposed_products(m, monkeypatch):
     np.testing.assert_allclose(du, want, rtol=0, atol=4e-6 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("n, native_kernel", [(1, True), (3, False)])
+def test_a_kernel_gradient_into_one_column_runs_transposed(n, native_kernel, monkeypatch):
+    """``du (Cin x 1) = V^T Z`` (a Conv2D(1) output layer) as ``du^T = Z^T V``, whose Cin
+    columns fill the vectors; 3 columns are not unit-stride rows of ``du^T``: BLAS."""
+    monkeypatch.setattr(threads, "kernel_threads", lambda: 2)
+    rng = np.random.default_rng(n)
+    v = _tiles(rng, 4, 300, 32)
+    z = _tiles(rng, 4, 300, n)
+    du = np.full((4, 32, n), np.nan, np.float32)
+    b = _Builder()
+    winograd.products(b, (v.flat, v.view.transpose(0, 2, 1)), (z.flat, z.view), du)
+    assert (b.steps[0][0] is not threads.matmul) == native_kernel
+    b.run()
+    want = np.matmul(v.view.transpose(0, 2, 1).astype(np.float64), z.view.astype(np.float64))
+    np.testing.assert_allclose(du, want, rtol=0, atol=4e-6 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("n", [1, 12, 20])  # not a multiple of 8: BLAS
 def test_columns_that_do_not_fill_a_vector_go_to_blas(n):
     rng = np.random.default_rng(n)

@@ -171,7 +171,8 @@ def products(b, a: tuple | np.ndarray, bm: tuple | np.ndarray, out: tuple | np.n
     """Adds ``out[x] = a[x] @ bm[x]`` for every block ``x``: each operand an array, or a
     (flat buffer, view of it from its start) pair (the tile buffers). The register-blocked
     native kernel (``native_gemm``: 2-4x OpenBLAS's speed on these shapes) split over kiln's
-    threads by blocks, where the columns fill its vectors; else ``threads.matmul``."""
+    threads by blocks, where the columns (or, transposed, the rows) fill its vectors; else
+    ``threads.matmul``."""
     pairs = [x if isinstance(x, tuple) else (x.reshape(-1), x) for x in (out, a, bm)]
     views = [v for _, v in pairs]
     label = f"{b.node.op}:winograd_gemm"
@@ -179,6 +180,12 @@ def products(b, a: tuple | np.ndarray, bm: tuple | np.ndarray, out: tuple | np.n
     n = views[2].shape[2]
     lanes = 16 if n % 16 == 0 and _avx512() else 8
     steps = [[s // 4 for s in v.strides] for v in views]
+    if n % 8 and m % 8 == 0 and steps[1][1] == 1 and steps[0][1] == 1:
+        # out^T = bm^T @ a^T, whose columns fill the vectors (a kernel gradient of a layer
+        # with one output channel: du (Cin x 1) = V^T Z, as du^T = Z^T V)
+        t = [(fl, v.transpose(0, 2, 1)) for fl, v in pairs]
+        products(b, t[2], t[1], t[0])
+        return
     if (n % lanes == 0 and steps[0][2] == 1 and steps[2][2] == 1
             and all(fl.flags.c_contiguous for fl, _ in pairs)
             and all(v.__array_interface__["data"][0] == fl.__array_interface__["data"][0]
