@@ -93,7 +93,26 @@ def test_a_kernel_gradient_into_one_column_runs_transposed(n, native_kernel, mon
     np.testing.assert_allclose(du, want, rtol=0, atol=4e-6 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("n", [1, 12, 20])  # not a multiple of 8: BLAS
+@pytest.mark.parametrize("avx512", [True, False])
+@pytest.mark.parametrize("k", [8, 19, 32, 40])  # tails of 8- and 16-lane vectors
+def test_a_forward_into_one_column_runs_as_dot_products(k, avx512, monkeypatch):
+    """``out (M x 1) = V U`` (a Conv2D(1) output layer's forward): dot products along K."""
+    monkeypatch.setattr(conv, "TILE64", avx512)
+    monkeypatch.setattr(threads, "kernel_threads", lambda: 2)
+    rng = np.random.default_rng(k)
+    v = _tiles(rng, 5, 301, k)
+    u = rng.normal(size=(5, k, 1)).astype(np.float32)
+    out = winograd.Tiles(5, 301, 1)
+    out.view[...] = np.nan
+    b = _Builder()
+    winograd.products(b, (v.flat, v.view), u, (out.flat, out.view))
+    assert b.steps[0][0] is not threads.matmul
+    b.run()
+    want = np.matmul(v.view.astype(np.float64), u.astype(np.float64))
+    np.testing.assert_allclose(out.view, want, rtol=0, atol=2e-6 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("n", [12, 20])  # not a multiple of 8: BLAS
 def test_columns_that_do_not_fill_a_vector_go_to_blas(n):
     rng = np.random.default_rng(n)
     v = _tiles(rng, 3, 40, 16)

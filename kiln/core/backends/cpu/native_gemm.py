@@ -1,5 +1,6 @@
-"""A register-blocked native kernel for batches of small float32 products, the Winograd
-convolutions' ``C[b] = A[b] @ B[b]`` (docs/architecture.md, "Winograd convolutions").
+"""Register-blocked native kernels for batches of small float32 products, the Winograd
+convolutions' ``C[b] = A[b] @ B[b]`` (docs/architecture.md, "Winograd convolutions"), and
+:func:`dot_ir` for products into one column.
 
 OpenBLAS runs these products (a few hundred to a few thousand rows, 8-128 inner products and
 columns) at a fraction of its speed on large ones: packing costs as much as the arithmetic
@@ -22,17 +23,24 @@ from kiln.core.backends.cpu.codegen import CodegenError
 from kiln.core.backends.cpu.native_conv import _div, _Kernel
 
 
+def _start(name: str, dtype: str, lanes: int) -> tuple[_Kernel, str, str]:
+    """The kernel (the parameter layout of the module docstring), its vector type and the
+    declared FMA intrinsic of ``lanes`` floats."""
+    if dtype != "float32":
+        raise CodegenError(f"native {name}: {dtype} not generated")
+    k = _Kernel((1, 1, 1), 10)
+    vec = f"<{lanes} x float>"
+    fma = f"@llvm.fma.v{lanes}f32"
+    k.f.declare.add(f"declare {vec} {fma}({vec}, {vec}, {vec})")
+    return k, vec, fma
+
+
 def gemm_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int) -> str:
     """The module of ``@symbol`` (see the module docstring) with ``L = lanes``, ``R = rows``,
     ``V = vecs``."""
-    if dtype != "float32":
-        raise CodegenError(f"native gemm: {dtype} not generated")
-    k = _Kernel((1, 1, 1), 10)
+    k, vec, fma = _start("gemm", dtype, lanes)
     f = k.f
     m, kk, n, sab, sar, sak, sbb, sbk, scb, scr = k.p
-    vec = f"<{lanes} x float>"
-    fma = f"@llvm.fma.v{lanes}f32"
-    f.declare.add(f"declare {vec} {fma}({vec}, {vec}, {vec})")
     bi, lb = f.begin(k.n1, k.n0)
     base = (f.mul(bi, sab), f.mul(bi, sbb), f.mul(bi, scb))
     wide = lanes * vecs
@@ -100,3 +108,56 @@ def _block(f, vec: str, fma: str, lanes: int, rows: int, nv: int, r0: str, n0: s
             f.emit(f"{g} = getelementptr inbounds float, ptr %c, i64 "
                    f"{f.add(crow, str(v * lanes))}")
             f.emit(f"store {vec} {x}, ptr {g}, align 4")
+
+
+def dot_ir(symbol: str, dtype: str, lanes: int) -> str:
+    """The module of ``@symbol`` for products into one column (``N = 1``; a Conv2D(1) output
+    layer's forward): each output a dot product of an ``A`` row (unit-stride along the inner
+    dimension) and ``B``'s column (unit-stride), ``L``-lane vectors along the inner dimension,
+    a scalar tail; the same arguments as :func:`gemm_ir`."""
+    k, vec, _ = _start("dot", dtype, lanes)
+    f = k.f
+    m, kk, _, sab, sar, _, sbb, _, scb, scr = k.p
+    fma = f"@llvm.fma.v{lanes}f32"
+    red = f"@llvm.vector.reduce.fadd.v{lanes}f32"
+    f.declare.add(f"declare float {red}(float, {vec})")
+    bi, lb = f.begin(k.n1, k.n0)
+    a0, b0, c0 = f.mul(bi, sab), f.mul(bi, sbb), f.mul(bi, scb)
+    k_vec = f.mul(_div(f, kk, str(lanes)), str(lanes))
+    r, lr = f.begin(m)
+    arow = f.add(a0, f.mul(r, sar))
+    f.labels += 1
+    acc, tail = f"%dot{f.labels}.v", f"%dot{f.labels}.s"
+    f.allocas += [f"  {acc} = alloca {vec}", f"  {tail} = alloca float"]
+    f.emit(f"store {vec} zeroinitializer, ptr {acc}")
+    f.emit(f"store float 0.0, ptr {tail}")
+    q, lq = f.begin(_div(f, k_vec, str(lanes)))
+    _fma_step(f, vec, fma, acc, arow, b0, f.mul(q, str(lanes)))
+    f.end(q, lq)
+    t, lt = f.begin(kk, k_vec)
+    f.declare.add("declare float @llvm.fma.f32(float, float, float)")
+    _fma_step(f, "float", "@llvm.fma.f32", tail, arow, b0, t)
+    f.end(t, lt)
+    v, s, total, g = f.tmp(), f.tmp(), f.tmp(), f.tmp()
+    f.emit(f"{v} = load {vec}, ptr {acc}")
+    f.emit(f"{s} = load float, ptr {tail}")
+    f.emit(f"{total} = call reassoc float {red}(float {s}, {vec} {v})")
+    f.emit(f"{g} = getelementptr inbounds float, ptr %c, i64 {f.add(c0, f.mul(r, scr))}")
+    f.emit(f"store float {total}, ptr {g}, align 4")
+    f.end(r, lr)
+    f.end(bi, lb)
+    return f.function(symbol, ["c", "a", "b", "p"], noalias=True)
+
+
+def _fma_step(f, ty: str, fma: str, acc: str, arow: str, brow: str, at: str) -> None:
+    """``*acc = fma(a[arow + at], b[brow + at], *acc)`` on ``ty`` (a vector or a float)."""
+    vals = []
+    for arr, first in (("%a", arow), ("%b", brow)):
+        g, x = f.tmp(), f.tmp()
+        f.emit(f"{g} = getelementptr inbounds float, ptr {arr}, i64 {f.add(first, at)}")
+        f.emit(f"{x} = load {ty}, ptr {g}, align 4")
+        vals.append(x)
+    old, new = f.tmp(), f.tmp()
+    f.emit(f"{old} = load {ty}, ptr {acc}")
+    f.emit(f"{new} = call {ty} {fma}({ty} {vals[0]}, {ty} {vals[1]}, {ty} {old})")
+    f.emit(f"store {ty} {new}, ptr {acc}")

@@ -186,6 +186,19 @@ def products(b, a: tuple | np.ndarray, bm: tuple | np.ndarray, out: tuple | np.n
         t = [(fl, v.transpose(0, 2, 1)) for fl, v in pairs]
         products(b, t[2], t[1], t[0])
         return
+    flat_ok = (all(fl.flags.c_contiguous for fl, _ in pairs)
+               and all(v.__array_interface__["data"][0] == fl.__array_interface__["data"][0]
+                       for fl, v in pairs))
+    if n == 1 and k >= 8 and steps[1][2] == 1 and steps[2][1] == 1 and flat_ok:
+        # one column, A's rows contiguous (a Conv2D(1) layer's forward): dot products
+        lanes = 16 if k >= 16 and _avx512() else 8
+        p = [m, k, n, *steps[1], steps[2][0], steps[2][1], steps[0][0], steps[0][1]]
+        from kiln.core.backends.cpu.conv import native_split
+
+        if native_split(b, f"winograd_dot_l{lanes}",
+                        lambda symbol, dtype: native_gemm.dot_ir(symbol, dtype, lanes),
+                        tuple(fl for fl, _ in pairs), p, nb, label=label):
+            return
     if (n % lanes == 0 and steps[0][2] == 1 and steps[2][2] == 1
             and all(fl.flags.c_contiguous for fl, _ in pairs)
             and all(v.__array_interface__["data"][0] == fl.__array_interface__["data"][0]
