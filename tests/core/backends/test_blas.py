@@ -178,6 +178,15 @@ def test_a_batch_split_over_threads_computes_every_product(using, threads, monke
     using.set_threads(own)
 
 
+def test_outputs_that_overlap_each_other_are_left_to_numpy(using):
+    """A batch written into one matrix (batch stride 0): threads would race on it."""
+    rng = np.random.default_rng(4)
+    a, b = _rand(rng, (3, 64, 48), np.float32), _rand(rng, (3, 48, 40), np.float32)
+    out = as_strided(np.zeros((64, 40), np.float32), (3, 64, 40), (0, 160, 4),
+                     writeable=True)
+    assert blas.matmul(a, b, out) is False
+
+
 @pytest.mark.parametrize("case", ["small", "edge", "alias", "broadcast", "strided", "int",
                                   "mixed", "out_t", "shapes"])
 def test_what_the_copy_does_not_take_falls_back_to_numpy(using, case, monkeypatch):

@@ -298,6 +298,8 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     opc = _operand(out.shape[-2:], out.strides[-2:], size)
     if opa is None or opb is None or opc is None or opc[0] != 111:
         return False
+    if nb > 1 and abs(sc) < ((m - 1) * opc[1] + n) * size:
+        return False  # the outputs overlap one another: parts written at once would race
     if np.may_share_memory(out, a) or np.may_share_memory(out, b):
         return False
     pa = a.__array_interface__["data"][0]

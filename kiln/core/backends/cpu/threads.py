@@ -99,8 +99,8 @@ _GEMM_LOCK = threading.Lock()
 
 def matmul(a: Any, b: Any, out: Any) -> None:
     """``out = a @ b`` under kiln's process-wide GEMM lock (see above): through
-    :func:`kiln.core.backends.cpu.blas.matmul` (OpenBLAS with this CPU's kernels where NumPy's
-    picked slower ones), else ``np.matmul``."""
+    :func:`kiln.core.backends.cpu.blas.matmul` (kiln's private OpenBLAS: batches split over
+    kiln's threads, better kernels where NumPy's picked slower ones), else ``np.matmul``."""
     import numpy as np
 
     from kiln.core.backends.cpu import blas

@@ -7,8 +7,8 @@ pixel; the Winograd form (Lavin and Gray, 2016) does ``alpha^2 / m^2`` times ``C
 ``alpha^2`` (``alpha``) independent GEMMs:
 
 * forward: ``V = B^T d B`` per input tile (``native_winograd``, threads over images),
-  ``U = G g G^T`` per step (one float32 GEMM), ``M[xi] = V[xi] @ U[xi]`` (one batched BLAS
-  call), ``y = A^T M A`` per tile;
+  ``U = G g G^T`` per step (one float32 GEMM), ``M[xi] = V[xi] @ U[xi]`` (:func:`products`:
+  ``native_gemm``'s kernels, else BLAS), ``y = A^T M A`` per tile;
 * input gradient: the same, as the forward convolution of the cotangent padded by
   ``k - 1 - pad`` with the kernel flipped in space and its channel axes swapped;
 * kernel gradient: ``Z = A dy A^T`` per cotangent tile, ``dU[xi] = V[xi]^T @ Z[xi]`` (the
@@ -199,10 +199,7 @@ def products(b, a: tuple | np.ndarray, bm: tuple | np.ndarray, out: tuple | np.n
                         lambda symbol, dtype: native_gemm.dot_ir(symbol, dtype, lanes),
                         tuple(fl for fl, _ in pairs), p, nb, label=label):
             return
-    if (n % lanes == 0 and steps[0][2] == 1 and steps[2][2] == 1
-            and all(fl.flags.c_contiguous for fl, _ in pairs)
-            and all(v.__array_interface__["data"][0] == fl.__array_interface__["data"][0]
-                    for fl, v in pairs)):
+    if n % lanes == 0 and steps[0][2] == 1 and steps[2][2] == 1 and flat_ok:
         rows, vecs = GEMM_BLOCK[lanes]
         if m % rows:  # few rows (a kernel gradient's Cin): a block height that divides them
             rows = next((r for r in ROW_CHOICES[lanes] if m % r == 0), rows)
