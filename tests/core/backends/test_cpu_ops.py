@@ -171,21 +171,46 @@ def test_both_convolution_methods_match_the_reference(method, monkeypatch):
             _check(name, example, "plain", "float32")
 
 
-@pytest.mark.nojit
-@pytest.mark.parametrize("shape, kernel, attrs", [
+TILE_FORWARD_CASES = [
     ((3, 6, 5, 4), (3, 3, 4, 64), {}),                             # whole 4-pixel tiles
     ((1, 5, 7, 3), (2, 3, 3, 64), {"padding": "same"}),            # a 3-pixel tail, padding
     ((2, 9, 8, 1), (3, 3, 1, 32), {}),                             # 32 channels: padded kernel
     ((2, 9, 9, 2), (3, 2, 2, 5), {"strides": (2, 3), "padding": "same"}),
     ((1, 9, 10, 3), (2, 3, 3, 7), {"dilation": (2, 3)}),
+    ((2, 15, 31, 2), (3, 3, 2, 17), {"padding": "same"}),          # 12-pixel blocks + tail
+    ((1, 6, 27, 1), (1, 3, 1, 48), {"strides": (1, 2)}),           # 3 vectors
     ((2, 4, 4, 3), (3, 3, 3, 65), {}),                             # > 64 channels: not tiled
-])
-def test_conv2d_tile64_kernel_matches_the_reference(shape, kernel, attrs, monkeypatch):
-    """The float32 forward convolution with at most 64 output channels (conv.TILE64) against
-    the float64 reference, with strides, dilation, padding and tail tiles."""
+]
+
+
+def _tile_paths(monkeypatch, native: bool) -> None:
+    """The tiles on any host (chosen only with AVX-512), as native_tile's kernels or (native
+    False) as the numba kernels conv_tile64 / conv_filter_tn64."""
     from kiln.core.backends.cpu import conv
 
-    monkeypatch.setattr(conv, "TILE64", True)  # on any host (chosen only with AVX-512)
+    monkeypatch.setattr(conv, "TILE64", True)
+    monkeypatch.setattr(conv, "NATIVE_TILE", native)
+
+
+def native_enabled() -> bool:
+    from kiln.core.backends.cpu import native
+
+    return native.enabled()
+
+
+def _labels(f) -> list[str]:
+    plan = next(iter(f.program._plans.values()))
+    return [getattr(s, "label", "") for s in plan.steps]
+
+
+@pytest.mark.nojit
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("shape, kernel, attrs", TILE_FORWARD_CASES)
+def test_conv2d_tile_kernels_match_the_reference(shape, kernel, attrs, native, monkeypatch):
+    """The float32 forward convolution with at most 64 output channels (conv.TILE64) against
+    the float64 reference, with strides, dilation, padding, tail blocks and masked channel
+    tails; native_tile's kernel or the numba one."""
+    _tile_paths(monkeypatch, native)
     rng = np.random.default_rng(3)
     xv = rng.normal(size=shape).astype("float32")
     wv = rng.normal(size=kernel).astype("float32")
@@ -198,25 +223,36 @@ def test_conv2d_tile64_kernel_matches_the_reference(shape, kernel, attrs, monkey
         np.testing.assert_allclose(f(xv, wv), want, rtol=1e-5, atol=1e-5)
         wv, xv = wv * 2, xv + 1
         want = OPS["conv2d"].ref(xv.astype("float64"), wv.astype("float64"), **attrs)
-    plan = next(iter(f.program._plans.values()))
-    labels = [getattr(s, "label", "") for s in plan.steps]
-    assert any("conv_tile64" in lab for lab in labels) == (kernel[3] <= 64)
+    native_run = native and native_enabled()
+    labels = _labels(f)
+    assert ("conv2d:conv_tile" in labels) == (kernel[3] <= 64 and native_run)
+    assert ("conv2d:conv_tile64_kernel" in labels) == (kernel[3] <= 64 and not native_run)
 
 
 @pytest.mark.nojit
+@pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("shape, kernel, attrs", [
     ((3, 6, 5, 4), (3, 3, 4, 64), {}),                      # K = 36 taps: whole 4-row tiles
     ((2, 9, 8, 3), (3, 3, 3, 64), {"padding": "same"}),     # K = 27: a 3-row tail of taps
     ((2, 9, 9, 2), (3, 3, 2, 64), {"strides": (2, 1), "dilation": (1, 2)}),
-    ((2, 6, 6, 3), (3, 3, 3, 32), {}),                      # 32 channels: BLAS
+    ((2, 6, 6, 3), (3, 3, 3, 32), {}),                      # 32 channels: BLAS (numba path)
+    ((3, 11, 13, 1), (3, 3, 1, 32), {}),                    # 9 taps: one block
+    ((2, 10, 9, 1), (5, 5, 1, 20), {"padding": "same"}),    # 25 taps: blocks + tail, masked
+    ((2, 7, 8, 2), (3, 3, 2, 100), {"strides": (2, 2), "padding": "same"}),  # 7 vectors
+    ((1, 9, 9, 1), (3, 3, 1, 3), {"dilation": (2, 2)}),     # one masked vector
 ])
-def test_conv2d_kernel_gradient_tn64_matches_the_reference(shape, kernel, attrs, monkeypatch):
-    """The float32 kernel gradient with 64 output channels (conv_filter_tn64_kernel) against
-    the float64 reference, with a block size that leaves a partial last block."""
-    from kiln.core.backends.cpu import conv
+def test_conv2d_kernel_gradient_tiles_match_the_reference(shape, kernel, attrs, native,
+                                                           monkeypatch):
+    """The float32 kernel gradient against the float64 reference: native_tile's kernel
+    (any width where the taps are few or the output channels 64; chunks of output rows that
+    leave a partial last chunk, several partial sums) or the numba one (conv_filter_tn64 for
+    64 output channels, with a partial last block of the im2col buffer)."""
+    from kiln.core.backends.cpu import conv, threads
 
+    _tile_paths(monkeypatch, native)
     monkeypatch.setattr(conv, "TN64_CHUNK", 7)
-    monkeypatch.setattr(conv, "TILE64", True)
+    monkeypatch.setattr(conv, "FILTER_CHUNK", 10)
+    monkeypatch.setattr(threads, "kernel_threads", lambda: 3)
     rng = np.random.default_rng(4)
     attrs = {"strides": (1, 1), "padding": "valid", "dilation": (1, 1), **attrs}
     xv = rng.normal(size=shape).astype("float32")
@@ -228,10 +264,15 @@ def test_conv2d_kernel_gradient_tn64_matches_the_reference(shape, kernel, attrs,
     f = kiln.function([x, ct], node, backend="cpu", optimize=False)
     want = OPS["conv2d_backprop_filter"].ref(xv.astype("float64"), ctv.astype("float64"),
                                              kernel_size=kernel[:2], **attrs)
-    np.testing.assert_allclose(f(xv, ctv), want, rtol=1e-4, atol=1e-4)
-    plan = next(iter(f.program._plans.values()))
-    labels = [getattr(s, "label", "") for s in plan.steps]
-    assert any("tn64" in lab for lab in labels) == (kernel[3] == 64)
+    for _ in range(2):  # each call zeroes the partial sums again
+        np.testing.assert_allclose(f(xv, ctv), want, rtol=1e-4, atol=1e-4)
+    taps = kernel[0] * kernel[1] * kernel[2]
+    tiled = kernel[3] == 64 or taps <= conv.DIRECT_MAX_TAPS
+    native_run = native and native_enabled()
+    labels = _labels(f)
+    assert ("conv2d_backprop_filter:filter_tile" in labels) == (tiled and native_run)
+    assert any("tn64" in lab for lab in labels) == (kernel[3] == 64 and taps > 16
+                                                    and not native_run)
 
 
 @pytest.mark.parametrize("taps, op, dtype, cout, want", [

@@ -18,6 +18,7 @@ import kiln.ops as K
 from kiln.core.backends import jit as jit_loader
 from kiln.core.backends import numba_cache
 from kiln.core.backends.cpu import conv, elementwise, jit, llvm_loop, native
+from kiln.core.ops import all_ops
 from kiln.core.backends.cpu.codegen import CodegenError, LoopSpec, program_dtypes
 from kiln.core.ops import all_ops
 from kiln.core.ops.registry import ELEMENTWISE
@@ -244,9 +245,13 @@ NN_OPS = ["softmax", "log_softmax", "sparse_softmax_cross_entropy", "softmax_cro
 
 
 @pytest.mark.parametrize("op", NN_OPS)
-def test_native_hand_written_kernels_give_numbas_bits(op, cache):
-    # every registry example of the op (float32 and float64), native against numba
+def test_native_hand_written_kernels_give_numbas_bits(op, cache, monkeypatch):
+    # every registry example of the op (float32 and float64), native against numba; the
+    # AVX-512 register tiles off (native_tile's kernels contract to FMAs: they are checked
+    # against the float64 reference in tests/core/backends/test_cpu_ops.py)
     from kiln.core.ops.registry import apply
+
+    monkeypatch.setattr(conv, "TILE64", False)
 
     used = []
     for ex in _examples(op):
@@ -284,7 +289,8 @@ def test_softmax_rows_with_extreme_values_give_numbas_bits(cache):
 def test_a_small_convnet_step_runs_the_native_twins_with_numbas_bits(cache, monkeypatch):
     # conv (direct and im2col + GEMM) -> tiled max pooling, forward and gradients; Winograd
     # (native only, tests/core/backends/test_winograd.py) off so both run the twins, and the
-    # AVX-512 register tiles (conv.TILE64, a numba kernel without a twin) off on any host
+    # AVX-512 register tiles (conv.TILE64: native_tile's FMA kernels, not bit-equal to
+    # numba's) off on any host
     monkeypatch.setenv("KILN_WINOGRAD", "0")
     monkeypatch.setattr(conv, "TILE64", False)
     rng = np.random.default_rng(7)
@@ -308,6 +314,34 @@ def test_a_small_convnet_step_runs_the_native_twins_with_numbas_bits(cache, monk
     for kernel in ("conv_direct_kernel", "conv_filter_direct_kernel", "im2col_kernel",
                    "col2im_kernel", "max_pool_kernel", "max_pool_grad_tiled_kernel"):
         assert names.get(kernel, "").startswith("kiln_"), (kernel, names)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tiled_max_pool_gradient_in_vectors_gives_numbas_bits(dtype, cache):
+    # 37 channels: whole 64-byte vectors of channels (the window's flags in a register) and a
+    # scalar tail; ties inside windows (the first maximal element gets the cotangent), NaN
+    # (a window whose maximum is NaN passes nothing back), rows and columns past the windows
+    from kiln.core.ops.registry import apply
+
+    rng = np.random.default_rng(11)
+    x = np.round(rng.normal(size=(3, 7, 9, 37)) * 2).astype(dtype)  # many ties
+    x[0, 1, 2, 5] = x[1, 4, 4, 20] = x[2, 0, 0, 36] = np.nan
+    pooled = all_ops()["max_pool2d"].ref(x, pool_size=(2, 2), strides=(2, 2), padding="valid")
+    ct = rng.normal(size=pooled.shape).astype(dtype)
+
+    def build():
+        ps = [kiln.placeholder(a.shape, dtype) for a in (x, pooled, ct)]
+        return kiln.function(ps, apply("max_pool2d_grad", *ps, pool_size=(2, 2), strides=(2, 2),
+                                       padding="valid"), backend="cpu", optimize=False)
+
+    got, want = _both(build, (x, pooled, ct))
+    np.testing.assert_array_equal(got, want)
+    ref = all_ops()["max_pool2d_grad"].ref(x, pooled, ct, pool_size=(2, 2), strides=(2, 2),
+                                     padding="valid")
+    np.testing.assert_array_equal(got, ref)
+    fn = build()
+    fn(x, pooled, ct)
+    assert _kernel_names(fn)["max_pool_grad_tiled_kernel"].startswith("kiln_")
 
 
 def test_a_cache_folder_that_cannot_be_written_leaves_native_kernels_in_memory(

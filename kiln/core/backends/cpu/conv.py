@@ -35,6 +35,7 @@ from kiln.core.backends.cpu import (
     native_conv,
     native_groups,
     native_pool,
+    native_tile,
     threads,
     winograd,
 )
@@ -69,6 +70,12 @@ def _host_has_avx512() -> bool:
 
 
 TILE64 = _host_has_avx512()
+# Where TILE64 holds, the forward and kernel-gradient tiles run as native_tile's kernels
+# (explicit vectors of 16 lanes, blocks of R pixels or taps x the output channels' vectors,
+# masked tails; no numba) before the numba kernels below. FILTER_CHUNK: output pixels per
+# chunk of the kernel gradient (their cotangent stays in cache across the tap blocks).
+NATIVE_TILE = True
+FILTER_CHUNK = 256
 TN64_CHUNK = 256  # rows of the im2col buffer per block
 # The input gradient of a float32 stride-1 convolution with few output channels (<= 8) and
 # 16 to 64 input channels runs as a forward convolution through conv_tile64_kernel
@@ -383,11 +390,11 @@ def _native_call(b, fn, args: tuple, ranges: list, label: str, fastmath: bool,
 
 def native_split(b, name: str, make, arrays: tuple, p: list[int], n: int = 0, *,
                  ranges: list | None = None, label: str | None = None,
-                 parts: np.ndarray | None = None) -> bool:
+                 parts: np.ndarray | None = None, tail: list[int] | None = None) -> bool:
     """Adds the native kernel ``make(symbol, dtype)`` over ``arrays`` (one dtype) with the
-    parameters ``[*shapes, *p, n0, n1]``, its range of ``n`` items split over kiln's threads
-    (``ranges``: given), into ``parts[k]`` per part when given; False when it cannot run
-    here (the caller then runs its numba kernel)."""
+    parameters ``[*shapes, *p, n0, n1, *tail]``, its range of ``n`` items split over kiln's
+    threads (``ranges``: given), into ``parts[k]`` per part when given; False when it cannot
+    run here (the caller then runs its numba kernel)."""
     if any(a.dtype != arrays[0].dtype for a in arrays):
         return False
     ranges = ranges or threads.chunks(n, threads.kernel_threads())
@@ -396,7 +403,7 @@ def native_split(b, name: str, make, arrays: tuple, p: list[int], n: int = 0, *,
     dtype = arrays[0].dtype.name
 
     def params(lo: int, hi: int) -> list[int]:
-        return [*dims, *p, lo, hi]
+        return [*dims, *p, lo, hi, *(tail or ())]
 
     found = native.try_kernel(f"{name} {dtype}", arrays, params(*ranges[0]),
                               lambda s: make(s, dtype))
@@ -469,24 +476,105 @@ def build_conv2d(b, node: Node) -> None:
 
 
 def _conv_tile64(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
-    """The forward convolution through conv_tile64_kernel: padding copies the input into a
-    zero-bordered buffer first, fewer than 64 output channels copy the kernel into a
-    zero-padded (taps, 64) buffer (both copies are small next to the convolution)."""
-    (kh, kw, ci, co), (n, h, wd, _) = w.shape, x.shape
+    """The forward convolution through the register-tiled kernel, ``native_tile``'s (else
+    conv_tile64_kernel): padding copies the input into a zero-bordered buffer first, fewer
+    output channels than the kernel's vectors hold copy the kernel into a zero-padded
+    (taps, width) buffer (both copies are small next to the convolution)."""
+    (kh, kw, ci, co), n = w.shape, x.shape[0]
     (sh, sw), (dh, dw) = node.attrs["strides"], node.attrs["dilation"]
-    _, ((pt, pb), (pl, pr)) = window2d((h, wd), (kh, kw), (sh, sw), (dh, dw),
-                                       node.attrs["padding"])
-    if pt or pb or pl or pr:
-        padded = np.zeros((n, h + pt + pb, wd + pl + pr, ci), x.dtype)
-        b.add(np.copyto, (padded[:, pt:pt + h, pl:pl + wd], x), label="conv2d:pad")
-        x = padded
+    x = _padded(b, node.inputs[0], x, (kh, kw), node.attrs)
     w2d = w.reshape(kh * kw * ci, co)
+    if _native_forward(b, out, x, w2d, (sh, sw, dh, dw, kh, kw)):
+        return
     if co < 64:
         w64 = np.zeros((kh * kw * ci, 64), w.dtype)
         b.add(np.copyto, (w64[:, :co], w2d), label="conv2d:pad_kernel")
         w2d = w64
     _call(b, conv_tile64_kernel, out, x, w2d, np.array([sh, sw, dh, dw, kh, kw], np.int64),
           n=out.shape[0] * out.shape[1], fastmath=True)
+
+
+def _padded(b, x_node: Node, x: np.ndarray, k: tuple[int, int], attrs: dict) -> np.ndarray:
+    """``x`` in a zero-bordered buffer for the convolution's padding (``x`` itself when there
+    is none), copied once per step for the readers of the same input and padding."""
+    n, h, wd, ci = x.shape
+    _, ((pt, pb), (pl, pr)) = window2d((h, wd), k, attrs["strides"], attrs["dilation"],
+                                       attrs["padding"])
+    if not (pt or pb or pl or pr):
+        return x
+    key = ("padded", id(x_node), pt, pb, pl, pr)
+    found = b.cache.get(key)
+    if found is None:
+        found = np.zeros((n, h + pt + pb, wd + pl + pr, ci), x.dtype)
+        b.add(np.copyto, (found[:, pt:pt + h, pl:pl + wd], x), label=f"{b.node.op}:pad")
+        b.cache[key] = found
+    return found
+
+
+def _tap_offsets(x: np.ndarray, geometry: tuple) -> tuple[list[int], list[int]]:
+    """``native_tile``'s ``[xs_n, xs_i, xs_j]`` and ``off`` of the padded input ``x`` for
+    ``geometry = (sh, sw, dh, dw, kh, kw)``."""
+    sh, sw, dh, dw, kh, kw = geometry
+    _, hp, wp, ci = x.shape
+    off = [(a * dh * wp + bb * dw) * ci + c for a in range(kh) for bb in range(kw)
+           for c in range(ci)]
+    return [hp * wp * ci, sh * wp * ci, sw * ci], off
+
+
+def _native_forward(b, out: np.ndarray, x: np.ndarray, w2d: np.ndarray, geometry: tuple,
+                    label: str | None = None) -> bool:
+    """Adds ``native_tile.forward_ir`` for ``out = conv(x (padded), w2d (taps, CO))``; False
+    where it cannot run (the caller runs the numba kernel)."""
+    if not (TILE64 and NATIVE_TILE and out.dtype == np.float32):
+        return False
+    co = out.shape[3]
+    taps = w2d.shape[0]
+    rows, vecs = native_tile.block_shape(16, co, width=out.shape[2])
+    if vecs * 16 != co:
+        wide = np.zeros((taps, vecs * 16), w2d.dtype)
+        b.add(np.copyto, (wide[:, :co], w2d), label=f"{b.node.op}:pad_kernel")
+        w2d = wide
+    strides, off = _tap_offsets(x, geometry)
+
+    def make(symbol: str, dtype: str) -> str:
+        return native_tile.forward_ir(symbol, dtype, 16, rows, vecs, co)
+
+    return native_split(b, f"conv_tile_l16r{rows}v{vecs}c{co}", make, (out, x, w2d),
+                        [*strides, taps], out.shape[0] * out.shape[1], tail=off,
+                        label=label or f"{b.node.op}:conv_tile")
+
+
+def _native_filter(b, out: np.ndarray, x: np.ndarray, ct: np.ndarray, geometry: tuple) -> bool:
+    """Adds ``native_tile.filter_ir`` for the kernel gradient ``out`` (kh, kw, CI, CO) of
+    ``x`` (padded) and the cotangent ``ct``: chunks of output rows split over kiln's threads,
+    one partial sum per thread, added in order; False where it cannot run."""
+    if not (TILE64 and NATIVE_TILE and out.dtype == np.float32):
+        return False
+    kh, kw, ci, co = out.shape
+    taps = kh * kw * ci
+    n, oh, ow, _ = ct.shape
+    rows, vecs = native_tile.block_shape(16, co, taps)
+    per = max(1, FILTER_CHUNK // ow)
+    chunks = -(-(n * oh) // per)
+    ranges = threads.chunks(chunks, threads.kernel_threads())
+    strides, off = _tap_offsets(x, geometry)
+    flat = out.reshape(taps, co)
+    parts = np.empty((len(ranges), taps, co), out.dtype) if len(ranges) > 1 else None
+
+    tail = taps % rows
+
+    def make(symbol: str, dtype: str) -> str:
+        return native_tile.filter_ir(symbol, dtype, 16, rows, vecs, co, tail)
+
+    label = f"{b.node.op}:filter_tile"
+    if not native_split(b, f"conv_filter_tile_l16r{rows}v{vecs}c{co}t{tail}", make,
+                        (flat if parts is None else parts[0], x, ct),
+                        [*strides, taps, oh, ow, per], ranges=ranges, label=label,
+                        parts=parts, tail=off):
+        return False
+    if parts is not None:
+        b.add(np.add.reduce, (parts, 0, None, flat), label=f"{b.node.op}:sum_parts")
+    return True
 
 
 @builder("conv2d_backprop_filter")
@@ -507,6 +595,11 @@ def build_conv2d_filter(b, node: Node) -> None:
         winograd.kernel_gradient(b, x, id(x_node), ct, out, pads, stride)
         return
     method = conv_method(k[0] * k[1] * ci, node.op, out.dtype.name, ct.shape[3])
+    if method in ("direct", "tile"):
+        x = _padded(b, x_node, b.contiguous(x_node), k, node.attrs)
+        (sh, sw), (dh, dw) = node.attrs["strides"], node.attrs["dilation"]
+        if _native_filter(b, out, x, ct, (sh, sw, dh, dw, *k)):
+            return
     if method == "direct":
         _call_summed(b, conv_filter_direct_kernel, out, b.contiguous(x_node), ct, p,
                      n=ct.shape[0])
@@ -565,7 +658,7 @@ def _input_as_forward(node: Node, w: np.ndarray, out: np.ndarray) -> bool:
 def _conv_input_tile64(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
     """The input gradient of a stride-1 convolution as a forward one: dx is the valid
     correlation of the cotangent, zero-padded by ``k - 1 - pad`` on each side, with the
-    kernel flipped in space and its channel axes swapped, run by conv_tile64_kernel (no
+    kernel flipped in space and its channel axes swapped, run by the forward tiles (no
     im2col buffer of the size of the input times the taps, no col2im pass)."""
     kh, kw, ci, co = w.shape
     n, oh, ow, _ = ct.shape
@@ -575,8 +668,11 @@ def _conv_input_tile64(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.nda
     top, bottom, left, right = kh - 1 - pt, kh - 1 - pb, kw - 1 - pl, kw - 1 - pr
     padded = np.zeros((n, oh + top + bottom, ow + left + right, co), ct.dtype)
     b.add(np.copyto, (padded[:, top:top + oh, left:left + ow], ct), label=f"{node.op}:pad")
+    flip = np.empty((kh, kw, co, ci), w.dtype)
+    b.add(np.copyto, (flip, w[::-1, ::-1].transpose(0, 1, 3, 2)), label=f"{node.op}:flip")
+    if _native_forward(b, out, padded, flip.reshape(kh * kw * co, ci), (1, 1, 1, 1, kh, kw)):
+        return
     w64 = np.zeros((kh * kw * co, 64), w.dtype)
-    flipped = w64[:, :ci].reshape(kh, kw, co, ci)  # a view: splits the first axis only
-    b.add(np.copyto, (flipped, w[::-1, ::-1].transpose(0, 1, 3, 2)), label=f"{node.op}:flip")
+    b.add(np.copyto, (w64[:, :ci], flip.reshape(kh * kw * co, ci)), label=f"{node.op}:pad_kernel")
     _call(b, conv_tile64_kernel, out, padded, w64, np.array([1, 1, 1, 1, kh, kw], np.int64),
           n=out.shape[0] * out.shape[1], fastmath=True)
