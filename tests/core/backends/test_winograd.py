@@ -103,6 +103,60 @@ def test_winograd_convolutions_match_the_reference(m, shape, k, co, padding, str
         _close(f(*(v * 2 for v in vals)), want * 4)  # buffers refreshed on every call
 
 
+@pytest.mark.parametrize("chunk_bytes", [1, 1 << 20])  # 1: one image per chunk
+@pytest.mark.parametrize("shape, k, co, padding", [
+    ((5, 7, 9, 16), (3, 3), 16, "same"),       # 5 images over 3 threads: uneven parts
+    ((3, 8, 8, 24), (3, 3), 32, "valid"),
+    ((4, 2, 9, 16), (1, 3), 16, "same"),       # one-row tiles
+])
+def test_the_pipelined_forward_and_input_gradient_match_the_reference(
+        shape, k, co, padding, chunk_bytes, monkeypatch):
+    # the stride-1 forward and input gradient as one pass per chunk of images (input
+    # transform, products, output transform on one thread); the kernel gradient then reads
+    # the input tiles the pipeline wrote
+    from kiln.core.backends.cpu import threads
+
+    monkeypatch.setattr(winograd, "PIPELINE_BYTES", chunk_bytes)
+    monkeypatch.setattr(threads, "kernel_threads", lambda: 3)
+    kh, kw = k
+    rng = np.random.default_rng(5)
+    attrs = _attrs(padding)
+    kernel = (kh, kw, shape[3], co)
+    xv = rng.normal(size=shape).astype("float32")
+    wv = rng.normal(size=kernel).astype("float32")
+    ct_shape = OPS["conv2d"].ref(xv, wv, **attrs).shape
+    ctv = rng.normal(size=ct_shape).astype("float32")
+    x, w = kiln.placeholder((None,) + shape[1:]), kiln.placeholder(kernel)
+    ct = kiln.placeholder((None,) + ct_shape[1:])
+    nodes = [apply("conv2d", x, w, **attrs),
+             apply("conv2d_backprop_input", ct, w, input_shape=shape[1:], **attrs),
+             apply("conv2d_backprop_filter", x, ct, kernel_size=(kh, kw), **attrs)]
+    f = kiln.function([x, w, ct], nodes, backend="cpu", optimize=False)
+    x64, w64, ct64 = (v.astype("float64") for v in (xv, wv, ctv))
+    wants = [OPS["conv2d"].ref(x64, w64, **attrs),
+             OPS["conv2d_backprop_input"].ref(ct64, w64, input_shape=shape[1:], **attrs),
+             OPS["conv2d_backprop_filter"].ref(x64, ct64, kernel_size=(kh, kw), **attrs)]
+    for scale in (1, 2):  # every buffer refreshed on the second call
+        for got, want, factor in zip(f(xv * scale, wv, ctv * scale), wants,
+                                     (scale, scale, scale * scale)):
+            _close(got, want * factor)
+    labels = _labels(f)
+    assert "conv2d:winograd_pipeline" in labels
+    assert "conv2d_backprop_input:winograd_pipeline" in labels
+    assert not any("winograd_input" in lab for lab in labels)  # the tiles came from it
+
+
+def test_the_pipeline_can_be_turned_off(monkeypatch):
+    monkeypatch.setattr(winograd, "PIPELINE", False)
+    x, w = kiln.placeholder((None, 6, 6, 16)), kiln.placeholder((3, 3, 16, 16))
+    f = kiln.function([x, w], apply("conv2d", x, w, **ATTRS), backend="cpu", optimize=False)
+    rng = np.random.default_rng(6)
+    xv, wv = (rng.normal(size=s).astype("float32") for s in ((2, 6, 6, 16), (3, 3, 16, 16)))
+    _close(f(xv, wv), OPS["conv2d"].ref(xv.astype("float64"), wv.astype("float64"), **ATTRS))
+    labels = _labels(f)
+    assert "conv2d:winograd_gemm" in labels and "conv2d:winograd_pipeline" not in labels
+
+
 ATTRS = {"strides": (1, 1), "padding": "same", "dilation": (1, 1)}
 
 

@@ -278,8 +278,10 @@ def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
     ci = x.shape[3]
     if stride == 1:
         geo = _stride1(w.shape[0], (oh, ow))
-        v = input_tiles(b, x, key, geo, pads)
         u = np.empty((geo.blocks, ci, co), np.float32)
+        if _pipeline(b, geo, x, key, pads, (w, u), out):
+            return
+        v = input_tiles(b, x, key, geo, pads)
         b.add(geo.kernel_transform, (w, u), label=f"{b.node.op}:winograd_kernel")
     else:
         geo = _stride2((oh, ow))
@@ -289,6 +291,90 @@ def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
     prod = Tiles(geo.blocks, v.view.shape[1], co)
     products(b, (v.flat, v.view), u, (prod.flat, prod.view))
     geo.transform(b, "output", (out, prod.flat, np.empty(co, np.float32)), (0, 0), prod, n)
+
+
+# The stride-1 forward (and input gradient) as one pipeline over chunks of images: each
+# thread runs, per chunk of its images, the input transform, the products and the output
+# transform, so the chunk's tiles (about PIPELINE_BYTES) are read back from its core's L2
+# cache instead of memory (the three stages over the whole batch each stream megabytes
+# through the shared cache). PIPELINE False: the three stages over the batch.
+PIPELINE = True
+PIPELINE_BYTES = 1 << 20
+
+
+def _pipeline(b, geo: Geometry, x: np.ndarray, key: object, pads: tuple[int, int],
+              kernel: tuple[np.ndarray, np.ndarray], out: np.ndarray) -> bool:
+    """Adds the kernel transform ``kernel = (w, u)`` and the pipeline (above) computing
+    ``out = conv(x, w)`` whose input tiles it writes into the step's shared buffer for
+    ``key`` (the kernel gradient reads them); False where it does not apply (the tiles are
+    already computed, the products are not native_gemm's, a kernel does not build): then
+    nothing was added."""
+    n, c = x.shape[0], x.shape[3]
+    co = out.shape[3]
+    cache_key = ("winograd", key, geo.m, geo.r, geo.rows, geo.th, geo.tw, pads, 1)
+    lanes = 16 if co % 16 == 0 and _avx512() else 8
+    if not PIPELINE or cache_key in b.cache or co % lanes or not native.enabled():
+        return False
+    per_image = geo.th * geo.tw
+    v = Tiles(geo.blocks, n * per_image, c)
+    prod = Tiles(geo.blocks, n * per_image, co)
+    entries = []
+    for kind, arrays, tiles, at in (("input", (v.flat, x, np.zeros(c, np.float32)), v, pads),
+                                    ("output", (out, prod.flat, np.empty(co, np.float32)),
+                                     prod, (0, 0))):
+        name = f"winograd_{kind}_f{geo.m}r{geo.r}x{geo.rows}s1"
+        params = [d for a in arrays for d in a.shape] + [
+            geo.th, geo.tw, *at, tiles.stride, tiles.view.shape[2], 0]
+
+        def make(symbol: str, dtype: str, kind: str = kind) -> str:
+            return native_winograd.transform_ir(symbol, dtype, geo.m, kind, geo.rows, geo.r, 1)
+
+        found = native.try_kernel(f"{name} float32", arrays, params + [0, n],
+                                  lambda s, make=make: make(s, "float32"))
+        if found is None:
+            return False
+        entries.append((found[0], found[1], params))
+    rows, vecs = GEMM_BLOCK[lanes]
+    gemm = native.try_kernel(
+        f"winograd_gemm_l{lanes}r{rows}v{vecs} float32", (prod.flat, v.flat, kernel[1]),
+        [0] * 15, lambda s: native_gemm.gemm_ir(s, "float32", lanes, rows, vecs))
+    if gemm is None:
+        return False
+    b.cache[cache_key] = v
+    b.add(geo.kernel_transform, kernel, label=f"{b.node.op}:winograd_kernel")
+    per = max(1, PIPELINE_BYTES // (geo.blocks * per_image * (c + co) * 4))
+    u = kernel[1].reshape(-1)
+    parts = threads.chunks(n, threads.kernel_threads())
+    jobs: list[list[tuple]] = []
+    for lo, hi in parts:
+        part = []
+        for n0 in range(lo, hi, per):
+            n1 = min(hi, n0 + per)
+            r0, m = n0 * per_image, (n1 - n0) * per_image
+            a, cc = v.flat[r0 * c:], prod.flat[r0 * co:]
+            gp = np.array([cc.size, a.size, u.size, m, c, co, v.stride, c, 1, c * co, co,
+                           prod.stride, co, 0, geo.blocks], np.int64)
+            part.append(
+                (entries[0][0], (*entries[0][1][:-1], np.array(entries[0][2] + [n0, n1])),
+                 gemm[0], (cc, a, u, gp),
+                 entries[1][0], (*entries[1][1][:-1], np.array(entries[1][2] + [n0, n1]))))
+        jobs.append(part)
+    label = f"{b.node.op}:winograd_pipeline"
+    if len(jobs) == 1:
+        b.add(_run_chunks, (jobs[0],), label=label)
+    else:
+        b.add(threads.SplitCall(_run_chunks, len(jobs), lambda a, k: (jobs[k],)), (None,),
+              label=label)
+    return True
+
+
+def _run_chunks(chunks: list[tuple]) -> None:
+    """One thread's share of :func:`_pipeline`: per chunk, the input transform, the products,
+    the output transform."""
+    for first, first_args, gemm, gemm_args, last, last_args in chunks:
+        first(*first_args)
+        gemm(*gemm_args)
+        last(*last_args)
 
 
 def _phases_transform(geo: Geometry, w: np.ndarray, u: np.ndarray, flipped: bool) -> None:
@@ -314,9 +400,12 @@ def input_gradient(b, ct: np.ndarray, key: object, w: np.ndarray, out: np.ndarra
     co = ct.shape[3]
     if stride == 1:
         geo = _stride1(kh, (h, wd))
-        v = input_tiles(b, ct, key, geo, (kh - 1 - pads[0], 2 - pads[1]))
         u = np.empty((geo.blocks, co, ci), np.float32)
         flipped = w[::-1, ::-1].transpose(0, 1, 3, 2)
+        in_pads = (kh - 1 - pads[0], 2 - pads[1])
+        if _pipeline(b, geo, ct, key, in_pads, (flipped, u), out):
+            return
+        v = input_tiles(b, ct, key, geo, in_pads)
         b.add(geo.kernel_transform, (flipped, u), label=f"{b.node.op}:winograd_kernel")
         prod = Tiles(geo.blocks, v.view.shape[1], ci)
         products(b, (v.flat, v.view), u, (prod.flat, prod.view))
