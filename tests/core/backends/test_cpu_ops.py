@@ -235,7 +235,7 @@ def test_conv2d_tile_kernels_match_the_reference(shape, kernel, attrs, native, m
     ((3, 6, 5, 4), (3, 3, 4, 64), {}),                      # K = 36 taps: whole 4-row tiles
     ((2, 9, 8, 3), (3, 3, 3, 64), {"padding": "same"}),     # K = 27: a 3-row tail of taps
     ((2, 9, 9, 2), (3, 3, 2, 64), {"strides": (2, 1), "dilation": (1, 2)}),
-    ((2, 6, 6, 3), (3, 3, 3, 32), {}),                      # 32 channels: BLAS (numba path)
+    ((2, 6, 6, 3), (3, 3, 3, 32), {}),                      # 27 taps, 32 channels (numba: BLAS)
     ((3, 11, 13, 1), (3, 3, 1, 32), {}),                    # 9 taps: one block
     ((2, 10, 9, 1), (5, 5, 1, 20), {"padding": "same"}),    # 25 taps: blocks + tail, masked
     ((2, 7, 8, 2), (3, 3, 2, 100), {"strides": (2, 2), "padding": "same"}),  # 7 vectors
@@ -244,7 +244,7 @@ def test_conv2d_tile_kernels_match_the_reference(shape, kernel, attrs, native, m
 def test_conv2d_kernel_gradient_tiles_match_the_reference(shape, kernel, attrs, native,
                                                            monkeypatch):
     """The float32 kernel gradient against the float64 reference: native_tile's kernel
-    (any width where the taps are few or the output channels 64; chunks of output rows that
+    (any taps, at most 64 output channels; chunks of output rows that
     leave a partial last chunk, several partial sums) or the numba one (conv_filter_tn64 for
     64 output channels, with a partial last block of the im2col buffer)."""
     from kiln.core.backends.cpu import conv, threads
@@ -267,20 +267,60 @@ def test_conv2d_kernel_gradient_tiles_match_the_reference(shape, kernel, attrs, 
     for _ in range(2):  # each call zeroes the partial sums again
         np.testing.assert_allclose(f(xv, ctv), want, rtol=1e-4, atol=1e-4)
     taps = kernel[0] * kernel[1] * kernel[2]
-    tiled = kernel[3] == 64 or taps <= conv.DIRECT_MAX_TAPS
     native_run = native and native_enabled()
     labels = _labels(f)
-    assert ("conv2d_backprop_filter:filter_tile" in labels) == (tiled and native_run)
+    assert ("conv2d_backprop_filter:filter_tile" in labels) == (kernel[3] <= 64 and native_run)
     assert any("tn64" in lab for lab in labels) == (kernel[3] == 64 and taps > 16
                                                     and not native_run)
+
+
+@pytest.mark.parametrize("shape, kernel, attrs", [
+    ((2, 9, 10, 32), (3, 3, 32, 1), {"padding": "same"}),    # a Conv2D(1) output layer
+    ((3, 8, 7, 20), (3, 3, 20, 3), {"strides": (2, 1)}),     # 20 channels: a masked vector
+    ((2, 11, 12, 16), (2, 3, 16, 4), {"padding": "same", "dilation": (2, 1)}),
+    ((2, 6, 40, 8), (1, 3, 8, 2), {"padding": "same"}),      # 8 channels, 40-pixel rows
+    ((1, 5, 5, 40), (5, 5, 40, 1), {}),                      # 25 taps: blocks + a tail
+    ((2, 4, 5, 16), (3, 3, 16, 5), {}),                      # 5 outputs: the tiles instead
+])
+def test_convolutions_into_few_channels_match_the_reference(shape, kernel, attrs, monkeypatch):
+    """native_tile's dot kernels (vectors over the input channels) for the forward and the
+    kernel gradient of a float32 convolution into at most 4 channels from at least 8."""
+    from kiln.core.backends.cpu import conv, threads
+
+    _tile_paths(monkeypatch, True)
+    monkeypatch.setattr(conv, "FILTER_CHUNK", 10)
+    monkeypatch.setattr(threads, "kernel_threads", lambda: 3)
+    rng = np.random.default_rng(8)
+    attrs = {"strides": (1, 1), "padding": "valid", "dilation": (1, 1), **attrs}
+    xv = rng.normal(size=shape).astype("float32")
+    wv = rng.normal(size=kernel).astype("float32")
+    want = OPS["conv2d"].ref(xv.astype("float64"), wv.astype("float64"), **attrs)
+    ctv = rng.normal(size=want.shape).astype("float32")
+    x, w = kiln.placeholder((None,) + shape[1:]), kiln.placeholder(kernel)
+    ct = kiln.placeholder((None,) + want.shape[1:])
+    f = kiln.function([x, w, ct], [apply("conv2d", x, w, **attrs), apply(
+        "conv2d_backprop_filter", x, ct, kernel_size=kernel[:2], **attrs)], backend="cpu",
+        optimize=False)
+    want_dw = OPS["conv2d_backprop_filter"].ref(xv.astype("float64"), ctv.astype("float64"),
+                                                kernel_size=kernel[:2], **attrs)
+    for scale in (1, 2):  # the padded copy and the partial sums refreshed on every call
+        y, dw = f(xv * scale, wv, ctv)
+        np.testing.assert_allclose(y, want * scale, rtol=1e-5, atol=1e-5 * scale)
+        np.testing.assert_allclose(dw, want_dw * scale, rtol=1e-4, atol=1e-4 * scale)
+    labels = _labels(f)
+    dot = kernel[3] <= conv.DOT_MAX_OUT and native_enabled()
+    assert ("conv2d:conv_dot" in labels) == dot
+    assert ("conv2d_backprop_filter:conv_dot_filter" in labels) == dot
 
 
 @pytest.mark.parametrize("taps, op, dtype, cout, want", [
     (9, "conv2d", "float32", 32, "tile"), (9, "conv2d", "float64", 32, "direct"),
     (288, "conv2d", "float32", 65, "gemm"), (288, "conv2d", "float32", 64, "tile"),
     (288, "conv2d_backprop_filter", "float32", 64, "tile"),
-    (288, "conv2d_backprop_filter", "float32", 32, "gemm"),
-    (9, "conv2d_backprop_filter", "float32", 64, "direct"),
+    (288, "conv2d_backprop_filter", "float32", 32, "tile"),
+    (288, "conv2d_backprop_filter", "float32", 65, "gemm"),
+    (9, "conv2d_backprop_filter", "float32", 64, "tile"),
+    (9, "conv2d_backprop_filter", "float32", 65, "direct"),
     (288, "conv2d_backprop_input", "float32", 64, "gemm"),
 ])
 def test_conv_method_choices(taps, op, dtype, cout, want, monkeypatch):

@@ -18,7 +18,6 @@ import kiln.ops as K
 from kiln.core.backends import jit as jit_loader
 from kiln.core.backends import numba_cache
 from kiln.core.backends.cpu import conv, elementwise, jit, llvm_loop, native
-from kiln.core.ops import all_ops
 from kiln.core.backends.cpu.codegen import CodegenError, LoopSpec, program_dtypes
 from kiln.core.ops import all_ops
 from kiln.core.ops.registry import ELEMENTWISE

@@ -71,7 +71,12 @@ def _close(got, want):
 @pytest.mark.parametrize("shape, k, co, padding, stride", CASES)
 def test_winograd_convolutions_match_the_reference(m, shape, k, co, padding, stride,
                                                   monkeypatch):
+    from kiln.core.backends.cpu import conv
+
     monkeypatch.setenv("KILN_WINOGRAD", str(m))
+    # one output channel runs native_tile's dot kernels first on AVX-512 hosts; Winograd's
+    # products into one column are what this covers
+    monkeypatch.setattr(conv, "DOT_MAX_OUT", 0)
     monkeypatch.setattr(winograd, "STRIDE2_KERNELS", ((4, 4), (3, 3)))
     kh, kw = k
     rng = np.random.default_rng(sum(shape) + co)
@@ -144,6 +149,30 @@ def test_the_pipelined_forward_and_input_gradient_match_the_reference(
     assert "conv2d:winograd_pipeline" in labels
     assert "conv2d_backprop_input:winograd_pipeline" in labels
     assert not any("winograd_input" in lab for lab in labels)  # the tiles came from it
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_transforms_in_either_vector_width_match_the_reference(lanes, monkeypatch):
+    # 27 input / 24 output channels: 16-lane vectors, then 8-lane, then single channels
+    monkeypatch.setattr(winograd, "TRANSFORM_LANES", lanes)
+    rng = np.random.default_rng(9)
+    xv = rng.normal(size=(2, 7, 6, 27)).astype("float32")
+    wv = rng.normal(size=(3, 3, 27, 24)).astype("float32")
+    ctv = rng.normal(size=(2, 7, 6, 24)).astype("float32")
+    x, w = kiln.placeholder((None, 7, 6, 27)), kiln.placeholder((3, 3, 27, 24))
+    ct = kiln.placeholder((None, 7, 6, 24))
+    f = kiln.function([x, w, ct], [
+        apply("conv2d", x, w, **ATTRS),
+        apply("conv2d_backprop_input", ct, w, input_shape=(7, 6, 27), **ATTRS),
+        apply("conv2d_backprop_filter", x, ct, kernel_size=(3, 3), **ATTRS)],
+        backend="cpu", optimize=False)
+    x64, w64, ct64 = (v.astype("float64") for v in (xv, wv, ctv))
+    wants = [OPS["conv2d"].ref(x64, w64, **ATTRS),
+             OPS["conv2d_backprop_input"].ref(ct64, w64, input_shape=(7, 6, 27), **ATTRS),
+             OPS["conv2d_backprop_filter"].ref(x64, ct64, kernel_size=(3, 3), **ATTRS)]
+    for got, want in zip(f(xv, wv, ctv), wants):
+        _close(got, want)
+    assert any("winograd" in lab for lab in _labels(f))
 
 
 def test_the_pipeline_can_be_turned_off(monkeypatch):

@@ -9,9 +9,13 @@ Convolutions run one of three ways, picked per op, dtype and shape (``conv_metho
   GEMM followed by col2im (scatter-add). The im2col buffer of an input is computed once per step
   and shared by the forward convolution and the kernel gradient that read the same input.
 
-* ``"tile"`` (``TILE64``): a float32 forward convolution with at most 64 output channels runs
-  a register-tiled numba loop that reads the input directly; with exactly 64 output channels
-  the kernel gradient runs register-tiled too (from the im2col buffer).
+* ``"tile"`` (``TILE64``, AVX-512 hosts): a float32 forward convolution or kernel gradient
+  with at most 64 output channels runs ``native_tile``'s register-blocked kernels, which read
+  the (zero-padded) input in place (docs/architecture.md, "Register-tiled convolutions"); a
+  convolution into at most 4 channels from at least 8 runs its dot kernels (vectors over the
+  input channels). Where the native path is off, numba's tiles: the forward
+  (``conv_tile64_kernel``) and, with exactly 64 output channels, the kernel gradient from the
+  im2col buffer (``conv_filter_tn64_kernel``).
 
 Grouped convolutions (``groups > 1``) run the direct kernels of ``conv_groups.py``. Before
 all of these, a float32 3x3 or 1x3 stride-1 convolution with 16 or more channels on each side
@@ -76,6 +80,11 @@ TILE64 = _host_has_avx512()
 # chunk of the kernel gradient (their cotangent stays in cache across the tap blocks).
 NATIVE_TILE = True
 FILTER_CHUNK = 256
+# Convolutions into at most DOT_MAX_OUT channels run native_tile's dot kernels (vectors over
+# the input channels; _few_outputs); their kernel gradient keeps at most DOT_ACCUMULATORS
+# vectors of sums in registers.
+DOT_MAX_OUT = 4
+DOT_ACCUMULATORS = 24
 TN64_CHUNK = 256  # rows of the im2col buffer per block
 # The input gradient of a float32 stride-1 convolution with few output channels (<= 8) and
 # 16 to 64 input channels runs as a forward convolution through conv_tile64_kernel
@@ -86,7 +95,7 @@ INPUT_AS_FORWARD = True
 
 
 def conv_method(taps: int, op: str = "conv2d", dtype: str = "float32",
-                channels_out: int = 0) -> str:
+                channels_out: int = 0, native_tiles: bool = True) -> str:
     """``"tile"``, ``"direct"`` or ``"gemm"`` for ``op`` (conv2d, conv2d_backprop_filter or
     conv2d_backprop_input) with ``taps = kh * kw * Cin``, ``Cout = channels_out``.
 
@@ -95,13 +104,19 @@ def conv_method(taps: int, op: str = "conv2d", dtype: str = "float32",
     GEMM; layer 2 (288 taps) 5.1 / 6.4 ms with GEMM against 10.5 / 12.0 ms direct; the input
     gradient is faster as GEMM + col2im at both sizes (1.9 vs 6.2 ms on layer 1). ``"tile"``
     (see TILE64) beats both where it applies: a float32 forward with Cout <= 64, a float32
-    kernel gradient with Cout == 64 past the direct range (it reads the im2col buffer).
+    kernel gradient with Cout <= 64 (native_tile's kernel: 101-116 GFLOPS on one core for
+    any number of taps; CIFAR's first layer, 27 taps -> 32 channels, batch 64, ran 0.8 +
+    5.1 ms as im2col + OpenBLAS's tall-skinny GEMM) or, numba's conv_filter_tn64 (from the
+    im2col buffer), exactly 64.
     """
     if op == "conv2d_backprop_input":
         return "gemm"
     tiled = TILE64 and dtype == "float32"
     if op == "conv2d" and tiled and channels_out <= 64:
         return "tile"
+    if (op == "conv2d_backprop_filter" and tiled and NATIVE_TILE and native_tiles
+            and channels_out <= 64):
+        return "tile"  # native_tile's kernel gradient, any taps (below)
     if taps <= DIRECT_MAX_TAPS:
         return "direct"
     return "tile" if tiled and channels_out == 64 else "gemm"
@@ -456,6 +471,8 @@ def build_conv2d(b, node: Node) -> None:
     k = w.shape[:2]
     oh, ow, p = _conv_params(b.shape(x_node)[1:3], k, node.attrs)
     out = b.out(node)
+    if _few_outputs(w.shape, out) and _native_dot_forward(b, node, b.contiguous(x_node), w, out):
+        return
     stride = winograd.usable(node.attrs, w.shape, out.dtype)
     if stride:
         x = b.contiguous(x_node)
@@ -480,7 +497,7 @@ def _conv_tile64(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray) -
     conv_tile64_kernel): padding copies the input into a zero-bordered buffer first, fewer
     output channels than the kernel's vectors hold copy the kernel into a zero-padded
     (taps, width) buffer (both copies are small next to the convolution)."""
-    (kh, kw, ci, co), n = w.shape, x.shape[0]
+    kh, kw, ci, co = w.shape
     (sh, sw), (dh, dw) = node.attrs["strides"], node.attrs["dilation"]
     x = _padded(b, node.inputs[0], x, (kh, kw), node.attrs)
     w2d = w.reshape(kh * kw * ci, co)
@@ -506,7 +523,12 @@ def _padded(b, x_node: Node, x: np.ndarray, k: tuple[int, int], attrs: dict) -> 
     found = b.cache.get(key)
     if found is None:
         found = np.zeros((n, h + pt + pb, wd + pl + pr, ci), x.dtype)
-        b.add(np.copyto, (found[:, pt:pt + h, pl:pl + wd], x), label=f"{b.node.op}:pad")
+        inner = found[:, pt:pt + h, pl:pl + wd]
+        parts = [(inner[lo:hi], x[lo:hi]) for lo, hi in threads.chunks(n, threads.kernel_threads())]
+        # the borders stay zero: only the interior is written, split over kiln's threads
+        # (NumPy's copy releases the GIL)
+        b.add(threads.SplitCall(np.copyto, len(parts), lambda a, k: parts[k]), (inner, x),
+              label=f"{b.node.op}:pad")
         b.cache[key] = found
     return found
 
@@ -536,10 +558,12 @@ def _native_forward(b, out: np.ndarray, x: np.ndarray, w2d: np.ndarray, geometry
         w2d = wide
     strides, off = _tap_offsets(x, geometry)
 
-    def make(symbol: str, dtype: str) -> str:
-        return native_tile.forward_ir(symbol, dtype, 16, rows, vecs, co)
+    step = strides[2]
 
-    return native_split(b, f"conv_tile_l16r{rows}v{vecs}c{co}", make, (out, x, w2d),
+    def make(symbol: str, dtype: str) -> str:
+        return native_tile.forward_ir(symbol, dtype, 16, rows, vecs, co, step)
+
+    return native_split(b, f"conv_tile_l16r{rows}v{vecs}c{co}s{step}", make, (out, x, w2d),
                         [*strides, taps], out.shape[0] * out.shape[1], tail=off,
                         label=label or f"{b.node.op}:conv_tile")
 
@@ -577,6 +601,79 @@ def _native_filter(b, out: np.ndarray, x: np.ndarray, ct: np.ndarray, geometry: 
     return True
 
 
+def _few_outputs(kernel_shape: tuple, out: np.ndarray) -> bool:
+    """A float32 convolution into at most DOT_MAX_OUT channels from at least 8 (a Conv2D(1)
+    output layer): native_tile's dot kernels, vectors over the input channels (AVX-512
+    hosts, as the tiles)."""
+    return (TILE64 and NATIVE_TILE and out.dtype == np.float32
+            and kernel_shape[3] <= DOT_MAX_OUT and kernel_shape[2] >= 8)
+
+
+def _dot_geometry(x: np.ndarray, node: Node, k: tuple[int, int]) -> tuple[list[int], list[int]]:
+    """``[xs_n, xs_i, xs_j]`` and the spatial taps' offsets ``off[ab]`` in the padded ``x``."""
+    (sh, sw), (dh, dw) = node.attrs["strides"], node.attrs["dilation"]
+    _, hp, wp, ci = x.shape
+    off = [(a * dh * wp + bb * dw) * ci for a in range(k[0]) for bb in range(k[1])]
+    return [hp * wp * ci, sh * wp * ci, sw * ci], off
+
+
+def _native_dot_forward(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> bool:
+    """Adds ``native_tile.dot_forward_ir`` for ``out = conv2d(x, w)``; False where it cannot
+    run (nothing added then but the padded copy, which the other paths use too)."""
+    kh, kw, ci, co = w.shape
+    x = _padded(b, node.inputs[0], x, (kh, kw), node.attrs)
+    cvecs = -(-ci // 16)
+    wt = np.zeros((co, kh * kw, cvecs * 16), np.float32)
+    strides, off = _dot_geometry(x, node, (kh, kw))
+    ow = out.shape[2]
+    rows = -(-ow // -(-ow // min(8, ow)))
+    step = strides[2]
+
+    def make(symbol: str, dtype: str) -> str:
+        return native_tile.dot_forward_ir(symbol, dtype, 16, rows, cvecs, ci, co, step)
+
+    if native.try_kernel(f"conv_dot_r{rows}v{cvecs}i{ci}o{co}s{step} float32",
+                         (out, x, wt), [0] * 17, lambda s: make(s, "float32")) is None:
+        return False
+    b.add(np.copyto, (wt[:, :, :ci], w.transpose(3, 0, 1, 2).reshape(co, kh * kw, ci)),
+          label=f"{node.op}:pad_kernel")
+    return native_split(b, f"conv_dot_r{rows}v{cvecs}i{ci}o{co}s{step}", make, (out, x, wt),
+                        [*strides, kh * kw], out.shape[0] * out.shape[1], tail=off,
+                        label=f"{node.op}:conv_dot")
+
+
+def _native_dot_filter(b, node: Node, x: np.ndarray, ct: np.ndarray, out: np.ndarray) -> bool:
+    """Adds ``native_tile.dot_filter_ir`` for the kernel gradient ``out`` (kh, kw, CI, CO):
+    one partial sum per thread in the kernel's (KK, CO, C L) layout, added in order, then
+    the input channels moved before the output channels."""
+    kh, kw, ci, co = out.shape
+    x = _padded(b, node.inputs[0], x, (kh, kw), node.attrs)
+    cvecs = -(-ci // 16)
+    kk = kh * kw
+    rows = max(1, min(kk, DOT_ACCUMULATORS // (co * cvecs)))
+    tail = kk % rows
+    n, oh, ow, _ = ct.shape
+    per = max(1, FILTER_CHUNK // ow)
+    ranges = threads.chunks(-(-(n * oh) // per), threads.kernel_threads())
+    strides, off = _dot_geometry(x, node, (kh, kw))
+    total = np.empty((kk, co, cvecs * 16), np.float32)
+    parts = np.empty((len(ranges), *total.shape), np.float32) if len(ranges) > 1 else None
+    name = f"conv_dot_filter_r{rows}v{cvecs}i{ci}o{co}t{tail}"
+
+    def make(symbol: str, dtype: str) -> str:
+        return native_tile.dot_filter_ir(symbol, dtype, 16, rows, cvecs, ci, co, tail)
+
+    if not native_split(b, name, make, (total if parts is None else parts[0], x, ct),
+                        [*strides, kk, oh, ow, per], ranges=ranges, parts=parts, tail=off,
+                        label=f"{node.op}:conv_dot_filter"):
+        return False
+    if parts is not None:
+        b.add(np.add.reduce, (parts, 0, None, total), label=f"{node.op}:sum_parts")
+    b.add(np.copyto, (out.reshape(kk, ci, co), total[:, :, :ci].transpose(0, 2, 1)),
+          label=f"{node.op}:transpose")
+    return True
+
+
 @builder("conv2d_backprop_filter")
 def build_conv2d_filter(b, node: Node) -> None:
     if node.attrs.get("groups", 1) != 1:
@@ -588,6 +685,9 @@ def build_conv2d_filter(b, node: Node) -> None:
     out = b.out(node)
     ct = b.contiguous(ct_node)
     ci = b.shape(x_node)[3]
+    if _few_outputs(out.shape, out) and _native_dot_filter(b, node, b.contiguous(x_node), ct,
+                                                           out):
+        return
     stride = winograd.usable(node.attrs, (*k, ci, ct.shape[3]), out.dtype, node.op)
     if stride:
         x = b.contiguous(x_node)
@@ -595,11 +695,13 @@ def build_conv2d_filter(b, node: Node) -> None:
         winograd.kernel_gradient(b, x, id(x_node), ct, out, pads, stride)
         return
     method = conv_method(k[0] * k[1] * ci, node.op, out.dtype.name, ct.shape[3])
-    if method in ("direct", "tile"):
+    if method == "tile":
         x = _padded(b, x_node, b.contiguous(x_node), k, node.attrs)
         (sh, sw), (dh, dw) = node.attrs["strides"], node.attrs["dilation"]
         if _native_filter(b, out, x, ct, (sh, sw, dh, dw, *k)):
             return
+        # no native kernel here (the interpreter): numba's choice
+        method = conv_method(k[0] * k[1] * ci, node.op, out.dtype.name, ct.shape[3], False)
     if method == "direct":
         _call_summed(b, conv_filter_direct_kernel, out, b.contiguous(x_node), ct, p,
                      n=ct.shape[0])

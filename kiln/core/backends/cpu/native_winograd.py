@@ -17,10 +17,10 @@ The tile buffer holds ``alpha * alpha`` blocks of ``S`` floats (``S`` a paramete
 ``tiles * channels`` it needs: see ``winograd.block_stride``), block ``xi`` holding tile
 ``t``'s channel row at ``xi * S + t * C``. Image pixels outside the image read a row of zeros
 (the argument ``zeros``, at least C floats) and are written to a scratch row (``sink``): the
-channel loop has no branch. It runs eight lanes at a time as ``<8 x float>`` vectors, the
-rest one at a time. The arrays come flat; the parameter array holds every array's shape (in
-argument order), then ``[TH, TW, pt, pl, S]``, then the range ``n0 <= n < n1`` of images
-that ``conv.native_split`` splits over threads.
+channel loop has no branch. It runs 16 lanes at a time (AVX-512 hosts: ``<16 x float>``),
+then eight, then the rest one at a time. The arrays come flat; the parameter array holds
+every array's shape (in argument order), then ``[TH, TW, pt, pl, S]``, then the range
+``n0 <= n < n1`` of images that ``conv.native_split`` splits over threads.
 """
 
 from __future__ import annotations
@@ -162,7 +162,8 @@ def _const(ty: str, value: float) -> str:
     lit = f"float {value!r}"
     if ty == "float":
         return repr(value)
-    return "<" + ", ".join([lit] * LANES) + ">"
+    width = int(ty[1:].split(" x ")[0])  # "<16 x float>"
+    return "<" + ", ".join([lit] * width) + ">"
 
 
 def _body(f: Func, ty: str, mats: tuple, src: list[list[str]], dst: list[list[str]],
@@ -190,10 +191,11 @@ def _body(f: Func, ty: str, mats: tuple, src: list[list[str]], dst: list[list[st
 
 
 def transform_ir(symbol: str, dtype: str, m: int, kind: str, rows: int = 3, r: int = 3,
-                 step: int = 1) -> str:
+                 step: int = 1, lanes: int = LANES) -> str:
     """The ``kind`` transform of F(m x m, r x r), or with ``rows = 1`` of F(1 x m, 1 x r) (tiles
     of one row, the row transform the identity); image pixels ``step`` apart (a phase of a
-    stride-2 convolution: ``winograd.py``); see the module docstring. Arguments:
+    stride-2 convolution: ``winograd.py``), the channels in vectors of ``lanes`` (16 where
+    the CPU has AVX-512), then of 8, then one by one; see the module docstring. Arguments:
     ``"input"``: ``(tiles, x (N, H, W, C), zeros)``; ``"output"``: ``(out (N, H, W, C),
     tiles, sink)``; ``"gradient"``: ``(tiles, ct (N, H, W, C), zeros)``; ``p = [TH, TW, pt,
     pl, S, width, offset]``: tile ``(ty, tx)``'s pixel ``(a, b)`` is image pixel ``(ty * m *
@@ -245,12 +247,16 @@ def transform_ir(symbol: str, dtype: str, m: int, kind: str, rows: int = 3, r: i
             row.append(g)
         blocks.append(row)
     src, dst = (blocks, pixels) if image_first else (pixels, blocks)
-    vec = f"<{LANES} x float>"
-    groups = _div(f, c, str(LANES))
-    q, lq = f.begin(groups)
-    _body(f, vec, mats, src, dst, f.mul(q, str(LANES)))
-    f.end(q, lq)
-    e, le = f.begin(c, f.mul(groups, str(LANES)))
+    done = "0"
+    for width_ in (lanes, LANES) if lanes > LANES else (LANES,):
+        # whole vectors of `width_` lanes from channel `done` on; then 8 lanes, then one
+        vec = f"<{width_} x float>"
+        groups = _div(f, k.sub(c, done), str(width_))
+        q, lq = f.begin(groups)
+        _body(f, vec, mats, src, dst, f.add(done, f.mul(q, str(width_))))
+        f.end(q, lq)
+        done = f.add(done, f.mul(groups, str(width_)))
+    e, le = f.begin(c, done)
     _body(f, "float", mats, src, dst, e)
     f.end(e, le)
     k.close([(n, ln), (ty_, lty), (tx_, ltx)])

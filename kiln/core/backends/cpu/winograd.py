@@ -42,6 +42,8 @@ from kiln.core.ir import Node
 # 37.2 -> 13.9 / 15.7 / 16.5, 8 -> 32 17.0 / - / 16.2 -> 16.8 / - / 15.3; reading 1 or 3
 # channels (a first layer) 1.7-3.3x slower.
 MIN_CHANNELS = 8
+# Lanes of the transforms' channel vectors where the CPU has AVX-512 (else 8).
+TRANSFORM_LANES = 16
 DEFAULT_M = 4
 KERNELS = ((3, 3), (1, 3))  # stride 1
 # A 3x3 kernel at stride 2 as four zero-padded 2x2 phases does 16 taps' work for 9: 1.3-1.6x
@@ -126,10 +128,12 @@ class Geometry:
         m, r, rows = self.m, self.r, self.rows
         width, offset = part or (tiles.view.shape[2], 0)
 
-        def make(symbol: str, dtype: str) -> str:
-            return native_winograd.transform_ir(symbol, dtype, m, kind, rows, r, step)
+        lanes = TRANSFORM_LANES if _avx512() else native_winograd.LANES
 
-        name = f"winograd_{kind}_f{m}r{r}x{rows}s{step}"
+        def make(symbol: str, dtype: str) -> str:
+            return native_winograd.transform_ir(symbol, dtype, m, kind, rows, r, step, lanes)
+
+        name = f"winograd_{kind}_f{m}r{r}x{rows}s{step}l{lanes}"
         params = [self.th, self.tw, *pads, tiles.stride, width, offset]
         if not native_split(b, name, make, arrays, params, n):
             raise RuntimeError(f"{b.node.op}: the native Winograd {kind} transform did not "
@@ -322,12 +326,14 @@ def _pipeline(b, geo: Geometry, x: np.ndarray, key: object, pads: tuple[int, int
     for kind, arrays, tiles, at in (("input", (v.flat, x, np.zeros(c, np.float32)), v, pads),
                                     ("output", (out, prod.flat, np.empty(co, np.float32)),
                                      prod, (0, 0))):
-        name = f"winograd_{kind}_f{geo.m}r{geo.r}x{geo.rows}s1"
+        t_lanes = TRANSFORM_LANES if _avx512() else native_winograd.LANES
+        name = f"winograd_{kind}_f{geo.m}r{geo.r}x{geo.rows}s1l{t_lanes}"
         params = [d for a in arrays for d in a.shape] + [
             geo.th, geo.tw, *at, tiles.stride, tiles.view.shape[2], 0]
 
-        def make(symbol: str, dtype: str, kind: str = kind) -> str:
-            return native_winograd.transform_ir(symbol, dtype, geo.m, kind, geo.rows, geo.r, 1)
+        def make(symbol: str, dtype: str, kind: str = kind, t_lanes: int = t_lanes) -> str:
+            return native_winograd.transform_ir(symbol, dtype, geo.m, kind, geo.rows, geo.r, 1,
+                                                t_lanes)
 
         found = native.try_kernel(f"{name} float32", arrays, params + [0, n],
                                   lambda s, make=make: make(s, "float32"))
