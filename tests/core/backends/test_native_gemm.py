@@ -123,3 +123,28 @@ def test_columns_that_do_not_fill_a_vector_go_to_blas(n):
     assert b.steps[0][0] is threads.matmul
     b.run()
     np.testing.assert_allclose(out.view, np.matmul(v.view, u), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("lanes, rows, vecs", [(16, 6, 2), (16, 8, 2), (8, 4, 2)])
+def test_the_accumulating_kernel_adds_into_c(lanes, rows, vecs):
+    # gemm_ir(accumulate=True): C[b] += A[b] @ B[b] (the Winograd kernel gradient's chunks),
+    # with a row tail (M = 13) and a column tail (N = 3 L: one wide block of 2 L, then L)
+    from kiln.core.backends.cpu import native_gemm
+
+    rng = np.random.default_rng(lanes + rows)
+    blocks, m, k, n = 3, 13, 11, lanes * 3
+    a = rng.normal(size=(blocks, m, k)).astype(np.float32)
+    bm = rng.normal(size=(blocks, k, n)).astype(np.float32)
+    c0 = rng.normal(size=(blocks, m, n)).astype(np.float32)
+    c = c0.copy()
+    found = native.try_kernel(
+        f"test_gemm_l{lanes}r{rows}v{vecs}a float32", (c, a, bm),
+        [c.size, a.size, bm.size, m, k, n, m * k, k, 1, k * n, n, m * n, n, 0, blocks],
+        lambda s: native_gemm.gemm_ir(s, "float32", lanes, rows, vecs, accumulate=True))
+    assert found is not None
+    entry, args = found
+    entry(*args)
+    want = c0.astype(np.float64) + np.matmul(a.astype(np.float64), bm.astype(np.float64))
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
+    entry(*args)  # twice: the sum again
+    np.testing.assert_allclose(c, want + (want - c0), rtol=1e-5, atol=1e-4)

@@ -114,11 +114,12 @@ def test_winograd_convolutions_match_the_reference(m, shape, k, co, padding, str
     ((3, 8, 8, 24), (3, 3), 32, "valid"),
     ((4, 2, 9, 16), (1, 3), 16, "same"),       # one-row tiles
 ])
-def test_the_pipelined_forward_and_input_gradient_match_the_reference(
+def test_the_pipelined_convolution_and_gradients_match_the_reference(
         shape, k, co, padding, chunk_bytes, monkeypatch):
     # the stride-1 forward and input gradient as one pass per chunk of images (input
     # transform, products, output transform on one thread); the kernel gradient then reads
-    # the input tiles the pipeline wrote
+    # the input tiles the pipeline wrote, in a pipeline of its own (the cotangent's transform
+    # and the products added into one partial sum per thread)
     from kiln.core.backends.cpu import threads
 
     monkeypatch.setattr(winograd, "PIPELINE_BYTES", chunk_bytes)
@@ -148,6 +149,7 @@ def test_the_pipelined_forward_and_input_gradient_match_the_reference(
     labels = _labels(f)
     assert "conv2d:winograd_pipeline" in labels
     assert "conv2d_backprop_input:winograd_pipeline" in labels
+    assert "conv2d_backprop_filter:winograd_pipeline" in labels  # chunks summed per thread
     assert not any("winograd_input" in lab for lab in labels)  # the tiles came from it
 
 

@@ -35,9 +35,10 @@ def _start(name: str, dtype: str, lanes: int) -> tuple[_Kernel, str, str]:
     return k, vec, fma
 
 
-def gemm_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int) -> str:
+def gemm_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int,
+            accumulate: bool = False) -> str:
     """The module of ``@symbol`` (see the module docstring) with ``L = lanes``, ``R = rows``,
-    ``V = vecs``."""
+    ``V = vecs``; ``accumulate``: ``C[b] += A[b] @ B[b]`` (the accumulators start from C)."""
     k, vec, fma = _start("gemm", dtype, lanes)
     f = k.f
     m, kk, n, sab, sar, sak, sbb, sbk, scb, scr = k.p
@@ -52,10 +53,10 @@ def gemm_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int) -> str:
         n0 = f.add(start, f.mul(q, str(width)))
         r, lr = f.begin(_div(f, m_full, str(rows)))
         _block(f, vec, fma, lanes, rows, nv, f.mul(r, str(rows)), n0, base, (kk, sar, sak, sbk,
-                                                                              scr))
+                                                                              scr), accumulate)
         f.end(r, lr)
         r1, lr1 = f.begin(m, m_full)
-        _block(f, vec, fma, lanes, 1, nv, r1, n0, base, (kk, sar, sak, sbk, scr))
+        _block(f, vec, fma, lanes, 1, nv, r1, n0, base, (kk, sar, sak, sbk, scr), accumulate)
         f.end(r1, lr1)
         f.end(q, lq)
 
@@ -66,18 +67,26 @@ def gemm_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int) -> str:
 
 
 def _block(f, vec: str, fma: str, lanes: int, rows: int, nv: int, r0: str, n0: str,
-           base: tuple, geo: tuple) -> None:
-    """``C[r0:r0+rows, n0:n0+nv*lanes] = A[r0:r0+rows, :] @ B[:, n0:...]`` with the
+           base: tuple, geo: tuple, accumulate: bool = False) -> None:
+    """``C[r0:r0+rows, n0:n0+nv*lanes] (+)= A[r0:r0+rows, :] @ B[:, n0:...]`` with the
     accumulators in registers (allocas that LLVM promotes)."""
     kk, sar, sak, sbk, scr = geo
     a0, b0, c0 = base
     f.labels += 1
     tag = f"acc{f.labels}"
     accs = [[f"%{tag}.{i}.{v}" for v in range(nv)] for i in range(rows)]
-    for row in accs:
-        for name in row:
+    for i, row in enumerate(accs):
+        crow = f.add(f.add(c0, f.mul(f.add(r0, str(i)), scr)), n0) if accumulate else None
+        for v, name in enumerate(row):
             f.allocas.append(f"  {name} = alloca {vec}")
-            f.emit(f"store {vec} zeroinitializer, ptr {name}")
+            if accumulate:
+                x, g = f.tmp(), f.tmp()
+                f.emit(f"{g} = getelementptr inbounds float, ptr %c, i64 "
+                       f"{f.add(crow, str(v * lanes))}")
+                f.emit(f"{x} = load {vec}, ptr {g}, align 4")
+                f.emit(f"store {vec} {x}, ptr {name}")
+            else:
+                f.emit(f"store {vec} zeroinitializer, ptr {name}")
     arow = [f.add(a0, f.mul(f.add(r0, str(i)), sar)) for i in range(rows)]
     t, lt = f.begin(kk)
     brow = f.add(f.add(b0, f.mul(t, sbk)), n0)

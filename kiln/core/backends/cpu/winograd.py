@@ -440,6 +440,8 @@ def kernel_gradient(b, x: np.ndarray, key: object, ct: np.ndarray, out: np.ndarr
     ``ct``: ``G^T (V^T Z) G`` with the forward's input tiles ``V`` (per phase with stride 2)."""
     n, oh, ow, co = ct.shape
     geo = _stride1(out.shape[0], (oh, ow)) if stride == 1 else _stride2((oh, ow))
+    if stride == 1 and _gradient_pipeline(b, geo, x, key, ct, out, pads):
+        return
     v = input_tiles(b, x, key, geo, pads, stride=stride)
     z = Tiles(geo.blocks, v.view.shape[1], co)
     geo.transform(b, "gradient", (z.flat, ct, np.zeros(co, np.float32)), (0, 0), z, n)
@@ -449,6 +451,84 @@ def kernel_gradient(b, x: np.ndarray, key: object, ct: np.ndarray, out: np.ndarr
         b.add(geo.kernel_untransform, (du, out), label=f"{b.node.op}:winograd_kernel")
     else:
         b.add(_phases_untransform, (geo, du, out), label=f"{b.node.op}:winograd_kernel")
+
+
+def _gradient_pipeline(b, geo: Geometry, x: np.ndarray, key: object, ct: np.ndarray,
+                       out: np.ndarray, pads: tuple[int, int]) -> bool:
+    """The stride-1 kernel gradient as a pipeline (see PIPELINE): each thread, per chunk of
+    its images, transforms the chunk's cotangent into a scratch tile buffer of its own (kept
+    in its core's L2) and adds ``V^T Z`` of the chunk into its partial ``dU`` (native_gemm,
+    accumulating); the partials are added in order, then ``G^T dU G``. False where it does
+    not apply (nothing added): the input tiles are not computed yet in this step (the
+    forward computes them), or the products are not native_gemm's."""
+    n, oh, ow, co = ct.shape
+    ci = x.shape[3]
+    cache_key = ("winograd", key, geo.m, geo.r, geo.rows, geo.th, geo.tw, pads, 1)
+    v = b.cache.get(cache_key)
+    lanes = 16 if co % 16 == 0 and _avx512() else 8
+    if not PIPELINE or v is None or co % lanes or not native.enabled():
+        return False
+    per_image = geo.th * geo.tw
+    per = max(1, PIPELINE_BYTES // (geo.blocks * per_image * (ci + co) * 4))
+    t_lanes = TRANSFORM_LANES if _avx512() else native_winograd.LANES
+    parts = threads.chunks(n, threads.kernel_threads())
+    scratch = [Tiles(geo.blocks, min(per, hi - lo) * per_image, co) for lo, hi in parts]
+    zeros = np.zeros(co, np.float32)
+
+    def make_t(symbol: str, dtype: str) -> str:
+        return native_winograd.transform_ir(symbol, dtype, geo.m, "gradient", geo.rows, geo.r,
+                                            1, t_lanes)
+
+    t_params = [0] * 6 + [geo.th, geo.tw, 0, 0, scratch[0].stride, co, 0]
+    transform = native.try_kernel(
+        f"winograd_gradient_f{geo.m}r{geo.r}x{geo.rows}s1l{t_lanes} float32",
+        (scratch[0].flat, ct, zeros), t_params + [0, 0], lambda s: make_t(s, "float32"))
+    rows = next((r for r in (GEMM_BLOCK[lanes][0], *ROW_CHOICES[lanes]) if ci % r == 0),
+                GEMM_BLOCK[lanes][0])
+    vecs = GEMM_BLOCK[lanes][1]
+    du_parts = np.empty((len(parts), geo.blocks, ci, co), np.float32)
+    gemms = [native.try_kernel(
+        f"winograd_gemm_l{lanes}r{rows}v{vecs}{'a' if acc else ''} float32",
+        (du_parts[0].reshape(-1), v.flat, scratch[0].flat), [0] * 15,
+        lambda s, acc=acc: native_gemm.gemm_ir(s, "float32", lanes, rows, vecs, acc))
+        for acc in (False, True)]
+    if transform is None or None in gemms:
+        return False
+    jobs: list[list[tuple]] = []
+    for k, (lo, hi) in enumerate(parts):
+        z, du = scratch[k], du_parts[k].reshape(-1)
+        part = []
+        for n0 in range(lo, hi, per):
+            n1 = min(hi, n0 + per)
+            r0, m = n0 * per_image, (n1 - n0) * per_image
+            tp = np.array([z.flat.size, *ct.shape, co, geo.th, geo.tw, 0, 0, z.stride, co,
+                           -r0 * co, n0, n1], np.int64)
+            a = v.flat[r0 * ci:]
+            gp = np.array([du.size, a.size, z.flat.size, ci, m, co, v.stride, 1, ci,
+                           z.stride, co, ci * co, co, 0, geo.blocks], np.int64)
+            gemm = gemms[1 if n0 > lo else 0][0]
+            part.append((transform[0], (z.flat, ct, zeros, tp), gemm, (du, a, z.flat, gp)))
+        jobs.append(part)
+    label = f"{b.node.op}:winograd_pipeline"
+    if len(jobs) == 1:
+        b.add(_run_gradient_chunks, (jobs[0],), label=label)
+    else:
+        b.add(threads.SplitCall(_run_gradient_chunks, len(jobs), lambda a, k: (jobs[k],)),
+              (None,), label=label)
+    du = du_parts[0]
+    if len(parts) > 1:
+        du = np.empty(du_parts.shape[1:], np.float32)
+        b.add(np.add.reduce, (du_parts, 0, None, du), label=f"{b.node.op}:sum_parts")
+    b.add(geo.kernel_untransform, (du, out), label=f"{b.node.op}:winograd_kernel")
+    return True
+
+
+def _run_gradient_chunks(chunks: list[tuple]) -> None:
+    """One thread's share of :func:`_gradient_pipeline`: per chunk, the cotangent's transform
+    into the thread's scratch tiles, then the chunk's products added into its ``dU``."""
+    for transform, t_args, gemm, g_args in chunks:
+        transform(*t_args)
+        gemm(*g_args)
 
 
 def _phases_untransform(geo: Geometry, du: np.ndarray, out: np.ndarray) -> None:
