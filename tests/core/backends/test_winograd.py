@@ -109,13 +109,15 @@ def test_winograd_convolutions_match_the_reference(m, shape, k, co, padding, str
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 1 << 20])  # 1: one image per chunk
-@pytest.mark.parametrize("shape, k, co, padding", [
-    ((5, 7, 9, 16), (3, 3), 16, "same"),       # 5 images over 3 threads: uneven parts
-    ((3, 8, 8, 24), (3, 3), 32, "valid"),
-    ((4, 2, 9, 16), (1, 3), 16, "same"),       # one-row tiles
+@pytest.mark.parametrize("shape, k, co, padding, stride", [
+    ((5, 7, 9, 16), (3, 3), 16, "same", 1),       # 5 images over 3 threads: uneven parts
+    ((3, 8, 8, 24), (3, 3), 32, "valid", 1),
+    ((4, 2, 9, 16), (1, 3), 16, "same", 1),       # one-row tiles
+    ((5, 14, 14, 16), (4, 4), 16, "same", 2),     # stride 2: the four phases
+    ((3, 9, 11, 8), (4, 4), 24, "valid", 2),
 ])
 def test_the_pipelined_convolution_and_gradients_match_the_reference(
-        shape, k, co, padding, chunk_bytes, monkeypatch):
+        shape, k, co, padding, stride, chunk_bytes, monkeypatch):
     # the stride-1 forward and input gradient as one pass per chunk of images (input
     # transform, products, output transform on one thread); the kernel gradient then reads
     # the input tiles the pipeline wrote, in a pipeline of its own (the cotangent's transform
@@ -126,7 +128,7 @@ def test_the_pipelined_convolution_and_gradients_match_the_reference(
     monkeypatch.setattr(threads, "kernel_threads", lambda: 3)
     kh, kw = k
     rng = np.random.default_rng(5)
-    attrs = _attrs(padding)
+    attrs = {**_attrs(padding), "strides": (stride, stride)}
     kernel = (kh, kw, shape[3], co)
     xv = rng.normal(size=shape).astype("float32")
     wv = rng.normal(size=kernel).astype("float32")

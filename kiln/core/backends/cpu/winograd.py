@@ -27,6 +27,7 @@ or ``4`` picks m of the stride-1 tiles.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -283,14 +284,16 @@ def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
     if stride == 1:
         geo = _stride1(w.shape[0], (oh, ow))
         u = np.empty((geo.blocks, ci, co), np.float32)
-        if _pipeline(b, geo, x, key, pads, (w, u), out):
+        if _pipeline(b, geo, x, key, pads, (geo.kernel_transform, (w, u), u), out):
             return
         v = input_tiles(b, x, key, geo, pads)
         b.add(geo.kernel_transform, (w, u), label=f"{b.node.op}:winograd_kernel")
     else:
         geo = _stride2((oh, ow))
-        v = input_tiles(b, x, key, geo, pads, stride=2)
         u = np.empty((geo.blocks, 4 * ci, co), np.float32)
+        if _pipeline(b, geo, x, key, pads, (_phases_transform, (geo, w, u, False), u), out, 2):
+            return
+        v = input_tiles(b, x, key, geo, pads, stride=2)
         b.add(_phases_transform, (geo, w, u, False), label=f"{b.node.op}:winograd_kernel")
     prod = Tiles(geo.blocks, v.view.shape[1], co)
     products(b, (v.flat, v.view), u, (prod.flat, prod.view))
@@ -306,81 +309,114 @@ PIPELINE = True
 PIPELINE_BYTES = 1 << 20
 
 
-def _pipeline(b, geo: Geometry, x: np.ndarray, key: object, pads: tuple[int, int],
-              kernel: tuple[np.ndarray, np.ndarray], out: np.ndarray) -> bool:
-    """Adds the kernel transform ``kernel = (w, u)`` and the pipeline (above) computing
-    ``out = conv(x, w)`` whose input tiles it writes into the step's shared buffer for
-    ``key`` (the kernel gradient reads them); False where it does not apply (the tiles are
-    already computed, the products are not native_gemm's, a kernel does not build): then
-    nothing was added."""
-    n, c = x.shape[0], x.shape[3]
-    co = out.shape[3]
-    cache_key = ("winograd", key, geo.m, geo.r, geo.rows, geo.th, geo.tw, pads, 1)
-    lanes = 16 if co % 16 == 0 and _avx512() else 8
-    if not PIPELINE or cache_key in b.cache or co % lanes or not native.enabled():
-        return False
-    per_image = geo.th * geo.tw
-    v = Tiles(geo.blocks, n * per_image, c)
-    prod = Tiles(geo.blocks, n * per_image, co)
-    entries = []
-    for kind, arrays, tiles, at in (("input", (v.flat, x, np.zeros(c, np.float32)), v, pads),
-                                    ("output", (out, prod.flat, np.empty(co, np.float32)),
-                                     prod, (0, 0))):
-        t_lanes = TRANSFORM_LANES if _avx512() else native_winograd.LANES
-        name = f"winograd_{kind}_f{geo.m}r{geo.r}x{geo.rows}s1l{t_lanes}"
-        params = [d for a in arrays for d in a.shape] + [
-            geo.th, geo.tw, *at, tiles.stride, tiles.view.shape[2], 0]
+def _transform_call(geo: Geometry, kind: str, arrays: tuple, tiles: Tiles, at: tuple,
+                    step: int = 1, part: tuple[int, int] | None = None,
+                    offset: int = 0) -> tuple | None:
+    """``(entry, arrays, params before the range)`` of a native transform (as
+    :meth:`Geometry.transform` adds it), for a pipeline to call per chunk of images; None
+    where it does not build."""
+    width, off = part or (tiles.view.shape[2], 0)
+    lanes = TRANSFORM_LANES if _avx512() else native_winograd.LANES
+    params = [d for a in arrays for d in a.shape] + [geo.th, geo.tw, *at, tiles.stride, width,
+                                                     off + offset]
 
-        def make(symbol: str, dtype: str, kind: str = kind, t_lanes: int = t_lanes) -> str:
-            return native_winograd.transform_ir(symbol, dtype, geo.m, kind, geo.rows, geo.r, 1,
-                                                t_lanes)
+    def make(symbol: str) -> str:
+        return native_winograd.transform_ir(symbol, "float32", geo.m, kind, geo.rows, geo.r,
+                                            step, lanes)
 
-        found = native.try_kernel(f"{name} float32", arrays, params + [0, n],
-                                  lambda s, make=make: make(s, "float32"))
-        if found is None:
-            return False
-        entries.append((found[0], found[1], params))
+    found = native.try_kernel(
+        f"winograd_{kind}_f{geo.m}r{geo.r}x{geo.rows}s{step}l{lanes} float32", arrays,
+        params + [0, 1], make)
+    return None if found is None else (found[0], found[1][:-1], params)
+
+
+def _gemm_call(lanes: int, m: int, arrays: tuple, accumulate: bool = False) -> Callable | None:
+    """The entry point of native_gemm's kernel for ``m`` rows (the block height dividing
+    them where it can) and ``lanes``-lane columns, or None."""
     rows, vecs = GEMM_BLOCK[lanes]
-    gemm = native.try_kernel(
-        f"winograd_gemm_l{lanes}r{rows}v{vecs} float32", (prod.flat, v.flat, kernel[1]),
-        [0] * 15, lambda s: native_gemm.gemm_ir(s, "float32", lanes, rows, vecs))
-    if gemm is None:
-        return False
-    b.cache[cache_key] = v
-    b.add(geo.kernel_transform, kernel, label=f"{b.node.op}:winograd_kernel")
-    per = max(1, PIPELINE_BYTES // (geo.blocks * per_image * (c + co) * 4))
-    u = kernel[1].reshape(-1)
-    parts = threads.chunks(n, threads.kernel_threads())
-    jobs: list[list[tuple]] = []
-    for lo, hi in parts:
-        part = []
-        for n0 in range(lo, hi, per):
-            n1 = min(hi, n0 + per)
-            r0, m = n0 * per_image, (n1 - n0) * per_image
-            a, cc = v.flat[r0 * c:], prod.flat[r0 * co:]
-            gp = np.array([cc.size, a.size, u.size, m, c, co, v.stride, c, 1, c * co, co,
-                           prod.stride, co, 0, geo.blocks], np.int64)
-            part.append(
-                (entries[0][0], (*entries[0][1][:-1], np.array(entries[0][2] + [n0, n1])),
-                 gemm[0], (cc, a, u, gp),
-                 entries[1][0], (*entries[1][1][:-1], np.array(entries[1][2] + [n0, n1]))))
-        jobs.append(part)
+    if m % rows:
+        rows = next((r for r in ROW_CHOICES[lanes] if m % r == 0), rows)
+    found = native.try_kernel(
+        f"winograd_gemm_l{lanes}r{rows}v{vecs}{'a' if accumulate else ''} float32", arrays,
+        [0] * 15, lambda s: native_gemm.gemm_ir(s, "float32", lanes, rows, vecs, accumulate))
+    return None if found is None else found[0]
+
+
+def _chunk(call: tuple, n0: int, n1: int) -> tuple:
+    """A transform call of :func:`_transform_call` for the images ``n0 <= n < n1``."""
+    entry, arrays, params = call
+    return entry, (*arrays, np.array(params + [n0, n1], np.int64))
+
+
+def _add_pipeline(b, jobs: list[list[list[tuple]]]) -> None:
+    """Adds the pipeline step: thread ``k`` runs ``jobs[k]``, chunk after chunk."""
     label = f"{b.node.op}:winograd_pipeline"
     if len(jobs) == 1:
         b.add(_run_chunks, (jobs[0],), label=label)
     else:
         b.add(threads.SplitCall(_run_chunks, len(jobs), lambda a, k: (jobs[k],)), (None,),
               label=label)
+
+
+def _run_chunks(chunks: list[list[tuple]]) -> None:
+    """One thread's share of a pipeline: per chunk, its calls in order (transforms, then the
+    products, then the output transforms)."""
+    for calls in chunks:
+        for fn, args in calls:
+            fn(*args)
+
+
+def _pipeline(b, geo: Geometry, x: np.ndarray, key: object, pads: tuple[int, int],
+              kernel: tuple, out: np.ndarray, stride: int = 1,
+              outputs: list[tuple] | None = None) -> bool:
+    """Adds the kernel transform ``kernel = (fn, args, u)`` and the pipeline (above) computing
+    ``out``: the input tiles of ``x`` (``stride`` 2: the four phases side by side), written
+    into the step's shared buffer for ``key`` (the kernel gradient reads them), the products
+    with ``u`` (blocks, K, N), and the output transforms (``outputs``: ``(at, step, part)``
+    each; default one plain transform). False where it does not apply (the tiles are already
+    computed, the products are not native_gemm's, a kernel does not build): then nothing
+    was added."""
+    n, c = x.shape[0], x.shape[3]
+    fn, args, u = kernel
+    k_in, width = u.shape[1], u.shape[2]
+    cache_key = ("winograd", key, geo.m, geo.r, geo.rows, geo.th, geo.tw, pads, stride)
+    lanes = 16 if width % 16 == 0 and _avx512() else 8
+    if not PIPELINE or cache_key in b.cache or width % lanes or not native.enabled():
+        return False
+    per_image = geo.th * geo.tw
+    v = Tiles(geo.blocks, n * per_image, k_in)
+    prod = Tiles(geo.blocks, n * per_image, width)
+    zeros = np.zeros(c, np.float32)
+    if stride == 1:
+        first = [_transform_call(geo, "input", (v.flat, x, zeros), v, pads)]
+    else:
+        first = [_transform_call(geo, "input", (v.flat, x, zeros), v,
+                                 (pads[0] - vr, pads[1] - vc), 2, (4 * c, k * c))
+                 for k, (vr, vc) in enumerate(PHASES)]
+    sink = np.empty(out.shape[3], np.float32)
+    last = [_transform_call(geo, "output", (out, prod.flat, sink), prod, at, step, part)
+            for at, step, part in (outputs or [((0, 0), 1, None)])]
+    flat_u = u.reshape(-1)
+    gemm = _gemm_call(lanes, 0, (prod.flat, v.flat, flat_u))
+    if gemm is None or None in first or None in last:
+        return False
+    b.cache[cache_key] = v
+    b.add(fn, args, label=f"{b.node.op}:winograd_kernel")
+    per = max(1, PIPELINE_BYTES // (geo.blocks * per_image * (k_in + width) * 4))
+    jobs = []
+    for lo, hi in threads.chunks(n, threads.kernel_threads()):
+        part = []
+        for n0 in range(lo, hi, per):
+            n1 = min(hi, n0 + per)
+            r0, m = n0 * per_image, (n1 - n0) * per_image
+            a, cc = v.flat[r0 * k_in:], prod.flat[r0 * width:]
+            gp = np.array([cc.size, a.size, flat_u.size, m, k_in, width, v.stride, k_in, 1,
+                           k_in * width, width, prod.stride, width, 0, geo.blocks], np.int64)
+            part.append([_chunk(t, n0, n1) for t in first] + [(gemm, (cc, a, flat_u, gp))]
+                        + [_chunk(t, n0, n1) for t in last])
+        jobs.append(part)
+    _add_pipeline(b, jobs)
     return True
-
-
-def _run_chunks(chunks: list[tuple]) -> None:
-    """One thread's share of :func:`_pipeline`: per chunk, the input transform, the products,
-    the output transform."""
-    for first, first_args, gemm, gemm_args, last, last_args in chunks:
-        first(*first_args)
-        gemm(*gemm_args)
-        last(*last_args)
 
 
 def _phases_transform(geo: Geometry, w: np.ndarray, u: np.ndarray, flipped: bool) -> None:
@@ -409,7 +445,7 @@ def input_gradient(b, ct: np.ndarray, key: object, w: np.ndarray, out: np.ndarra
         u = np.empty((geo.blocks, co, ci), np.float32)
         flipped = w[::-1, ::-1].transpose(0, 1, 3, 2)
         in_pads = (kh - 1 - pads[0], 2 - pads[1])
-        if _pipeline(b, geo, ct, key, in_pads, (flipped, u), out):
+        if _pipeline(b, geo, ct, key, in_pads, (geo.kernel_transform, (flipped, u), u), out):
             return
         v = input_tiles(b, ct, key, geo, in_pads)
         b.add(geo.kernel_transform, (flipped, u), label=f"{b.node.op}:winograd_kernel")
@@ -422,8 +458,13 @@ def input_gradient(b, ct: np.ndarray, key: object, w: np.ndarray, out: np.ndarra
     first = (pads[0] // 2, pads[1] // 2)
     last = ((h - 1 + pads[0]) // 2, (wd - 1 + pads[1]) // 2)
     geo = _stride2((last[0] - first[0] + 1, last[1] - first[1] + 1))
-    v = input_tiles(b, ct, key, geo, (1 - first[0], 1 - first[1]))
     u = np.empty((geo.blocks, co, 4 * ci), np.float32)
+    outputs = [((pads[0] - vr - 2 * first[0], pads[1] - vc - 2 * first[1]), 2,
+                (4 * ci, k * ci)) for k, (vr, vc) in enumerate(PHASES)]
+    if _pipeline(b, geo, ct, key, (1 - first[0], 1 - first[1]),
+                 (_phases_transform, (geo, w, u, True), u), out, outputs=outputs):
+        return
+    v = input_tiles(b, ct, key, geo, (1 - first[0], 1 - first[1]))
     b.add(_phases_transform, (geo, w, u, True), label=f"{b.node.op}:winograd_kernel")
     prod = Tiles(geo.blocks, v.view.shape[1], 4 * ci)
     products(b, (v.flat, v.view), u, (prod.flat, prod.view))
@@ -440,7 +481,7 @@ def kernel_gradient(b, x: np.ndarray, key: object, ct: np.ndarray, out: np.ndarr
     ``ct``: ``G^T (V^T Z) G`` with the forward's input tiles ``V`` (per phase with stride 2)."""
     n, oh, ow, co = ct.shape
     geo = _stride1(out.shape[0], (oh, ow)) if stride == 1 else _stride2((oh, ow))
-    if stride == 1 and _gradient_pipeline(b, geo, x, key, ct, out, pads):
+    if _gradient_pipeline(b, geo, x, key, ct, out, pads, stride):
         return
     v = input_tiles(b, x, key, geo, pads, stride=stride)
     z = Tiles(geo.blocks, v.view.shape[1], co)
@@ -454,81 +495,59 @@ def kernel_gradient(b, x: np.ndarray, key: object, ct: np.ndarray, out: np.ndarr
 
 
 def _gradient_pipeline(b, geo: Geometry, x: np.ndarray, key: object, ct: np.ndarray,
-                       out: np.ndarray, pads: tuple[int, int]) -> bool:
-    """The stride-1 kernel gradient as a pipeline (see PIPELINE): each thread, per chunk of
-    its images, transforms the chunk's cotangent into a scratch tile buffer of its own (kept
-    in its core's L2) and adds ``V^T Z`` of the chunk into its partial ``dU`` (native_gemm,
-    accumulating); the partials are added in order, then ``G^T dU G``. False where it does
-    not apply (nothing added): the input tiles are not computed yet in this step (the
-    forward computes them), or the products are not native_gemm's."""
+                       out: np.ndarray, pads: tuple[int, int], stride: int) -> bool:
+    """The kernel gradient as a pipeline (see PIPELINE): each thread, per chunk of its images,
+    transforms the chunk's cotangent into a scratch tile buffer of its own (kept in its
+    core's L2) and adds ``V^T Z`` of the chunk into its partial ``dU`` (native_gemm,
+    accumulating); the partials are added in order, then ``G^T dU G`` (per phase with
+    stride 2). False where it does not apply (nothing added): the input tiles are not
+    computed yet in this step (the forward computes them), or the products are not
+    native_gemm's."""
     n, oh, ow, co = ct.shape
-    ci = x.shape[3]
-    cache_key = ("winograd", key, geo.m, geo.r, geo.rows, geo.th, geo.tw, pads, 1)
+    cache_key = ("winograd", key, geo.m, geo.r, geo.rows, geo.th, geo.tw, pads, stride)
     v = b.cache.get(cache_key)
     lanes = 16 if co % 16 == 0 and _avx512() else 8
     if not PIPELINE or v is None or co % lanes or not native.enabled():
         return False
+    k_in = v.view.shape[2]  # Cin, or 4 Cin: the phases side by side
     per_image = geo.th * geo.tw
-    per = max(1, PIPELINE_BYTES // (geo.blocks * per_image * (ci + co) * 4))
-    t_lanes = TRANSFORM_LANES if _avx512() else native_winograd.LANES
+    per = max(1, PIPELINE_BYTES // (geo.blocks * per_image * (k_in + co) * 4))
     parts = threads.chunks(n, threads.kernel_threads())
     scratch = [Tiles(geo.blocks, min(per, hi - lo) * per_image, co) for lo, hi in parts]
     zeros = np.zeros(co, np.float32)
-
-    def make_t(symbol: str, dtype: str) -> str:
-        return native_winograd.transform_ir(symbol, dtype, geo.m, "gradient", geo.rows, geo.r,
-                                            1, t_lanes)
-
-    t_params = [0] * 6 + [geo.th, geo.tw, 0, 0, scratch[0].stride, co, 0]
-    transform = native.try_kernel(
-        f"winograd_gradient_f{geo.m}r{geo.r}x{geo.rows}s1l{t_lanes} float32",
-        (scratch[0].flat, ct, zeros), t_params + [0, 0], lambda s: make_t(s, "float32"))
-    rows = next((r for r in (GEMM_BLOCK[lanes][0], *ROW_CHOICES[lanes]) if ci % r == 0),
-                GEMM_BLOCK[lanes][0])
-    vecs = GEMM_BLOCK[lanes][1]
-    du_parts = np.empty((len(parts), geo.blocks, ci, co), np.float32)
-    gemms = [native.try_kernel(
-        f"winograd_gemm_l{lanes}r{rows}v{vecs}{'a' if acc else ''} float32",
-        (du_parts[0].reshape(-1), v.flat, scratch[0].flat), [0] * 15,
-        lambda s, acc=acc: native_gemm.gemm_ir(s, "float32", lanes, rows, vecs, acc))
-        for acc in (False, True)]
-    if transform is None or None in gemms:
+    du_parts = np.empty((len(parts), geo.blocks, k_in, co), np.float32)
+    gemms = [_gemm_call(lanes, k_in, (du_parts[0].reshape(-1), v.flat, scratch[0].flat), acc)
+             for acc in (False, True)]
+    transforms = [_transform_call(geo, "gradient", (z.flat, ct, zeros), z, (0, 0),
+                                  offset=-lo * per_image * co)
+                  for z, (lo, _) in zip(scratch, parts)]
+    if None in gemms or None in transforms:
         return False
-    jobs: list[list[tuple]] = []
+    jobs = []
     for k, (lo, hi) in enumerate(parts):
         z, du = scratch[k], du_parts[k].reshape(-1)
         part = []
         for n0 in range(lo, hi, per):
             n1 = min(hi, n0 + per)
             r0, m = n0 * per_image, (n1 - n0) * per_image
-            tp = np.array([z.flat.size, *ct.shape, co, geo.th, geo.tw, 0, 0, z.stride, co,
-                           -r0 * co, n0, n1], np.int64)
-            a = v.flat[r0 * ci:]
-            gp = np.array([du.size, a.size, z.flat.size, ci, m, co, v.stride, 1, ci,
-                           z.stride, co, ci * co, co, 0, geo.blocks], np.int64)
-            gemm = gemms[1 if n0 > lo else 0][0]
-            part.append((transform[0], (z.flat, ct, zeros, tp), gemm, (du, a, z.flat, gp)))
+            entry, arrays, params = transforms[k]
+            params = params[:-1] + [params[-1] - (n0 - lo) * per_image * co]
+            a = v.flat[r0 * k_in:]
+            gp = np.array([du.size, a.size, z.flat.size, k_in, m, co, v.stride, 1, k_in,
+                           z.stride, co, k_in * co, co, 0, geo.blocks], np.int64)
+            part.append([_chunk((entry, arrays, params), n0, n1),
+                         (gemms[1 if n0 > lo else 0], (du, a, z.flat, gp))])
         jobs.append(part)
-    label = f"{b.node.op}:winograd_pipeline"
-    if len(jobs) == 1:
-        b.add(_run_gradient_chunks, (jobs[0],), label=label)
-    else:
-        b.add(threads.SplitCall(_run_gradient_chunks, len(jobs), lambda a, k: (jobs[k],)),
-              (None,), label=label)
+    _add_pipeline(b, jobs)
     du = du_parts[0]
     if len(parts) > 1:
         du = np.empty(du_parts.shape[1:], np.float32)
         b.add(np.add.reduce, (du_parts, 0, None, du), label=f"{b.node.op}:sum_parts")
-    b.add(geo.kernel_untransform, (du, out), label=f"{b.node.op}:winograd_kernel")
+    if stride == 1:
+        b.add(geo.kernel_untransform, (du, out), label=f"{b.node.op}:winograd_kernel")
+    else:
+        b.add(_phases_untransform, (geo, du, out), label=f"{b.node.op}:winograd_kernel")
     return True
-
-
-def _run_gradient_chunks(chunks: list[tuple]) -> None:
-    """One thread's share of :func:`_gradient_pipeline`: per chunk, the cotangent's transform
-    into the thread's scratch tiles, then the chunk's products added into its ``dU``."""
-    for transform, t_args, gemm, g_args in chunks:
-        transform(*t_args)
-        gemm(*g_args)
 
 
 def _phases_untransform(geo: Geometry, du: np.ndarray, out: np.ndarray) -> None:
