@@ -179,6 +179,42 @@ def test_transforms_in_either_vector_width_match_the_reference(lanes, monkeypatc
     assert any("winograd" in lab for lab in _labels(f))
 
 
+@pytest.mark.parametrize("adjoint", [True, False])
+@pytest.mark.parametrize("chunk_bytes", [1, 1 << 20])
+@pytest.mark.parametrize("shape, co, kernel", [
+    ((5, 13, 13, 32), 64, (3, 3)),    # the MNIST convnet's second layer: 3x3 tiles, not 4x4
+    ((3, 9, 10, 16), 16, (3, 3)),     # 7 x 8 outputs: 2 x 2 tiles against 3 x 3
+    ((2, 13, 7, 24), 17, (3, 3)),     # 17 cotangent channels: 16 + a scalar tail
+    ((3, 2, 14, 16), 16, (1, 3)),     # one-row tiles (Conv1D): 3 against 4
+])
+def test_the_input_gradient_over_the_forward_tiles_matches_the_reference(
+        shape, co, kernel, chunk_bytes, adjoint, monkeypatch):
+    # a "valid" convolution's input gradient as the adjoint of the forward, over its tiles
+    # (the windows of neighbouring tiles overlap and are added), against the float64
+    # reference, one image per chunk or several, images over 3 threads
+    from kiln.core.backends.cpu import threads
+
+    monkeypatch.setattr(winograd, "ADJOINT", adjoint)
+    monkeypatch.setattr(winograd, "PIPELINE_BYTES", chunk_bytes)
+    monkeypatch.setattr(threads, "kernel_threads", lambda: 3)
+    rng = np.random.default_rng(10)
+    attrs = _attrs("valid")
+    wv = rng.normal(size=(*kernel, shape[3], co)).astype("float32")
+    ct_shape = OPS["conv2d"].ref(np.zeros(shape), wv, **attrs).shape
+    ctv = rng.normal(size=ct_shape).astype("float32")
+    ct, w = kiln.placeholder((None,) + ct_shape[1:]), kiln.placeholder(wv.shape)
+    f = kiln.function([ct, w], apply("conv2d_backprop_input", ct, w, input_shape=shape[1:],
+                                     **attrs), backend="cpu", optimize=False)
+    want = OPS["conv2d_backprop_input"].ref(ctv.astype("float64"), wv.astype("float64"),
+                                            input_shape=shape[1:], **attrs)
+    for scale in (1, 2):  # every image zeroed again before its tiles are added
+        _close(f(ctv * scale, wv), want * scale)
+    labels = _labels(f)
+    # the forward's tiles are fewer here: the adjoint runs where it is on
+    assert ("conv2d_backprop_input:winograd_adjoint" in labels) == adjoint
+    assert ("conv2d_backprop_input:winograd_pipeline" in labels) == (not adjoint)
+
+
 def test_the_pipeline_can_be_turned_off(monkeypatch):
     monkeypatch.setattr(winograd, "PIPELINE", False)
     x, w = kiln.placeholder((None, 6, 6, 16)), kiln.placeholder((3, 3, 16, 16))

@@ -11,7 +11,11 @@ sides (``dst = L src L^T``) and writes a ``d x d`` grid of channel rows:
 * ``"output"``: the tile buffer's ``alpha x alpha`` products, ``L = A^T``, into the ``m x m``
   output pixels of the tile;
 * ``"gradient"``: the ``m x m`` cotangent pixels of the tile, ``L = A``, into the tile buffer
-  (the kernel gradient's right-hand factor).
+  (the kernel gradient's right-hand factor);
+* ``"input_adjoint"``: the adjoint of ``"input"``: the tile buffer's ``alpha x alpha`` values,
+  ``L = B``, added into the ``alpha x alpha`` image window of the tile (the windows of
+  neighbouring tiles overlap; each image is zeroed first, its tiles added in order by the
+  one thread that runs it): the input gradient over the forward's tiles.
 
 The tile buffer holds ``alpha * alpha`` blocks of ``S`` floats (``S`` a parameter, past the
 ``tiles * channels`` it needs: see ``winograd.block_stride``), block ``xi`` holding tile
@@ -69,6 +73,8 @@ def matrix(m: int, name: str, r: int = 3) -> list[list]:
 def _left(m: int, r: int, kind: str) -> list[list[int]]:
     if kind == "input":
         return matrix(m, "BT", r)
+    if kind == "input_adjoint":  # B
+        return [list(col) for col in zip(*matrix(m, "BT", r))]
     at = matrix(m, "AT", r)
     if kind == "output":
         return at
@@ -167,9 +173,9 @@ def _const(ty: str, value: float) -> str:
 
 
 def _body(f: Func, ty: str, mats: tuple, src: list[list[str]], dst: list[list[str]],
-          c: str) -> None:
+          c: str, add: bool = False) -> None:
     """Loads ``src[a][b][c]`` (``ty`` lanes), ``dst = rows src cols^T`` (``mats = (rows,
-    cols)``), stores at ``c``."""
+    cols)``; ``add``: ``dst +=``), stores at ``c``."""
     rows, cols = mats
     vals = []
     for row in src:
@@ -187,6 +193,11 @@ def _body(f: Func, ty: str, mats: tuple, src: list[list[str]], dst: list[list[st
         for ptr, v in zip(drow, outs):
             g = f.tmp()
             f.emit(f"{g} = getelementptr inbounds float, ptr {ptr}, i64 {c}")
+            if add:
+                old, new = f.tmp(), f.tmp()
+                f.emit(f"{old} = load {ty}, ptr {g}, align 4")
+                f.emit(f"{new} = fadd {ty} {old}, {v}")
+                v = new
             f.emit(f"store {ty} {v}, ptr {g}, align 4")
 
 
@@ -209,18 +220,21 @@ def transform_ir(symbol: str, dtype: str, m: int, kind: str, rows: int = 3, r: i
     mats = (cols if rows > 1 else [[1]], cols)
     alpha = m + r - 1
     alpha_h, m_h = (alpha, m) if rows > 1 else (1, 1)
-    image_first = kind == "output"
+    image_first = kind in ("output", "input_adjoint")
+    add = kind == "input_adjoint"
     k = _Kernel((4, 1, 1) if image_first else (1, 4, 1), 7)
     f = k.f
     _, h, w, c = k.dims[0] if image_first else k.dims[1]
     th, tw, pt, pl, stride, width, offset = k.p
     img, buf, extra = ("%a0", "%a1", "%a2") if image_first else ("%a1", "%a0", "%a2")
     n, ln = f.begin(k.n1, k.n0)
+    if add:  # the image is a sum over its overlapping tiles: zeroed first
+        k.fill(img, "float32", f.mul(f.mul(f.mul(n, h), w), c), f.mul(f.mul(h, w), c))
     ty_, lty = f.begin(th)
     tx_, ltx = f.begin(tw)
     tile = f.add(f.mul(f.add(f.mul(n, th), ty_), tw), tx_)
     tile_row = f.add(f.mul(tile, width), offset)
-    img_h, img_w = (alpha_h, alpha) if kind == "input" else (m_h, m)
+    img_h, img_w = (alpha_h, alpha) if kind in ("input", "input_adjoint") else (m_h, m)
     r0 = k.sub(f.mul(ty_, str(m_h * step)), pt)
     s0 = k.sub(f.mul(tx_, str(m * step)), pl)
     pixels = []
@@ -253,11 +267,11 @@ def transform_ir(symbol: str, dtype: str, m: int, kind: str, rows: int = 3, r: i
         vec = f"<{width_} x float>"
         groups = _div(f, k.sub(c, done), str(width_))
         q, lq = f.begin(groups)
-        _body(f, vec, mats, src, dst, f.add(done, f.mul(q, str(width_))))
+        _body(f, vec, mats, src, dst, f.add(done, f.mul(q, str(width_))), add)
         f.end(q, lq)
         done = f.add(done, f.mul(groups, str(width_)))
     e, le = f.begin(c, done)
-    _body(f, "float", mats, src, dst, e)
+    _body(f, "float", mats, src, dst, e, add)
     f.end(e, le)
     k.close([(n, ln), (ty_, lty), (tx_, ltx)])
     return f.function(symbol, ["a0", "a1", "a2", "p"])

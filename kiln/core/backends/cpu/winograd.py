@@ -307,6 +307,9 @@ def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
 # through the shared cache). PIPELINE False: the three stages over the batch.
 PIPELINE = True
 PIPELINE_BYTES = 1 << 20
+# The stride-1 input gradient over the forward's tiles where they are fewer
+# (_adjoint_pipeline); False: always as the flipped convolution.
+ADJOINT = True
 
 
 def _transform_call(geo: Geometry, kind: str, arrays: tuple, tiles: Tiles, at: tuple,
@@ -348,9 +351,9 @@ def _chunk(call: tuple, n0: int, n1: int) -> tuple:
     return entry, (*arrays, np.array(params + [n0, n1], np.int64))
 
 
-def _add_pipeline(b, jobs: list[list[list[tuple]]]) -> None:
+def _add_pipeline(b, jobs: list[list[list[tuple]]], name: str = "winograd_pipeline") -> None:
     """Adds the pipeline step: thread ``k`` runs ``jobs[k]``, chunk after chunk."""
-    label = f"{b.node.op}:winograd_pipeline"
+    label = f"{b.node.op}:{name}"
     if len(jobs) == 1:
         b.add(_run_chunks, (jobs[0],), label=label)
     else:
@@ -419,6 +422,63 @@ def _pipeline(b, geo: Geometry, x: np.ndarray, key: object, pads: tuple[int, int
     return True
 
 
+def _adjoint_pipeline(b, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
+                      pads: tuple[int, int]) -> bool:
+    """The stride-1 input gradient over the forward's tiles, where they are fewer than the
+    tiles of the flipped convolution's output (a "valid" convolution: 11x11 outputs take 3x3
+    tiles of 4, the 13x13 input gradient 4x4): ``dx = sum over tiles of B (Z U'^T) B^T``, the
+    adjoint of the forward, with ``Z = A dy A^T`` per tile and ``U'`` the kernel's transform
+    with its channel axes swapped; per chunk of images on one thread (as :func:`_pipeline`):
+    the cotangent's transform and the products into scratch buffers of the thread, then the
+    adjoint input transform adds each tile's window into the image (neighbouring windows
+    overlap). False where it does not apply (nothing added)."""
+    n, oh, ow, co = ct.shape
+    kh, kw, ci, _ = w.shape
+    geo = _stride1(kh, (oh, ow))
+    flipped = _stride1(kh, out.shape[1:3])
+    lanes = 16 if ci % 16 == 0 and _avx512() else 8
+    if (not PIPELINE or not ADJOINT or ci % lanes or not native.enabled()
+            or geo.th * geo.tw >= flipped.th * flipped.tw):
+        return False
+    per_image = geo.th * geo.tw
+    per = max(1, PIPELINE_BYTES // (geo.blocks * per_image * (ci + co) * 4))
+    parts = threads.chunks(n, threads.kernel_threads())
+    zs = [Tiles(geo.blocks, min(per, hi - lo) * per_image, co) for lo, hi in parts]
+    dvs = [Tiles(geo.blocks, min(per, hi - lo) * per_image, ci) for lo, hi in parts]
+    zeros = np.zeros(co, np.float32)
+    ut = np.empty((geo.blocks, co, ci), np.float32)
+    flat_u = ut.reshape(-1)
+    gemm = _gemm_call(lanes, 0, (dvs[0].flat, zs[0].flat, flat_u))
+    grads = [_transform_call(geo, "gradient", (z.flat, ct, zeros), z, (0, 0),
+                             offset=-lo * per_image * co) for z, (lo, _) in zip(zs, parts)]
+    adjoints = [_transform_call(geo, "input_adjoint", (out, dv.flat, np.empty(ci, np.float32)),
+                                dv, pads, offset=-lo * per_image * ci)
+                for dv, (lo, _) in zip(dvs, parts)]
+    if gemm is None or None in grads or None in adjoints:
+        return False
+    b.add(geo.kernel_transform, (w.transpose(0, 1, 3, 2), ut),
+          label=f"{b.node.op}:winograd_kernel")
+    jobs = []
+    for k, (lo, hi) in enumerate(parts):
+        z, dv = zs[k], dvs[k]
+        part = []
+        for n0 in range(lo, hi, per):
+            n1 = min(hi, n0 + per)
+            m = (n1 - n0) * per_image
+            shift = (n0 - lo) * per_image
+            g_entry, g_arrays, g_params = grads[k]
+            a_entry, a_arrays, a_params = adjoints[k]
+            gp = np.array([dv.flat.size, z.flat.size, flat_u.size, m, co, ci, z.stride, co, 1,
+                           co * ci, ci, dv.stride, ci, 0, geo.blocks], np.int64)
+            part.append([
+                _chunk((g_entry, g_arrays, g_params[:-1] + [g_params[-1] - shift * co]), n0, n1),
+                (gemm, (dv.flat, z.flat, flat_u, gp)),
+                _chunk((a_entry, a_arrays, a_params[:-1] + [a_params[-1] - shift * ci]), n0, n1)])
+        jobs.append(part)
+    _add_pipeline(b, jobs, "winograd_adjoint")
+    return True
+
+
 def _phases_transform(geo: Geometry, w: np.ndarray, u: np.ndarray, flipped: bool) -> None:
     """The four phase kernels' transforms into ``u``: side by side along its input-channel
     axis (forward, ``u`` (blocks, 4 Cin, Cout)) or its output-channel axis (``flipped``: the
@@ -440,6 +500,8 @@ def input_gradient(b, ct: np.ndarray, key: object, w: np.ndarray, out: np.ndarra
     kh = w.shape[0]
     n, h, wd, ci = out.shape
     co = ct.shape[3]
+    if stride == 1 and _adjoint_pipeline(b, ct, w, out, pads):
+        return
     if stride == 1:
         geo = _stride1(kh, (h, wd))
         u = np.empty((geo.blocks, co, ci), np.float32)
