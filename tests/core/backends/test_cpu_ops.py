@@ -313,6 +313,69 @@ def test_convolutions_into_few_channels_match_the_reference(shape, kernel, attrs
     assert ("conv2d_backprop_filter:conv_dot_filter" in labels) == dot
 
 
+@pytest.mark.parametrize("activation, co", [("relu", 32), ("relu", 20), (None, 16),
+                                            ("sigmoid", 32)])
+def test_the_bias_and_relu_after_a_tiled_convolution_are_its_epilogue(activation, co,
+                                                                       monkeypatch):
+    """Conv2D(+bias, relu) -> max pooling: the convolution's kernel writes relu(conv + bias)
+    (the fused add/relu pass gone), the same bits as without the epilogue; a sigmoid is no
+    epilogue (it stays a pass of its own)."""
+    from kiln.core.backends.cpu import conv
+
+    _tile_paths(monkeypatch, True)
+    rng = np.random.default_rng(12)
+    xv = rng.normal(size=(3, 10, 9, 2)).astype("float32")
+    xv[0, 0, 0, 0] = np.nan  # a NaN stays NaN through the epilogue's ReLU
+    k = rng.normal(size=(3, 3, 2, co)).astype("float32")
+    bias = rng.normal(size=co).astype("float32")
+
+    def build():
+        x = kiln.placeholder((None, 10, 9, 2))
+        h = apply("conv2d", x, kiln.ops.constant(k), strides=(1, 1), padding="same",
+                  dilation=(1, 1)) + kiln.Variable(bias)
+        if activation == "relu":
+            h = kiln.ops.relu(h)
+        elif activation == "sigmoid":
+            h = kiln.ops.sigmoid(h)
+        return kiln.function([x], kiln.ops.max_pool2d(h, 2, 2), backend="cpu")
+
+    f = build()
+    got = f(xv)
+    labels = _labels(f)
+    fused = activation != "sigmoid" and native_enabled()
+    assert any(lab.startswith("conv2d:conv_tile_b") for lab in labels) == fused
+    assert not any(lab.startswith("fused") or lab == "add" for lab in labels) or not fused
+    monkeypatch.setattr(conv, "EPILOGUE", False)
+    want = build()(xv)
+    np.testing.assert_array_equal(got, want)
+    ref = OPS["conv2d"].ref(xv.astype("float64"), k.astype("float64"), strides=(1, 1),
+                            padding="same", dilation=(1, 1)) + bias
+    if activation == "relu":
+        ref = np.maximum(ref, 0)
+    elif activation == "sigmoid":
+        ref = 1 / (1 + np.exp(-ref))
+    ref = OPS["max_pool2d"].ref(ref, pool_size=(2, 2), strides=(2, 2), padding="valid")
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_no_epilogue_where_the_convolution_has_other_readers(monkeypatch):
+    # the convolution's value is an output too: it must be stored as it is
+    _tile_paths(monkeypatch, True)
+    rng = np.random.default_rng(13)
+    xv = rng.normal(size=(2, 6, 6, 3)).astype("float32")
+    k = rng.normal(size=(3, 3, 3, 16)).astype("float32")
+    x = kiln.placeholder((None, 6, 6, 3))
+    c = apply("conv2d", x, kiln.ops.constant(k), strides=(1, 1), padding="valid", dilation=(1, 1))
+    f = kiln.function([x], [c, kiln.ops.relu(c + kiln.ops.constant(np.ones(16, "float32")))],
+                      backend="cpu")
+    y, r = f(xv)
+    want = OPS["conv2d"].ref(xv.astype("float64"), k.astype("float64"), strides=(1, 1),
+                             padding="valid", dilation=(1, 1))
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(r, np.maximum(want + 1, 0), rtol=1e-5, atol=1e-5)
+    assert not any(lab.startswith("conv2d:conv_tile_b") for lab in _labels(f))
+
+
 @pytest.mark.parametrize("taps, op, dtype, cout, want", [
     (9, "conv2d", "float32", 32, "tile"), (9, "conv2d", "float64", 32, "direct"),
     (288, "conv2d", "float32", 65, "gemm"), (288, "conv2d", "float32", 64, "tile"),

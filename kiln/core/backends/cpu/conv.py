@@ -80,6 +80,10 @@ TILE64 = _host_has_avx512()
 # chunk of the kernel gradient (their cotangent stays in cache across the tap blocks).
 NATIVE_TILE = True
 FILTER_CHUNK = 256
+# A bias add and ReLU in the fused kernel right after a tiled forward convolution are its
+# epilogue (PlanBuilder.epilogue): the convolution writes relu(conv + bias) and the separate
+# pass over its output (a read and a write of the whole tensor) is gone.
+EPILOGUE = True
 # Convolutions into at most DOT_MAX_OUT channels run native_tile's dot kernels (vectors over
 # the input channels; _few_outputs); their kernel gradient keeps at most DOT_ACCUMULATORS
 # vectors of sums in registers.
@@ -501,6 +505,12 @@ def _conv_tile64(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray) -
     (sh, sw), (dh, dw) = node.attrs["strides"], node.attrs["dilation"]
     x = _padded(b, node.inputs[0], x, (kh, kw), node.attrs)
     w2d = w.reshape(kh * kw * ci, co)
+    fused = b.epilogue(node) if EPILOGUE else None
+    epi = _bias_relu(b, node, fused) if fused is not None else None
+    if epi is not None and not (b.overlaps(b.out(fused), x) or b.overlaps(b.out(fused), w2d)):
+        if _native_forward(b, b.out(fused), x, w2d, (sh, sw, dh, dw, kh, kw), epilogue=epi):
+            b.absorb(fused)
+            return
     if _native_forward(b, out, x, w2d, (sh, sw, dh, dw, kh, kw)):
         return
     if co < 64:
@@ -544,28 +554,67 @@ def _tap_offsets(x: np.ndarray, geometry: tuple) -> tuple[list[int], list[int]]:
 
 
 def _native_forward(b, out: np.ndarray, x: np.ndarray, w2d: np.ndarray, geometry: tuple,
-                    label: str | None = None) -> bool:
-    """Adds ``native_tile.forward_ir`` for ``out = conv(x (padded), w2d (taps, CO))``; False
-    where it cannot run (the caller runs the numba kernel)."""
+                    label: str | None = None, epilogue: tuple | None = None) -> bool:
+    """Adds ``native_tile.forward_ir`` for ``out = conv(x (padded), w2d (taps, CO))``, with
+    ``epilogue = (bias, relu)`` ``out = relu?(conv + bias)``; False where it cannot run (the
+    caller runs the numba kernel)."""
     if not (TILE64 and NATIVE_TILE and out.dtype == np.float32):
         return False
     co = out.shape[3]
     taps = w2d.shape[0]
     rows, vecs = native_tile.block_shape(16, co, width=out.shape[2])
+    pads = []
     if vecs * 16 != co:
         wide = np.zeros((taps, vecs * 16), w2d.dtype)
-        b.add(np.copyto, (wide[:, :co], w2d), label=f"{b.node.op}:pad_kernel")
+        pads.append((wide[:, :co], w2d))
         w2d = wide
+    arrays = (out, x, w2d)
+    relu = False
+    if epilogue is not None:
+        bias, relu = epilogue
+        padded_bias = np.zeros(vecs * 16, np.float32)  # whole vectors: zeros past CO
+        pads.append((padded_bias[:co], bias))
+        arrays = (*arrays, padded_bias)
     strides, off = _tap_offsets(x, geometry)
-
     step = strides[2]
+    tag = ("b" + ("r" if relu else "")) if epilogue is not None else ""
 
     def make(symbol: str, dtype: str) -> str:
-        return native_tile.forward_ir(symbol, dtype, 16, rows, vecs, co, step)
+        return native_tile.forward_ir(symbol, dtype, 16, rows, vecs, co, step,
+                                      bias=epilogue is not None, relu=relu)
 
-    return native_split(b, f"conv_tile_l16r{rows}v{vecs}c{co}s{step}", make, (out, x, w2d),
-                        [*strides, taps], out.shape[0] * out.shape[1], tail=off,
-                        label=label or f"{b.node.op}:conv_tile")
+    name = f"conv_tile_l16r{rows}v{vecs}c{co}s{step}{tag}"
+    if native.try_kernel(f"{name} float32", arrays, [0] * (sum(a.ndim for a in arrays) + 6),
+                         lambda s: make(s, "float32")) is None:
+        return False
+    for dst, src in pads:  # the kernel's zero-padded columns and bias, refreshed every step
+        b.add(np.copyto, (dst, src), label=f"{b.node.op}:pad_kernel")
+    return native_split(b, name, make, arrays, [*strides, taps], out.shape[0] * out.shape[1],
+                        tail=off, label=label or f"{b.node.op}:conv_tile{tag and '_' + tag}")
+
+
+def _bias_relu(b, node: Node, fused: Node) -> tuple | None:
+    """``(bias, relu)`` where the fused node (or add) right after ``node`` computes
+    ``relu(node + bias)`` (or ``node + bias``) with a float32 bias of one value per output
+    channel, else None."""
+    program = fused.attrs["program"] if fused.op == "fused" else (("add", (-1, -2), ()),)
+    shape = b.shape(node)
+    if b.shape(fused) != shape or fused.dtype != "float32" or len(program) not in (1, 2):
+        return None
+    op, args, attrs = program[0]
+    if op != "add" or attrs or any(a >= 0 for a in args):
+        return None
+    if len(program) == 2 and program[1] != ("relu", (0,), ()):
+        return None
+    ins = [fused.inputs[-a - 1] for a in args]
+    if sum(i is node for i in ins) != 1:
+        return None
+    bias = next(i for i in ins if i is not node)
+    bshape = b.shape(bias)
+    if (bias.dtype != "float32" or not bshape or bshape[-1] != shape[-1]
+            or any(d != 1 for d in bshape[:-1])):
+        return None
+    return b.contiguous(bias).reshape(-1), len(program) == 2
 
 
 def _native_filter(b, out: np.ndarray, x: np.ndarray, ct: np.ndarray, geometry: tuple) -> bool:

@@ -181,9 +181,9 @@ def forward_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, co: in
                     y = f.tmp()
                     f.emit(f"{y} = fadd {vx.ty} {x}, {bias_vals[v]}")
                     x = y
-                if relu:  # x < 0 ? 0 : x (NaN stays NaN, as np.maximum(x, 0))
+                if relu:  # x <= 0 ? 0 : x, kiln's relu (NaN stays NaN, -0 becomes 0)
                     neg, y = f.tmp(), f.tmp()
-                    f.emit(f"{neg} = fcmp olt {vx.ty} {x}, zeroinitializer")
+                    f.emit(f"{neg} = fcmp ole {vx.ty} {x}, zeroinitializer")
                     f.emit(f"{y} = select <{lanes} x i1> {neg}, {vx.ty} zeroinitializer, "
                            f"{vx.ty} {x}")
                     x = y

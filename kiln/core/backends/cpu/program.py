@@ -245,6 +245,9 @@ class PlanBuilder:
         self.node: Node | None = None
         self.info: dict[str, Any] = {}
         self.cache: dict[Any, Any] = {}  # for builders: values shared by several kernels
+        self.absorbed: set[int] = set()  # kernels another kernel computed (its epilogue)
+        self._next: dict[int, Node] = {}
+        self._uses: dict[int, int] = {}
 
     # ---- API for kernel builders ------------------------------------------------------------
     def shape(self, node: Node) -> tuple[int, ...]:
@@ -264,6 +267,28 @@ class PlanBuilder:
 
     def out(self, node: Node | None = None) -> np.ndarray:
         return self.array(self.node if node is None else node)
+
+    def epilogue(self, node: Node) -> Node | None:
+        """The kernel right after ``node`` when it is ``node``'s only reader and a ``fused``
+        elementwise node or an ``add`` (a bias add and activation a builder may apply as ``node``'s
+        epilogue, then :meth:`absorb`), else None. Being next, its output buffer holds no
+        live value but ``node``'s own inputs' (which the builder must not overwrite:
+        :meth:`overlaps`)."""
+        nxt = self._next.get(id(node))
+        if (nxt is None or nxt.op not in ("fused", "add") or self._uses.get(id(node)) != 1
+                or id(node) in self.grouped or id(nxt) in self.grouped
+                or not any(i is node for i in nxt.inputs)):
+            return None
+        return nxt
+
+    def absorb(self, node: Node) -> None:
+        """Marks ``node`` (an :meth:`epilogue`) as computed by the current kernel."""
+        self.absorbed.add(id(node))
+
+    @staticmethod
+    def overlaps(a: np.ndarray, b: np.ndarray) -> bool:
+        """Whether two arrays' memory ranges overlap."""
+        return bool(np.shares_memory(a, b))
 
     def contiguous(self, node: Node) -> np.ndarray:
         """``node``'s value as a C-contiguous array (a view, or a scratch copy made by a
@@ -300,9 +325,17 @@ class PlanBuilder:
         self.info["memory"] = self.program.memory_info
         inplace = st.inplace_updates(self.program.updates, lifetimes)
         self._allocate(buffers, inplace)
+        self._next = {id(a): b for a, b in zip(st.kernels, st.kernels[1:])}
+        for n in st.kernels:
+            for i in n.inputs:
+                self._uses[id(i)] = self._uses.get(id(i), 0) + 1
+        for o in self.graph.outputs:
+            self._uses[id(o)] = self._uses.get(id(o), 0) + 1
         for node in st.kernels:
             if id(node) in self.grouped and id(node) not in self.active:
                 continue  # computed by its group's loop
+            if id(node) in self.absorbed:
+                continue  # computed as the epilogue of the kernel before it
             self.node = node
             if id(node) in self.active:
                 build_group(self, self.active[id(node)])
