@@ -316,9 +316,31 @@ def test_a_small_convnet_step_runs_the_native_twins_with_numbas_bits(cache, monk
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_tiled_max_pool_gradient_in_vectors_gives_numbas_bits(dtype, cache):
-    # 37 channels: whole 64-byte vectors of channels (the window's flags in a register) and a
-    # scalar tail; ties inside windows (the first maximal element gets the cotangent), NaN
+@pytest.mark.parametrize("pool, strides, padding", [(2, 2, "valid"), (3, 2, "same")])
+def test_max_pooling_in_vectors_gives_numbas_bits(dtype, pool, strides, padding, cache):
+    # 37 channels; NaN (kept, as np.maximum would) and
+    # -0.0 / 0.0 ties; windows past the edges with "same"
+    rng = np.random.default_rng(14)
+    x = np.round(rng.normal(size=(2, 7, 9, 37)) * 2).astype(dtype)
+    x[0, 1, 2, 5] = x[1, 4, 4, 20] = x[0, 6, 8, 36] = np.nan
+    x[1, 0, 0, :] = -0.0
+
+    def build():
+        p = kiln.placeholder(x.shape, dtype)
+        return kiln.function([p], K.max_pool2d(p, pool, strides, padding=padding),
+                             backend="cpu", optimize=False)
+
+    got, want = _both(build, (x,))
+    np.testing.assert_array_equal(got, want)
+    ref = all_ops()["max_pool2d"].ref(x, pool_size=(pool, pool), strides=(strides, strides),
+                                      padding=padding)
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tiled_max_pool_gradient_gives_numbas_bits(dtype, cache):
+    # 37 channels (a vectorized loop and its remainder); ties inside windows (the first
+    # maximal element gets the cotangent), NaN
     # (a window whose maximum is NaN passes nothing back), rows and columns past the windows
     from kiln.core.ops.registry import apply
 

@@ -86,20 +86,13 @@ def max_pool_grad_tiled_ir(symbol: str, dtype: str) -> str:
     i, li = f.begin(oh)
     j, lj = f.begin(ow)
     orow = k.index(k.dims[2], n, i, j)
-    lanes = 64 // (4 if dtype == "float32" else 8)
-    c_vec = f.mul(_floor_div(f, c, lanes), str(lanes))
-    # the channels in vectors of 64 bytes, the window's "pending" flags in a register
-    # (a loop over the taps per vector: each channel's selections are the numba kernel's)
-    cv, lcv = f.begin(_floor_div(f, c, lanes))
-    _grad_vector(k, dtype, lanes, (i, j, n), orow, f.mul(cv, str(lanes)))
-    f.end(cv, lcv)
     k.fill(pending, "bool", None, c, "True")
     a, la = f.begin(ph)
     hi = f.add(f.mul(i, sh), a)
     b, lb = f.begin(pw)
     wi = f.add(f.mul(j, sw), b)
     src = k.index(k.dims[0], n, hi, wi)
-    ch, lc = f.begin(c, c_vec)  # the channels past the last whole vector
+    ch, lc = f.begin(c)
     pend = f.load(pending, "bool", ch)
     hit = f.scalar("p and v == m", {"p": pend, "v": f.load("%x", dtype, f.add(src, ch)),
                                     "m": f.load("%out", dtype, f.add(orow, ch))})
@@ -109,53 +102,6 @@ def max_pool_grad_tiled_ir(symbol: str, dtype: str) -> str:
     f.end(ch, lc)
     k.close([(n, ln), (i, li), (j, lj), (a, la), (b, lb)])
     return f.function(symbol, ["dx", "x", "out", "ct", "p"], noalias=True)
-
-
-def _floor_div(f, a: str, b: int) -> str:
-    v = f.tmp()
-    f.emit(f"{v} = sdiv i64 {a}, {b}")
-    return v
-
-
-def _grad_vector(k: _Kernel, dtype: str, lanes: int, ijn: tuple, orow: str, ch0: str) -> None:
-    """max_pool_grad_tiled's window (i, j) for the channels ``ch0 .. ch0 + lanes``: the
-    cotangent to the first element equal to the window's maximum, 0 to the others."""
-    f = k.f
-    i, j, n = ijn
-    ph, pw, sh, sw = k.p[:4]
-    ty = "float" if dtype == "float32" else "double"
-    vec, mask = f"<{lanes} x {ty}>", f"<{lanes} x i1>"
-
-    def vload(arr: str, at: str) -> str:
-        g, v = f.tmp(), f.tmp()
-        f.emit(f"{g} = getelementptr inbounds {ty}, ptr {arr}, i64 {at}")
-        f.emit(f"{v} = load {vec}, ptr {g}, align 4")
-        return v
-
-    m, g = vload("%out", f.add(orow, ch0)), vload("%ct", f.add(orow, ch0))
-    f.labels += 1
-    pend = f"%pend{f.labels}"
-    f.allocas.append(f"  {pend} = alloca {mask}")
-    ones = ", ".join(["i1 true"] * lanes)
-    f.emit(f"store {mask} <{ones}>, ptr {pend}")
-    a, la = f.begin(ph)
-    hi = f.add(f.mul(i, sh), a)
-    b, lb = f.begin(pw)
-    wi = f.add(f.mul(j, sw), b)
-    at = f.add(k.index(k.dims[0], n, hi, wi), ch0)
-    xv = vload("%x", at)
-    eq, p0, hit, out, nh, p1, gp = (f.tmp() for _ in range(7))
-    f.emit(f"{p0} = load {mask}, ptr {pend}")
-    f.emit(f"{eq} = fcmp oeq {vec} {xv}, {m}")
-    f.emit(f"{hit} = and {mask} {eq}, {p0}")
-    f.emit(f"{out} = select {mask} {hit}, {vec} {g}, {vec} zeroinitializer")
-    f.emit(f"{gp} = getelementptr inbounds {ty}, ptr %dx, i64 {at}")
-    f.emit(f"store {vec} {out}, ptr {gp}, align 4")
-    f.emit(f"{nh} = xor {mask} {hit}, <{ones}>")
-    f.emit(f"{p1} = and {mask} {p0}, {nh}")
-    f.emit(f"store {mask} {p1}, ptr {pend}")
-    f.end(b, lb)
-    f.end(a, la)
 
 
 def max_pool_grad_ir(symbol: str, dtype: str) -> str:
