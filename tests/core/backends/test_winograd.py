@@ -215,6 +215,51 @@ def test_the_input_gradient_over_the_forward_tiles_matches_the_reference(
     assert ("conv2d_backprop_input:winograd_pipeline" in labels) == (not adjoint)
 
 
+@pytest.mark.parametrize("activation", ["relu", None, "tanh"])
+@pytest.mark.parametrize("kernel, stride, ci, co", [((3, 3), 1, 16, 32), ((4, 4), 2, 8, 16),
+                                                    ((3, 3), 1, 24, 24)])
+def test_the_bias_and_relu_are_the_output_transforms_epilogue(kernel, stride, ci, co,
+                                                              activation, monkeypatch):
+    # conv + bias (+ ReLU) with the pipeline: the output transform adds the bias and applies
+    # the ReLU (the separate pass gone), the same bits as without; tanh is not folded
+    from kiln.core.backends.cpu import conv
+
+    rng = np.random.default_rng(15)
+    xv = rng.normal(size=(3, 12, 10, ci)).astype("float32")
+    xv[1, 3, 4, 0] = np.nan
+    k = rng.normal(size=(*kernel, ci, co)).astype("float32")
+    bias = rng.normal(size=co).astype("float32")
+    attrs = {**ATTRS, "strides": (stride, stride)}
+
+    def build():
+        x = kiln.placeholder((None, 12, 10, ci))
+        h = apply("conv2d", x, kiln.ops.constant(k), **attrs) + kiln.Variable(bias)
+        if activation == "relu":
+            h = kiln.ops.relu(h)
+        elif activation == "tanh":
+            h = kiln.ops.tanh(h)
+        return kiln.function([x], kiln.ops.max_pool2d(h, 2, 2), backend="cpu")
+
+    f = build()
+    got = f(xv)
+    labels = _labels(f)
+    assert "conv2d:winograd_pipeline" in labels
+    folded = activation != "tanh"
+    assert (not any(lab.startswith("fused") or lab == "add" for lab in labels)) == folded
+    monkeypatch.setattr(conv, "EPILOGUE", False)
+    np.testing.assert_array_equal(got, build()(xv))
+    ref = OPS["conv2d"].ref(xv.astype("float64"), k.astype("float64"), **attrs) + bias
+    scale = np.nanmax(np.abs(ref))  # F(4x4)'s error is relative to the convolution's scale
+    if activation == "relu":
+        ref = np.maximum(ref, 0)
+    elif activation == "tanh":
+        ref = np.tanh(ref)
+    ref = OPS["max_pool2d"].ref(ref, pool_size=(2, 2), strides=(2, 2), padding="valid")
+    assert np.isnan(got[np.isnan(ref)]).all()  # the NaN's windows stay NaN
+    mask = np.isfinite(got)  # (a NaN spreads over its Winograd tile, not only its window)
+    np.testing.assert_allclose(got[mask], ref[mask], rtol=0, atol=1e-5 * scale)
+
+
 def test_the_pipeline_can_be_turned_off(monkeypatch):
     monkeypatch.setattr(winograd, "PIPELINE", False)
     x, w = kiln.placeholder((None, 6, 6, 16)), kiln.placeholder((3, 3, 16, 16))

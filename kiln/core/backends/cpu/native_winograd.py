@@ -164,6 +164,15 @@ def _combine(f: Func, ty: str, terms: list[tuple]) -> str:
     return acc
 
 
+def _zero(ty: str) -> str:
+    return "0.0" if ty == "float" else "zeroinitializer"
+
+
+def _mask(ty: str) -> str:
+    """The i1 type (or vector of i1) of a comparison of ``ty`` values."""
+    return "i1" if ty == "float" else ty.replace("float", "i1")
+
+
 def _const(ty: str, value: float) -> str:
     lit = f"float {value!r}"
     if ty == "float":
@@ -173,9 +182,10 @@ def _const(ty: str, value: float) -> str:
 
 
 def _body(f: Func, ty: str, mats: tuple, src: list[list[str]], dst: list[list[str]],
-          c: str, add: bool = False) -> None:
+          c: str, add: bool | str = False) -> None:
     """Loads ``src[a][b][c]`` (``ty`` lanes), ``dst = rows src cols^T`` (``mats = (rows,
-    cols)``; ``add``: ``dst +=``), stores at ``c``."""
+    cols)``; ``add`` True: ``dst +=``; ``"bias"`` / ``"bias_relu"``: ``dst = (relu)(...
+    + bias[c])``), stores at ``c``."""
     rows, cols = mats
     vals = []
     for row in src:
@@ -193,16 +203,27 @@ def _body(f: Func, ty: str, mats: tuple, src: list[list[str]], dst: list[list[st
         for ptr, v in zip(drow, outs):
             g = f.tmp()
             f.emit(f"{g} = getelementptr inbounds float, ptr {ptr}, i64 {c}")
-            if add:
+            if add is True:
                 old, new = f.tmp(), f.tmp()
                 f.emit(f"{old} = load {ty}, ptr {g}, align 4")
                 f.emit(f"{new} = fadd {ty} {old}, {v}")
                 v = new
+            elif add:  # the epilogue: + bias (no contraction with the transform), ReLU
+                gb, bias, new = f.tmp(), f.tmp(), f.tmp()
+                f.emit(f"{gb} = getelementptr inbounds float, ptr %a3, i64 {c}")
+                f.emit(f"{bias} = load {ty}, ptr {gb}, align 4")
+                f.emit(f"{new} = fadd {ty} {v}, {bias}")
+                v = new
+                if add == "bias_relu":
+                    le, new = f.tmp(), f.tmp()
+                    f.emit(f"{le} = fcmp ole {ty} {v}, {_zero(ty)}")
+                    f.emit(f"{new} = select {_mask(ty)} {le}, {ty} {_zero(ty)}, {ty} {v}")
+                    v = new
             f.emit(f"store {ty} {v}, ptr {g}, align 4")
 
 
 def transform_ir(symbol: str, dtype: str, m: int, kind: str, rows: int = 3, r: int = 3,
-                 step: int = 1, lanes: int = LANES) -> str:
+                 step: int = 1, lanes: int = LANES, epilogue: str = "") -> str:
     """The ``kind`` transform of F(m x m, r x r), or with ``rows = 1`` of F(1 x m, 1 x r) (tiles
     of one row, the row transform the identity); image pixels ``step`` apart (a phase of a
     stride-2 convolution: ``winograd.py``), the channels in vectors of ``lanes`` (16 where
@@ -222,13 +243,18 @@ def transform_ir(symbol: str, dtype: str, m: int, kind: str, rows: int = 3, r: i
     alpha_h, m_h = (alpha, m) if rows > 1 else (1, 1)
     image_first = kind in ("output", "input_adjoint")
     add = kind == "input_adjoint"
-    k = _Kernel((4, 1, 1) if image_first else (1, 4, 1), 7)
+    if epilogue not in ("", "bias", "bias_relu") or (epilogue and kind != "output"):
+        raise CodegenError(f"native winograd: no {epilogue!r} epilogue for {kind}")
+    # an output transform's epilogue: + bias[c] (a fourth argument), then ReLU (x <= 0 ? 0 : x)
+    add = ("bias_relu" if epilogue == "bias_relu" else "bias") if epilogue else add
+    ranks = ((4, 1, 1) if image_first else (1, 4, 1)) + ((1,) if epilogue else ())
+    k = _Kernel(ranks, 7)
     f = k.f
     _, h, w, c = k.dims[0] if image_first else k.dims[1]
     th, tw, pt, pl, stride, width, offset = k.p
     img, buf, extra = ("%a0", "%a1", "%a2") if image_first else ("%a1", "%a0", "%a2")
     n, ln = f.begin(k.n1, k.n0)
-    if add:  # the image is a sum over its overlapping tiles: zeroed first
+    if add is True:  # the image is a sum over its overlapping tiles: zeroed first
         k.fill(img, "float32", f.mul(f.mul(f.mul(n, h), w), c), f.mul(f.mul(h, w), c))
     ty_, lty = f.begin(th)
     tx_, ltx = f.begin(tw)
@@ -274,7 +300,8 @@ def transform_ir(symbol: str, dtype: str, m: int, kind: str, rows: int = 3, r: i
     _body(f, "float", mats, src, dst, e, add)
     f.end(e, le)
     k.close([(n, ln), (ty_, lty), (tx_, ltx)])
-    return f.function(symbol, ["a0", "a1", "a2", "p"])
+    return f.function(symbol, ["a0", "a1", "a2", "a3", "p"] if epilogue else
+                      ["a0", "a1", "a2", "p"])
 
 
 def _i64(v: str):

@@ -284,15 +284,22 @@ def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
     if stride == 1:
         geo = _stride1(w.shape[0], (oh, ow))
         u = np.empty((geo.blocks, ci, co), np.float32)
-        if _pipeline(b, geo, x, key, pads, (geo.kernel_transform, (w, u), u), out):
-            return
-        v = input_tiles(b, x, key, geo, pads)
-        b.add(geo.kernel_transform, (w, u), label=f"{b.node.op}:winograd_kernel")
+        kernel = (geo.kernel_transform, (w, u), u)
     else:
         geo = _stride2((oh, ow))
         u = np.empty((geo.blocks, 4 * ci, co), np.float32)
-        if _pipeline(b, geo, x, key, pads, (_phases_transform, (geo, w, u, False), u), out, 2):
-            return
+        kernel = (_phases_transform, (geo, w, u, False), u)
+    fused, epi = _epilogue(b, x, w)
+    if epi is not None and _pipeline(b, geo, x, key, pads, kernel, b.out(fused), stride,
+                                     epilogue=epi):
+        b.absorb(fused)
+        return
+    if _pipeline(b, geo, x, key, pads, kernel, out, stride):
+        return
+    if stride == 1:
+        v = input_tiles(b, x, key, geo, pads)
+        b.add(geo.kernel_transform, (w, u), label=f"{b.node.op}:winograd_kernel")
+    else:
         v = input_tiles(b, x, key, geo, pads, stride=2)
         b.add(_phases_transform, (geo, w, u, False), label=f"{b.node.op}:winograd_kernel")
     prod = Tiles(geo.blocks, v.view.shape[1], co)
@@ -314,7 +321,7 @@ ADJOINT = True
 
 def _transform_call(geo: Geometry, kind: str, arrays: tuple, tiles: Tiles, at: tuple,
                     step: int = 1, part: tuple[int, int] | None = None,
-                    offset: int = 0) -> tuple | None:
+                    offset: int = 0, epilogue: str = "") -> tuple | None:
     """``(entry, arrays, params before the range)`` of a native transform (as
     :meth:`Geometry.transform` adds it), for a pipeline to call per chunk of images; None
     where it does not build."""
@@ -325,11 +332,11 @@ def _transform_call(geo: Geometry, kind: str, arrays: tuple, tiles: Tiles, at: t
 
     def make(symbol: str) -> str:
         return native_winograd.transform_ir(symbol, "float32", geo.m, kind, geo.rows, geo.r,
-                                            step, lanes)
+                                            step, lanes, epilogue)
 
     found = native.try_kernel(
-        f"winograd_{kind}_f{geo.m}r{geo.r}x{geo.rows}s{step}l{lanes} float32", arrays,
-        params + [0, 1], make)
+        f"winograd_{kind}_f{geo.m}r{geo.r}x{geo.rows}s{step}l{lanes}{epilogue} float32",
+        arrays, params + [0, 1], make)
     return None if found is None else (found[0], found[1][:-1], params)
 
 
@@ -371,14 +378,14 @@ def _run_chunks(chunks: list[list[tuple]]) -> None:
 
 def _pipeline(b, geo: Geometry, x: np.ndarray, key: object, pads: tuple[int, int],
               kernel: tuple, out: np.ndarray, stride: int = 1,
-              outputs: list[tuple] | None = None) -> bool:
+              outputs: list[tuple] | None = None, epilogue: tuple | None = None) -> bool:
     """Adds the kernel transform ``kernel = (fn, args, u)`` and the pipeline (above) computing
     ``out``: the input tiles of ``x`` (``stride`` 2: the four phases side by side), written
     into the step's shared buffer for ``key`` (the kernel gradient reads them), the products
     with ``u`` (blocks, K, N), and the output transforms (``outputs``: ``(at, step, part)``
-    each; default one plain transform). False where it does not apply (the tiles are already
-    computed, the products are not native_gemm's, a kernel does not build): then nothing
-    was added."""
+    each; default one plain transform; ``epilogue = (bias, relu)``: ``out = relu?(conv +
+    bias)``). False where it does not apply (the tiles are already computed, the products
+    are not native_gemm's, a kernel does not build): then nothing was added."""
     n, c = x.shape[0], x.shape[3]
     fn, args, u = kernel
     k_in, width = u.shape[1], u.shape[2]
@@ -397,7 +404,9 @@ def _pipeline(b, geo: Geometry, x: np.ndarray, key: object, pads: tuple[int, int
                                  (pads[0] - vr, pads[1] - vc), 2, (4 * c, k * c))
                  for k, (vr, vc) in enumerate(PHASES)]
     sink = np.empty(out.shape[3], np.float32)
-    last = [_transform_call(geo, "output", (out, prod.flat, sink), prod, at, step, part)
+    ends = (out, prod.flat, sink) + ((epilogue[0],) if epilogue else ())
+    tag = ("bias_relu" if epilogue[1] else "bias") if epilogue else ""
+    last = [_transform_call(geo, "output", ends, prod, at, step, part, epilogue=tag)
             for at, step, part in (outputs or [((0, 0), 1, None)])]
     flat_u = u.reshape(-1)
     gemm = _gemm_call(lanes, 0, (prod.flat, v.flat, flat_u))
@@ -477,6 +486,19 @@ def _adjoint_pipeline(b, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
         jobs.append(part)
     _add_pipeline(b, jobs, "winograd_adjoint")
     return True
+
+
+def _epilogue(b, x: np.ndarray, w: np.ndarray) -> tuple:
+    """``(fused node, (bias, relu))`` where the kernel after this convolution is a bias add
+    (and ReLU) its output transform can apply (``conv._bias_relu``; its output not
+    overlapping the convolution's inputs), else ``(None, None)``."""
+    from kiln.core.backends.cpu import conv
+
+    fused = b.epilogue(b.node) if conv.EPILOGUE else None
+    epi = conv._bias_relu(b, b.node, fused) if fused is not None else None
+    if epi is None or b.overlaps(b.out(fused), x) or b.overlaps(b.out(fused), w):
+        return None, None
+    return fused, epi
 
 
 def _phases_transform(geo: Geometry, w: np.ndarray, u: np.ndarray, flipped: bool) -> None:
