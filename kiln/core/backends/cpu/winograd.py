@@ -435,7 +435,7 @@ def _adjoint_pipeline(b, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
                       pads: tuple[int, int]) -> bool:
     """The stride-1 input gradient over the forward's tiles, where they are fewer than the
     tiles of the flipped convolution's output (a "valid" convolution: 11x11 outputs take 3x3
-    tiles of 4, the 13x13 input gradient 4x4): ``dx = sum over tiles of B (Z U'^T) B^T``, the
+    tiles of 4, the 13x13 input gradient 4x4): ``dx = sum over tiles of B (Z U') B^T``, the
     adjoint of the forward, with ``Z = A dy A^T`` per tile and ``U'`` the kernel's transform
     with its channel axes swapped; per chunk of images on one thread (as :func:`_pipeline`):
     the cotangent's transform and the products into scratch buffers of the thread, then the
