@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conv_cases import conv_block, conv_block_reference
 
 import kiln
 from kiln.core.backends.cpu import covered_ops
@@ -329,32 +330,16 @@ def test_the_bias_and_relu_after_a_tiled_convolution_are_its_epilogue(activation
     k = rng.normal(size=(3, 3, 2, co)).astype("float32")
     bias = rng.normal(size=co).astype("float32")
 
-    def build():
-        x = kiln.placeholder((None, 10, 9, 2))
-        h = apply("conv2d", x, kiln.ops.constant(k), strides=(1, 1), padding="same",
-                  dilation=(1, 1)) + kiln.Variable(bias)
-        if activation == "relu":
-            h = kiln.ops.relu(h)
-        elif activation == "sigmoid":
-            h = kiln.ops.sigmoid(h)
-        return kiln.function([x], kiln.ops.max_pool2d(h, 2, 2), backend="cpu")
-
-    f = build()
+    attrs = {"strides": (1, 1), "padding": "same", "dilation": (1, 1)}
+    f = conv_block(xv.shape, k, bias, activation, attrs)
     got = f(xv)
     labels = _labels(f)
     fused = activation != "sigmoid" and native_enabled()
     assert any(lab.startswith("conv2d:conv_tile_b") for lab in labels) == fused
     assert not any(lab.startswith("fused") or lab == "add" for lab in labels) or not fused
     monkeypatch.setattr(conv, "EPILOGUE", False)
-    want = build()(xv)
-    np.testing.assert_array_equal(got, want)
-    ref = OPS["conv2d"].ref(xv.astype("float64"), k.astype("float64"), strides=(1, 1),
-                            padding="same", dilation=(1, 1)) + bias
-    if activation == "relu":
-        ref = np.maximum(ref, 0)
-    elif activation == "sigmoid":
-        ref = 1 / (1 + np.exp(-ref))
-    ref = OPS["max_pool2d"].ref(ref, pool_size=(2, 2), strides=(2, 2), padding="valid")
+    np.testing.assert_array_equal(got, conv_block(xv.shape, k, bias, activation, attrs)(xv))
+    ref, _ = conv_block_reference(xv, k, bias, activation, attrs)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 

@@ -8,6 +8,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from conv_cases import conv_block, conv_block_reference
 
 import kiln
 from kiln.core.backends.cpu import native, native_winograd, winograd
@@ -67,6 +68,27 @@ def _close(got, want):
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * scale * 3)
 
 
+def _three_ops(rng, shape: tuple, kernel: tuple, attrs: dict) -> tuple:
+    """A convolution's forward, input gradient and kernel gradient on random float32 values:
+    ``(values (x, w, ct), placeholders (x, w, ct), the three op nodes, their float64
+    references)``."""
+    kh, kw = kernel[:2]
+    xv = rng.normal(size=shape).astype("float32")
+    wv = rng.normal(size=kernel).astype("float32")
+    ct_shape = OPS["conv2d"].ref(xv, wv, **attrs).shape
+    ctv = rng.normal(size=ct_shape).astype("float32")
+    x, w = kiln.placeholder((None,) + shape[1:]), kiln.placeholder(kernel)
+    ct = kiln.placeholder((None,) + ct_shape[1:])
+    nodes = [apply("conv2d", x, w, **attrs),
+             apply("conv2d_backprop_input", ct, w, input_shape=shape[1:], **attrs),
+             apply("conv2d_backprop_filter", x, ct, kernel_size=(kh, kw), **attrs)]
+    x64, w64, ct64 = (v.astype("float64") for v in (xv, wv, ctv))
+    wants = [OPS["conv2d"].ref(x64, w64, **attrs),
+             OPS["conv2d_backprop_input"].ref(ct64, w64, input_shape=shape[1:], **attrs),
+             OPS["conv2d_backprop_filter"].ref(x64, ct64, kernel_size=(kh, kw), **attrs)]
+    return (xv, wv, ctv), (x, w, ct), nodes, wants
+
+
 @pytest.mark.parametrize("m", [2, 4])
 @pytest.mark.parametrize("shape, k, co, padding, stride", CASES)
 def test_winograd_convolutions_match_the_reference(m, shape, k, co, padding, stride,
@@ -82,24 +104,10 @@ def test_winograd_convolutions_match_the_reference(m, shape, k, co, padding, str
     rng = np.random.default_rng(sum(shape) + co)
     attrs = {**_attrs(padding), "strides": (stride, stride)}
     kernel = (kh, kw, shape[3], co)
-    xv = rng.normal(size=shape).astype("float32")
-    wv = rng.normal(size=kernel).astype("float32")
-    ct_shape = OPS["conv2d"].ref(xv, wv, **attrs).shape
-    ctv = rng.normal(size=ct_shape).astype("float32")
-    x = kiln.placeholder((None,) + shape[1:])
-    w = kiln.placeholder(kernel)
-    ct = kiln.placeholder((None,) + ct_shape[1:])
-    x64, w64, ct64 = (v.astype("float64") for v in (xv, wv, ctv))
-    runs = [
-        ("conv2d", [x, w], (xv, wv), apply("conv2d", x, w, **attrs),
-         OPS["conv2d"].ref(x64, w64, **attrs)),
-        ("conv2d_backprop_input", [ct, w], (ctv, wv),
-         apply("conv2d_backprop_input", ct, w, input_shape=shape[1:], **attrs),
-         OPS["conv2d_backprop_input"].ref(ct64, w64, input_shape=shape[1:], **attrs)),
-        ("conv2d_backprop_filter", [x, ct], (xv, ctv),
-         apply("conv2d_backprop_filter", x, ct, kernel_size=(kh, kw), **attrs),
-         OPS["conv2d_backprop_filter"].ref(x64, ct64, kernel_size=(kh, kw), **attrs)),
-    ]
+    (xv, wv, ctv), (x, w, ct), nodes, wants = _three_ops(rng, shape, kernel, attrs)
+    runs = [(name, ins, vals, node, want) for name, ins, vals, node, want in zip(
+        ("conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"),
+        ([x, w], [ct, w], [x, ct]), ((xv, wv), (ctv, wv), (xv, ctv)), nodes, wants)]
     for name, ins, vals, node, want in runs:
         f = kiln.function(ins, node, backend="cpu", optimize=False)
         _close(f(*vals), want)
@@ -126,24 +134,10 @@ def test_the_pipelined_convolution_and_gradients_match_the_reference(
 
     monkeypatch.setattr(winograd, "PIPELINE_BYTES", chunk_bytes)
     monkeypatch.setattr(threads, "kernel_threads", lambda: 3)
-    kh, kw = k
     rng = np.random.default_rng(5)
     attrs = {**_attrs(padding), "strides": (stride, stride)}
-    kernel = (kh, kw, shape[3], co)
-    xv = rng.normal(size=shape).astype("float32")
-    wv = rng.normal(size=kernel).astype("float32")
-    ct_shape = OPS["conv2d"].ref(xv, wv, **attrs).shape
-    ctv = rng.normal(size=ct_shape).astype("float32")
-    x, w = kiln.placeholder((None,) + shape[1:]), kiln.placeholder(kernel)
-    ct = kiln.placeholder((None,) + ct_shape[1:])
-    nodes = [apply("conv2d", x, w, **attrs),
-             apply("conv2d_backprop_input", ct, w, input_shape=shape[1:], **attrs),
-             apply("conv2d_backprop_filter", x, ct, kernel_size=(kh, kw), **attrs)]
+    (xv, wv, ctv), (x, w, ct), nodes, wants = _three_ops(rng, shape, (*k, shape[3], co), attrs)
     f = kiln.function([x, w, ct], nodes, backend="cpu", optimize=False)
-    x64, w64, ct64 = (v.astype("float64") for v in (xv, wv, ctv))
-    wants = [OPS["conv2d"].ref(x64, w64, **attrs),
-             OPS["conv2d_backprop_input"].ref(ct64, w64, input_shape=shape[1:], **attrs),
-             OPS["conv2d_backprop_filter"].ref(x64, ct64, kernel_size=(kh, kw), **attrs)]
     for scale in (1, 2):  # every buffer refreshed on the second call
         for got, want, factor in zip(f(xv * scale, wv, ctv * scale), wants,
                                      (scale, scale, scale * scale)):
@@ -159,21 +153,9 @@ def test_the_pipelined_convolution_and_gradients_match_the_reference(
 def test_transforms_in_either_vector_width_match_the_reference(lanes, monkeypatch):
     # 27 input / 24 output channels: 16-lane vectors, then 8-lane, then single channels
     monkeypatch.setattr(winograd, "TRANSFORM_LANES", lanes)
-    rng = np.random.default_rng(9)
-    xv = rng.normal(size=(2, 7, 6, 27)).astype("float32")
-    wv = rng.normal(size=(3, 3, 27, 24)).astype("float32")
-    ctv = rng.normal(size=(2, 7, 6, 24)).astype("float32")
-    x, w = kiln.placeholder((None, 7, 6, 27)), kiln.placeholder((3, 3, 27, 24))
-    ct = kiln.placeholder((None, 7, 6, 24))
-    f = kiln.function([x, w, ct], [
-        apply("conv2d", x, w, **ATTRS),
-        apply("conv2d_backprop_input", ct, w, input_shape=(7, 6, 27), **ATTRS),
-        apply("conv2d_backprop_filter", x, ct, kernel_size=(3, 3), **ATTRS)],
-        backend="cpu", optimize=False)
-    x64, w64, ct64 = (v.astype("float64") for v in (xv, wv, ctv))
-    wants = [OPS["conv2d"].ref(x64, w64, **ATTRS),
-             OPS["conv2d_backprop_input"].ref(ct64, w64, input_shape=(7, 6, 27), **ATTRS),
-             OPS["conv2d_backprop_filter"].ref(x64, ct64, kernel_size=(3, 3), **ATTRS)]
+    (xv, wv, ctv), (x, w, ct), nodes, wants = _three_ops(
+        np.random.default_rng(9), (2, 7, 6, 27), (3, 3, 27, 24), ATTRS)
+    f = kiln.function([x, w, ct], nodes, backend="cpu", optimize=False)
     for got, want in zip(f(xv, wv, ctv), wants):
         _close(got, want)
     assert any("winograd" in lab for lab in _labels(f))
@@ -230,31 +212,16 @@ def test_the_bias_and_relu_are_the_output_transforms_epilogue(kernel, stride, ci
     k = rng.normal(size=(*kernel, ci, co)).astype("float32")
     bias = rng.normal(size=co).astype("float32")
     attrs = {**ATTRS, "strides": (stride, stride)}
-
-    def build():
-        x = kiln.placeholder((None, 12, 10, ci))
-        h = apply("conv2d", x, kiln.ops.constant(k), **attrs) + kiln.Variable(bias)
-        if activation == "relu":
-            h = kiln.ops.relu(h)
-        elif activation == "tanh":
-            h = kiln.ops.tanh(h)
-        return kiln.function([x], kiln.ops.max_pool2d(h, 2, 2), backend="cpu")
-
-    f = build()
+    f = conv_block(xv.shape, k, bias, activation, attrs)
     got = f(xv)
     labels = _labels(f)
     assert "conv2d:winograd_pipeline" in labels
     folded = activation != "tanh"
     assert (not any(lab.startswith("fused") or lab == "add" for lab in labels)) == folded
     monkeypatch.setattr(conv, "EPILOGUE", False)
-    np.testing.assert_array_equal(got, build()(xv))
-    ref = OPS["conv2d"].ref(xv.astype("float64"), k.astype("float64"), **attrs) + bias
-    scale = np.nanmax(np.abs(ref))  # F(4x4)'s error is relative to the convolution's scale
-    if activation == "relu":
-        ref = np.maximum(ref, 0)
-    elif activation == "tanh":
-        ref = np.tanh(ref)
-    ref = OPS["max_pool2d"].ref(ref, pool_size=(2, 2), strides=(2, 2), padding="valid")
+    np.testing.assert_array_equal(got, conv_block(xv.shape, k, bias, activation, attrs)(xv))
+    # F(4x4)'s error is relative to the convolution's scale
+    ref, scale = conv_block_reference(xv, k, bias, activation, attrs)
     assert np.isnan(got[np.isnan(ref)]).all()  # the NaN's windows stay NaN
     mask = np.isfinite(got)  # (a NaN spreads over its Winograd tile, not only its window)
     np.testing.assert_allclose(got[mask], ref[mask], rtol=0, atol=1e-5 * scale)

@@ -273,7 +273,7 @@ class PlanBuilder:
         elementwise node or an ``add`` (a bias add and activation a builder may apply as ``node``'s
         epilogue, then :meth:`absorb`), else None. Being next, its output buffer holds no
         live value but ``node``'s own inputs' (which the builder must not overwrite:
-        :meth:`overlaps`)."""
+        ``np.shares_memory``)."""
         nxt = self._next.get(id(node))
         if (nxt is None or nxt.op not in ("fused", "add") or self._uses.get(id(node)) != 1
                 or id(node) in self.grouped or id(nxt) in self.grouped
@@ -284,11 +284,6 @@ class PlanBuilder:
     def absorb(self, node: Node) -> None:
         """Marks ``node`` (an :meth:`epilogue`) as computed by the current kernel."""
         self.absorbed.add(id(node))
-
-    @staticmethod
-    def overlaps(a: np.ndarray, b: np.ndarray) -> bool:
-        """Whether two arrays' memory ranges overlap."""
-        return bool(np.shares_memory(a, b))
 
     def contiguous(self, node: Node) -> np.ndarray:
         """``node``'s value as a C-contiguous array (a view, or a scratch copy made by a

@@ -27,13 +27,18 @@ or ``4`` picks m of the stride-1 tiles.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from kiln.core.backends.cpu import native, native_gemm, native_winograd, threads
+from kiln.core.backends.cpu import (
+    native,
+    native_gemm,
+    native_winograd,
+    threads,
+    winograd_pipeline,
+)
 from kiln.core.ir import Node
 
 # Channels the input transform reads, at least: one 8-lane vector. From tests of single
@@ -289,12 +294,12 @@ def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
         geo = _stride2((oh, ow))
         u = np.empty((geo.blocks, 4 * ci, co), np.float32)
         kernel = (_phases_transform, (geo, w, u, False), u)
-    fused, epi = _epilogue(b, x, w)
-    if epi is not None and _pipeline(b, geo, x, key, pads, kernel, b.out(fused), stride,
-                                     epilogue=epi):
+    fused, epi = winograd_pipeline.epilogue(b, x, w)
+    if epi is not None and winograd_pipeline.forward(b, geo, x, key, pads, kernel,
+                                                     b.out(fused), stride, epilogue=epi):
         b.absorb(fused)
         return
-    if _pipeline(b, geo, x, key, pads, kernel, out, stride):
+    if winograd_pipeline.forward(b, geo, x, key, pads, kernel, out, stride):
         return
     if stride == 1:
         v = input_tiles(b, x, key, geo, pads)
@@ -315,190 +320,8 @@ def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
 PIPELINE = True
 PIPELINE_BYTES = 1 << 20
 # The stride-1 input gradient over the forward's tiles where they are fewer
-# (_adjoint_pipeline); False: always as the flipped convolution.
+# (winograd_pipeline.adjoint); False: always as the flipped convolution.
 ADJOINT = True
-
-
-def _transform_call(geo: Geometry, kind: str, arrays: tuple, tiles: Tiles, at: tuple,
-                    step: int = 1, part: tuple[int, int] | None = None,
-                    offset: int = 0, epilogue: str = "") -> tuple | None:
-    """``(entry, arrays, params before the range)`` of a native transform (as
-    :meth:`Geometry.transform` adds it), for a pipeline to call per chunk of images; None
-    where it does not build."""
-    width, off = part or (tiles.view.shape[2], 0)
-    lanes = TRANSFORM_LANES if _avx512() else native_winograd.LANES
-    params = [d for a in arrays for d in a.shape] + [geo.th, geo.tw, *at, tiles.stride, width,
-                                                     off + offset]
-
-    def make(symbol: str) -> str:
-        return native_winograd.transform_ir(symbol, "float32", geo.m, kind, geo.rows, geo.r,
-                                            step, lanes, epilogue)
-
-    found = native.try_kernel(
-        f"winograd_{kind}_f{geo.m}r{geo.r}x{geo.rows}s{step}l{lanes}{epilogue} float32",
-        arrays, params + [0, 1], make)
-    return None if found is None else (found[0], found[1][:-1], params)
-
-
-def _gemm_call(lanes: int, m: int, arrays: tuple, accumulate: bool = False) -> Callable | None:
-    """The entry point of native_gemm's kernel for ``m`` rows (the block height dividing
-    them where it can) and ``lanes``-lane columns, or None."""
-    rows, vecs = GEMM_BLOCK[lanes]
-    if m % rows:
-        rows = next((r for r in ROW_CHOICES[lanes] if m % r == 0), rows)
-    found = native.try_kernel(
-        f"winograd_gemm_l{lanes}r{rows}v{vecs}{'a' if accumulate else ''} float32", arrays,
-        [0] * 15, lambda s: native_gemm.gemm_ir(s, "float32", lanes, rows, vecs, accumulate))
-    return None if found is None else found[0]
-
-
-def _chunk(call: tuple, n0: int, n1: int) -> tuple:
-    """A transform call of :func:`_transform_call` for the images ``n0 <= n < n1``."""
-    entry, arrays, params = call
-    return entry, (*arrays, np.array(params + [n0, n1], np.int64))
-
-
-def _add_pipeline(b, jobs: list[list[list[tuple]]], name: str = "winograd_pipeline") -> None:
-    """Adds the pipeline step: thread ``k`` runs ``jobs[k]``, chunk after chunk."""
-    label = f"{b.node.op}:{name}"
-    if len(jobs) == 1:
-        b.add(_run_chunks, (jobs[0],), label=label)
-    else:
-        b.add(threads.SplitCall(_run_chunks, len(jobs), lambda a, k: (jobs[k],)), (None,),
-              label=label)
-
-
-def _run_chunks(chunks: list[list[tuple]]) -> None:
-    """One thread's share of a pipeline: per chunk, its calls in order (transforms, then the
-    products, then the output transforms)."""
-    for calls in chunks:
-        for fn, args in calls:
-            fn(*args)
-
-
-def _pipeline(b, geo: Geometry, x: np.ndarray, key: object, pads: tuple[int, int],
-              kernel: tuple, out: np.ndarray, stride: int = 1,
-              outputs: list[tuple] | None = None, epilogue: tuple | None = None) -> bool:
-    """Adds the kernel transform ``kernel = (fn, args, u)`` and the pipeline (above) computing
-    ``out``: the input tiles of ``x`` (``stride`` 2: the four phases side by side), written
-    into the step's shared buffer for ``key`` (the kernel gradient reads them), the products
-    with ``u`` (blocks, K, N), and the output transforms (``outputs``: ``(at, step, part)``
-    each; default one plain transform; ``epilogue = (bias, relu)``: ``out = relu?(conv +
-    bias)``). False where it does not apply (the tiles are already computed, the products
-    are not native_gemm's, a kernel does not build): then nothing was added."""
-    n, c = x.shape[0], x.shape[3]
-    fn, args, u = kernel
-    k_in, width = u.shape[1], u.shape[2]
-    cache_key = ("winograd", key, geo.m, geo.r, geo.rows, geo.th, geo.tw, pads, stride)
-    lanes = 16 if width % 16 == 0 and _avx512() else 8
-    if not PIPELINE or cache_key in b.cache or width % lanes or not native.enabled():
-        return False
-    per_image = geo.th * geo.tw
-    v = Tiles(geo.blocks, n * per_image, k_in)
-    prod = Tiles(geo.blocks, n * per_image, width)
-    zeros = np.zeros(c, np.float32)
-    if stride == 1:
-        first = [_transform_call(geo, "input", (v.flat, x, zeros), v, pads)]
-    else:
-        first = [_transform_call(geo, "input", (v.flat, x, zeros), v,
-                                 (pads[0] - vr, pads[1] - vc), 2, (4 * c, k * c))
-                 for k, (vr, vc) in enumerate(PHASES)]
-    sink = np.empty(out.shape[3], np.float32)
-    ends = (out, prod.flat, sink) + ((epilogue[0],) if epilogue else ())
-    tag = ("bias_relu" if epilogue[1] else "bias") if epilogue else ""
-    last = [_transform_call(geo, "output", ends, prod, at, step, part, epilogue=tag)
-            for at, step, part in (outputs or [((0, 0), 1, None)])]
-    flat_u = u.reshape(-1)
-    gemm = _gemm_call(lanes, 0, (prod.flat, v.flat, flat_u))
-    if gemm is None or None in first or None in last:
-        return False
-    b.cache[cache_key] = v
-    b.add(fn, args, label=f"{b.node.op}:winograd_kernel")
-    per = max(1, PIPELINE_BYTES // (geo.blocks * per_image * (k_in + width) * 4))
-    jobs = []
-    for lo, hi in threads.chunks(n, threads.kernel_threads()):
-        part = []
-        for n0 in range(lo, hi, per):
-            n1 = min(hi, n0 + per)
-            r0, m = n0 * per_image, (n1 - n0) * per_image
-            a, cc = v.flat[r0 * k_in:], prod.flat[r0 * width:]
-            gp = np.array([cc.size, a.size, flat_u.size, m, k_in, width, v.stride, k_in, 1,
-                           k_in * width, width, prod.stride, width, 0, geo.blocks], np.int64)
-            part.append([_chunk(t, n0, n1) for t in first] + [(gemm, (cc, a, flat_u, gp))]
-                        + [_chunk(t, n0, n1) for t in last])
-        jobs.append(part)
-    _add_pipeline(b, jobs)
-    return True
-
-
-def _adjoint_pipeline(b, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
-                      pads: tuple[int, int]) -> bool:
-    """The stride-1 input gradient over the forward's tiles, where they are fewer than the
-    tiles of the flipped convolution's output (a "valid" convolution: 11x11 outputs take 3x3
-    tiles of 4, the 13x13 input gradient 4x4): ``dx = sum over tiles of B (Z U') B^T``, the
-    adjoint of the forward, with ``Z = A dy A^T`` per tile and ``U'`` the kernel's transform
-    with its channel axes swapped; per chunk of images on one thread (as :func:`_pipeline`):
-    the cotangent's transform and the products into scratch buffers of the thread, then the
-    adjoint input transform adds each tile's window into the image (neighbouring windows
-    overlap). False where it does not apply (nothing added)."""
-    n, oh, ow, co = ct.shape
-    kh, kw, ci, _ = w.shape
-    geo = _stride1(kh, (oh, ow))
-    flipped = _stride1(kh, out.shape[1:3])
-    lanes = 16 if ci % 16 == 0 and _avx512() else 8
-    if (not PIPELINE or not ADJOINT or ci % lanes or not native.enabled()
-            or geo.th * geo.tw >= flipped.th * flipped.tw):
-        return False
-    per_image = geo.th * geo.tw
-    per = max(1, PIPELINE_BYTES // (geo.blocks * per_image * (ci + co) * 4))
-    parts = threads.chunks(n, threads.kernel_threads())
-    zs = [Tiles(geo.blocks, min(per, hi - lo) * per_image, co) for lo, hi in parts]
-    dvs = [Tiles(geo.blocks, min(per, hi - lo) * per_image, ci) for lo, hi in parts]
-    zeros = np.zeros(co, np.float32)
-    ut = np.empty((geo.blocks, co, ci), np.float32)
-    flat_u = ut.reshape(-1)
-    gemm = _gemm_call(lanes, 0, (dvs[0].flat, zs[0].flat, flat_u))
-    grads = [_transform_call(geo, "gradient", (z.flat, ct, zeros), z, (0, 0),
-                             offset=-lo * per_image * co) for z, (lo, _) in zip(zs, parts)]
-    adjoints = [_transform_call(geo, "input_adjoint", (out, dv.flat, np.empty(ci, np.float32)),
-                                dv, pads, offset=-lo * per_image * ci)
-                for dv, (lo, _) in zip(dvs, parts)]
-    if gemm is None or None in grads or None in adjoints:
-        return False
-    b.add(geo.kernel_transform, (w.transpose(0, 1, 3, 2), ut),
-          label=f"{b.node.op}:winograd_kernel")
-    jobs = []
-    for k, (lo, hi) in enumerate(parts):
-        z, dv = zs[k], dvs[k]
-        part = []
-        for n0 in range(lo, hi, per):
-            n1 = min(hi, n0 + per)
-            m = (n1 - n0) * per_image
-            shift = (n0 - lo) * per_image
-            g_entry, g_arrays, g_params = grads[k]
-            a_entry, a_arrays, a_params = adjoints[k]
-            gp = np.array([dv.flat.size, z.flat.size, flat_u.size, m, co, ci, z.stride, co, 1,
-                           co * ci, ci, dv.stride, ci, 0, geo.blocks], np.int64)
-            part.append([
-                _chunk((g_entry, g_arrays, g_params[:-1] + [g_params[-1] - shift * co]), n0, n1),
-                (gemm, (dv.flat, z.flat, flat_u, gp)),
-                _chunk((a_entry, a_arrays, a_params[:-1] + [a_params[-1] - shift * ci]), n0, n1)])
-        jobs.append(part)
-    _add_pipeline(b, jobs, "winograd_adjoint")
-    return True
-
-
-def _epilogue(b, x: np.ndarray, w: np.ndarray) -> tuple:
-    """``(fused node, (bias, relu))`` where the kernel after this convolution is a bias add
-    (and ReLU) its output transform can apply (``conv._bias_relu``; its output not
-    overlapping the convolution's inputs), else ``(None, None)``."""
-    from kiln.core.backends.cpu import conv
-
-    fused = b.epilogue(b.node) if conv.EPILOGUE else None
-    epi = conv._bias_relu(b, b.node, fused) if fused is not None else None
-    if epi is None or b.overlaps(b.out(fused), x) or b.overlaps(b.out(fused), w):
-        return None, None
-    return fused, epi
 
 
 def _phases_transform(geo: Geometry, w: np.ndarray, u: np.ndarray, flipped: bool) -> None:
@@ -522,14 +345,15 @@ def input_gradient(b, ct: np.ndarray, key: object, w: np.ndarray, out: np.ndarra
     kh = w.shape[0]
     n, h, wd, ci = out.shape
     co = ct.shape[3]
-    if stride == 1 and _adjoint_pipeline(b, ct, w, out, pads):
+    if stride == 1 and winograd_pipeline.adjoint(b, ct, w, out, pads):
         return
     if stride == 1:
         geo = _stride1(kh, (h, wd))
         u = np.empty((geo.blocks, co, ci), np.float32)
         flipped = w[::-1, ::-1].transpose(0, 1, 3, 2)
         in_pads = (kh - 1 - pads[0], 2 - pads[1])
-        if _pipeline(b, geo, ct, key, in_pads, (geo.kernel_transform, (flipped, u), u), out):
+        kernel = (geo.kernel_transform, (flipped, u), u)
+        if winograd_pipeline.forward(b, geo, ct, key, in_pads, kernel, out):
             return
         v = input_tiles(b, ct, key, geo, in_pads)
         b.add(geo.kernel_transform, (flipped, u), label=f"{b.node.op}:winograd_kernel")
@@ -545,7 +369,7 @@ def input_gradient(b, ct: np.ndarray, key: object, w: np.ndarray, out: np.ndarra
     u = np.empty((geo.blocks, co, 4 * ci), np.float32)
     outputs = [((pads[0] - vr - 2 * first[0], pads[1] - vc - 2 * first[1]), 2,
                 (4 * ci, k * ci)) for k, (vr, vc) in enumerate(PHASES)]
-    if _pipeline(b, geo, ct, key, (1 - first[0], 1 - first[1]),
+    if winograd_pipeline.forward(b, geo, ct, key, (1 - first[0], 1 - first[1]),
                  (_phases_transform, (geo, w, u, True), u), out, outputs=outputs):
         return
     v = input_tiles(b, ct, key, geo, (1 - first[0], 1 - first[1]))
@@ -565,7 +389,7 @@ def kernel_gradient(b, x: np.ndarray, key: object, ct: np.ndarray, out: np.ndarr
     ``ct``: ``G^T (V^T Z) G`` with the forward's input tiles ``V`` (per phase with stride 2)."""
     n, oh, ow, co = ct.shape
     geo = _stride1(out.shape[0], (oh, ow)) if stride == 1 else _stride2((oh, ow))
-    if _gradient_pipeline(b, geo, x, key, ct, out, pads, stride):
+    if winograd_pipeline.kernel_gradient(b, geo, x, key, ct, out, pads, stride):
         return
     v = input_tiles(b, x, key, geo, pads, stride=stride)
     z = Tiles(geo.blocks, v.view.shape[1], co)
@@ -576,62 +400,6 @@ def kernel_gradient(b, x: np.ndarray, key: object, ct: np.ndarray, out: np.ndarr
         b.add(geo.kernel_untransform, (du, out), label=f"{b.node.op}:winograd_kernel")
     else:
         b.add(_phases_untransform, (geo, du, out), label=f"{b.node.op}:winograd_kernel")
-
-
-def _gradient_pipeline(b, geo: Geometry, x: np.ndarray, key: object, ct: np.ndarray,
-                       out: np.ndarray, pads: tuple[int, int], stride: int) -> bool:
-    """The kernel gradient as a pipeline (see PIPELINE): each thread, per chunk of its images,
-    transforms the chunk's cotangent into a scratch tile buffer of its own (kept in its
-    core's L2) and adds ``V^T Z`` of the chunk into its partial ``dU`` (native_gemm,
-    accumulating); the partials are added in order, then ``G^T dU G`` (per phase with
-    stride 2). False where it does not apply (nothing added): the input tiles are not
-    computed yet in this step (the forward computes them), or the products are not
-    native_gemm's."""
-    n, oh, ow, co = ct.shape
-    cache_key = ("winograd", key, geo.m, geo.r, geo.rows, geo.th, geo.tw, pads, stride)
-    v = b.cache.get(cache_key)
-    lanes = 16 if co % 16 == 0 and _avx512() else 8
-    if not PIPELINE or v is None or co % lanes or not native.enabled():
-        return False
-    k_in = v.view.shape[2]  # Cin, or 4 Cin: the phases side by side
-    per_image = geo.th * geo.tw
-    per = max(1, PIPELINE_BYTES // (geo.blocks * per_image * (k_in + co) * 4))
-    parts = threads.chunks(n, threads.kernel_threads())
-    scratch = [Tiles(geo.blocks, min(per, hi - lo) * per_image, co) for lo, hi in parts]
-    zeros = np.zeros(co, np.float32)
-    du_parts = np.empty((len(parts), geo.blocks, k_in, co), np.float32)
-    gemms = [_gemm_call(lanes, k_in, (du_parts[0].reshape(-1), v.flat, scratch[0].flat), acc)
-             for acc in (False, True)]
-    transforms = [_transform_call(geo, "gradient", (z.flat, ct, zeros), z, (0, 0),
-                                  offset=-lo * per_image * co)
-                  for z, (lo, _) in zip(scratch, parts)]
-    if None in gemms or None in transforms:
-        return False
-    jobs = []
-    for k, (lo, hi) in enumerate(parts):
-        z, du = scratch[k], du_parts[k].reshape(-1)
-        part = []
-        for n0 in range(lo, hi, per):
-            n1 = min(hi, n0 + per)
-            r0, m = n0 * per_image, (n1 - n0) * per_image
-            entry, arrays, params = transforms[k]
-            params = params[:-1] + [params[-1] - (n0 - lo) * per_image * co]
-            a = v.flat[r0 * k_in:]
-            gp = np.array([du.size, a.size, z.flat.size, k_in, m, co, v.stride, 1, k_in,
-                           z.stride, co, k_in * co, co, 0, geo.blocks], np.int64)
-            part.append([_chunk((entry, arrays, params), n0, n1),
-                         (gemms[1 if n0 > lo else 0], (du, a, z.flat, gp))])
-        jobs.append(part)
-    _add_pipeline(b, jobs)
-    du = du_parts[0]
-    if len(parts) > 1:
-        du = np.empty(du_parts.shape[1:], np.float32)
-        b.add(np.add.reduce, (du_parts, 0, None, du), label=f"{b.node.op}:sum_parts")
-    if stride == 1:
-        b.add(geo.kernel_untransform, (du, out), label=f"{b.node.op}:winograd_kernel")
-    else:
-        b.add(_phases_untransform, (geo, du, out), label=f"{b.node.op}:winograd_kernel")
-    return True
 
 
 def _phases_untransform(geo: Geometry, du: np.ndarray, out: np.ndarray) -> None:
