@@ -39,7 +39,6 @@ import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import metadata
 from types import ModuleType
 from typing import Any
 
@@ -166,6 +165,8 @@ def _version(dist: str) -> str:
         try:
             found = str(importlib.import_module(dist.replace("-", "_")).__version__)
         except (ImportError, AttributeError):
+            from importlib import metadata  # ~12 ms to import: only where needed
+
             try:
                 found = metadata.version(dist)
             except metadata.PackageNotFoundError:

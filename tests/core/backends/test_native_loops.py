@@ -204,6 +204,87 @@ def test_a_damaged_object_file_is_compiled_again_with_a_warning(cache):
         assert numba_cache.unseal(str(path), path.read_bytes())
 
 
+def _add_ir(calls: list):
+    def make(symbol: str) -> str:
+        calls.append(symbol)
+        return llvm_loop.generate_ir(_spec("add", ("float32", "float32")), symbol)
+    return make
+
+
+def test_a_cached_kernel_loads_without_generating_its_ir(cache):
+    a, b = np.arange(7, dtype=np.float32), np.full(7, 0.5, np.float32)
+    p = np.array([7, 0, 1, 0, 1, 0, 1, 7, 1], np.int64)
+
+    def run(k):
+        out = np.empty(7, np.float32)
+        k.compile(())(out, a, b, p)
+        return out
+
+    calls: list = []
+    k = native.kernel("test_add_lazy", ["float32"] * 3 + ["int64"], _add_ir(calls))
+    assert len(calls) == 1 and not k.cached()
+    np.testing.assert_array_equal(run(k), a + b)
+    assert k.cached()
+    native._kernels.clear()  # a fresh process's view: the file is there
+    k2 = native.kernel("test_add_lazy", ["float32"] * 3 + ["int64"], _add_ir(calls))
+    assert k2.path == k.path and len(calls) == 1  # the IR was not generated again
+    np.testing.assert_array_equal(run(k2), a + b)
+    assert len(calls) == 1
+    # other sources of the generators: another key, so the kernel is generated and compiled
+    native._kernels.clear()
+    sources = native.generators()
+    try:
+        native._state["generators"] = "0" * 24
+        k3 = native.kernel("test_add_lazy", ["float32"] * 3 + ["int64"], _add_ir(calls))
+        assert k3.path != k.path and len(calls) == 2 and not k3.cached()
+        # where the sources cannot be read, the key covers the IR text instead
+        native._kernels.clear()
+        native._state["generators"] = ""
+        k4 = native.kernel("test_add_lazy", ["float32"] * 3 + ["int64"], _add_ir(calls))
+        assert k4.path not in (k.path, k3.path) and len(calls) == 3
+        np.testing.assert_array_equal(run(k4), a + b)
+    finally:
+        native._state["generators"] = sources
+        native._kernels.clear()
+
+
+def test_the_generators_digest_covers_every_source_of_the_package():
+    folder = os.path.dirname(native.__file__)
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".py"))
+    assert {"llvm_loop.py", "native_tile.py", "native_winograd.py", "conv.py"} <= set(names)
+    import hashlib
+    digest = hashlib.sha256()
+    for n in names:
+        with open(os.path.join(folder, n), "rb") as f:
+            digest.update(n.encode() + b"\0" + f.read() + b"\0")
+    assert native.generators() == digest.hexdigest()[:24]
+
+
+def test_a_damaged_file_of_a_kernel_loaded_without_its_ir_is_compiled_from_a_fresh_ir(cache):
+    calls: list = []
+    dtypes = ["float32"] * 3 + ["int64"]
+    k = native.kernel("test_add_damaged", dtypes, _add_ir(calls))
+    k.compile(())
+    blob = bytearray(open(k.path, "rb").read())
+    blob[len(blob) // 2] ^= 0xFF
+    open(k.path, "wb").write(bytes(blob))
+    native._kernels.clear()
+    jit_loader._warned.discard("damaged")
+    k2 = native.kernel("test_add_damaged", dtypes, _add_ir(calls))
+    assert len(calls) == 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        native._loaded.pop(k2.name, None)
+        entry = k2.compile(())
+    assert any("damaged kernel cache entry" in str(w.message) for w in caught)
+    assert len(calls) == 2  # generated then, to compile it again
+    a = np.arange(5, dtype=np.float32)
+    out = np.empty(5, np.float32)
+    entry(out, a, a, np.array([5, 0, 1, 0, 1, 0, 1, 5, 1], np.int64))
+    np.testing.assert_array_equal(out, a + a)
+    native._kernels.clear()
+
+
 @pytest.mark.parametrize("idx_dtype", ["int32", "int64"])
 def test_gathers_run_natively_and_match_numbas(idx_dtype, cache):
     rng = np.random.default_rng(6)

@@ -13,7 +13,10 @@ the same program). ``KILN_NATIVE=0`` turns the path off.
   cache key with the IR, kiln's codegen version and llvmlite's / LLVM's versions) and emitted
   as an object file, under the compile batch's compiler lock (so that its ``fork`` never
   inherits LLVM in the middle of a compilation).
-* Cache: the object file is ``KILN_CACHE_DIR/cpu/n_<key>.o``, sealed like numba's entries
+* Cache: the object file is ``KILN_CACHE_DIR/cpu/n_<key>.o``, keyed by the kernel's label and
+  dtypes, the host and a digest of this package's sources (:func:`generators`: the code that
+  generates every kernel's IR), so a warm start loads the file without generating the IR
+  (~0.02 s for the MNIST convnet's 30 kernels); sealed like numba's entries
   (``numba_cache.seal``: a file not sealed by its own name is damaged: compiled again and
   rewritten, warned once); written atomically; a folder that cannot be written leaves the
   kernel in memory.
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import os
 import sys
 import threading
@@ -207,15 +211,26 @@ class NativeKernel:
     jitted = True
     scalars = False
 
-    def __init__(self, ir: str, key: str, symbol: str, dtypes: Sequence[str], label: str):
-        self.ir = ir
+    def __init__(self, ir: str | Callable[[], str], key: str, symbol: str,
+                 dtypes: Sequence[str], label: str):
+        self._ir = ir  # the text, or a function generating it (called once, when needed)
         self.key = key
         self.name = symbol
         self.label = label
         self.path = os.path.join(jit.kernel_dir(), f"n_{key}.o")
-        self.size = int(len(ir) * COST_PER_IR_CHAR)
         self.dtypes = list(dtypes)
         self._entries: dict[tuple, Callable] = {}
+
+    @property
+    def ir(self) -> str:
+        """The module's text (generated on first use where the kernel was made without it)."""
+        if callable(self._ir):
+            self._ir = self._ir()
+        return self._ir
+
+    @property
+    def size(self) -> int:
+        return int(len(self.ir) * COST_PER_IR_CHAR)
 
     def __repr__(self) -> str:
         return f"<kiln native kernel {self.key} [{self.label}]>"
@@ -307,10 +322,32 @@ class NativeKernel:
         return entry
 
 
+def generators() -> str:
+    """A digest of the sources of this package (``kiln/core/backends/cpu``: every module that
+    generates a native kernel's IR or the label it is cached under), read once; "" where
+    they cannot be read (each kernel is then keyed by its IR text)."""
+    found = _state.get("generators")
+    if found is None:
+        folder = os.path.dirname(os.path.abspath(__file__))
+        digest = hashlib.sha256()
+        try:
+            for name in sorted(os.listdir(folder)):
+                if name.endswith(".py"):
+                    with open(os.path.join(folder, name), "rb") as f:
+                        digest.update(name.encode() + b"\0" + f.read() + b"\0")
+            found = digest.hexdigest()[:24]
+        except OSError:
+            found = ""
+        _state["generators"] = found
+    return found
+
+
 def kernel(label: str, dtypes: Sequence[str], make_ir: Callable[[str], str]) -> NativeKernel:
     """The native kernel ``make_ir(symbol)`` (the same object within a process and cache
     folder): ``label`` names what it computes (with the dtypes, it picks the symbol: equal
-    labels must mean equal IR), ``dtypes`` its arrays' dtypes.
+    labels must mean equal IR, for the same sources of this package), ``dtypes`` its arrays'
+    dtypes. The cache file's key covers the label, dtypes, host and :func:`generators`, so
+    where that file exists the IR is not generated (only to compile it again, damaged).
 
     Raises:
         CodegenError: ``make_ir`` does not generate it (the caller then uses numba's).
@@ -322,16 +359,25 @@ def kernel(label: str, dtypes: Sequence[str], make_ir: Callable[[str], str]) -> 
     if memo[:2] in _unsupported:
         raise CodegenError(f"native: {label} is not generated")
     host = _state["host"]
-    probe = jit_loader.kernel_key("cpu", "native", f"{label} {dtypes}", tools=host)
-    symbol = f"kiln_{probe}"
+    signature = f"{label} {list(dtypes)}"
+    symbol = f"kiln_{jit_loader.kernel_key('cpu', 'native', signature, tools=host)}"
+    sources = generators()
+    if sources:
+        key = jit_loader.kernel_key("cpu", symbol, sources, tools=host, signature=signature)
+        found = NativeKernel(lambda: make_ir(symbol), key, symbol, dtypes, label)
+        if found.cached():
+            with _lock:
+                return _kernels.setdefault(memo, found)
     try:
         ir = make_ir(symbol)
     except CodegenError:
         _unsupported.add(memo[:2])
         raise
-    key = jit_loader.kernel_key("cpu", symbol, ir, tools=host, signature=label)
-    # the symbol names the label; the file's key covers the IR text too (a generator change)
-    found = NativeKernel(ir, key, symbol, dtypes, label)
+    if sources:
+        found._ir = ir
+    else:  # the file's key covers the IR text (a generator change)
+        key = jit_loader.kernel_key("cpu", symbol, ir, tools=host, signature=label)
+        found = NativeKernel(ir, key, symbol, dtypes, label)
     with _lock:
         return _kernels.setdefault(memo, found)
 
