@@ -17,7 +17,7 @@ import kiln
 import kiln.ops as K
 from kiln.core.backends import jit as jit_loader
 from kiln.core.backends import numba_cache
-from kiln.core.backends.cpu import conv, elementwise, jit, llvm_loop, native
+from kiln.core.backends.cpu import conv, elementwise, jit, llvm_loop, native, pool
 from kiln.core.backends.cpu.codegen import CodegenError, LoopSpec, program_dtypes
 from kiln.core.ops import all_ops
 from kiln.core.ops.registry import ELEMENTWISE
@@ -77,6 +77,17 @@ def _kernel_names(fn) -> dict[str, str]:
     """``{kernel: entry point name}`` for the plan steps labelled ``op:kernel``."""
     return {s.label.split(":")[-1]: _entry_name(s) for p in fn.program._plans.values()
             for s in p.steps if ":" in s.label}
+
+
+def _same_bits(build, feeds) -> tuple[list, dict[str, str]]:
+    """Asserts that ``build()``'s function gives the same bits natively as with numba's kernels;
+    returns the native outputs and the kernel names of one more run (:func:`_kernel_names`)."""
+    got, want = _both(build, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    fn = build()
+    fn(*feeds)
+    return got, _kernel_names(fn)
 
 
 def _special(rng, shape, dtype):
@@ -373,6 +384,7 @@ def test_a_small_convnet_step_runs_the_native_twins_with_numbas_bits(cache, monk
     # numba's) off on any host
     monkeypatch.setenv("KILN_WINOGRAD", "0")
     monkeypatch.setattr(conv, "TILE64", False)
+    monkeypatch.setattr(pool, "UNROLLED", False)  # the twins, not the unrolled pooling
     rng = np.random.default_rng(7)
     x = rng.normal(size=(4, 12, 12, 1)).astype(np.float32)
     k1 = rng.normal(size=(3, 3, 1, 8)).astype(np.float32)
@@ -385,12 +397,7 @@ def test_a_small_convnet_step_runs_the_native_twins_with_numbas_bits(cache, monk
         loss = K.sum(K.square(K.conv2d(h, w2, padding="same")))
         return kiln.function([p], [loss, *kiln.grad(loss, [w1, w2])], backend="cpu")
 
-    got, want = _both(build, (x,))
-    for g, w in zip(got, want):
-        np.testing.assert_array_equal(g, w)
-    fn = build()
-    fn(x)
-    names = _kernel_names(fn)
+    _, names = _same_bits(build, (x,))
     for kernel in ("conv_direct_kernel", "conv_filter_direct_kernel", "im2col_kernel",
                    "col2im_kernel", "max_pool_kernel", "max_pool_grad_tiled_kernel"):
         assert names.get(kernel, "").startswith("kiln_"), (kernel, names)
@@ -444,6 +451,63 @@ def test_tiled_max_pool_gradient_gives_numbas_bits(dtype, cache):
     fn = build()
     fn(x, pooled, ct)
     assert _kernel_names(fn)["max_pool_grad_tiled_kernel"].startswith("kiln_")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("size", [2, 3])
+def test_unrolled_max_pooling_and_its_index_give_numbas_bits(dtype, size, cache):
+    # windows that tile the input (pool size = strides, "valid"): the unrolled forward writes
+    # the winners' index where the gradient is in the same plan, and the gradient routes the
+    # cotangent by it. 37 channels, rows and columns past the last window, ties (the first
+    # maximal element wins), -0.0 / 0.0, NaN windows (nothing passed back), 3 images split
+    # over the threads
+    rng = np.random.default_rng(12 + size)
+    x = np.round(rng.normal(size=(3, 8, 10, 37)) * 2).astype(dtype)  # many ties
+    x[0, 1, 2, 5] = x[1, 4, 4, 20] = x[2, 0, 0, 36] = np.nan
+    x[1, 0:size, 0:size, 7] = 0.0
+    x[1, 1, 1, 7] = -0.0
+    x[2, 0:size, 0:size, 8] = -0.0
+    oh, ow = 8 // size, 10 // size
+    ct = rng.normal(size=(3, oh, ow, 37)).astype(dtype)
+
+    def build():
+        p = kiln.placeholder(x.shape, dtype)
+        c = kiln.placeholder(ct.shape, dtype)
+        y = K.max_pool2d(p, size, size)
+        return kiln.function([p, c], [y, kiln.grad(K.sum(y * c), [p])[0]], backend="cpu")
+
+    got, names = _same_bits(build, (x, ct))
+    attrs = {"pool_size": (size, size), "strides": (size, size), "padding": "valid"}
+    pooled = all_ops()["max_pool2d"].ref(x, **attrs)
+    np.testing.assert_array_equal(got[0], pooled)
+    np.testing.assert_array_equal(got[1], all_ops()["max_pool2d_grad"].ref(x, pooled, ct,
+                                                                          **attrs))
+    i, j = 1 // size, 2 // size  # the window holding x[0, 1, 2, 5] (NaN)
+    assert np.isnan(got[0][0, i, j, 5])
+    assert not got[1][0, i * size:(i + 1) * size, j * size:(j + 1) * size, 5].any()
+    for kernel in (f"max_pool_unrolled_{size}x{size}i", f"max_pool_grad_index_{size}x{size}"):
+        assert names.get(kernel, "").startswith("kiln_"), (kernel, names)
+    # without the gradient in the plan: the unrolled forward, no index
+    p = kiln.placeholder(x.shape, dtype)
+    fwd = kiln.function([p], K.max_pool2d(p, size, size), backend="cpu")
+    np.testing.assert_array_equal(fwd(x), pooled)
+    assert f"max_pool_unrolled_{size}x{size}" in _kernel_names(fwd)
+
+
+def test_a_max_pool_gradient_of_another_pooling_does_not_read_its_index(cache):
+    # two poolings of the same input with other windows (the index keys name the input, the
+    # output and the window): each gradient reads its own forward's index
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 12, 12, 5)).astype(np.float32)
+
+    def build():
+        p = kiln.placeholder(x.shape)
+        a, b = K.max_pool2d(p, 2, 2), K.max_pool2d(p, 3, 3)
+        loss = K.sum(a * a) + K.sum(K.sin(b))
+        return kiln.function([p], [loss, kiln.grad(loss, [p])[0]], backend="cpu")
+
+    _, names = _same_bits(build, (x,))
+    assert "max_pool_grad_index_2x2" in names and "max_pool_grad_index_3x3" in names
 
 
 def test_a_cache_folder_that_cannot_be_written_leaves_native_kernels_in_memory(

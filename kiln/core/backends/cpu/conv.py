@@ -411,12 +411,14 @@ def _native_call(b, fn, args: tuple, ranges: list, label: str, fastmath: bool,
 
 def native_split(b, name: str, make, arrays: tuple, p: list[int], n: int = 0, *,
                  ranges: list | None = None, label: str | None = None,
-                 parts: np.ndarray | None = None, tail: list[int] | None = None) -> bool:
-    """Adds the native kernel ``make(symbol, dtype)`` over ``arrays`` (one dtype) with the
-    parameters ``[*shapes, *p, n0, n1, *tail]``, its range of ``n`` items split over kiln's
-    threads (``ranges``: given), into ``parts[k]`` per part when given; False when it cannot
-    run here (the caller then runs its numba kernel)."""
-    if any(a.dtype != arrays[0].dtype for a in arrays):
+                 parts: np.ndarray | None = None, tail: list[int] | None = None,
+                 mixed: bool = False) -> bool:
+    """Adds the native kernel ``make(symbol, dtype)`` over ``arrays`` (one dtype, ``dtype``
+    the first array's; ``mixed``: others too, which ``make`` fixes) with the parameters
+    ``[*shapes, *p, n0, n1, *tail]``, its range of ``n`` items split over kiln's threads
+    (``ranges``: given), into ``parts[k]`` per part when given; False when it cannot run here
+    (the caller then runs its numba kernel)."""
+    if not mixed and any(a.dtype != arrays[0].dtype for a in arrays):
         return False
     ranges = ranges or threads.chunks(n, threads.kernel_threads())
     label = label or f"{b.node.op}:{name}"
