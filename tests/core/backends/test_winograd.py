@@ -149,6 +149,31 @@ def test_the_pipelined_convolution_and_gradients_match_the_reference(
     assert not any("winograd_input" in lab for lab in labels)  # the tiles came from it
 
 
+@pytest.mark.parametrize("chunk_bytes", [1, 1 << 20])  # 1: one image per chunk
+@pytest.mark.parametrize("shape, k, co, padding, stride", [
+    ((5, 7, 9, 16), (3, 3), 16, "same", 1),       # 5 images over 3 threads: uneven parts
+    ((5, 14, 14, 16), (4, 4), 16, "same", 2),     # stride 2: the four phases' transforms
+    ((3, 9, 11, 8), (4, 4), 32, "valid", 2),
+])
+def test_a_kernel_gradient_without_the_forwards_tiles_transforms_them_per_chunk(
+        shape, k, co, padding, stride, chunk_bytes, monkeypatch):
+    # a Conv2DTranspose's kernel gradient (no forward in the step computed the input tiles):
+    # each thread transforms its chunk's input and cotangent into scratch buffers of its own
+    from kiln.core.backends.cpu import threads
+
+    monkeypatch.setattr(winograd, "PIPELINE_BYTES", chunk_bytes)
+    monkeypatch.setattr(threads, "kernel_threads", lambda: 3)
+    rng = np.random.default_rng(9)
+    attrs = {**_attrs(padding), "strides": (stride, stride)}
+    (xv, _, ctv), (x, _, ct), nodes, wants = _three_ops(rng, shape, (*k, shape[3], co), attrs)
+    f = kiln.function([x, ct], nodes[2], backend="cpu", optimize=False)
+    for scale in (1, 2):  # every buffer refreshed on the second call
+        _close(f(xv * scale, ctv), wants[2] * scale)
+    labels = _labels(f)
+    assert "conv2d_backprop_filter:winograd_pipeline" in labels
+    assert not any("winograd_input" in lab for lab in labels)
+
+
 @pytest.mark.parametrize("lanes", [8, 16])
 def test_transforms_in_either_vector_width_match_the_reference(lanes, monkeypatch):
     # 27 input / 24 output channels: 16-lane vectors, then 8-lane, then single channels
