@@ -66,7 +66,9 @@ def test_memory_budget_fits_and_gives_identical_losses():
     free = _deep_mlp(None)
     free._plan_batch_size = 64
     peak = free.compile_report().peak_bytes
-    budget = peak // 2
+    # 60%: relu's gradient reads its output, so the pre-activations are not kept (the peak
+    # is about half what it was when they were) and recomputation reaches about 54% of it
+    budget = peak * 6 // 10
     limited = _deep_mlp(budget)
     limited._plan_batch_size = 64
     report = limited.compile_report()

@@ -150,7 +150,11 @@ _unary("sigmoid", _sigmoid_ref,
        lambda ct, out, x: [ct * out * (_c(1, out) - out)])
 _unary("relu", lambda x: np.maximum(x, 0).astype(np.asarray(x).dtype),
        "(0 if {0} <= 0 else {0})",  # NaN fails the test and stays NaN, as in np.maximum
-       lambda ct, out, x: [ct * apply("cast", apply("greater", x, _c(0, x)), dtype=x.dtype)],
+       # the mask from the output (out > 0 exactly where x > 0; NaN in neither), as
+       # TensorFlow's ReluGrad: the pre-activation then has no reader but relu, so a bias add
+       # and relu fuse into one kernel (a convolution's epilogue) and x need not be kept
+       lambda ct, out, x: [ct * apply("cast", apply("greater", out, _c(0, out)),
+                                      dtype=x.dtype)],
        _unary_any("relu"), _unary_examples(avoid=0.0))
 _unary("softplus", _softplus_ref, "(max({0}, 0.0) + np.log1p(np.exp(-abs({0}))))",
        lambda ct, out, x: [ct * apply("sigmoid", x)])

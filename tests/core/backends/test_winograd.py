@@ -11,6 +11,7 @@ import pytest
 from conv_cases import conv_block, conv_block_reference
 
 import kiln
+import kiln.ops as K
 from kiln.core.backends.cpu import native, native_winograd, winograd
 from kiln.core.ops import all_ops
 from kiln.core.ops.registry import apply
@@ -250,6 +251,48 @@ def test_the_bias_and_relu_are_the_output_transforms_epilogue(kernel, stride, ci
     assert np.isnan(got[np.isnan(ref)]).all()  # the NaN's windows stay NaN
     mask = np.isfinite(got)  # (a NaN spreads over its Winograd tile, not only its window)
     np.testing.assert_allclose(got[mask], ref[mask], rtol=0, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("activation", ["relu", None, "tanh"])
+@pytest.mark.parametrize("kernel, stride", [((3, 3), 1), ((4, 4), 2)])
+def test_a_transposed_convolutions_bias_and_relu_are_its_epilogue(kernel, stride, activation,
+                                                                  monkeypatch):
+    # Conv2DTranspose (conv2d_backprop_input of its input) + bias (+ ReLU): the pipelined
+    # output transforms (at stride 2 one per phase, every other row and column) add the bias
+    # and apply the ReLU; the same bits as without; tanh is not folded
+    from kiln.core.backends.cpu import conv
+
+    rng = np.random.default_rng(16)
+    ci, co = 16, 16  # the transposed convolution's input and output channels
+    xv = rng.normal(size=(3, 7, 6, ci)).astype("float32")
+    xv[1, 3, 4, 0] = np.nan
+    k = rng.normal(size=(*kernel, co, ci)).astype("float32")
+    bias = rng.normal(size=co).astype("float32")
+    attrs = {**ATTRS, "strides": (stride, stride)}
+    out_shape = (7 * stride, 6 * stride, co)
+    acts = {"relu": K.relu, None: lambda h: h, "tanh": K.tanh}
+
+    def build():
+        x = kiln.placeholder((None,) + xv.shape[1:])
+        h = apply("conv2d_backprop_input", x, K.constant(k), input_shape=out_shape, **attrs)
+        return kiln.function([x], acts[activation](h + kiln.Variable(bias)), backend="cpu")
+
+    f = build()
+    got = f(xv)
+    labels = _labels(f)
+    assert "conv2d_backprop_input:winograd_pipeline" in labels
+    folded = activation != "tanh"
+    assert (not any(lab.startswith("fused") or lab == "add" for lab in labels)) == folded
+    monkeypatch.setattr(conv, "EPILOGUE", False)
+    np.testing.assert_array_equal(got, build()(xv))
+    pre = OPS["conv2d_backprop_input"].ref(xv.astype("float64"), k.astype("float64"),
+                                           input_shape=out_shape, **attrs) + bias
+    ref = {"relu": lambda r: np.maximum(r, 0), None: lambda r: r, "tanh": np.tanh}[
+        activation](pre)
+    mask = np.isfinite(got)  # (a NaN spreads over its Winograd tiles)
+    assert not mask.all() and mask.mean() > 0.5
+    np.testing.assert_allclose(got[mask], ref[mask], rtol=0,
+                               atol=1e-5 * np.nanmax(np.abs(pre)))
 
 
 def test_the_pipeline_can_be_turned_off(monkeypatch):

@@ -27,6 +27,7 @@ or ``4`` picks m of the stride-1 tiles.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -281,6 +282,20 @@ def _phase_kernels(w: np.ndarray, flipped: bool) -> list[np.ndarray]:
     return out
 
 
+def _pipelined(b, x: np.ndarray, w: np.ndarray, out: np.ndarray,
+               run: Callable[[np.ndarray, tuple | None], bool]) -> bool:
+    """Runs ``run(destination, epilogue)``, a pipelined forward of the current node reading
+    ``x`` and ``w``: first into the output of the bias add (and ReLU) after it with that
+    epilogue where there is one (``winograd_pipeline.epilogue``: a convolution's, or a
+    Conv2DTranspose's, which is an input gradient), absorbing it; else into ``out``. False
+    where neither builds (nothing added)."""
+    fused, epi = winograd_pipeline.epilogue(b, x, w)
+    if epi is not None and run(b.out(fused), epi):
+        b.absorb(fused)
+        return True
+    return run(out, None)
+
+
 def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
              pads: tuple[int, int], stride: int = 1) -> None:
     """``out = conv(x, w)`` (``pads`` top/left), the forward convolution."""
@@ -294,12 +309,8 @@ def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
         geo = _stride2((oh, ow))
         u = np.empty((geo.blocks, 4 * ci, co), np.float32)
         kernel = (_phases_transform, (geo, w, u, False), u)
-    fused, epi = winograd_pipeline.epilogue(b, x, w)
-    if epi is not None and winograd_pipeline.forward(b, geo, x, key, pads, kernel,
-                                                     b.out(fused), stride, epilogue=epi):
-        b.absorb(fused)
-        return
-    if winograd_pipeline.forward(b, geo, x, key, pads, kernel, out, stride):
+    if _pipelined(b, x, w, out, lambda dst, epi: winograd_pipeline.forward(
+            b, geo, x, key, pads, kernel, dst, stride, epilogue=epi)):
         return
     if stride == 1:
         v = input_tiles(b, x, key, geo, pads)
@@ -353,7 +364,8 @@ def input_gradient(b, ct: np.ndarray, key: object, w: np.ndarray, out: np.ndarra
         flipped = w[::-1, ::-1].transpose(0, 1, 3, 2)
         in_pads = (kh - 1 - pads[0], 2 - pads[1])
         kernel = (geo.kernel_transform, (flipped, u), u)
-        if winograd_pipeline.forward(b, geo, ct, key, in_pads, kernel, out):
+        if _pipelined(b, ct, w, out, lambda dst, epi: winograd_pipeline.forward(
+                b, geo, ct, key, in_pads, kernel, dst, epilogue=epi)):
             return
         v = input_tiles(b, ct, key, geo, in_pads)
         b.add(geo.kernel_transform, (flipped, u), label=f"{b.node.op}:winograd_kernel")
@@ -369,8 +381,9 @@ def input_gradient(b, ct: np.ndarray, key: object, w: np.ndarray, out: np.ndarra
     u = np.empty((geo.blocks, co, 4 * ci), np.float32)
     outputs = [((pads[0] - vr - 2 * first[0], pads[1] - vc - 2 * first[1]), 2,
                 (4 * ci, k * ci)) for k, (vr, vc) in enumerate(PHASES)]
-    if winograd_pipeline.forward(b, geo, ct, key, (1 - first[0], 1 - first[1]),
-                 (_phases_transform, (geo, w, u, True), u), out, outputs=outputs):
+    if _pipelined(b, ct, w, out, lambda dst, epi: winograd_pipeline.forward(
+            b, geo, ct, key, (1 - first[0], 1 - first[1]),
+            (_phases_transform, (geo, w, u, True), u), dst, outputs=outputs, epilogue=epi)):
         return
     v = input_tiles(b, ct, key, geo, (1 - first[0], 1 - first[1]))
     b.add(_phases_transform, (geo, w, u, True), label=f"{b.node.op}:winograd_kernel")
