@@ -254,6 +254,9 @@ _CONV_CASES = [  # x shape, kernel (kh, kw, cin / groups, cout), strides, paddin
     ((1, 6, 5, 3), (2, 3, 3, 2), (2, 1), "valid", (2, 2), 1),
     ((1, 4, 5, 4), (3, 2, 2, 4), (1, 1), "same", (1, 1), 2),     # grouped
     ((2, 5, 4, 3), (2, 2, 1, 6), (2, 1), "valid", (1, 2), 3),    # depthwise, multiplier 2
+    ((2, 6, 5, 4), (3, 3, 1, 4), (1, 1), "same", (1, 1), 4),     # depthwise, multiplier 1
+    ((1, 7, 6, 3), (3, 2, 1, 3), (2, 1), "valid", (2, 1), 3),    # ... strided, dilated
+    ((2, 4, 3, 5), (1, 1, 5, 3), (1, 1), "same", (1, 1), 1),     # pointwise (1x1, stride 1)
 ]
 
 

@@ -390,3 +390,24 @@ def test_the_tiles_are_chosen_where_the_cpu_has_avx512():
     except OSError:
         pytest.skip("no /proc/cpuinfo to tell the CPU's features")
     assert conv.TILE64 == (" avx512f" in flags)
+
+
+@pytest.mark.parametrize("padding", ["same", "valid"])
+def test_a_pointwise_convolutions_input_gradient_is_one_gemm(padding):
+    # 1x1, stride 1: dx (N*H*W, Cin) = dy (N*H*W, Cout) @ w^T, no im2col-sized buffer or col2im
+    rng = np.random.default_rng(21)
+    ct = rng.normal(size=(3, 5, 4, 6)).astype("float32")
+    w = rng.normal(size=(1, 1, 7, 6)).astype("float32")
+    attrs = {"strides": (1, 1), "padding": padding, "dilation": (1, 1)}
+    c, k = kiln.placeholder((None, 5, 4, 6)), kiln.placeholder((1, 1, 7, 6))
+    f = kiln.function([c, k], apply("conv2d_backprop_input", c, k, input_shape=(5, 4, 7),
+                                    **attrs), backend="cpu")
+    got = f(ct, w)
+    want = all_ops()["conv2d_backprop_input"].ref(ct.astype("float64"), w.astype("float64"),
+                                                  input_shape=(5, 4, 7), **attrs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, (ct.reshape(-1, 6) @ w[0, 0].T).reshape(3, 5, 4, 7),
+                               rtol=1e-6, atol=1e-6)
+    labels = _labels(f)
+    assert "conv2d_backprop_input:pointwise" in labels
+    assert not any("col2im" in lab for lab in labels)

@@ -527,28 +527,37 @@ def test_a_cache_folder_that_cannot_be_written_leaves_native_kernels_in_memory(
     assert blocker.read_text() == "a file where the cache folder should be"
 
 
-@pytest.mark.parametrize("groups", [2, 6])  # 6: depthwise
-def test_grouped_convolutions_run_natively_with_numbas_bits(groups, cache):
+@pytest.mark.parametrize("ci, groups, co, kind", [
+    (6, 2, 12, "grouped"),
+    (6, 6, 12, "grouped"),      # depthwise, multiplier 2
+    (37, 37, 37, "depthwise"),  # multiplier 1: vectors over the channels, and their tail
+])
+def test_grouped_convolutions_run_natively_with_numbas_bits(ci, groups, co, kind, cache):
     rng = np.random.default_rng(8)
-    x = rng.normal(size=(3, 9, 8, 6)).astype(np.float32)
-    k = rng.normal(size=(3, 3, 6 // groups, 12)).astype(np.float32)
+    x = rng.normal(size=(3, 9, 8, ci)).astype(np.float32)
+    k = rng.normal(size=(3, 3, ci // groups, co)).astype(np.float32)
+    attrs = {"strides": (2, 1), "padding": "same", "dilation": (1, 1), "groups": groups}
 
     def build():
-        p = kiln.placeholder((None, 9, 8, 6))
+        p = kiln.placeholder((None, 9, 8, ci))
         w = kiln.Variable(k)
         y = K.conv2d(p, w, strides=(2, 1), padding="same", groups=groups)
         loss = K.sum(K.square(y))
         return kiln.function([p], [y, *kiln.grad(loss, [w, p])], backend="cpu")
 
-    got, want = _both(build, (x,))
-    for g, w in zip(got, want):
-        np.testing.assert_array_equal(g, w)
-    fn = build()
-    fn(x)
-    names = _kernel_names(fn)
-    for kernel in ("conv_grouped_kernel", "conv_grouped_filter_kernel",
-                   "conv_grouped_input_kernel"):
+    got, names = _same_bits(build, (x,))
+    for kernel in (f"conv_{kind}_kernel", f"conv_{kind}_filter_kernel",
+                   f"conv_{kind}_input_kernel"):
         assert names.get(kernel, "").startswith("kiln_"), (kernel, names)
+    # against the float64 reference: y, dloss/dw = bpf(x, 2y), dloss/dx = bpi(2y, w)
+    ops = all_ops()
+    x64, k64 = x.astype(np.float64), k.astype(np.float64)
+    y = ops["conv2d"].ref(x64, k64, **attrs)
+    np.testing.assert_allclose(got[0], y, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[1], ops["conv2d_backprop_filter"].ref(
+        x64, 2 * y, kernel_size=(3, 3), **attrs), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(got[2], ops["conv2d_backprop_input"].ref(
+        2 * y, k64, input_shape=x.shape[1:], **attrs), rtol=1e-4, atol=1e-3)
 
 
 def test_without_a_usable_llvmlite_every_kernel_is_numbas(cache, monkeypatch):

@@ -118,13 +118,26 @@ def build_grouped(b, node: Node) -> None:
     # channels, 32x32, batch 32, 3x3, AVX2 host, native / numba per kernel (forward, kernel
     # gradient, input gradient): depthwise 1.02 / 0.91 / 0.37, 2 channels per group 0.67 /
     # 0.71 / 0.57, 16 per group 0.21 / 0.22 / 0.75.
+    # Depthwise, the kernel (kh, kw, 1, C) with C == groups: native_groups.depthwise_ir, whose
+    # loops run over the channels of each tap, vectorized (the loops above run one channel per
+    # group: a scalar inner loop of one element); the same bits, so numba's grouped kernels
+    # remain where the native path is off. 64 channels, 16 x 16, batch 32, 3x3, 2 threads
+    # (benchmarks/bench_conv_shapes.py's dw case through Function calls): forward 9.6 -> 2.3
+    # ms, input gradient 9.5 -> 1.6 ms, kernel gradient 7.6 -> 0.8 ms.
+    kernel_shape = second.shape if node.op != "conv2d_backprop_filter" else out.shape
+    depthwise = kernel_shape[2] == 1 and kernel_shape[3] == groups
+
+    def twin(kind: str) -> str | None:
+        return f"conv_depthwise{kind}_kernel" if depthwise else None
+
     if node.op == "conv2d":
         _, _, p = _conv_params(first.shape[1:3], second.shape[:2], node.attrs)
-        _call(b, conv_grouped_kernel, out, first, second, np.append(p, groups))
+        _call(b, conv_grouped_kernel, out, first, second, np.append(p, groups), twin=twin(""))
     elif node.op == "conv2d_backprop_input":
         _, _, p = _conv_params(node.attrs["input_shape"][:2], second.shape[:2], node.attrs)
-        _call(b, conv_grouped_input_kernel, out, first, second, np.append(p, groups))
+        _call(b, conv_grouped_input_kernel, out, first, second, np.append(p, groups),
+              twin=twin("_input"))
     else:
         _, _, p = _conv_params(first.shape[1:3], node.attrs["kernel_size"], node.attrs)
         _call_summed(b, conv_grouped_filter_kernel, out, first, second, np.append(p, groups),
-                     n=first.shape[0])
+                     n=first.shape[0], twin=twin("_filter"))

@@ -29,11 +29,14 @@ def padded(b, x_node: Node, x: np.ndarray, k: tuple[int, int], attrs: dict) -> n
     if found is None:
         found = np.zeros((n, h + pt + pb, wd + pl + pr, ci), x.dtype)
         inner = found[:, pt:pt + h, pl:pl + wd]
-        parts = [(inner[lo:hi], x[lo:hi]) for lo, hi in threads.chunks(n, threads.kernel_threads())]
+        ranges = threads.chunks(n, threads.kernel_threads())
         # the borders stay zero: only the interior is written, split over kiln's threads
-        # (NumPy's copy releases the GIL)
-        b.add(threads.SplitCall(np.copyto, len(parts), lambda a, k: parts[k]), (inner, x),
-              label=f"{b.node.op}:pad")
+        # (NumPy's copy releases the GIL); the parts are sliced from the step's arguments, so
+        # a fed input the plan binds in place of its buffer is the one copied
+        b.add(threads.SplitCall(np.copyto, len(ranges),
+                                lambda a, k: (a[0][ranges[k][0]:ranges[k][1]],
+                                              a[1][ranges[k][0]:ranges[k][1]])),
+              (inner, x), label=f"{b.node.op}:pad")
         b.cache[key] = found
     return found
 

@@ -1,6 +1,8 @@
-"""Native (LLVM IR) twins of the grouped convolution kernels of ``conv_groups.py`` (depthwise
-included): ``conv_grouped_kernel``, ``conv_grouped_filter_kernel`` and
-``conv_grouped_input_kernel`` (docs/architecture.md, "Native loops").
+"""Native (LLVM IR) twins of the grouped convolution kernels of ``conv_groups.py``:
+``conv_grouped_kernel``, ``conv_grouped_filter_kernel`` and ``conv_grouped_input_kernel``, and
+the depthwise ones (one input and one output channel per group) ``conv_depthwise_kernel``,
+``conv_depthwise_filter_kernel`` and ``conv_depthwise_input_kernel`` (docs/architecture.md,
+"Native loops").
 
 The same layout of arguments as ``native_conv.py`` (flat arrays; the parameter array holds
 the arrays' shapes, then ``p = [sh, sw, dh, dw, pt, pl, groups]``, then the range ``n0, n1``)
@@ -109,7 +111,86 @@ def conv_grouped_input_ir(symbol: str, dtype: str) -> str:
     return f.function(symbol, ["dx", "ct", "w", "p"], noalias=True)
 
 
+# Depthwise convolutions with one output channel per input channel (groups == Cin == Cout:
+# Keras' DepthwiseConv2D and SeparableConv2D with depth_multiplier 1): the loops above run one
+# channel per group, a scalar loop of one element; these vectorize over the channels instead
+# (channel c of the image, of the kernel row and of the output line up), in the same order
+# per element (taps, then images and pixels, as the loops above: the same bits).
+def _depthwise_row(k: _Kernel, dtype: str, dst: str, dst_row: str, a: str, a_row: str,
+                   b: str, b_row: str, count: str) -> None:
+    """``dst[dst_row + c] += a[a_row + c] * b[b_row + c]`` for ``c < count``."""
+    f = k.f
+    c, lc = f.begin(count)
+    at = f.add(dst_row, c)
+    prod = f.expr.arith("*", f.load(a, dtype, f.add(a_row, c)), f.load(b, dtype, f.add(b_row, c)))
+    f.store(dst, dtype, at, f.expr.arith("+", f.load(dst, dtype, at), prod))
+    f.end(c, lc)
+
+
+def depthwise_ir(symbol: str, dtype: str, kind: str) -> str:
+    """The depthwise twin of ``conv_grouped_kernel`` (``kind`` "forward": ``(out, x, w,
+    p)``), ``conv_grouped_filter_kernel`` ("filter": ``(dw, x, ct, p)``) or
+    ``conv_grouped_input_kernel`` ("input": ``(dx, ct, w, p)``) where every group has one
+    input and one output channel; the arguments and parameters of those kernels."""
+    _check(dtype, "depthwise")
+    k = _Kernel((4, 4, 4), 7)
+    f = k.f
+    sh, sw, dh, dw, pt, pl, _ = k.p
+    if kind == "forward":
+        _, oh, ow, c = k.dims[0]
+        _, h, wd, _ = k.dims[1]
+        kw = k.dims[2][1]
+        acc = f.tmp()
+        f.emit(f"{acc} = alloca {'float' if dtype == 'float32' else 'double'}, i64 {c}")
+        loops = k.open(oh, ow)
+        n, i, j = (var for var, _ in loops)
+        k.fill(acc, dtype, None, c)
+        k.window(i, j, h, wd, (k.dims[2][0], kw, sh, sw, dh, dw, pt, pl),
+                 lambda a, b, hi, wi: _depthwise_row(
+                     k, dtype, acc, "0", "%x", k.index(k.dims[1], n, hi, wi), "%w",
+                     f.mul(f.add(f.mul(a, kw), b), c), c))
+        orow = k.index(k.dims[0], n, i, j)
+        o, lo = f.begin(c)
+        f.store("%out", dtype, f.add(orow, o), f.load(acc, dtype, o))
+        f.end(o, lo)
+        k.close(loops)
+        return f.function(symbol, ["out", "x", "w", "p"], noalias=True)
+    if kind == "filter":
+        kh, kw, _, c = k.dims[0]
+        _, h, wd, _ = k.dims[1]
+        _, oh, ow, _ = k.dims[2]
+        k.fill("%dw", dtype, None, f.mul(f.mul(kh, kw), c))
+        loops = k.open(oh, ow)
+        n, i, j = (var for var, _ in loops)
+        crow = k.index(k.dims[2], n, i, j)
+        k.window(i, j, h, wd, (kh, kw, sh, sw, dh, dw, pt, pl),
+                 lambda a, b, hi, wi: _depthwise_row(
+                     k, dtype, "%dw", f.mul(f.add(f.mul(a, kw), b), c), "%x",
+                     k.index(k.dims[1], n, hi, wi), "%ct", crow, c))
+        k.close(loops)
+        return f.function(symbol, ["dw", "x", "ct", "p"], noalias=True)
+    if kind != "input":
+        raise ValueError(f"depthwise_ir: unknown kind {kind!r}")
+    _, h, wd, c = k.dims[0]
+    _, oh, ow, _ = k.dims[1]
+    kh, kw = k.dims[2][:2]
+    n, ln = f.begin(k.n1, k.n0)
+    k.fill("%dx", dtype, k.index(k.dims[0], n), f.mul(f.mul(h, wd), c))
+    i, li = f.begin(oh)
+    j, lj = f.begin(ow)
+    crow = k.index(k.dims[1], n, i, j)
+    k.window(i, j, h, wd, (kh, kw, sh, sw, dh, dw, pt, pl),
+             lambda a, b, hi, wi: _depthwise_row(
+                 k, dtype, "%dx", k.index(k.dims[0], n, hi, wi), "%ct", crow, "%w",
+                 f.mul(f.add(f.mul(a, kw), b), c), c))
+    k.close([(n, ln), (i, li), (j, lj)])
+    return f.function(symbol, ["dx", "ct", "w", "p"], noalias=True)
+
+
 TWINS: dict[str, Callable[[str, str], str]] = {
+    "conv_depthwise_kernel": lambda s, dt: depthwise_ir(s, dt, "forward"),
+    "conv_depthwise_filter_kernel": lambda s, dt: depthwise_ir(s, dt, "filter"),
+    "conv_depthwise_input_kernel": lambda s, dt: depthwise_ir(s, dt, "input"),
     "conv_grouped_kernel": conv_grouped_ir,
     "conv_grouped_filter_kernel": conv_grouped_filter_ir,
     "conv_grouped_input_kernel": conv_grouped_input_ir}

@@ -31,11 +31,13 @@ non-blocking lock), else a spare plan of that signature (built when all are busy
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -165,32 +167,43 @@ BIND_MIN_BYTES = 32768
 MAX_PLANS = max(2, min(8, os.cpu_count() or 2))
 
 
-def closure_arrays(fn: Callable, depth: int = 4) -> list[np.ndarray]:
-    """The arrays a step's function holds in its closure, also inside lists, tuples, dicts and
-    objects (a loop's step holds its inputs in lists): arguments cannot be rebound for them."""
+def closure_arrays(fn: Any, depth: int = 8) -> list[np.ndarray]:
+    """The arrays a step's function (or another value: an argument that is not an array) holds
+    where a plan cannot rebind them: in its closure, a bound method's object, a
+    ``functools.partial``, kiln's own objects (``threads.SplitCall``'s function that changes the
+    arguments per part, a pipeline's jobs), and inside lists, tuples, sets and dicts of those,
+    up to ``depth`` levels."""
     found: list[np.ndarray] = []
     seen: set[int] = set()
 
     def visit(v: Any, d: int) -> None:
-        if id(v) in seen or d < 0:
+        if id(v) in seen or d < 0 or v is None or isinstance(v, str | bytes | int | float):
             return
         seen.add(id(v))
         if isinstance(v, np.ndarray):
             found.append(v)
-        elif isinstance(v, list | tuple | set):
+        elif isinstance(v, list | tuple | set | frozenset):
             for item in v:
                 visit(item, d - 1)
         elif isinstance(v, dict):
             for item in v.values():
                 visit(item, d - 1)
-        elif callable(v) and getattr(v, "__closure__", None):
+        elif isinstance(v, functools.partial):
+            visit(v.func, d - 1)
+            visit(v.args, d - 1)
+            visit(v.keywords, d - 1)
+        elif getattr(v, "__closure__", None):
             for cell in v.__closure__:
                 visit(cell.cell_contents, d - 1)
-        elif hasattr(v, "__dict__") and not isinstance(v, type):
-            visit(vars(v), d - 1)
+        elif hasattr(v, "__self__") and not isinstance(v.__self__, ModuleType):
+            visit(v.__self__, d - 1)  # a bound method: its object
+        elif type(v).__module__.startswith("kiln.") and not isinstance(v, type):
+            for name in getattr(type(v), "__slots__", ()):
+                visit(getattr(v, name, None), d - 1)
+            if hasattr(v, "__dict__"):
+                visit(vars(v), d - 1)
 
-    for cell in getattr(fn, "__closure__", None) or ():
-        visit(cell.cell_contents, depth)
+    visit(fn, depth)
     return found
 
 
@@ -211,7 +224,11 @@ def feed_binding(steps: list[Step], buffer: np.ndarray,
         return None
     refs: dict[int, list] = {}
     for k, step in enumerate(steps):
-        if any(np.shares_memory(a, buffer) for a in closure_arrays(step.fn)):
+        # a view of the feed the plan cannot rebuild (held by the function, or inside an
+        # argument that is not an array): the feed is copied into its buffer instead
+        held = closure_arrays(step.fn) + closure_arrays(
+            [a for a in step.args if not isinstance(a, np.ndarray)])
+        if any(np.shares_memory(a, buffer) for a in held):
             return None
         for pos, a in enumerate(step.args):
             if not isinstance(a, np.ndarray) or not np.shares_memory(a, buffer):
