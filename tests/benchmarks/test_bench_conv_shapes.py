@@ -42,7 +42,7 @@ def _kiln_values(name: str) -> tuple[dict, tuple]:
     return {op: np.array(fn()[0]) for op, (fn, _) in calls.items()}, case
 
 
-@pytest.mark.parametrize("name", ["dw", "pw", "s2", "convT", "g4"])
+@pytest.mark.parametrize("name", ["dw", "pw", "s2", "convT", "g4", "k5", "dil2"])
 def test_each_cases_kiln_ops_compute_the_reference(name):
     got, (h, w, ci, co, k, s, d, g, _) = _kiln_values(name)
     rng = np.random.default_rng(4)  # the same draws as kiln_calls

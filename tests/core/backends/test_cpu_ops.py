@@ -411,3 +411,30 @@ def test_a_pointwise_convolutions_input_gradient_is_one_gemm(padding):
     labels = _labels(f)
     assert "conv2d_backprop_input:pointwise" in labels
     assert not any("col2im" in lab for lab in labels)
+
+
+@pytest.mark.parametrize("kernel, dilation, padding", [((5, 5), (1, 1), "same"),
+                                                       ((3, 3), (2, 2), "same"),
+                                                       ((3, 2), (2, 3), "valid"),
+                                                       ((5, 3), (1, 2), "valid")])
+def test_the_input_gradient_runs_as_a_forward_convolution_of_the_cotangent(kernel, dilation,
+                                                                           padding):
+    # stride 1, any dilation, at most 64 input channels: the flipped kernel over the
+    # cotangent padded by (k - 1) d - pad, through the forward tiles where the host has them
+    from kiln.core.backends.cpu import conv
+
+    rng = np.random.default_rng(22)
+    x_shape, co = (3, 11, 10, 19), 24
+    attrs = {"strides": (1, 1), "padding": padding, "dilation": dilation}
+    w = rng.normal(size=(*kernel, 19, co)).astype("float32")
+    out_shape = all_ops()["conv2d"].ref(np.zeros(x_shape), w, **attrs).shape
+    ct = rng.normal(size=out_shape).astype("float32")
+    c, k = kiln.placeholder((None, *out_shape[1:])), kiln.placeholder(w.shape)
+    f = kiln.function([c, k], apply("conv2d_backprop_input", c, k, input_shape=x_shape[1:],
+                                    **attrs), backend="cpu")
+    got = f(ct, w)
+    want = all_ops()["conv2d_backprop_input"].ref(ct.astype("float64"), w.astype("float64"),
+                                                  input_shape=x_shape[1:], **attrs)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    if conv.TILE64:
+        assert "conv2d_backprop_input:conv_tile" in _labels(f)

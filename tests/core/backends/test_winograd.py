@@ -329,6 +329,9 @@ S2 = {**ATTRS, "strides": (2, 2)}
     ({**ATTRS, "strides": (1, 2)}, (4, 4, 16, 16), np.float32, "4", 0),
     ({**ATTRS, "dilation": (1, 2)}, (3, 3, 16, 16), np.float32, "4", 0),
     ({**ATTRS, "groups": 2}, (3, 3, 16, 16), np.float32, "4", 0),
+    (ATTRS, (3, 3, 256, 256), np.float32, "4", 1),          # a 9.4 MB kernel transform
+    (ATTRS, (3, 3, 512, 512), np.float32, "4", 0),          # 38 MB: im2col + GEMM
+    (ATTRS, (3, 3, 512, 512), np.float32, "2", 1),          # F(2x2, 3x3): 16 MiB, the limit
 ])
 def test_usable_only_where_the_transform_applies(attrs, shape, dtype, env, want, monkeypatch):
     monkeypatch.setenv("KILN_WINOGRAD", env)

@@ -251,32 +251,41 @@ def forward_tile(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray) -
 def input_as_forward(node: Node, w: np.ndarray, out: np.ndarray) -> bool:
     """Whether the input gradient runs as a forward convolution (``input_gradient_tile``): a
     float32 convolution with stride 1, dilation 1, 16 to 64 input channels and at most 8
-    output channels (see conv.INPUT_AS_FORWARD)."""
-    return (conv.INPUT_AS_FORWARD and out.dtype == np.float32
-            and tuple(node.attrs["strides"]) == (1, 1)
-            and tuple(node.attrs["dilation"]) == (1, 1) and 16 <= w.shape[2] <= 64
+    output channels (see conv.INPUT_AS_FORWARD); on hosts with native_tile's kernels, any
+    stride-1 convolution (any dilation) into at most 64 input channels: the 5x5 32 -> 64 and
+    the dilated 3x3 64 -> 64 layers of benchmarks/bench_conv_shapes.py (16 x 16, batch 32),
+    5.8 / 4.0 ms as a GEMM into an im2col-sized buffer + col2im -> 3.9 / 3.1 ms."""
+    if not (conv.INPUT_AS_FORWARD and out.dtype == np.float32
+            and tuple(node.attrs["strides"]) == (1, 1)):
+        return False
+    if conv.TILE64 and conv.NATIVE_TILE and native.enabled() and w.shape[2] <= 64:
+        return True
+    return (tuple(node.attrs["dilation"]) == (1, 1) and 16 <= w.shape[2] <= 64
             and w.shape[3] <= 8)
 
 
 def input_gradient_tile(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
-    """The input gradient of a stride-1 convolution as a forward one: dx is the valid
-    correlation of the cotangent, zero-padded by ``k - 1 - pad`` on each side, with the
-    kernel flipped in space and its channel axes swapped, run by the forward tiles (no
-    im2col buffer of the size of the input times the taps, no col2im pass)."""
+    """The input gradient of a stride-1 convolution as a forward one: dx is the
+    correlation of the cotangent, zero-padded by ``(k - 1) d - pad`` on each side, with the
+    kernel flipped in space and its channel axes swapped (the same dilation ``d``), run by
+    the forward tiles (no im2col buffer of the size of the input times the taps, no col2im
+    pass)."""
     kh, kw, ci, co = w.shape
+    dh, dw = node.attrs["dilation"]
     n, oh, ow, _ = ct.shape
     h, wd = node.attrs["input_shape"][:2]
-    _, ((pt, pb), (pl, pr)) = window2d((h, wd), (kh, kw), (1, 1), (1, 1),
+    _, ((pt, pb), (pl, pr)) = window2d((h, wd), (kh, kw), (1, 1), (dh, dw),
                                        node.attrs["padding"])
-    top, bottom, left, right = kh - 1 - pt, kh - 1 - pb, kw - 1 - pl, kw - 1 - pr
+    top, bottom = (kh - 1) * dh - pt, (kh - 1) * dh - pb
+    left, right = (kw - 1) * dw - pl, (kw - 1) * dw - pr
     padded = np.zeros((n, oh + top + bottom, ow + left + right, co), ct.dtype)
     b.add(np.copyto, (padded[:, top:top + oh, left:left + ow], ct), label=f"{node.op}:pad")
     flip = np.empty((kh, kw, co, ci), w.dtype)
     b.add(np.copyto, (flip, w[::-1, ::-1].transpose(0, 1, 3, 2)), label=f"{node.op}:flip")
-    if native_forward(b, out, padded, flip.reshape(kh * kw * co, ci), (1, 1, 1, 1, kh, kw)):
+    if native_forward(b, out, padded, flip.reshape(kh * kw * co, ci), (1, 1, dh, dw, kh, kw)):
         return
     w64 = np.zeros((kh * kw * co, 64), w.dtype)
     b.add(np.copyto, (w64[:, :ci], flip.reshape(kh * kw * co, ci)), label=f"{node.op}:pad_kernel")
     conv._call(b, conv.conv_tile64_kernel, out, padded, w64,
-               np.array([1, 1, 1, 1, kh, kw], np.int64), n=out.shape[0] * out.shape[1],
+               np.array([1, 1, dh, dw, kh, kw], np.int64), n=out.shape[0] * out.shape[1],
                fastmath=True)

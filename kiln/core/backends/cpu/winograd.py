@@ -63,6 +63,15 @@ STRIDE2_KERNELS = ((4, 4),)  # as four 2x2 phases, F(3x3, 2x2)
 # the conv autoencoder 13% and 12% slower, the MNIST convnet 19%; A/B in one process).
 
 
+# Kernels whose transform (blocks x Cin x Cout floats: 4x the kernel for F(4x4, 3x3)) is larger
+# than this run as im2col + GEMM: each chunk of images the pipelines multiply reads the whole
+# transform again, and a 512 -> 512 3x3 kernel's is 38 MB (benchmarks/bench_conv_shapes.py's
+# c512 case, 4 x 4 images, batch 32: forward 32.1 ms with Winograd against 13.4 ms, input
+# gradient 37.5 against 14.1, kernel gradient 32.2 against 13.6; the c256 case, 9.4 MB,
+# stays faster with Winograd: forward 7.6 against 13.8 ms).
+MAX_KERNEL_TRANSFORM_BYTES = 16 << 20
+
+
 def tile_size() -> int:
     """m of F(m x m, 3 x 3) (``KILN_WINOGRAD``: 0 off, 2 or 4), 0 when off."""
     env = os.environ.get("KILN_WINOGRAD", "").strip()
@@ -81,8 +90,11 @@ def usable(attrs: dict, kernel_shape: tuple, dtype: np.dtype, op: str = "conv2d"
     kh, kw, ci, co = kernel_shape
     strides = tuple(attrs["strides"])
     read = co if op == "conv2d_backprop_input" else ci
-    ok = (dtype == np.float32 and tile_size() != 0 and tuple(attrs["dilation"]) == (1, 1)
-          and attrs.get("groups", 1) == 1 and read >= MIN_CHANNELS and native.enabled())
+    m = tile_size()
+    alpha = m + 2  # the transform's side: (m + r - 1) for r = 3 (and the 2x2 phases' F(3, 2))
+    ok = (dtype == np.float32 and m != 0 and tuple(attrs["dilation"]) == (1, 1)
+          and attrs.get("groups", 1) == 1 and read >= MIN_CHANNELS and native.enabled()
+          and alpha * alpha * ci * co * 4 <= MAX_KERNEL_TRANSFORM_BYTES)
     if ok and strides == (1, 1) and (kh, kw) in KERNELS:
         return 1
     if ok and strides == (2, 2) and (kh, kw) in STRIDE2_KERNELS:
