@@ -127,6 +127,61 @@ def _depthwise_row(k: _Kernel, dtype: str, dst: str, dst_row: str, a: str, a_row
     f.end(c, lc)
 
 
+def _depthwise_forward_vectors(symbol: str, k: _Kernel) -> str:
+    """The float32 depthwise forward with each 16-channel vector's sum in a register over the
+    window's taps (``<16 x float>``, a multiply then an add per tap: the grouped loops' order
+    and roundings, the same bits), the channels past the last whole vector in a scalar row as
+    :func:`depthwise_ir`'s loops."""
+    f = k.f
+    sh, sw, dh, dw, pt, pl, _ = k.p
+    _, oh, ow, c = k.dims[0]
+    _, h, wd, _ = k.dims[1]
+    kh, kw = k.dims[2][:2]
+    vec = "<16 x float>"
+    f.allocas.append(f"  %dwacc = alloca {vec}")
+    acc = f.tmp()
+    f.emit(f"{acc} = alloca float, i64 {c}")
+    loops = k.open(oh, ow)
+    n, i, j = (var for var, _ in loops)
+    orow = k.index(k.dims[0], n, i, j)
+    full = f.mul(_div(f, c, "16"), "16")
+    q, lq = f.begin(_div(f, c, "16"))
+    c0 = f.mul(q, "16")
+    f.emit(f"store {vec} zeroinitializer, ptr %dwacc")
+
+    def tap(a: str, b: str, hi: str, wi: str) -> None:
+        gx, gw, xv, wv, sv, prod, new = (f.tmp() for _ in range(7))
+        f.emit(f"{gx} = getelementptr inbounds float, ptr %x, i64 "
+               f"{f.add(k.index(k.dims[1], n, hi, wi), c0)}")
+        f.emit(f"{xv} = load {vec}, ptr {gx}, align 4")
+        f.emit(f"{gw} = getelementptr inbounds float, ptr %w, i64 "
+               f"{f.add(f.mul(f.add(f.mul(a, kw), b), c), c0)}")
+        f.emit(f"{wv} = load {vec}, ptr {gw}, align 4")
+        f.emit(f"{sv} = load {vec}, ptr %dwacc")
+        f.emit(f"{prod} = fmul {vec} {xv}, {wv}")
+        f.emit(f"{new} = fadd {vec} {sv}, {prod}")
+        f.emit(f"store {vec} {new}, ptr %dwacc")
+
+    k.window(i, j, h, wd, (kh, kw, sh, sw, dh, dw, pt, pl), tap)
+    go, sv = f.tmp(), f.tmp()
+    f.emit(f"{sv} = load {vec}, ptr %dwacc")
+    f.emit(f"{go} = getelementptr inbounds float, ptr %out, i64 {f.add(orow, c0)}")
+    f.emit(f"store {vec} {sv}, ptr {go}, align 4")
+    f.end(q, lq)
+    # the channels past the last whole vector
+    rest = k.sub(c, full)
+    k.fill(acc, "float32", None, rest)
+    k.window(i, j, h, wd, (kh, kw, sh, sw, dh, dw, pt, pl),
+             lambda a, b, hi, wi: _depthwise_row(
+                 k, "float32", acc, "0", "%x", f.add(k.index(k.dims[1], n, hi, wi), full),
+                 "%w", f.add(f.mul(f.add(f.mul(a, kw), b), c), full), rest))
+    o, lo = f.begin(rest)
+    f.store("%out", "float32", f.add(f.add(orow, full), o), f.load(acc, "float32", o))
+    f.end(o, lo)
+    k.close(loops)
+    return f.function(symbol, ["out", "x", "w", "p"], noalias=True)
+
+
 def depthwise_ir(symbol: str, dtype: str, kind: str) -> str:
     """The depthwise twin of ``conv_grouped_kernel`` (``kind`` "forward": ``(out, x, w,
     p)``), ``conv_grouped_filter_kernel`` ("filter": ``(dw, x, ct, p)``) or
@@ -136,6 +191,8 @@ def depthwise_ir(symbol: str, dtype: str, kind: str) -> str:
     k = _Kernel((4, 4, 4), 7)
     f = k.f
     sh, sw, dh, dw, pt, pl, _ = k.p
+    if kind == "forward" and dtype == "float32":
+        return _depthwise_forward_vectors(symbol, k)
     if kind == "forward":
         _, oh, ow, c = k.dims[0]
         _, h, wd, _ = k.dims[1]
