@@ -527,28 +527,36 @@ def test_a_cache_folder_that_cannot_be_written_leaves_native_kernels_in_memory(
     assert blocker.read_text() == "a file where the cache folder should be"
 
 
-@pytest.mark.parametrize("ci, groups, co, kind", [
-    (6, 2, 12, "grouped"),
-    (6, 6, 12, "grouped"),      # depthwise, multiplier 2
-    (37, 37, 37, "depthwise"),  # multiplier 1: vectors over the channels, and their tail
+@pytest.mark.parametrize("ci, groups, co, strides, kernels", [
+    (6, 2, 12, (2, 1), ("conv_grouped_kernel_g6", "conv_grouped_filter_kernel_g6",
+                        "conv_grouped_input_kernel_g6")),
+    (6, 6, 12, (2, 1), ("conv_grouped_kernel_g2", "conv_grouped_filter_kernel_g2",
+                        "conv_grouped_input_kernel_g2")),       # depthwise, multiplier 2
+    # stride 1: the input gradient as the grouped forward of the cotangent (flipped kernel)
+    (16, 4, 20, (1, 1), ("conv_grouped_kernel_g5", "conv_grouped_filter_kernel_g5",
+                         "conv_grouped_kernel_g4", "flip")),
+    # multiplier 1: vectors over the channels, and their tail
+    (37, 37, 37, (2, 1), ("conv_depthwise_kernel", "conv_depthwise_filter_kernel",
+                          "conv_depthwise_input_kernel")),
 ])
-def test_grouped_convolutions_run_natively_with_numbas_bits(ci, groups, co, kind, cache):
+def test_grouped_convolutions_run_natively_with_numbas_bits(ci, groups, co, strides, kernels,
+                                                            cache):
     rng = np.random.default_rng(8)
     x = rng.normal(size=(3, 9, 8, ci)).astype(np.float32)
     k = rng.normal(size=(3, 3, ci // groups, co)).astype(np.float32)
-    attrs = {"strides": (2, 1), "padding": "same", "dilation": (1, 1), "groups": groups}
+    attrs = {"strides": strides, "padding": "same", "dilation": (1, 1), "groups": groups}
 
     def build():
         p = kiln.placeholder((None, 9, 8, ci))
         w = kiln.Variable(k)
-        y = K.conv2d(p, w, strides=(2, 1), padding="same", groups=groups)
+        y = K.conv2d(p, w, strides=strides, padding="same", groups=groups)
         loss = K.sum(K.square(y))
         return kiln.function([p], [y, *kiln.grad(loss, [w, p])], backend="cpu")
 
     got, names = _same_bits(build, (x,))
-    for kernel in (f"conv_{kind}_kernel", f"conv_{kind}_filter_kernel",
-                   f"conv_{kind}_input_kernel"):
-        assert names.get(kernel, "").startswith("kiln_"), (kernel, names)
+    for kernel in kernels:  # each ran (natively, but the kernel's flip)
+        assert kernel in names and (kernel == "flip" or names[kernel].startswith("kiln_")), (
+            kernel, names)
     # against the float64 reference: y, dloss/dw = bpf(x, 2y), dloss/dx = bpi(2y, w)
     ops = all_ops()
     x64, k64 = x.astype(np.float64), k.astype(np.float64)

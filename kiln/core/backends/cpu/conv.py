@@ -31,6 +31,8 @@ Pooling lives in ``pool.py``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from kiln.core.backends.cpu import (
@@ -356,17 +358,26 @@ def _conv_params(hw: tuple[int, int], k: tuple[int, int], attrs: dict) -> tuple[
     return oh, ow, p
 
 
+def _twin(fn, twin: str | tuple | None) -> tuple[str, Callable | None]:
+    """(name, generator or None: the registered twin's) of ``twin`` for the kernel ``fn``."""
+    if isinstance(twin, tuple):
+        return twin
+    return twin or fn.__name__, None
+
+
 def _call(b, fn, *args, n: int | None = None, fastmath: bool = False,
-          twin: str | None = None) -> None:
+          twin: str | tuple | None = None) -> None:
     """Adds a call of the serial kernel ``fn(*args, lo, hi)``, whose outer loop runs over
     ``range(n0, n1)`` of ``n`` independent items (default: the images of the first argument):
     the range is split in one part per kernel thread, run at once on kiln's threads
     (``threads.SplitCall``; docs/architecture.md, "Threads"). ``twin``: the native kernel
-    to run instead of ``fn``'s own twin (one computing the same bits for these arguments)."""
+    to run instead of ``fn``'s own twin (one computing the same bits for these arguments),
+    by its name in the twins' table or as ``(name, make(symbol, dtype))``."""
     n = args[0].shape[0] if n is None else n
     ranges = threads.chunks(n, threads.kernel_threads())
-    label = f"{b.node.op}:{twin or fn.__name__}"
-    if _native_call(b, twin or fn.__name__, args, ranges, label, fastmath):
+    name, make = _twin(fn, twin)
+    label = f"{b.node.op}:{name}"
+    if _native_call(b, name, args, ranges, label, fastmath, make=make):
         return
     label = f"{b.node.op}:{fn.__name__}"
     entry = jit.load_function(fn, fastmath=fastmath, noalias=True).specialize((*args, 0, 0))
@@ -378,7 +389,7 @@ def _call(b, fn, *args, n: int | None = None, fastmath: bool = False,
 
 
 def _call_summed(b, fn, out: np.ndarray, *args, n: int, fastmath: bool = False,
-                 twin: str | None = None) -> None:
+                 twin: str | tuple | None = None) -> None:
     """Adds a call of the serial kernel ``fn(out, *args, n0, n1)`` that sets ``out`` to a sum
     over the items ``n0 <= i < n1`` of ``n`` (a kernel gradient over the batch): with several
     threads each sums its part into its own buffer, then the parts are added in order (the
@@ -388,9 +399,10 @@ def _call_summed(b, fn, out: np.ndarray, *args, n: int, fastmath: bool = False,
         _call(b, fn, out, *args, n=n, fastmath=fastmath, twin=twin)
         return
     parts = np.empty((len(ranges), *out.shape), out.dtype)
-    label = f"{b.node.op}:{twin or fn.__name__}"
-    if not _native_call(b, twin or fn.__name__, (parts[0], *args), ranges, label, fastmath,
-                        parts):
+    name, make = _twin(fn, twin)
+    label = f"{b.node.op}:{name}"
+    if not _native_call(b, name, (parts[0], *args), ranges, label, fastmath, parts,
+                        make=make):
         label = f"{b.node.op}:{fn.__name__}"
         entry = jit.load_function(fn, fastmath=fastmath, noalias=True).specialize(
             (parts[0], *args, 0, 0))
@@ -404,11 +416,12 @@ _TWINS = {**native_conv.TWINS, **native_groups.TWINS, **native_pool.TWINS}
 
 
 def _native_call(b, name: str, args: tuple, ranges: list, label: str, fastmath: bool,
-                 parts: np.ndarray | None = None) -> bool:
+                 parts: np.ndarray | None = None, make: Callable | None = None) -> bool:
     """Adds the native twin of the kernel ``name`` (``native_conv``, ``native_groups``,
-    ``native_pool``) split like :func:`_call` (into ``parts[k]`` per part when given); False
-    when there is none, or it cannot run here."""
-    make = _TWINS.get(name)
+    ``native_pool``; ``make``: its generator, else the table's) split like :func:`_call`
+    (into ``parts[k]`` per part when given); False when there is none, or it cannot run
+    here."""
+    make = make or _TWINS.get(name)
     if make is None or fastmath:
         return False
     return native_split(b, name, make, args[:-1], args[-1].tolist(), ranges=ranges,

@@ -16,30 +16,32 @@ from collections.abc import Callable
 from kiln.core.backends.cpu.native_conv import _check, _div, _Kernel
 
 
-def _windows(k: _Kernel, x_dims: list[str], w_dims: list[str], body: Callable) -> None:
+def _windows(k: _Kernel, x_dims: list[str], w_dims: list[str], body: Callable,
+             cog: int | None = None) -> None:
     """For each tap (a, b) of output pixel (n, i, j) = ``k.loop`` inside the image, each group
     g and input channel c of the group: ``body(x index, w row index, first, count)`` where the
-    group's output channels are ``first <= o < first + count``."""
+    group's output channels are ``first <= o < first + count`` (``count`` the constant
+    ``cog`` where given: a loop LLVM turns into whole vectors, no run-time trip count)."""
     f = k.f
     n, i, j = k.loop
     _, h, wd, ci = x_dims
     kh, kw, cig, co = w_dims
     sh, sw, dh, dw, pt, pl, groups = k.p
-    cog = _div(f, co, groups)
+    per_group = _div(f, co, groups) if cog is None else str(cog)
 
     def tap(a: str, b: str, hi: str, wi: str) -> None:
         g, lg = f.begin(groups)
         c, lc = f.begin(cig)
         xi = f.add(k.index(x_dims, n, hi, wi), f.add(f.mul(g, cig), c))
         wrow = f.mul(f.add(f.mul(f.add(f.mul(a, kw), b), cig), c), co)
-        body(xi, wrow, f.mul(g, cog), cog)
+        body(xi, wrow, f.mul(g, per_group), per_group)
         f.end(c, lc)
         f.end(g, lg)
 
     k.window(i, j, h, wd, (kh, kw, sh, sw, dh, dw, pt, pl), tap)
 
 
-def conv_grouped_ir(symbol: str, dtype: str) -> str:
+def conv_grouped_ir(symbol: str, dtype: str, cog: int | None = None) -> str:
     """``(out (N, OH, OW, CO), x (N, H, W, G*CIG), w (KH, KW, CIG, CO), p)``: accumulated per
     output pixel in a scratch row (numba's ``acc``), then stored."""
     _check(dtype, "conv_grouped")
@@ -52,7 +54,7 @@ def conv_grouped_ir(symbol: str, dtype: str) -> str:
     k.loop = tuple(var for var, _ in loops)
     k.fill(acc, dtype, None, co)
     _windows(k, k.dims[1], k.dims[2], lambda xi, wrow, first, count: k.accumulate(
-        dtype, acc, None, f.load("%x", dtype, xi), "%w", wrow, count, first))
+        dtype, acc, None, f.load("%x", dtype, xi), "%w", wrow, count, first), cog)
     orow = k.index(k.dims[0], *k.loop)
     o, lo = f.begin(co)
     f.store("%out", dtype, f.add(orow, o), f.load(acc, dtype, o))
@@ -61,7 +63,7 @@ def conv_grouped_ir(symbol: str, dtype: str) -> str:
     return f.function(symbol, ["out", "x", "w", "p"], noalias=True)
 
 
-def conv_grouped_filter_ir(symbol: str, dtype: str) -> str:
+def conv_grouped_filter_ir(symbol: str, dtype: str, cog: int | None = None) -> str:
     """``(dw (KH, KW, CIG, CO), x, ct (N, OH, OW, CO), p)``: the kernel gradient over the
     images n0 <= n < n1."""
     _check(dtype, "conv_grouped_filter")
@@ -75,12 +77,12 @@ def conv_grouped_filter_ir(symbol: str, dtype: str) -> str:
     crow = k.index(k.dims[2], *k.loop)
     # drow[o] += v * ct[crow + o], o = first + t: dst row wrow, src row crow
     _windows(k, k.dims[1], k.dims[0], lambda xi, wrow, first, count: k.accumulate(
-        dtype, "%dw", wrow, f.load("%x", dtype, xi), "%ct", crow, count, first))
+        dtype, "%dw", wrow, f.load("%x", dtype, xi), "%ct", crow, count, first), cog)
     k.close(loops)
     return f.function(symbol, ["dw", "x", "ct", "p"], noalias=True)
 
 
-def conv_grouped_input_ir(symbol: str, dtype: str) -> str:
+def conv_grouped_input_ir(symbol: str, dtype: str, cog: int | None = None) -> str:
     """``(dx (N, H, W, G*CIG), ct (N, OH, OW, CO), w (KH, KW, CIG, CO), p)``: the input
     gradient, each input element's sum over its group's output channels in a register."""
     _check(dtype, "conv_grouped_input")
@@ -106,7 +108,7 @@ def conv_grouped_input_ir(symbol: str, dtype: str) -> str:
         f.end(t, lo)
         f.store("%dx", dtype, xi, f.get("s"))
 
-    _windows(k, k.dims[0], k.dims[2], body)
+    _windows(k, k.dims[0], k.dims[2], body, cog)
     k.close([(n, ln), (i, li), (j, lj)])
     return f.function(symbol, ["dx", "ct", "w", "p"], noalias=True)
 
