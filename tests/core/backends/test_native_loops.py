@@ -581,3 +581,25 @@ def test_without_a_usable_llvmlite_every_kernel_is_numbas(cache, monkeypatch):
     np.testing.assert_allclose(f(a), e / e.sum(1, keepdims=True), rtol=1e-6)
     assert not any(_entry_name(s).startswith("kiln_") for p in f.program._plans.values()
                    for s in p.steps)
+
+
+@pytest.mark.parametrize("width, strides", [(3, (1, 1)), (1, (1, 1)), (11, (1, 2)), (7, (2, 3))])
+def test_depthwise_rows_narrower_and_wider_than_a_block_give_numbas_bits(width, strides,
+                                                                          cache):
+    # the float32 forward keeps native_groups.DEPTHWISE_BLOCK pixels of a row at a time, the
+    # row's last block ending at its end; narrower rows run pixel by pixel; 35 channels: two
+    # vectors and a tail
+    rng = np.random.default_rng(17)
+    x = rng.normal(size=(2, 5, width, 35)).astype(np.float32)
+    k = rng.normal(size=(3, 3, 1, 35)).astype(np.float32)
+    attrs = {"strides": strides, "padding": "same", "dilation": (1, 1), "groups": 35}
+
+    def build():
+        p = kiln.placeholder((None, 5, width, 35))
+        return kiln.function([p], K.conv2d(p, K.constant(k), strides=strides, padding="same",
+                                           groups=35), backend="cpu")
+
+    got, names = _same_bits(build, (x,))
+    assert names["conv_depthwise_kernel"].startswith("kiln_")
+    want = all_ops()["conv2d"].ref(x.astype(np.float64), k.astype(np.float64), **attrs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

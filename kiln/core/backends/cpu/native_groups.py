@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kiln.core.backends.cpu.llvm_expr import Val
 from kiln.core.backends.cpu.native_conv import _check, _div, _Kernel
 
 
@@ -129,48 +130,86 @@ def _depthwise_row(k: _Kernel, dtype: str, dst: str, dst_row: str, a: str, a_row
     f.end(c, lc)
 
 
+DEPTHWISE_BLOCK = 4  # output pixels of a row whose sums one pass over the taps keeps
+
+
 def _depthwise_forward_vectors(symbol: str, k: _Kernel) -> str:
-    """The float32 depthwise forward with each 16-channel vector's sum in a register over the
+    """The float32 depthwise forward with each 16-channel vector's sums in registers over the
     window's taps (``<16 x float>``, a multiply then an add per tap: the grouped loops' order
-    and roundings, the same bits), the channels past the last whole vector in a scalar row as
-    :func:`depthwise_ir`'s loops."""
+    and roundings, the same bits): :data:`DEPTHWISE_BLOCK` pixels of a row at a time, each
+    kernel vector loaded once for them (the row's last block ends at its end, recomputing a
+    few pixels of the one before; rows narrower than a block one pixel at a time); the channels
+    past the last whole vector in a scalar row, as :func:`depthwise_ir`'s loops."""
     f = k.f
     sh, sw, dh, dw, pt, pl, _ = k.p
     _, oh, ow, c = k.dims[0]
     _, h, wd, _ = k.dims[1]
     kh, kw = k.dims[2][:2]
     vec = "<16 x float>"
-    f.allocas.append(f"  %dwacc = alloca {vec}")
+    rb = DEPTHWISE_BLOCK
+    for r in range(rb):
+        f.allocas.append(f"  %dwacc{r} = alloca {vec}")
+    full = f.mul(_div(f, c, "16"), "16")
+
+    def vectors(n: str, i: str, j0: str, width: int) -> None:
+        """The whole channel vectors of pixels j0 <= j < j0 + width of row (n, i)."""
+        q, lq = f.begin(_div(f, c, "16"))
+        c0 = f.mul(q, "16")
+        for r in range(width):
+            f.emit(f"store {vec} zeroinitializer, ptr %dwacc{r}")
+        a, la = f.begin(kh)
+        hi = f.add(k.sub(f.mul(i, sh), pt), f.mul(a, dh))
+        row_ok = f.when(k.inside(hi, h))
+        b, lb = f.begin(kw)
+        gw, wv = f.tmp(), f.tmp()
+        f.emit(f"{gw} = getelementptr inbounds float, ptr %w, i64 "
+               f"{f.add(f.mul(f.add(f.mul(a, kw), b), c), c0)}")
+        f.emit(f"{wv} = load {vec}, ptr {gw}, align 4")
+        for r in range(width):
+            wi = f.add(k.sub(f.mul(f.add(j0, str(r)), sw), pl), f.mul(b, dw))
+            col_ok = f.when(k.inside(wi, wd))
+            gx, xv, sv, prod, new = (f.tmp() for _ in range(5))
+            f.emit(f"{gx} = getelementptr inbounds float, ptr %x, i64 "
+                   f"{f.add(k.index(k.dims[1], n, hi, wi), c0)}")
+            f.emit(f"{xv} = load {vec}, ptr {gx}, align 4")
+            f.emit(f"{sv} = load {vec}, ptr %dwacc{r}")
+            f.emit(f"{prod} = fmul {vec} {xv}, {wv}")
+            f.emit(f"{new} = fadd {vec} {sv}, {prod}")
+            f.emit(f"store {vec} {new}, ptr %dwacc{r}")
+            f.done(col_ok)
+        f.end(b, lb)
+        f.done(row_ok)
+        f.end(a, la)
+        for r in range(width):
+            go, sv = f.tmp(), f.tmp()
+            f.emit(f"{sv} = load {vec}, ptr %dwacc{r}")
+            f.emit(f"{go} = getelementptr inbounds float, ptr %out, i64 "
+                   f"{f.add(k.index(k.dims[0], n, i, f.add(j0, str(r))), c0)}")
+            f.emit(f"store {vec} {sv}, ptr {go}, align 4")
+        f.end(q, lq)
+
+    n, ln = f.begin(k.n1, k.n0)
+    i, li = f.begin(oh)
+    wide = f.when(f.scalar("w >= r", {"w": Val(ow, "i64"), "r": Val(str(rb), "i64")}))
+    jb, ljb = f.begin(_div(f, f.add(ow, str(rb - 1)), str(rb)))
+    j0 = f.scalar("min(j, w)", {"j": Val(f.mul(jb, str(rb)), "i64"),
+                                "w": Val(k.sub(ow, str(rb)), "i64")})
+    vectors(n, i, j0.ref, rb)
+    f.end(jb, ljb)
+    f.done(wide)
+    narrow = f.when(f.scalar("w < r", {"w": Val(ow, "i64"), "r": Val(str(rb), "i64")}))
+    j, lj = f.begin(ow)
+    vectors(n, i, j, 1)
+    f.end(j, lj)
+    f.done(narrow)
+    f.end(i, li)
+    f.end(n, ln)
+    # the channels past the last whole vector, pixel by pixel
     acc = f.tmp()
     f.emit(f"{acc} = alloca float, i64 {c}")
     loops = k.open(oh, ow)
     n, i, j = (var for var, _ in loops)
     orow = k.index(k.dims[0], n, i, j)
-    full = f.mul(_div(f, c, "16"), "16")
-    q, lq = f.begin(_div(f, c, "16"))
-    c0 = f.mul(q, "16")
-    f.emit(f"store {vec} zeroinitializer, ptr %dwacc")
-
-    def tap(a: str, b: str, hi: str, wi: str) -> None:
-        gx, gw, xv, wv, sv, prod, new = (f.tmp() for _ in range(7))
-        f.emit(f"{gx} = getelementptr inbounds float, ptr %x, i64 "
-               f"{f.add(k.index(k.dims[1], n, hi, wi), c0)}")
-        f.emit(f"{xv} = load {vec}, ptr {gx}, align 4")
-        f.emit(f"{gw} = getelementptr inbounds float, ptr %w, i64 "
-               f"{f.add(f.mul(f.add(f.mul(a, kw), b), c), c0)}")
-        f.emit(f"{wv} = load {vec}, ptr {gw}, align 4")
-        f.emit(f"{sv} = load {vec}, ptr %dwacc")
-        f.emit(f"{prod} = fmul {vec} {xv}, {wv}")
-        f.emit(f"{new} = fadd {vec} {sv}, {prod}")
-        f.emit(f"store {vec} {new}, ptr %dwacc")
-
-    k.window(i, j, h, wd, (kh, kw, sh, sw, dh, dw, pt, pl), tap)
-    go, sv = f.tmp(), f.tmp()
-    f.emit(f"{sv} = load {vec}, ptr %dwacc")
-    f.emit(f"{go} = getelementptr inbounds float, ptr %out, i64 {f.add(orow, c0)}")
-    f.emit(f"store {vec} {sv}, ptr {go}, align 4")
-    f.end(q, lq)
-    # the channels past the last whole vector
     rest = k.sub(c, full)
     k.fill(acc, "float32", None, rest)
     k.window(i, j, h, wd, (kh, kw, sh, sw, dh, dw, pt, pl),
