@@ -148,7 +148,7 @@ def test_a_padded_convolution_of_a_large_feed_reads_the_fed_values(native_tile, 
     # A fed input of at least BIND_MIN_BYTES is read in place (its buffer never written); the
     # zero-bordered copy of a "same" convolution must copy the fed array, not the buffer (it
     # once copied the buffer: garbage, or zeros, for any 'same' first layer on a large batch)
-    from kiln.core.backends.cpu import conv, program
+    from kiln.core.backends.cpu import conv, feeds
 
     monkeypatch.setattr(conv, "NATIVE_TILE", native_tile)
     rng = np.random.default_rng(30)
@@ -157,7 +157,7 @@ def test_a_padded_convolution_of_a_large_feed_reads_the_fed_values(native_tile, 
     f = kiln.function([x], K.conv2d(x, K.constant(w), padding="same"), backend="cpu")
     for scale in (1, -2):  # a new fed array each call
         xv = rng.normal(size=(9, 12, 12, 8)).astype("float32") * scale
-        assert xv.nbytes >= program.BIND_MIN_BYTES
+        assert xv.nbytes >= feeds.BIND_MIN_BYTES
         np.testing.assert_allclose(f(xv), _conv_reference(xv, w, "same"), rtol=1e-4, atol=1e-4)
     assert f.program.plan([xv]).info["bound_feeds"] == 1  # still read in place
 
@@ -166,7 +166,7 @@ def test_a_feed_held_where_the_plan_cannot_rebind_it_is_copied():
     # x feeds a Winograd pipeline (its chunks hold views of x inside a SplitCall) and a sum
     # (x as an argument): the plan cannot rebuild the pipeline's views, so x is copied into
     # its buffer on every call and both read the fed values
-    from kiln.core.backends.cpu import program, threads
+    from kiln.core.backends.cpu import feeds, threads
 
     rng = np.random.default_rng(31)
     w = rng.normal(size=(3, 3, 16, 16)).astype("float32") * 0.1
@@ -185,9 +185,9 @@ def test_a_feed_held_where_the_plan_cannot_rebind_it_is_copied():
     a = np.zeros(4)
     deep = [[[[[a]]]]]
     split = threads.SplitCall(print, 2, lambda args, k: (deep[0], k))
-    assert any(h is a for h in program.closure_arrays(split))
+    assert any(h is a for h in feeds.closure_arrays(split))
     import functools
-    assert any(h is a for h in program.closure_arrays(functools.partial(print, {"k": (a,)})))
+    assert any(h is a for h in feeds.closure_arrays(functools.partial(print, {"k": (a,)})))
 
 
 def test_op_without_kernel_falls_back_to_its_reference_with_one_warning(monkeypatch):

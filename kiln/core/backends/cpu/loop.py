@@ -9,7 +9,7 @@ Per step, the body's kernels run on:
 * the carries: copied into the body's feed buffers (small), the new ones copied back;
 * the step's inputs and the consts: **bound**, not copied, when they are C-contiguous and
   every kernel argument reading the feed buffer lies inside it: those arguments are views of
-  ``xs[t]`` (of the const), as the executor binds large feeds (``program.feed_binding``);
+  ``xs[t]`` (of the const), as the executor binds large feeds (``feeds.feed_binding``);
   else copied;
 * the per-step outputs: bound the same way to their slot ``ys[t]`` of the loop's packed
   output (the kernel computing an output writes it there), else copied after the step.
@@ -41,7 +41,7 @@ def binding(steps: list, target: np.ndarray) -> list[tuple[int, int, int, tuple,
     """The kernel arguments viewing ``target``'s memory as ``(step, position, byte offset,
     shape, strides)``, or None when one cannot be rebuilt around another array of its size
     (an argument reaching outside ``target``, a closure holding it)."""
-    from kiln.core.backends.cpu.program import closure_arrays
+    from kiln.core.backends.cpu.feeds import closure_arrays
 
     lo, hi = _bounds(target)
     refs = []

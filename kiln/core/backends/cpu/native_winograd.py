@@ -24,7 +24,7 @@ The tile buffer holds ``alpha * alpha`` blocks of ``S`` floats (``S`` a paramete
 channel loop has no branch. It runs 16 lanes at a time (AVX-512 hosts: ``<16 x float>``),
 then eight, then the rest one at a time. The arrays come flat; the parameter array holds
 every array's shape (in argument order), then ``[TH, TW, pt, pl, S]``, then the range
-``n0 <= n < n1`` of images that ``conv.native_split`` splits over threads.
+``n0 <= n < n1`` of images that ``native.native_split`` splits over threads.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.core.backends.cpu import native_pool
-from kiln.core.backends.cpu.conv import _call, native_split
+from kiln.core.backends.cpu.conv import _call
+from kiln.core.backends.cpu.native import native_split
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Node
 from kiln.core.ops.window import window2d

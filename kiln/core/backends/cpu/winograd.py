@@ -142,7 +142,7 @@ class Geometry:
         """Adds the native ``kind`` transform between an image and ``tiles`` over the ``n``
         images, split over threads; ``part = (width, offset)``: the tiles' rows hold several
         images' channels (the phases of a stride-2 convolution), this one at ``offset``."""
-        from kiln.core.backends.cpu.conv import native_split
+        from kiln.core.backends.cpu.native import native_split
 
         m, r, rows = self.m, self.r, self.rows
         width, offset = part or (tiles.view.shape[2], 0)
@@ -216,7 +216,7 @@ def products(b, a: tuple | np.ndarray, bm: tuple | np.ndarray, out: tuple | np.n
         # one column, A's rows contiguous (a Conv2D(1) layer's forward): dot products
         lanes = 16 if k >= 16 and _avx512() else 8
         p = [m, k, n, *steps[1], steps[2][0], steps[2][1], steps[0][0], steps[0][1]]
-        from kiln.core.backends.cpu.conv import native_split
+        from kiln.core.backends.cpu.native import native_split
 
         if native_split(b, f"winograd_dot_l{lanes}",
                         lambda symbol, dtype: native_gemm.dot_ir(symbol, dtype, lanes),
@@ -231,7 +231,7 @@ def products(b, a: tuple | np.ndarray, bm: tuple | np.ndarray, out: tuple | np.n
         def make(symbol: str, dtype: str) -> str:
             return native_gemm.gemm_ir(symbol, dtype, lanes, rows, vecs)
 
-        from kiln.core.backends.cpu.conv import native_split
+        from kiln.core.backends.cpu.native import native_split
 
         if native_split(b, f"winograd_gemm_l{lanes}r{rows}v{vecs}", make,
                         tuple(fl for fl, _ in pairs), p, nb, label=label):
