@@ -534,7 +534,7 @@ def test_a_cache_folder_that_cannot_be_written_leaves_native_kernels_in_memory(
                         "conv_grouped_input_kernel_g2")),       # depthwise, multiplier 2
     # stride 1: the input gradient as the grouped forward of the cotangent (flipped kernel)
     (16, 4, 20, (1, 1), ("conv_grouped_kernel_g5", "conv_grouped_filter_kernel_g5",
-                         "conv_grouped_kernel_g4", "flip")),
+                         "conv_grouped_kernel_g4_c5", "flip")),
     # multiplier 1: vectors over the channels, and their tail
     (37, 37, 37, (2, 1), ("conv_depthwise_kernel", "conv_depthwise_filter_kernel",
                           "conv_depthwise_input_kernel")),
@@ -557,15 +557,63 @@ def test_grouped_convolutions_run_natively_with_numbas_bits(ci, groups, co, stri
     for kernel in kernels:  # each ran (natively, but the kernel's flip)
         assert kernel in names and (kernel == "flip" or names[kernel].startswith("kiln_")), (
             kernel, names)
-    # against the float64 reference: y, dloss/dw = bpf(x, 2y), dloss/dx = bpi(2y, w)
+    _check_conv_and_gradients(got, x, k, attrs)
+
+
+def _check_conv_and_gradients(got: list, x: np.ndarray, k: np.ndarray, attrs: dict) -> None:
+    """``got = [y, dloss/dw, dloss/dx]`` of ``loss = sum(conv2d(x, k)^2)`` against the float64
+    reference: y, dloss/dw = bpf(x, 2y), dloss/dx = bpi(2y, w)."""
     ops = all_ops()
     x64, k64 = x.astype(np.float64), k.astype(np.float64)
     y = ops["conv2d"].ref(x64, k64, **attrs)
     np.testing.assert_allclose(got[0], y, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got[1], ops["conv2d_backprop_filter"].ref(
-        x64, 2 * y, kernel_size=(3, 3), **attrs), rtol=1e-4, atol=1e-3)
+        x64, 2 * y, kernel_size=k.shape[:2], **attrs), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(got[2], ops["conv2d_backprop_input"].ref(
         2 * y, k64, input_shape=x.shape[1:], **attrs), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("ci, groups, co, kernels", [
+    # 2 vectors of 16 and a tail of 5; a block of 4 vectors, 1, a tail of 5
+    (37, 37, 37, ("conv_depthwise_kernel", "conv_depthwise_filter_kernel")),
+    (85, 85, 85, ("conv_depthwise_kernel", "conv_depthwise_filter_kernel")),
+    # 2 vectors per group: blocks of 8 input channels and 2, 8 pixels
+    (20, 2, 64, ("conv_grouped_kernel_g32_c10", "conv_grouped_filter_kernel_g32_c10")),
+    (6, 2, 8, ("conv_grouped_kernel_g4_c3", "conv_grouped_filter_kernel_g4_c3")),  # 4 lanes
+    (8, 2, 16, ("conv_grouped_kernel_g8_c4", "conv_grouped_filter_kernel_g8_c4")),  # 8 lanes
+    (6, 3, 48, ("conv_grouped_kernel_g16_c2", "conv_grouped_filter_kernel_g16_c2")),
+])
+@pytest.mark.parametrize("padding, strides, dilation", [
+    ("same", (1, 1), (1, 1)), ("valid", (2, 3), (1, 1)), ("same", (1, 2), (2, 1)),
+    ("valid", (1, 1), (1, 2))])
+def test_blocked_grouped_convolutions_give_numbas_bits(ci, groups, co, kernels, padding,
+                                                       strides, dilation, cache):
+    # native_groups' float32 kernels keep their sums in registers: the kernel gradients over
+    # the columns of an output row whose tap lies inside the image (_columns), the grouped
+    # forward over blocks of 8 or 16 pixels of a row (the last block ending at the row's end,
+    # narrower rows pixel by pixel). Widths 19, 9, 4 and 1 (no column for some taps), with
+    # strides, dilation and both paddings; the input gradient (at stride 1 a grouped forward)
+    # against the reference too
+    rng = np.random.default_rng(23)
+    for width in (19, 9, 4, 1):
+        if padding == "valid" and width < 1 + 2 * dilation[1]:
+            continue
+        x = rng.normal(size=(2, 7, width, ci)).astype(np.float32)
+        k = rng.normal(size=(3, 3, ci // groups, co)).astype(np.float32)
+        attrs = {"strides": strides, "padding": padding, "dilation": dilation,
+                 "groups": groups}
+
+        def build(width=width, k=k):
+            p = kiln.placeholder((None, 7, width, ci))
+            w = kiln.Variable(k)
+            y = K.conv2d(p, w, strides, padding, dilation, groups)
+            return kiln.function([p], [y, *kiln.grad(K.sum(K.square(y)), [w, p])],
+                                 backend="cpu")
+
+        got, names = _same_bits(build, (x,))
+        for kernel in kernels:
+            assert names[kernel].startswith("kiln_"), (kernel, names)
+        _check_conv_and_gradients(got, x, k, attrs)
 
 
 def test_without_a_usable_llvmlite_every_kernel_is_numbas(cache, monkeypatch):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kiln.core.backends.cpu.llvm_expr import Val
+from kiln.core.backends.cpu.native_blocked import _filter_rows, _mul_add, _row_blocks, _vector
 from kiln.core.backends.cpu.native_conv import _check, _div, _Kernel
 
 
@@ -131,6 +132,7 @@ def _depthwise_row(k: _Kernel, dtype: str, dst: str, dst_row: str, a: str, a_row
 
 
 DEPTHWISE_BLOCK = 4  # output pixels of a row whose sums one pass over the taps keeps
+DEPTHWISE_FILTER_VECTORS = 4  # channel vectors whose kernel-gradient sums one pass keeps
 
 
 def _depthwise_forward_vectors(symbol: str, k: _Kernel) -> str:
@@ -161,21 +163,12 @@ def _depthwise_forward_vectors(symbol: str, k: _Kernel) -> str:
         hi = f.add(k.sub(f.mul(i, sh), pt), f.mul(a, dh))
         row_ok = f.when(k.inside(hi, h))
         b, lb = f.begin(kw)
-        gw, wv = f.tmp(), f.tmp()
-        f.emit(f"{gw} = getelementptr inbounds float, ptr %w, i64 "
-               f"{f.add(f.mul(f.add(f.mul(a, kw), b), c), c0)}")
-        f.emit(f"{wv} = load {vec}, ptr {gw}, align 4")
+        wv = _vector(f, "load", 16, "%w", f.add(f.mul(f.add(f.mul(a, kw), b), c), c0))
         for r in range(width):
             wi = f.add(k.sub(f.mul(f.add(j0, str(r)), sw), pl), f.mul(b, dw))
             col_ok = f.when(k.inside(wi, wd))
-            gx, xv, sv, prod, new = (f.tmp() for _ in range(5))
-            f.emit(f"{gx} = getelementptr inbounds float, ptr %x, i64 "
-                   f"{f.add(k.index(k.dims[1], n, hi, wi), c0)}")
-            f.emit(f"{xv} = load {vec}, ptr {gx}, align 4")
-            f.emit(f"{sv} = load {vec}, ptr %dwacc{r}")
-            f.emit(f"{prod} = fmul {vec} {xv}, {wv}")
-            f.emit(f"{new} = fadd {vec} {sv}, {prod}")
-            f.emit(f"store {vec} {new}, ptr %dwacc{r}")
+            xv = _vector(f, "load", 16, "%x", f.add(k.index(k.dims[1], n, hi, wi), c0))
+            _mul_add(f, vec, f"%dwacc{r}", xv, wv)
             f.done(col_ok)
         f.end(b, lb)
         f.done(row_ok)
@@ -188,29 +181,15 @@ def _depthwise_forward_vectors(symbol: str, k: _Kernel) -> str:
             f.emit(f"store {vec} {sv}, ptr {go}, align 4")
         f.end(q, lq)
 
-    n, ln = f.begin(k.n1, k.n0)
-    i, li = f.begin(oh)
-    wide = f.when(f.scalar("w >= r", {"w": Val(ow, "i64"), "r": Val(str(rb), "i64")}))
-    jb, ljb = f.begin(_div(f, f.add(ow, str(rb - 1)), str(rb)))
-    j0 = f.scalar("min(j, w)", {"j": Val(f.mul(jb, str(rb)), "i64"),
-                                "w": Val(k.sub(ow, str(rb)), "i64")})
-    vectors(n, i, j0.ref, rb)
-    f.end(jb, ljb)
-    f.done(wide)
-    narrow = f.when(f.scalar("w < r", {"w": Val(ow, "i64"), "r": Val(str(rb), "i64")}))
-    j, lj = f.begin(ow)
-    vectors(n, i, j, 1)
-    f.end(j, lj)
-    f.done(narrow)
-    f.end(i, li)
-    f.end(n, ln)
+    _row_blocks(k, oh, ow, rb, vectors)
     # the channels past the last whole vector, pixel by pixel
     acc = f.tmp()
     f.emit(f"{acc} = alloca float, i64 {c}")
+    rest = k.sub(c, full)
+    tail = f.when(f.scalar("r > 0", {"r": Val(rest, "i64")}))
     loops = k.open(oh, ow)
     n, i, j = (var for var, _ in loops)
     orow = k.index(k.dims[0], n, i, j)
-    rest = k.sub(c, full)
     k.fill(acc, "float32", None, rest)
     k.window(i, j, h, wd, (kh, kw, sh, sw, dh, dw, pt, pl),
              lambda a, b, hi, wi: _depthwise_row(
@@ -220,7 +199,73 @@ def _depthwise_forward_vectors(symbol: str, k: _Kernel) -> str:
     f.store("%out", "float32", f.add(f.add(orow, full), o), f.load(acc, "float32", o))
     f.end(o, lo)
     k.close(loops)
+    f.done(tail)
     return f.function(symbol, ["out", "x", "w", "p"], noalias=True)
+
+
+def _depthwise_filter_vectors(symbol: str, k: _Kernel) -> str:
+    """The float32 depthwise kernel gradient with each tap's 16-channel sums in registers over
+    an output row's columns (loaded from and stored to ``dw`` once per row and tap: the numba
+    loops read and write ``dw`` at every pixel), :data:`DEPTHWISE_FILTER_VECTORS` vectors at a
+    time (independent chains of adds: one alone waits for each add's latency), then the
+    remaining vectors one by one: per element the same products added in the same pixel order,
+    a multiply then an add (the same bits). The columns of a tap are those inside the image
+    (``native_blocked._columns``); the channels past the last whole vector as
+    :func:`depthwise_ir`'s loops."""
+    f = k.f
+    sh, sw, dh, dw, pt, pl, _ = k.p
+    kh, kw, _, c = k.dims[0]
+    x_dims, ct_dims = k.dims[1], k.dims[2]
+    vec = "<16 x float>"
+    qb = DEPTHWISE_FILTER_VECTORS
+    for v in range(qb):
+        f.allocas.append(f"  %dfacc{v} = alloca {vec}")
+    full = f.mul(_div(f, c, "16"), "16")
+    blocks = _div(f, c, str(16 * qb))
+    k.fill("%dw", "float32", None, f.mul(f.mul(kh, kw), c))
+
+    def vectors(n, i, hi, a, b, jlo, jhi, c0, width):
+        """Channels ``c0 <= ch < c0 + 16 width`` of tap (a, b) over the row's columns."""
+        drow = f.add(f.mul(f.add(f.mul(a, kw), b), c), c0)
+        for v in range(width):
+            f.emit(f"store {vec} {_vector(f, 'load', 16, '%dw', f.add(drow, str(16 * v)))}, "
+                   f"ptr %dfacc{v}")
+        j, lj = f.begin(jhi, jlo)
+        wi = f.add(k.sub(f.mul(j, sw), pl), f.mul(b, dw))
+        xrow = f.add(k.index(x_dims, n, hi, wi), c0)
+        crow = f.add(k.index(ct_dims, n, i, j), c0)
+        for v in range(width):
+            xv = _vector(f, "load", 16, "%x", f.add(xrow, str(16 * v)))
+            cv = _vector(f, "load", 16, "%ct", f.add(crow, str(16 * v)))
+            _mul_add(f, vec, f"%dfacc{v}", xv, cv)
+        f.end(j, lj)
+        for v in range(width):
+            acc = f.tmp()
+            f.emit(f"{acc} = load {vec}, ptr %dfacc{v}")
+            _vector(f, "store", 16, "%dw", f.add(drow, str(16 * v)), acc)
+
+    def block(n, i, hi, a, b, jlo, jhi):
+        q, lq = f.begin(blocks)
+        vectors(n, i, hi, a, b, jlo, jhi, f.mul(q, str(16 * qb)), qb)
+        f.end(q, lq)
+        q, lq = f.begin(_div(f, c, "16"), f.mul(blocks, str(qb)))
+        vectors(n, i, hi, a, b, jlo, jhi, f.mul(q, "16"), 1)
+        f.end(q, lq)
+
+    _filter_rows(k, x_dims, ct_dims, (kh, kw, sh, sw, dh, dw, pt, pl), block)
+    # the channels past the last whole vector, pixel by pixel
+    rest = k.sub(c, full)
+    tail = f.when(f.scalar("r > 0", {"r": Val(rest, "i64")}))
+    loops = k.open(ct_dims[1], ct_dims[2])
+    n, i, j = (var for var, _ in loops)
+    crow = f.add(k.index(ct_dims, n, i, j), full)
+    k.window(i, j, x_dims[1], x_dims[2], (kh, kw, sh, sw, dh, dw, pt, pl),
+             lambda a, b, hi, wi: _depthwise_row(
+                 k, "float32", "%dw", f.add(f.mul(f.add(f.mul(a, kw), b), c), full), "%x",
+                 f.add(k.index(x_dims, n, hi, wi), full), "%ct", crow, rest))
+    k.close(loops)
+    f.done(tail)
+    return f.function(symbol, ["dw", "x", "ct", "p"], noalias=True)
 
 
 def depthwise_ir(symbol: str, dtype: str, kind: str) -> str:
@@ -253,6 +298,8 @@ def depthwise_ir(symbol: str, dtype: str, kind: str) -> str:
         f.end(o, lo)
         k.close(loops)
         return f.function(symbol, ["out", "x", "w", "p"], noalias=True)
+    if kind == "filter" and dtype == "float32":
+        return _depthwise_filter_vectors(symbol, k)
     if kind == "filter":
         kh, kw, _, c = k.dims[0]
         _, h, wd, _ = k.dims[1]
