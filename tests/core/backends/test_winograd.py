@@ -136,6 +136,7 @@ def test_the_pipelined_convolution_and_gradients_match_the_reference(
     from kiln.core.backends.cpu import threads
 
     monkeypatch.setattr(winograd, "PIPELINE_BYTES", chunk_bytes)
+    monkeypatch.setattr(winograd, "PIPELINE_MIN_TILES", 1)
     monkeypatch.setattr(threads, "kernel_threads", lambda: 3)
     rng = np.random.default_rng(5)
     attrs = {**_attrs(padding), "strides": (stride, stride)}
@@ -155,6 +156,32 @@ def test_the_pipelined_convolution_and_gradients_match_the_reference(
     assert ("conv2d:winograd_pipeline" in labels) != alone
     assert "conv2d_backprop_filter:winograd_pipeline" in labels  # chunks summed per thread
     assert not any("winograd_input" in lab for lab in labels)  # no pass over the batch
+
+
+def test_chunks_hold_at_least_the_minimum_of_tiles():
+    # 256 channels in and out on 8 x 8 images (36 blocks, 4 tiles an image): PIPELINE_BYTES
+    # alone would give chunks of 3 images, 12 tiles
+    assert winograd.PIPELINE_BYTES // (36 * 4 * 512 * 4) == 3
+    assert winograd.chunk_images(36, 4, 512) == -(-winograd.PIPELINE_MIN_TILES // 4)
+    assert winograd.chunk_images(36, 1, 8) == winograd.PIPELINE_BYTES // (36 * 8 * 4)
+
+
+@pytest.mark.parametrize("partial_bytes, pipelined", [(0, False), (1 << 30, True)])
+def test_a_large_kernel_gradient_runs_without_per_thread_partials(partial_bytes, pipelined,
+                                                                  monkeypatch):
+    # above PARTIAL_BYTES of transformed gradient per thread, the kernel gradient runs the
+    # products over the whole batch (split by blocks) instead of the pipeline's partials
+    monkeypatch.setattr(winograd, "PARTIAL_BYTES", partial_bytes)
+    rng = np.random.default_rng(6)
+    attrs = {**_attrs("same"), "strides": (1, 1)}
+    (xv, wv, ctv), (x, w, ct), nodes, wants = _three_ops(rng, (3, 8, 8, 16), (3, 3, 16, 16),
+                                                         attrs)
+    f = kiln.function([x, w, ct], nodes, backend="cpu", optimize=False)
+    for got, want in zip(f(xv, wv, ctv), wants):
+        _close(got, want)
+    labels = _labels(f)
+    assert ("conv2d_backprop_filter:winograd_pipeline" in labels) == pipelined
+    assert ("conv2d_backprop_filter:winograd_gemm" in labels) != pipelined
 
 
 @pytest.mark.parametrize("lanes", [8, 16])

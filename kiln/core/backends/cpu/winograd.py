@@ -342,6 +342,26 @@ def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
 # through the shared cache). PIPELINE False: the three stages over the batch.
 PIPELINE = True
 PIPELINE_BYTES = 1 << 20
+# ... and of at least this many tiles (whole images): with many channels and few tiles per
+# image, a chunk of PIPELINE_BYTES is a few tiles, and every chunk reads the whole kernel
+# transform (forward, input gradient) or adds into the whole partial kernel gradient, megabytes
+# each (256 -> 256 channels on 8 x 8 images, 4 tiles each: chunks of 3 images, the kernel
+# gradient 19.0 ms against 6.7 ms without the pipeline)
+PIPELINE_MIN_TILES = 64
+# The kernel gradient's pipeline gives each thread a partial transformed gradient of its own
+# (blocks x Cin x Cout floats), added up after: above this size, the products over the whole
+# batch split by blocks (no partials) run faster (batch 32, pipeline / not: 64 channels on
+# 16 x 16 2.4 / 3.1 ms, 96 on 16 x 16 3.9 / 3.9, 128 on 8 x 8 3.1 / 2.4, 256 on 8 x 8 10.7 /
+# 7.8)
+PARTIAL_BYTES = 3 << 19
+
+
+def chunk_images(blocks: int, per_image: int, channels: int) -> int:
+    """Images per chunk of a pipeline whose tiles (``blocks`` x ``per_image`` per image) have
+    ``channels`` floats in all (the buffers a chunk fills): about :data:`PIPELINE_BYTES`, at
+    least :data:`PIPELINE_MIN_TILES` tiles."""
+    per = max(1, PIPELINE_BYTES // (blocks * per_image * channels * 4))
+    return max(per, -(-PIPELINE_MIN_TILES // per_image))
 # The stride-1 input gradient over the forward's tiles where they are fewer
 # (winograd_pipeline.adjoint); False: always as the flipped convolution.
 ADJOINT = True

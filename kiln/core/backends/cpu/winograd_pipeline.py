@@ -122,7 +122,7 @@ def forward(b, geo: winograd.Geometry, x: np.ndarray, key: object, pads: tuple[i
         return False
     b.cache[cache_key] = v
     b.add(fn, args, label=f"{b.node.op}:winograd_kernel")
-    per = max(1, winograd.PIPELINE_BYTES // (geo.blocks * per_image * (k_in + width) * 4))
+    per = winograd.chunk_images(geo.blocks, per_image, k_in + width)
     jobs = []
     for lo, hi in threads.chunks(n, threads.kernel_threads()):
         part = []
@@ -158,7 +158,7 @@ def adjoint(b, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
             or geo.th * geo.tw >= flipped.th * flipped.tw):
         return False
     per_image = geo.th * geo.tw
-    per = max(1, winograd.PIPELINE_BYTES // (geo.blocks * per_image * (ci + co) * 4))
+    per = winograd.chunk_images(geo.blocks, per_image, ci + co)
     parts = threads.chunks(n, threads.kernel_threads())
     zs = [winograd.Tiles(geo.blocks, min(per, hi - lo) * per_image, co) for lo, hi in parts]
     dvs = [winograd.Tiles(geo.blocks, min(per, hi - lo) * per_image, ci) for lo, hi in parts]
@@ -227,8 +227,10 @@ def kernel_gradient(b, geo: winograd.Geometry, x: np.ndarray, key: object, ct: n
         return False
     c = x.shape[3]
     k_in = v.view.shape[2] if v is not None else c * stride * stride  # the phases side by side
+    if geo.blocks * k_in * co * 4 > winograd.PARTIAL_BYTES:
+        return False
     per_image = geo.th * geo.tw
-    per = max(1, winograd.PIPELINE_BYTES // (geo.blocks * per_image * (k_in + co) * 4))
+    per = winograd.chunk_images(geo.blocks, per_image, k_in + co)
     parts = threads.chunks(n, threads.kernel_threads())
     scratch = [winograd.Tiles(geo.blocks, min(per, hi - lo) * per_image, co) for lo, hi in parts]
     zeros = np.zeros(co, np.float32)
