@@ -257,6 +257,11 @@ _CONV_CASES = [  # x shape, kernel (kh, kw, cin / groups, cout), strides, paddin
     ((2, 6, 5, 4), (3, 3, 1, 4), (1, 1), "same", (1, 1), 4),     # depthwise, multiplier 1
     ((1, 7, 6, 3), (3, 2, 1, 3), (2, 1), "valid", (2, 1), 3),    # ... strided, dilated
     ((2, 4, 3, 5), (1, 1, 5, 3), (1, 1), "same", (1, 1), 1),     # pointwise (1x1, stride 1)
+    # float32 register-blocked grouped kernels (4 and 8 output channels per group: vectors of
+    # 4 and 8 lanes; rows wider than a block of pixels) and depthwise channel vectors
+    ((1, 5, 9, 4), (3, 3, 2, 8), (1, 2), "same", (1, 1), 2),
+    ((1, 4, 10, 8), (2, 3, 4, 16), (1, 1), "valid", (1, 2), 2),
+    ((1, 4, 5, 17), (3, 3, 1, 17), (1, 1), "same", (1, 1), 17),  # a vector and a tail
 ]
 
 
