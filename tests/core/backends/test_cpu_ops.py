@@ -361,6 +361,44 @@ def test_no_epilogue_where_the_convolution_has_other_readers(monkeypatch):
     assert not any(lab.startswith("conv2d:conv_tile_b") for lab in _labels(f))
 
 
+@pytest.mark.parametrize("length, ci, other_reader", [
+    (40, 3, False),    # a tiled convolution (3 input channels)
+    (40, 16, False),   # a Winograd pipeline (1 x 3 tiles)
+    (40, 16, True),    # the squeezed value is an output too: no epilogue
+])
+def test_a_conv1ds_bias_and_relu_are_its_epilogue_through_the_squeeze(length, ci, other_reader,
+                                                                      monkeypatch):
+    # conv1d is conv2d on (N, 1, L, C), then a squeeze (a view, no kernel) that the bias add
+    # reads: the epilogue sees through it (PlanBuilder.epilogue_input)
+    from kiln.core.backends.cpu import conv
+
+    _tile_paths(monkeypatch, True)
+    rng = np.random.default_rng(14)
+    xv = rng.normal(size=(3, length, ci)).astype("float32")
+    k = rng.normal(size=(3, ci, 16)).astype("float32")
+    bias = rng.normal(size=16).astype("float32")
+
+    def build():
+        x = kiln.placeholder((None, length, ci))
+        c = kiln.ops.conv1d(x, kiln.ops.constant(k), padding="same")
+        r = kiln.ops.relu(c + kiln.ops.constant(bias))
+        return kiln.function([x], [r, c] if other_reader else [r], backend="cpu")
+
+    f = build()
+    got = f(xv)  # a list: the outputs are a list
+    ref = OPS["conv2d"].ref(xv[:, None].astype("float64"), k[None].astype("float64"),
+                            strides=(1, 1), padding="same", dilation=(1, 1))[:, 0]
+    np.testing.assert_allclose(got[0], np.maximum(ref + bias, 0), rtol=1e-5, atol=1e-5)
+    if other_reader:
+        np.testing.assert_allclose(got[1], ref, rtol=1e-5, atol=1e-5)
+    labels = _labels(f)
+    absorbed = native_enabled() and not other_reader
+    assert (not any(lab.startswith("fused") or lab == "add" for lab in labels)) == absorbed
+    monkeypatch.setattr(conv, "EPILOGUE", False)
+    for a, b in zip(got, build()(xv), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("taps, op, dtype, cout, want", [
     (9, "conv2d", "float32", 32, "tile"), (9, "conv2d", "float64", 32, "direct"),
     (288, "conv2d", "float32", 65, "gemm"), (288, "conv2d", "float32", 64, "tile"),

@@ -96,6 +96,9 @@ def bias_relu(b, node: Node, fused: Node) -> tuple | None:
     ``relu(node + bias)`` (or ``node + bias``) with a float32 bias of one value per output
     channel, else None."""
     program = fused.attrs["program"] if fused.op == "fused" else (("add", (-1, -2), ()),)
+    node = b.epilogue_input(node, fused)  # node, or the view of it the fused node reads
+    if node is None:
+        return None
     shape = b.shape(node)
     if b.shape(fused) != shape or fused.dtype != "float32" or len(program) not in (1, 2):
         return None
@@ -232,8 +235,9 @@ def forward_tile(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray) -
     w2d = w.reshape(kh * kw * ci, co)
     fused = b.epilogue(node) if conv.EPILOGUE else None
     epi = bias_relu(b, node, fused) if fused is not None else None
-    target = b.out(fused) if epi is not None else None
-    if epi is not None and not (np.shares_memory(target, x) or np.shares_memory(target, w2d)):
+    target = b.epilogue_target(fused, node) if epi is not None else None
+    if target is not None and not (np.shares_memory(target, x)
+                                   or np.shares_memory(target, w2d)):
         if native_forward(b, target, x, w2d, (sh, sw, dh, dw, kh, kw), epilogue=epi):
             b.absorb(fused)
             return

@@ -51,7 +51,7 @@ from kiln.core.backends.lowering import warn_fallback
 from kiln.core.ir import Graph, Node
 from kiln.core.layout import Layout, as_array
 from kiln.core.ops.registry import ELEMENTWISE, FUSED, REDUCE, get_op
-from kiln.core.plan import StaticPlan, planned_buffers, program_order, with_sources
+from kiln.core.plan import StaticPlan, is_view, planned_buffers, program_order, with_sources
 
 
 @dataclass
@@ -176,7 +176,7 @@ class PlanBuilder:
         self.cache: dict[Any, Any] = {}  # for builders: values shared by several kernels
         self.absorbed: set[int] = set()  # kernels another kernel computed (its epilogue)
         self._next: dict[int, Node] = {}
-        self._uses: dict[int, int] = {}
+        self._readers: dict[int, int] = {}
 
     # ---- API for kernel builders ------------------------------------------------------------
     def shape(self, node: Node) -> tuple[int, ...]:
@@ -200,15 +200,40 @@ class PlanBuilder:
     def epilogue(self, node: Node) -> Node | None:
         """The kernel right after ``node`` when it is ``node``'s only reader and a ``fused``
         elementwise node or an ``add`` (a bias add and activation a builder may apply as ``node``'s
-        epilogue, then :meth:`absorb`), else None. Being next, its output buffer holds no
-        live value but ``node``'s own inputs' (which the builder must not overwrite:
-        ``np.shares_memory``)."""
+        epilogue, then :meth:`absorb`), else None. It may read ``node`` through one view of the
+        same elements in the same order that nothing else reads (a Conv1D's squeeze of its
+        conv2d: :meth:`epilogue_input`). Being next, its output buffer holds no live value but
+        ``node``'s own inputs' (which the builder must not overwrite: ``np.shares_memory``)."""
         nxt = self._next.get(id(node))
-        if (nxt is None or nxt.op not in ("fused", "add") or self._uses.get(id(node)) != 1
-                or id(node) in self.grouped or id(nxt) in self.grouped
-                or not any(i is node for i in nxt.inputs)):
+        if (nxt is None or nxt.op not in ("fused", "add") or id(node) in self.grouped
+                or id(nxt) in self.grouped or self._readers.get(id(node)) != 1):
             return None
-        return nxt
+        return nxt if self.epilogue_input(node, nxt) is not None else None
+
+    def epilogue_input(self, node: Node, nxt: Node) -> Node | None:
+        """The input of ``nxt`` that is ``node``'s value: ``node`` itself, or a view of it
+        (reshape, squeeze, expand_dims: no kernel, the same storage, offset and element
+        order) read by ``nxt`` alone; None where there is none."""
+        if any(i is node for i in nxt.inputs):
+            return node
+        lay = self.layouts.get(id(node))
+        for i in nxt.inputs:
+            if not (i.inputs and i.inputs[0] is node and is_view(i)
+                    and self._readers.get(id(i)) == 1 and id(i) in self.layouts):
+                continue
+            view = self.layouts[id(i)]
+            if (lay is not None and view.root == lay.root and view.offset == lay.offset
+                    and view.is_contiguous and lay.is_contiguous and view.size == lay.size):
+                return i
+        return None
+
+    def epilogue_target(self, fused: Node, node: Node) -> np.ndarray | None:
+        """``fused``'s output as an array of ``node``'s shape (the buffer an epilogue of
+        ``node`` writes), or None where it is not C-contiguous."""
+        out = self.out(fused)
+        if not out.flags.c_contiguous:
+            return None
+        return out.reshape(self.shape(node))
 
     def absorb(self, node: Node) -> None:
         """Marks ``node`` (an :meth:`epilogue`) as computed by the current kernel."""
@@ -250,11 +275,12 @@ class PlanBuilder:
         inplace = st.inplace_updates(self.program.updates, lifetimes)
         self._allocate(buffers, inplace)
         self._next = {id(a): b for a, b in zip(st.kernels, st.kernels[1:])}
-        for n in st.kernels:
+        # every reader, views included (a value read through a view is read)
+        for n in self.graph.nodes:
             for i in n.inputs:
-                self._uses[id(i)] = self._uses.get(id(i), 0) + 1
+                self._readers[id(i)] = self._readers.get(id(i), 0) + 1
         for o in self.graph.outputs:
-            self._uses[id(o)] = self._uses.get(id(o), 0) + 1
+            self._readers[id(o)] = self._readers.get(id(o), 0) + 1
         for node in st.kernels:
             if id(node) in self.grouped and id(node) not in self.active:
                 continue  # computed by its group's loop

@@ -302,7 +302,7 @@ def _pipelined(b, x: np.ndarray, w: np.ndarray, out: np.ndarray,
     Conv2DTranspose's, which is an input gradient), absorbing it; else into ``out``. False
     where neither builds (nothing added)."""
     fused, epi = winograd_pipeline.epilogue(b, x, w)
-    if epi is not None and run(b.out(fused), epi):
+    if epi is not None and run(b.epilogue_target(fused, b.node), epi):
         b.absorb(fused)
         return True
     return run(out, None)

@@ -202,7 +202,8 @@ def epilogue(b, x: np.ndarray, w: np.ndarray) -> tuple:
     overlapping the convolution's inputs), else ``(None, None)``."""
     fused = b.epilogue(b.node) if conv.EPILOGUE else None
     epi = conv_tile.bias_relu(b, b.node, fused) if fused is not None else None
-    if epi is None or np.shares_memory(b.out(fused), x) or np.shares_memory(b.out(fused), w):
+    target = b.epilogue_target(fused, b.node) if epi is not None else None
+    if target is None or np.shares_memory(target, x) or np.shares_memory(target, w):
         return None, None
     return fused, epi
 
