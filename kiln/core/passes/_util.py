@@ -63,6 +63,38 @@ def is_fused(node: Node) -> bool:
     return get_op(node.op).kind == FUSED
 
 
+def broadcasts_smaller(operand: Node, node: Node) -> bool:
+    """Whether ``operand`` broadcasts to ``node``'s shape from a known-smaller one (its
+    dimensions, right-aligned, are 1 or equal, at least one of them 1 where ``node``'s is
+    not, or it has fewer)."""
+    a, b = operand.shape, node.shape
+    if a is None or b is None or len(a) > len(b):
+        return False
+    smaller = len(a) < len(b)
+    for x, y in zip(reversed(a), reversed(b)):
+        if x == 1 and y != 1:
+            smaller = True
+        elif x is None or x != y:
+            return False
+    return smaller
+
+
+def full_operand(node: Node) -> Node | None:
+    """The one input of the elementwise ``node`` that has ``node``'s exact shape, every other
+    one a constant or a known-smaller broadcast operand (:func:`broadcasts_smaller`), so
+    that ``node``'s shape at run time is that input's; None otherwise."""
+    if not is_elementwise(node) or is_source(node):
+        return None
+    full = None
+    for i in node.inputs:
+        if (is_const(i) and not i.shape) or broadcasts_smaller(i, node):
+            continue
+        if full is not None or i.shape != node.shape:
+            return None
+        full = i
+    return full
+
+
 def const_value(node: Node) -> np.ndarray:
     return node.attrs["value"].array
 

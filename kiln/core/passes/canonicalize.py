@@ -6,7 +6,12 @@
   ``shape`` of a reshape is spelled with the known dims (``-1`` only for the unknown one);
 * commutative ops (add, mul, maximum, minimum, equal, not_equal, logical_and/or) take a
   constant operand on the right;
-* ``x * -1 -> neg(x)`` (bit-identical in IEEE arithmetic).
+* ``x * -1 -> neg(x)`` (bit-identical in IEEE arithmetic);
+* the operand that only lends its shape (``broadcast_like``'s ``like``, ``size_of``'s input) is
+  the earliest node of the same run-time shape along elementwise ops (:func:`full_operand`):
+  the gradient of ``mean(square(x - m))`` then reads the shape of ``x``, not of the square,
+  which the fusion pass can fold into the reduction (BatchNormalization's variance) instead of
+  materializing it for its shape.
 
 Example:
     >>> g2 = canonicalize(Graph([x], [kiln.ops.stop_gradient(2 * x)]))   # -> mul(x, 2)
@@ -18,6 +23,7 @@ from kiln.core.ir import Graph, Node
 from kiln.core.passes._util import (
     COMMUTATIVE,
     build,
+    full_operand,
     is_const,
     is_const_equal,
     rewrite,
@@ -32,10 +38,27 @@ def _target_shape(node: Node) -> tuple[int, ...] | None:
     return tuple(-1 if d is None else d for d in node.shape)
 
 
+def _shape_source(node: Node) -> Node:
+    """The earliest node with ``node``'s run-time shape and dtype along elementwise ops (the
+    dtype too: ``size_of`` counts in its input's)."""
+    while True:
+        up = full_operand(node)
+        if up is None or up.dtype != node.dtype:
+            return node
+        node = up
+
+
 def rule(node: Node) -> Node | None:
     op = node.op
     if op == "stop_gradient":
         return node.inputs[0]
+    if op in ("broadcast_like", "size_of"):
+        k = 1 if op == "broadcast_like" else 0
+        like = _shape_source(node.inputs[k])
+        if like is not node.inputs[k]:
+            inputs = list(node.inputs)
+            inputs[k] = like
+            return build(op, inputs, **node.attrs)
     if op == "broadcast_like" and node.type.is_static:
         x = node.inputs[0]
         if x.type == node.type:

@@ -10,8 +10,9 @@ topological position (so every user of a candidate has been decided before the c
   users is already in the group; so each group has exactly one output, its root;
 * a *cheap* producer (one non-constant input, and a non-transcendental op: neg, abs, relu,
   cast, square, sign, floor, ceil, round, logical_not, or add/sub/mul/maximum/minimum with
-  a constant) with several users, all fusible and of its shape, is duplicated into each of
-  its users' groups instead, and so is never materialized;
+  a constant or a smaller broadcast operand: BatchNormalization's ``x - mean``) with
+  several users, all fusible and of its shape, is duplicated into each of its users' groups
+  instead, and so is never materialized;
 * broadcasts (``broadcast_to`` / ``broadcast_like``) stay outside, as producers: a group reads
   broadcast inputs through NumPy broadcasting in the generated loop, and simplify already
   removed the broadcasts that only fed elementwise ops. Smaller-shaped producers (a scalar
@@ -48,6 +49,7 @@ from kiln.core.ops.fused import combine, fused, program_of
 from kiln.core.ops.registry import get_op
 from kiln.core.passes._util import (
     TRANSCENDENTAL,
+    broadcasts_smaller,
     is_const,
     is_elementwise,
     is_source,
@@ -64,12 +66,16 @@ MAX_CHAIN_INSTRUCTIONS = 48  # instructions of one multi-output loop (group_chai
 
 
 def is_cheap(node: Node) -> bool:
-    """One cheap, non-transcendental op on a single non-constant input."""
+    """One cheap, non-transcendental op on a single non-constant input of the node's shape,
+    the other (if any) a constant or a smaller broadcast operand (a batch mean, a bias)."""
     if node.op in TRANSCENDENTAL:
         return False
     if node.op in CHEAP_UNARY:
         return True
-    return node.op in CHEAP_BINARY and sum(1 for i in node.inputs if not is_const(i)) == 1
+    if node.op not in CHEAP_BINARY:
+        return False
+    full = [i for i in node.inputs if not is_const(i) and not broadcasts_smaller(i, node)]
+    return len(full) == 1
 
 
 def _fusible(node: Node) -> bool:

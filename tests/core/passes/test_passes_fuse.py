@@ -71,6 +71,28 @@ def test_cheap_op_is_duplicated_into_its_users():
     assert len(fs) == 2 and all(f.attrs["program"][0][0] == "neg" for f in fs)
 
 
+def test_batch_norms_centred_input_is_never_stored_and_its_variance_is_one_reduction():
+    # BatchNormalization's d = x - mean (x with a smaller broadcast operand: cheap) is computed
+    # again in each of its users; the gradient of mean(square(d)) reads x's shape, not the
+    # square's (canonicalize), so the square folds into the variance's reduction
+    from kiln.core.passes import optimize
+
+    x = kiln.placeholder((None, 6, 4))
+    mean = K.mean(x, axis=(0, 1), keepdims=True)
+    d = x - mean
+    var = K.mean(K.square(d), axis=(0, 1), keepdims=True)
+    y = d * K.rsqrt(var + 1e-3)
+    loss = K.sum(K.square(y) * K.constant(RNG.normal(size=(4,)).astype("float32")))
+    g = Graph([x], [y, *kiln.grad(loss, [x])])
+    out, _ = optimize(g, exclude=("remat",))
+    assert not {"sub", "square"} & set(out.count_ops())
+    programs = [[ins[0] for ins in f.attrs["program"]] for f in fused_nodes(out)]
+    assert ["sub", "square", "mean"] in programs
+    feeds = {x: RNG.normal(size=(3, 6, 4)).astype("float32")}
+    for a, b in zip(evaluate(g.outputs, feeds), evaluate(out.outputs, feeds)):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+
+
 def test_no_cycle_through_another_kernel():
     x = kiln.placeholder((None, 4))
     w = kiln.Variable(RNG.normal(size=(4, 4)))

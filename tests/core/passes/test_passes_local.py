@@ -53,6 +53,25 @@ def test_canonicalize_mul_by_minus_one_is_neg():
     assert out.outputs[0].op == "neg" and out.outputs[0] is out.outputs[1]
 
 
+def test_canonicalize_shape_references_read_the_earliest_node_of_that_shape():
+    # broadcast_like's `like` and size_of's input only lend their shape: through elementwise ops
+    # whose other operands are constants or smaller broadcasts, that is the first input's
+    x = kiln.placeholder((None, 3))
+    y = kiln.placeholder((None, 3))
+    m = K.mean(x, axis=0, keepdims=True)
+    sq = K.square((x - m) * 2.0)
+    one = K.constant(np.float32(1.0))
+    g = Graph([x, y], [K.broadcast_like(one, sq), K.size_of(sq, axis=0),
+                       K.broadcast_like(one, x + y)])
+    out = canonicalize(g)
+    assert out.outputs[0].inputs[1] is x
+    assert out.outputs[1].inputs[0] is x
+    # two operands of the full shape (either could broadcast at run time): kept
+    assert out.outputs[2].inputs[1].op == "add"
+    same_values(g, out, {x: RNG.normal(size=(5, 3)).astype("float32"),
+                         y: RNG.normal(size=(5, 3)).astype("float32")})
+
+
 # ---- constant_fold -----------------------------------------------------------------------------
 def test_fold_uses_the_reference_and_keeps_dtype():
     a = K.constant(np.arange(6, dtype="float32").reshape(2, 3))
