@@ -27,7 +27,8 @@ root, as before. Groups of one op stay plain nodes (the backends run plain eleme
 After scheduling, :func:`group_chains` finds the second kind of fusion, across kernels that
 must stay separate values: chains of same-shape elementwise kernels where each reads an
 earlier one (an optimizer's ``m``, ``v`` then ``p`` updates; ``add`` then ``relu`` when the sum
-is needed later too). It makes them adjacent in the kernel order, and a backend runs each chain
+is needed later too; a residual sum after the normalization that produced one of its
+inputs). It makes them adjacent in the kernel order, and a backend runs each chain
 as ONE loop storing every member's value (:func:`kiln.core.ops.fused.combine` builds its
 program, like :func:`build_fused` does for a fused node).
 
@@ -264,20 +265,21 @@ def group_chains(graph: Graph, updates: list[tuple[int, Any]],
             # move the producers' groups down, right before the node
             order = order[:first] + between + members + order[pos[id(node)]:]
             group = members
-        elif len(groups) == 1:
-            # move the node up, right after its producer's group
-            group = groups[0]
+        else:
+            # move the node up, right after its latest producer's group, where every other
+            # input comes before that group (a residual x + relu(bn): x computed long before
+            # the normalization, which the sum then joins)
+            group = groups[-1]
+            gids = {id(m) for m in group}
             end = pos[id(group[-1])]
             gap = order[end + 1:pos[id(node)]]
-            if any(not is_source(i) and id(i) not in ids and pos[id(i)] > end
+            if any(not is_source(i) and id(i) not in gids and pos[id(i)] > end
                    for i in node.inputs):
                 continue
             if updated.get(id(node)) and _reads_any(gap, updated[id(node)], users):
                 continue  # moving this update earlier would overwrite a value still read
             order = order[:end + 1] + [node] + [n for n in order[end + 1:] if n is not node]
             group = list(group)
-        else:
-            continue
         group.append(node)
         for m in group:
             group_of[id(m)] = group
