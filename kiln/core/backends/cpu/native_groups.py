@@ -174,11 +174,10 @@ def _depthwise_forward_vectors(symbol: str, k: _Kernel) -> str:
         f.done(row_ok)
         f.end(a, la)
         for r in range(width):
-            go, sv = f.tmp(), f.tmp()
+            sv = f.tmp()
             f.emit(f"{sv} = load {vec}, ptr %dwacc{r}")
-            f.emit(f"{go} = getelementptr inbounds float, ptr %out, i64 "
-                   f"{f.add(k.index(k.dims[0], n, i, f.add(j0, str(r))), c0)}")
-            f.emit(f"store {vec} {sv}, ptr {go}, align 4")
+            _vector(f, "store", 16, "%out",
+                    f.add(k.index(k.dims[0], n, i, f.add(j0, str(r))), c0), sv)
         f.end(q, lq)
 
     _row_blocks(k, oh, ow, rb, vectors)
