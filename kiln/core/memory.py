@@ -38,7 +38,8 @@ Rules:
   beyond ``GREEDY_LIMIT`` buffer records a linear scan in execution order is used instead
   (best fit among the free buffers at most twice the size needed, else a new buffer);
 * in place (``inplace=True``): an elementwise kernel (an ELEMENTWISE op, or a fused node
-  without a reduction epilogue) writes into the buffer of an input that dies at that step,
+  without a reduction epilogue), or a ``gemm`` into its ``c`` (:func:`overwritable_inputs`),
+  writes into the buffer of an input that dies at that step,
   is a kernel result (not a source), is not a graph output, and has the same shape and
   dtype as the result (no broadcasting). Elementwise loops read element ``k`` of every input
   before writing element ``k`` of the result, so this is safe;
@@ -103,6 +104,18 @@ class MemoryPlan:
                 f"{len(self.inplace)} in place, batch_size={self.batch_size})")
 
 
+def overwritable_inputs(node: Node) -> tuple[int, ...]:
+    """Positions of the inputs whose buffer ``node``'s kernel may write its result into,
+    reading element ``k`` before writing element ``k``: every input of an elementwise kernel;
+    a ``gemm``'s ``c`` (BLAS reads and writes C element by element) when ``a`` and ``b`` are
+    other values (it must not write what it still multiplies)."""
+    if elementwise_output(node):
+        return tuple(range(len(node.inputs)))
+    if node.op == "gemm" and all(node.inputs[2] is not i for i in node.inputs[:2]):
+        return (2,)
+    return ()
+
+
 def elementwise_output(node: Node) -> bool:
     """True when ``node`` computes its result elementwise (in-place capable)."""
     kind = get_op(node.op).kind
@@ -165,9 +178,7 @@ def plan_memory(graph: Graph, order: Sequence[Node] | None = None, batch_size: i
     if inplace:
         taken: set[int] = set()
         for t, n in enumerate(order):
-            if not elementwise_output(n):
-                continue
-            for i in n.inputs:
+            for i in (n.inputs[k] for k in overwritable_inputs(n)):
                 if (id(i) in first and last[id(i)] == t and id(i) not in outputs
                         and id(i) not in taken and i.type.shape == n.type.shape
                         and i.dtype == n.dtype):

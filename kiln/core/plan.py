@@ -33,7 +33,7 @@ import numpy as np
 
 from kiln.core.ir import Graph, Node, TensorType
 from kiln.core.layout import Layout
-from kiln.core.memory import elementwise_output, plan_memory
+from kiln.core.memory import elementwise_output, overwritable_inputs, plan_memory
 from kiln.core.ops.registry import SHAPE, get_op
 from kiln.core.passes.fuse import group_chains
 from kiln.core.schedule import schedule
@@ -238,11 +238,17 @@ class StaticPlan:
     def _overwrites_safely(self, node: Node, root: int, lt: Lifetimes) -> bool:
         """Whether ``node`` (at its step) may write its result over storage ``root`` that it
         also reads there: an elementwise kernel reading it with the same layout as its output
-        (element k read before element k written)."""
+        (element k read before element k written), or a ``gemm`` reading it as ``c`` only."""
         t = lt.step[id(node)]
         out = self.layouts[id(node)]
-        return elementwise_output(node) and all(
-            lay.same_view(out) for s, lay in lt.reads.get(root, []) if s == t)
+        if node.op == "gemm":  # only through c: BLAS must not write what it multiplies
+            a, b, c = node.inputs[:3]
+            if (self.layouts[id(c)].root != root or not overwritable_inputs(node)
+                    or any(self.layouts[id(i)].root == root for i in (a, b))):
+                return False
+        elif not elementwise_output(node):
+            return False
+        return all(lay.same_view(out) for s, lay in lt.reads.get(root, []) if s == t)
 
     def _may_share(self, prev: Node, nxt: Node, lt: Lifetimes) -> bool:
         """Whether ``nxt`` may take over the buffer of ``prev`` (prev's value is dead by then,

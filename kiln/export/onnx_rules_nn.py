@@ -73,6 +73,14 @@ def _matmul(ctx: Emitter, c: Call) -> str:
     return ctx.op("MatMul", c.inputs)  # NumPy's batch broadcasting, like kiln's
 
 
+@nn_rule("gemm")
+def _gemm(ctx: Emitter, c: Call) -> str:
+    # alpha and beta are tensors (a learning rate may be a Variable), not Gemm's attributes
+    a, b, acc, alpha, beta = c.inputs
+    product = ctx.op("Mul", [ctx.op("MatMul", [a, b]), alpha])
+    return ctx.op("Add", [product, ctx.op("Mul", [acc, beta])])
+
+
 @nn_rule("softmax")
 def _softmax(ctx: Emitter, c: Call) -> str:
     return ctx.op("Softmax", c.inputs, axis=int(c.attrs["axis"]))

@@ -71,3 +71,59 @@ def matmul(a: Any, b: Any) -> Node:
     if squeeze_axes:
         out = squeeze(out, [a % out.ndim for a in squeeze_axes])
     return out
+
+
+# ---- gemm: alpha * (a @ b) + beta * c ---------------------------------------------------------
+# Not built by user code: the ``gemm`` pass (kiln/core/passes/gemm.py) writes it for a matmul
+# scaled into a sum with a tensor of its shape (an optimizer's ``momentum * v - lr * g``, a
+# recurrent ``x @ Wx + h @ Wh``), so that BLAS adds the product into ``c`` as it computes it
+# (docs/architecture.md, "Passes").
+def _gemm_infer(a: TensorType, b: TensorType, c: TensorType, alpha: TensorType,
+                beta: TensorType) -> TensorType:
+    dtype = same_dtype("gemm", a, b, c, alpha, beta)
+    if dtype not in ("float32", "float64"):
+        raise TypeError(f"gemm: expected float32 or float64 operands, received {dtype}")
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError(f"gemm: a and b must be matrices, received {fmt(a.shape)} and "
+                         f"{fmt(b.shape)}")
+    if alpha.shape != () or beta.shape != ():
+        raise ValueError(f"gemm: alpha and beta must be scalars, received {fmt(alpha.shape)} "
+                         f"and {fmt(beta.shape)}")
+    k1, k2 = a.shape[1], b.shape[0]
+    if k1 is not None and k2 is not None and k1 != k2:
+        raise ValueError(f"gemm: cannot multiply {fmt(a.shape)} by {fmt(b.shape)}: inner "
+                         f"dimensions {k1} and {k2} differ")
+    shape = (a.shape[0], b.shape[1])
+    if c.ndim != 2 or any(x is not None and y is not None and x != y
+                          for x, y in zip(c.shape, shape)):
+        raise ValueError(f"gemm: c must have the product's shape {fmt(shape)}, received "
+                         f"{fmt(c.shape)}")
+    return TensorType(tuple(x if x is not None else y for x, y in zip(shape, c.shape)), dtype)
+
+
+def _gemm_ref(a, b, c, alpha, beta):
+    return np.matmul(a, b) * alpha + c * beta
+
+
+def _gemm_vjp(ct, out, a, b, c, alpha, beta):
+    scaled = apply("mul", ct, alpha)
+    product = apply("matmul", a, b)
+    return [apply("matmul", scaled, swap_last(b)), apply("matmul", swap_last(a), scaled),
+            apply("mul", ct, beta),
+            apply("sum", apply("mul", ct, product), axis=(0, 1), keepdims=False),
+            apply("sum", apply("mul", ct, c), axis=(0, 1), keepdims=False)]
+
+
+def _gemm_examples(rng, dt):
+    def arr(*shape):
+        return np.asarray(rng.normal(size=shape)).astype(dt)
+
+    return [Example((arr(3, 4), arr(4, 5), arr(3, 5), arr(), arr())),
+            Example((arr(7, 1), arr(1, 3), arr(7, 3), np.asarray(-0.5, dt),
+                     np.asarray(0.9, dt))),
+            Example((np.ascontiguousarray(arr(9, 33).T), arr(9, 6), arr(33, 6),
+                     np.asarray(-0.01, dt),
+                     np.asarray(1.0, dt)))]
+
+
+register(OpDef("gemm", LINALG, _gemm_infer, _gemm_ref, _gemm_vjp, examples=_gemm_examples))

@@ -277,37 +277,10 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
         lib = library()
     if lib is None or (a.ndim == 2 and not lib.better):
         return False
-    dt = out.dtype
-    fn = lib.gemm.get(dt)
-    if fn is None or a.dtype != dt or b.dtype != dt or not a.ndim == b.ndim == out.ndim:
+    call = _call(lib, a, b, out, MIN_WORK)
+    if call is None:
         return False
-    if a.ndim == 2:
-        nb, sa, sb, sc = 1, 0, 0, 0
-        (m, k), n = a.shape, b.shape[1]
-    elif a.ndim == 3 and a.shape[0] == b.shape[0] == out.shape[0]:
-        nb, sa, sb, sc = a.shape[0], a.strides[0], b.strides[0], out.strides[0]
-        (m, k), n = a.shape[1:], b.shape[2]
-    else:
-        return False
-    if (b.shape[-2] != k or out.shape[-2:] != (m, n) or min(m, n, k) < MIN_EDGE
-            or nb * m * n * k < MIN_WORK):
-        return False
-    size = dt.itemsize
-    opa = _operand(a.shape[-2:], a.strides[-2:], size)
-    opb = _operand(b.shape[-2:], b.strides[-2:], size)
-    opc = _operand(out.shape[-2:], out.strides[-2:], size)
-    if opa is None or opb is None or opc is None or opc[0] != 111:
-        return False
-    if nb > 1 and abs(sc) < ((m - 1) * opc[1] + n) * size:
-        return False  # the outputs overlap one another: parts written at once would race
-    if np.may_share_memory(out, a) or np.may_share_memory(out, b):
-        return False
-    pa = a.__array_interface__["data"][0]
-    pb = b.__array_interface__["data"][0]
-    pc = out.__array_interface__["data"][0]
-    ta, lda = opa
-    tb, ldb = opb
-    ldc = opc[1]
+    fn, nb, (m, n, k), (ta, tb), (pa, lda, sa), (pb, ldb, sb), (pc, ldc, sc) = call
 
     def products(lo: int, hi: int) -> None:
         for i in range(lo, hi):
@@ -329,3 +302,71 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
         lib.set_threads(lib.threads)
     return True
 
+
+def _call(lib: Library, a: np.ndarray, b: np.ndarray, out: np.ndarray, min_work: int,
+          min_edge: int = MIN_EDGE) -> tuple | None:
+    """The cblas arguments of ``out = a @ b`` on ``lib`` (see :func:`matmul`), or None where the
+    operands do not suit it."""
+    dt = out.dtype
+    fn = lib.gemm.get(dt)
+    if fn is None or a.dtype != dt or b.dtype != dt or not a.ndim == b.ndim == out.ndim:
+        return None
+    if a.ndim == 2:
+        nb, sa, sb, sc = 1, 0, 0, 0
+        (m, k), n = a.shape, b.shape[1]
+    elif a.ndim == 3 and a.shape[0] == b.shape[0] == out.shape[0]:
+        nb, sa, sb, sc = a.shape[0], a.strides[0], b.strides[0], out.strides[0]
+        (m, k), n = a.shape[1:], b.shape[2]
+    else:
+        return None
+    if (b.shape[-2] != k or out.shape[-2:] != (m, n) or min(m, n, k) < min_edge
+            or nb * m * n * k < min_work):
+        return None
+    size = dt.itemsize
+    opa = _operand(a.shape[-2:], a.strides[-2:], size)
+    opb = _operand(b.shape[-2:], b.strides[-2:], size)
+    opc = _operand(out.shape[-2:], out.strides[-2:], size)
+    if opa is None or opb is None or opc is None or opc[0] != 111:
+        return None
+    if nb > 1 and abs(sc) < ((m - 1) * opc[1] + n) * size:
+        return None  # the outputs overlap one another: parts written at once would race
+    if np.may_share_memory(out, a) or np.may_share_memory(out, b):
+        return None
+    pa = a.__array_interface__["data"][0]
+    pb = b.__array_interface__["data"][0]
+    pc = out.__array_interface__["data"][0]
+    return (fn, nb, (m, n, k), (opa[0], opb[0]), (pa, opa[1], sa), (pb, opb[1], sb),
+            (pc, opc[1], sc))
+
+
+def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, alpha: float, beta: float) -> bool:
+    """``out = alpha * (a @ b) + beta * out`` for matrices, in one BLAS call: through the
+    OpenBLAS :func:`matmul` would use for this product (the private one where its kernels are
+    better, else NumPy's own instance), whatever its size (the NumPy alternative takes several
+    calls). Returns False, doing nothing, where neither is at hand or the operands do not suit
+    it (see :func:`matmul`): the caller computes it with NumPy."""
+    if a.ndim != 2:
+        return False
+    lib = library() if decide()[1] else numpy_library()
+    call = None if lib is None else _call(lib, a, b, out, 0, 1)
+    if call is None:
+        return False
+    fn, _, (m, n, k), (ta, tb), (pa, lda, _), (pb, ldb, _), (pc, ldc, _) = call
+    fn(101, ta, tb, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc)
+    return True
+
+
+def numpy_library() -> Library | None:
+    """NumPy's own OpenBLAS as a :class:`Library` (its GEMMs with ``alpha`` and ``beta``,
+    which ``np.matmul`` does not take), or None where NumPy's BLAS is not OpenBLAS."""
+    if "numpy_lib" not in _state:
+        with _lock:
+            if "numpy_lib" not in _state:
+                found = _numpy_openblas()
+                lib = None
+                if found is not None:
+                    lib = Library(found[1], found[2], _corename(found[1], found[2]),
+                                  _threads(found[1], found[2]))
+                    lib.better = False
+                _state["numpy_lib"] = lib
+    return _state["numpy_lib"]

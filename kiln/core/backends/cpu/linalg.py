@@ -38,3 +38,12 @@ def build_matmul(b, node: Node) -> None:
         x = x.reshape(-1, x.shape[-1])
         out = out.reshape(-1, out.shape[-1])
     b.add(threads.matmul, (x, b.array(yn), out))
+
+
+@builder("gemm")
+def build_gemm(b, node: Node) -> None:
+    """``alpha * (a @ b) + beta * c`` in one BLAS call (``threads.gemm``); the planner may give
+    the result ``c``'s buffer (an update written in place: kiln/core/memory.py)."""
+    an, bn, cn, alpha, beta = node.inputs
+    b.add(threads.gemm, (b.array(an), b.array(bn), b.array(cn), b.array(alpha),
+                         b.array(beta), b.out(node)))

@@ -20,14 +20,16 @@ from kiln.core.backends.cuda._jit import load
 from kiln.core.backends.lowering import KernelTable, warn_fallback
 from kiln.core.ir import Node, TensorType
 from kiln.core.layout import Layout, coalesce, contiguous_strides, prod
-from kiln.core.ops.fused import program_of
-from kiln.core.ops.registry import ELEMENTWISE, REDUCE, get_op
+from kiln.core.ops.fused import fused, program_of
+from kiln.core.ops.registry import ELEMENTWISE, REDUCE, apply, get_op
 from kiln.core.ops.window import window
 
 #: op -> the Lowering method emitting its kernel (elementwise ops, fused nodes and reductions
 #: are generated; views and plan constants are planned in kiln/core/plan.py)
 KERNELS = KernelTable("cuda")
 
+# gemm's epilogue over (product, alpha, c, beta): product * alpha + c * beta
+GEMM_EPILOGUE = (("mul", (-1, -2), ()), ("mul", (-3, -4), ()), ("add", (0, 1), ()))
 # Split-K of conv2d_backprop_filter (a GEMM with few outputs and N * OH * OW-long sums): -1
 # picks the number of K pieces that fills the GPU, 0 turns it off, n > 0 forces n pieces.
 CONV_SPLIT_K = -1
@@ -293,6 +295,18 @@ class Lowering:
             return blas
         self.emit("matmul", ins, [out], bind)
         return out
+
+    @KERNELS.register("gemm")
+    def op_gemm(self, node: Node, ins: list[Layout], t: TensorType) -> Layout:
+        """``alpha * (a @ b) + beta * c``: the product (:meth:`op_matmul`), then one generated
+        loop scales it and adds the scaled ``c``."""
+        a, b, c, alpha, beta = node.inputs
+        product = apply("matmul", a, b)
+        combined = fused([product, alpha, c, beta], GEMM_EPILOGUE)
+        self.keep += [product, combined]  # their ids key self.types while the plan lives
+        self.types[id(product)] = t
+        mm = self.op_matmul(product, ins[:2], t)
+        return self.elementwise(combined, [mm, ins[3], ins[2], ins[4]], t)
 
     # ---- softmax family -------------------------------------------------------------------
     def _row(self, kind: str, label: str, x: Layout, y: Layout | None, shape: tuple, axis: int,

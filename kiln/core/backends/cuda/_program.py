@@ -92,6 +92,7 @@ class _Planner(Lowering):
         self.checks: list[Callable[[], None]] = []  # e.g. kn.IndexCheck: raise after the run
         self.layouts: dict[int, Layout] = {}
         self.types: dict[int, TensorType] = {}
+        self.keep: list[Node] = []  # nodes a kernel builds for itself (Lowering.op_gemm)
         self.feed_shapes = feed_shapes
 
     # ---- helpers --------------------------------------------------------------------------
