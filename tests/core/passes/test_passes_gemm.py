@@ -56,18 +56,26 @@ def test_momentum_updates_are_gemms_written_into_the_velocities():
 
 
 @pytest.mark.nojit
-def test_momentum_training_matches_the_reference_backend():
+def test_plain_sgd_updates_are_the_gemms_themselves():
+    # w - lr * x.T @ dy: the GEMM writes the new kernel straight into w, no update kernel
     rng = np.random.default_rng(3)
-    data = rng.normal(size=(4, 20, 12)).astype("float32")
-    labels = rng.integers(0, 4, size=(4, 20)).astype("int32")
-    result = {}
+    w0 = rng.normal(size=(12, 7)).astype("float32")
+    batches = [(rng.normal(size=(9, 12)).astype("float32") + k,
+                rng.normal(size=(9, 7)).astype("float32")) for k in range(3)]
+    x = kiln.placeholder((None, 12))
+    t = kiln.placeholder((None, 7))
+    got = {}
     for backend in ("reference", "cpu"):
-        step, variables = _mlp_momentum(backend)
-        losses = [float(step(data[i], labels[i])) for i in range(4)]
-        result[backend] = (losses, [v.numpy() for v in variables])
-    np.testing.assert_allclose(result["cpu"][0], result["reference"][0], rtol=1e-5)
-    for a, b in zip(result["cpu"][1], result["reference"][1]):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        w = kiln.Variable(w0.copy())
+        loss = K.mean(K.square(K.matmul(x, w) - t))
+        (g,) = kiln.grad(loss, [w])
+        step = kiln.function([x, t], loss, updates=[(w, w - g * 0.1)], backend=backend)
+        for xb, tb in batches:
+            step(xb, tb)
+        got[backend] = w.numpy()
+    assert _ops(step.optimized_graph).count("gemm") == 1
+    assert step.program.plan(list(batches[0])).info["inplace_updates"] == 1
+    np.testing.assert_allclose(got["cpu"], got["reference"], rtol=1e-5, atol=1e-5)
 
 
 def test_a_learning_rate_variable_is_read_at_each_call():
