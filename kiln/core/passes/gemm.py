@@ -12,7 +12,7 @@ a product written, read back and combined by an elementwise kernel (docs/archite
 Rewrites, for ``p = matmul(a, b)`` of two matrices (float32 / float64) that nothing else
 reads (not a graph output), ``s`` and ``t`` scalars (0-d) of its dtype, ``c`` a tensor of
 the product's type that is a Variable or a kernel's result read by nothing else (where the
-result can take its storage: see ``_accumulator``):
+result can take its storage: see ``_accumulator``), of at least ``MIN_ELEMENTS`` elements:
 
     add(t * c, s * p), add(s * p, t * c)  -> gemm(a, b, c, s, t)
     sub(t * c, s * p)                     -> gemm(a, b, c, -s, t)
@@ -30,6 +30,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from kiln.core.ir import Graph, Node
@@ -45,6 +47,13 @@ from kiln.core.passes._util import (
 )
 
 DTYPES = ("float32", "float64")
+# Smaller sums stay a matmul and an elementwise kernel: a BLAS call with alpha and beta costs a
+# fixed ~10-20 us more on the CPU (a ctypes call and OpenBLAS's beta pass), more than a small
+# elementwise pass (bench_cpu.py's tiny_train, 32-64-64-1 MLP with SGD momentum: its step took
+# 2x the time with its three kernels' updates, of 2048 / 4096 / 64 elements, as gemms; the
+# 784-512-256-10 MLP's 256 x 10 kernel: 28 us as a gemm against 14 + 1 for matmul and update).
+MIN_ELEMENTS = 1 << 14
+UNKNOWN_DIM = 64  # an unknown dim counts as the planner's batch (kiln.core.plan.PLANNER_BATCH)
 
 
 def _scalar(node: Node, dtype: str) -> bool:
@@ -87,6 +96,8 @@ def _product(node: Node, single: set[int], dtype: str) -> tuple[Node, Node | Non
 def _match(node: Node, single: set[int]) -> tuple[Node, Node, int, Node | None, int] | None:
     """(matmul, c, sign of s, s, sign of t, t) for a sum the pass rewrites, else None."""
     if node.op not in ("add", "sub") or node.dtype not in DTYPES or node.ndim != 2:
+        return None
+    if math.prod(UNKNOWN_DIM if d is None else d for d in node.shape) < MIN_ELEMENTS:
         return None
     x, y = node.inputs
     sub = node.op == "sub"

@@ -238,3 +238,57 @@ def test_a_training_step_is_the_same_through_either_blas(using, monkeypatch):
         results.append(kiln.function([x], [loss, *kiln.grad(loss, [w])], backend="cpu")(xv))
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=2e-5)
+
+
+# ---- gemm with alpha and beta, axpy (the gemm pass's kernels: kiln/core/passes/gemm.py) ---------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "edges"])
+def test_gemm_with_alpha_and_beta_matches_the_float64_sum(layout, dtype):
+    if blas.numpy_library() is None:
+        pytest.skip("NumPy's BLAS is not OpenBLAS")
+    rng = np.random.default_rng(11)
+    m, n, k = (1, 3, 2) if layout == "edges" else (37, 29, 41)  # edges far under MIN_EDGE
+    a = _rand(rng, (k, m), dtype).T if layout == "tn" else _rand(rng, (m, k), dtype)
+    b = _rand(rng, (n, k), dtype).T if layout == "nt" else _rand(rng, (k, n), dtype)
+    c = _rand(rng, (m, n), dtype)
+    out = c.copy()
+    assert blas.gemm(a, b, out, -0.3, 0.9)
+    want = -0.3 * (a.astype(np.float64) @ b) + 0.9 * c
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(out, want, rtol=tol, atol=tol)
+
+
+def test_gemm_refuses_what_blas_cannot_take():
+    x = np.ones((8, 8), np.float32)
+    assert not blas.gemm(x, x, x, 1.0, 1.0)  # the result overlaps an operand
+    assert not blas.gemm(x, x, np.ones((8, 8), np.float64), 1.0, 1.0)  # dtypes differ
+    assert not blas.gemm(np.ones((2, 8, 8), np.float32), np.ones((2, 8, 8), np.float32),
+                         np.ones((2, 8, 8), np.float32), 1.0, 1.0)  # a batch
+    assert not blas.gemm(x, x, np.ones((16, 16), np.float32)[::2, ::2], 1.0, 1.0)  # strided C
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_axpy_adds_with_numpys_bits(dtype):
+    if blas.numpy_library() is None:
+        pytest.skip("NumPy's BLAS is not OpenBLAS")
+    rng = np.random.default_rng(12)
+    x = _rand(rng, (300, 257), dtype)
+    y = _rand(rng, (300, 257), dtype)
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, np.finfo(dtype).tiny / 4,
+                         np.finfo(dtype).max], dtype)
+    x.ravel()[:6] = specials
+    y.ravel()[:6] = specials[::-1]
+    want = np.add(y, x)
+    out = y.copy()
+    with np.errstate(all="ignore"):
+        assert blas.axpy(x, out)
+    np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), want.view(f"u{want.itemsize}"))
+    assert not blas.axpy(x[:, :-1], out[:, :-1])  # not contiguous
+    assert not blas.axpy(np.ones(out.shape, np.float16), out)  # another dtype
+
+
+def test_axpy_without_blas_is_numpys_add(monkeypatch):
+    monkeypatch.setattr(blas, "axpy", lambda x, out: False)
+    x, out = np.arange(6.0).reshape(2, 3), np.ones((2, 3))
+    threads.axpy(x, out)
+    np.testing.assert_array_equal(out, np.arange(6.0).reshape(2, 3) + 1)

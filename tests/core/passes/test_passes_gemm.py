@@ -2,6 +2,8 @@
 (kiln/core/passes/gemm.py), its kernel (backends/cpu/threads.gemm) and the in-place rule for its
 accumulator (kiln/core/memory.py, kiln/core/plan.py)."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,14 @@ from kiln.core.backends.cpu import threads
 from kiln.core.ir import Graph
 from kiln.core.passes import optimize
 from kiln.core.passes.gemm import gemm
+
+gemm_pass = sys.modules["kiln.core.passes.gemm"]  # the package's `gemm` is the function
+
+
+@pytest.fixture(autouse=True)
+def small_sums(monkeypatch):
+    # the tests' sums are small: let the pass take them (the size rule has its own test)
+    monkeypatch.setattr(gemm_pass, "MIN_ELEMENTS", 1)
 
 
 def _ops(graph):
@@ -76,6 +86,32 @@ def test_plain_sgd_updates_are_the_gemms_themselves():
     assert _ops(step.optimized_graph).count("gemm") == 1
     assert step.program.plan(list(batches[0])).info["inplace_updates"] == 1
     np.testing.assert_allclose(got["cpu"], got["reference"], rtol=1e-5, atol=1e-5)
+
+
+def test_the_velocity_is_added_to_a_large_kernel_by_axpy():
+    # w + v after the gemm: BLAS's axpy where the kernel has AXPY_MIN_ELEMENTS elements, a
+    # generated loop below; the same values either way (the reference backend's)
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(32, 300)).astype("float32")
+    t = rng.normal(size=(32, 256)).astype("float32")
+    w0 = rng.normal(size=(300, 256)).astype("float32") * 0.05
+    got = {}
+    for backend in ("reference", "cpu"):
+        w = kiln.Variable(w0.copy())
+        v = kiln.Variable(np.zeros_like(w0))
+        px, pt = kiln.placeholder((None, 300)), kiln.placeholder((None, 256))
+        loss = K.mean(K.square(K.matmul(px, w) - pt))
+        (g,) = kiln.grad(loss, [w])
+        new_v = v * 0.9 - g * 0.1
+        step = kiln.function([px, pt], loss, updates=[(v, new_v), (w, w + new_v)],
+                             backend=backend)
+        for _ in range(3):
+            step(x, t)
+        got[backend] = (w.numpy(), v.numpy())
+    labels = [s.label for s in step.program.plan([x, t]).steps]
+    assert "add(axpy)" in labels and labels.count("gemm") == 1
+    for a, b in zip(got["cpu"], got["reference"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_a_learning_rate_variable_is_read_at_each_call():
@@ -185,6 +221,16 @@ def test_a_product_of_the_updated_variable_itself_is_not_written_over_its_operan
     np.testing.assert_allclose(w.numpy(), expect, rtol=1e-4, atol=1e-5)
 
 
+def test_sums_below_the_size_limit_stay_a_matmul_and_an_elementwise_kernel(monkeypatch):
+    monkeypatch.setattr(gemm_pass, "MIN_ELEMENTS", 1 << 14)
+    for rows, cols, want in ((128, 127, False), (128, 128, True), (None, 255, False),
+                             (None, 256, True)):  # an unknown dim counts as 64
+        x, w = kiln.placeholder((rows, 9)), kiln.placeholder((9, cols))
+        c = K.exp(kiln.placeholder((rows, cols)))
+        g = gemm(Graph([x, w], [c - K.matmul(x, w) * 0.5]))
+        assert ("gemm" in _ops(g)) == want, (rows, cols)
+
+
 def test_the_pipeline_runs_the_pass_and_can_skip_it():
     x, w, c = kiln.placeholder((8, 9)), kiln.placeholder((9, 10)), kiln.placeholder((8, 10))
     g = Graph([x, w, c], [K.exp(c) * 0.9 - K.matmul(x, w) * 0.01])
@@ -204,7 +250,7 @@ def test_the_kernel_computes_the_reference_in_place_or_into_another_buffer(dtype
     expect = alpha * (a.T.astype(np.float64) @ b) + beta * c
     acc = c.copy()
     out = acc if in_place else np.full_like(c, np.nan)
-    threads.gemm(a.T, b, acc, alpha, beta, out)
+    threads.gemm(a.T, b, None if in_place else acc, alpha, beta, out)
     tol = 1e-5 if dtype == "float32" else 1e-12
     np.testing.assert_allclose(out, expect, rtol=tol, atol=tol)
     if not in_place:

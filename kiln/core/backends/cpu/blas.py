@@ -152,6 +152,14 @@ class Library:
                            scalar, ctypes.c_void_p, index, ctypes.c_void_p, index, scalar,
                            ctypes.c_void_p, index]
             self.gemm[np.dtype(dtype)] = fn
+        self.axpy = {}
+        for dtype, name, scalar in ((np.float32, "saxpy", ctypes.c_float),
+                                    (np.float64, "daxpy", ctypes.c_double)):
+            fn = getattr(lib, f"{prefix}cblas_{name}{suffix}", None)
+            if fn is not None:
+                fn.restype = None
+                fn.argtypes = [index, scalar, ctypes.c_void_p, index, ctypes.c_void_p, index]
+                self.axpy[np.dtype(dtype)] = fn
         self.set_threads = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}")
         self.set_threads.restype, self.set_threads.argtypes = None, [ctypes.c_int]
 
@@ -370,3 +378,16 @@ def numpy_library() -> Library | None:
                     lib.better = False
                 _state["numpy_lib"] = lib
     return _state["numpy_lib"]
+
+
+def axpy(x: np.ndarray, out: np.ndarray) -> bool:
+    """``out += x`` (contiguous arrays of one shape and dtype, float32 or float64) by
+    ``cblas_?axpy`` of the OpenBLAS :func:`gemm` uses; False, doing nothing, where there is
+    none or the arrays do not suit it."""
+    lib = library() if decide()[1] else numpy_library()
+    fn = None if lib is None else lib.axpy.get(out.dtype)
+    if (fn is None or x.dtype != out.dtype or x.shape != out.shape
+            or not (x.flags.c_contiguous and out.flags.c_contiguous)):
+        return False
+    fn(out.size, 1.0, x.__array_interface__["data"][0], 1, out.__array_interface__["data"][0], 1)
+    return True

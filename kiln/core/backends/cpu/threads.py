@@ -113,9 +113,9 @@ def matmul(a: Any, b: Any, out: Any) -> None:
 
 def gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, out: Any) -> None:
     """``out = alpha * (a @ b) + beta * c`` (the ``gemm`` op; ``alpha``, ``beta`` 0-d arrays read
-    at each call: a learning rate may change between steps), under the GEMM lock. ``out`` may
-    be ``c``'s own buffer (the planner writes an update in place): then BLAS reads and writes
-    it element by element; otherwise ``c`` is copied into ``out`` first. One BLAS call with
+    at each call: a learning rate may change between steps), under the GEMM lock. ``c`` None:
+    ``out`` holds it already (the planner writes an update in place; BLAS reads and writes it
+    element by element); otherwise ``c`` is copied into ``out`` first. One BLAS call with
     ``beta`` (:func:`kiln.core.backends.cpu.blas.gemm`), the product never written on its own;
     where no BLAS takes it, or ``alpha`` or ``beta`` is 0 (BLAS would skip that operand, and a
     NaN in it would not reach the result as it does in ``0 * NaN``), NumPy in the reference's
@@ -125,8 +125,7 @@ def gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, out: Any) -> None:
     from kiln.core.backends.cpu import blas
 
     al, be = alpha.item(), beta.item()
-    if not (out.__array_interface__["data"][0] == c.__array_interface__["data"][0]
-            and out.strides == c.strides):
+    if c is not None:
         np.copyto(out, c)
     with _GEMM_LOCK:
         if al != 0 and be != 0 and blas.gemm(a, b, out, al, be):
@@ -135,6 +134,19 @@ def gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, out: Any) -> None:
     np.multiply(product, alpha, out=product)
     np.multiply(out, beta, out=out)
     np.add(product, out, out=out)
+
+
+def axpy(x: Any, out: Any) -> None:
+    """``out += x`` for two contiguous float arrays of one shape, by BLAS's axpy (alpha 1: the
+    same bits as the add) under the GEMM lock; NumPy's add where no OpenBLAS is at hand."""
+    import numpy as np
+
+    from kiln.core.backends.cpu import blas
+
+    with _GEMM_LOCK:
+        if blas.axpy(x, out):
+            return
+    np.add(out, x, out=out)
 
 # ---- kiln's kernel threads ---------------------------------------------------------------------
 # A kernel that pays for threads is compiled serial (numba ``parallel=True`` costs 3-4x the
