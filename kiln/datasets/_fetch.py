@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import http.client
 import os
 import shutil
 import tempfile
-import urllib.request
 import zlib
 from pathlib import Path
 
@@ -98,6 +96,9 @@ def download(
         >>> download(BASE + "t10k-labels-idx1-ubyte.gz", Path("data/t10k-labels-idx1-ubyte.gz"),
         ...          "f7ae60f9...")  # doctest: +SKIP
     """
+    import http.client  # here: importing them (ssl, email ...) costs ~15 ms of every start
+    import urllib.request
+
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     tmp = Path(tmp_name)
@@ -119,6 +120,9 @@ def download(
 def download_md5(url: str, dest: Path, md5: str, timeout: float = 60.0) -> Path:
     """Like :func:`download` for a file whose only published hash is an md5 (Keras'
     word index): a temp file beside ``dest``, renamed over it once the md5 matches."""
+    import http.client
+    import urllib.request
+
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     tmp = Path(tmp_name)
