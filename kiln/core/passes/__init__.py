@@ -10,6 +10,7 @@ cse            global value numbering (commutative operands, equal constants)
 simplify       algebraic identities + numerical stabilization (log_softmax, cross-entropy)
 dce            drop what no output needs
 loops          one forward loop per sequence, unused loop outputs dropped, bodies optimized
+fold_affine    a per-channel scale and shift after a convolution -> its kernel and bias
 gemm           a product scaled into a sum with a same-shaped tensor -> one BLAS ``gemm``
 fuse           elementwise groups (+ reduction epilogue) -> one ``fused`` node each
 remat          recomputation until the memory plan fits ``memory_budget`` (only if given)
@@ -40,6 +41,7 @@ from kiln.core.passes.canonicalize import canonicalize
 from kiln.core.passes.constant_fold import constant_fold
 from kiln.core.passes.cse import cse
 from kiln.core.passes.dce import dce
+from kiln.core.passes.fold_affine import fold_affine
 from kiln.core.passes.fuse import fuse
 from kiln.core.passes.gemm import gemm
 from kiln.core.passes.loops import loops
@@ -55,6 +57,7 @@ PIPELINE: list[tuple[str, Callable[..., Graph]]] = [
     ("simplify", simplify),
     ("dce", dce),
     ("loops", loops),
+    ("fold_affine", fold_affine),
     ("gemm", gemm),
     ("fuse", fuse),
     ("remat", remat),

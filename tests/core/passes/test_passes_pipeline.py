@@ -32,7 +32,7 @@ def test_pipeline_order_and_report_fields():
     out, report = optimize(g)
     assert isinstance(report, Report)
     assert PASS_NAMES == ("canonicalize", "constant_fold", "cse", "simplify", "dce", "loops",
-                          "gemm", "fuse", "remat", "verify")
+                          "fold_affine", "gemm", "fuse", "remat", "verify")
     assert [e.name for e in report.passes] == [n for n in PASS_NAMES if n != "remat"]
     assert report.passes[0].nodes_before == len(g)
     for a, b in zip(report.passes, report.passes[1:]):
@@ -66,7 +66,8 @@ def test_exclude_by_name_and_unknown_names():
     out, report = optimize(g, exclude=("fuse", "simplify"))
     assert "fused" not in out.count_ops()
     assert [e.name for e in report.passes] == ["canonicalize", "constant_fold", "cse", "dce",
-                                               "loops", "gemm", "verify"]
+                                               "loops", "fold_affine", "gemm",
+                                               "verify"]
     _, report = kiln.core.optimize(g, exclude="fuse")  # forwards; a single name works too
     assert "fuse" not in [e.name for e in report.passes]
     with pytest.raises(ValueError, match="unknown pass name.*'fusion'.*canonicalize"):
