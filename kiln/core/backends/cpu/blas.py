@@ -355,7 +355,7 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, alpha: float, beta: floa
     it (see :func:`matmul`): the caller computes it with NumPy."""
     if a.ndim != 2:
         return False
-    lib = library() if decide()[1] else numpy_library()
+    lib = (library() if decide()[1] else None) or numpy_library()
     call = None if lib is None else _call(lib, a, b, out, 0, 1)
     if call is None:
         return False
@@ -384,7 +384,7 @@ def axpy(x: np.ndarray, out: np.ndarray) -> bool:
     """``out += x`` (contiguous arrays of one shape and dtype, float32 or float64) by
     ``cblas_?axpy`` of the OpenBLAS :func:`gemm` uses; False, doing nothing, where there is
     none or the arrays do not suit it."""
-    lib = library() if decide()[1] else numpy_library()
+    lib = (library() if decide()[1] else None) or numpy_library()
     fn = None if lib is None else lib.axpy.get(out.dtype)
     if (fn is None or x.dtype != out.dtype or x.shape != out.shape
             or not (x.flags.c_contiguous and out.flags.c_contiguous)):

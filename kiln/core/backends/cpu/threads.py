@@ -110,7 +110,6 @@ def matmul(a: Any, b: Any, out: Any) -> None:
             np.matmul(a, b, out=out)
 
 
-
 def gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, out: Any) -> None:
     """``out = alpha * (a @ b) + beta * c`` (the ``gemm`` op; ``alpha``, ``beta`` 0-d arrays read
     at each call: a learning rate may change between steps), under the GEMM lock. ``c`` None:
@@ -147,6 +146,7 @@ def axpy(x: Any, out: Any) -> None:
         if blas.axpy(x, out):
             return
     np.add(out, x, out=out)
+
 
 # ---- kiln's kernel threads ---------------------------------------------------------------------
 # A kernel that pays for threads is compiled serial (numba ``parallel=True`` costs 3-4x the
