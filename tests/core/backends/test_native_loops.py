@@ -528,10 +528,12 @@ def test_a_cache_folder_that_cannot_be_written_leaves_native_kernels_in_memory(
 
 
 @pytest.mark.parametrize("ci, groups, co, strides, kernels", [
+    # strided: the input gradient as one grouped forward per phase (3 input channels per
+    # group are the phases' outputs: conv_grouped_kernel_g3)
     (6, 2, 12, (2, 1), ("conv_grouped_kernel_g6", "conv_grouped_filter_kernel_g6",
-                        "conv_grouped_input_kernel_g6")),
+                        "conv_grouped_kernel_g3", "phase_flip")),
     (6, 6, 12, (2, 1), ("conv_grouped_kernel_g2", "conv_grouped_filter_kernel_g2",
-                        "conv_grouped_input_kernel_g2")),       # depthwise, multiplier 2
+                        "conv_grouped_kernel_g1", "phase_flip")),  # depthwise, multiplier 2
     # stride 1: the input gradient as the grouped forward of the cotangent (flipped kernel)
     (16, 4, 20, (1, 1), ("conv_grouped_kernel_g5", "conv_grouped_filter_kernel_g5",
                          "conv_grouped_kernel_g4_c5", "flip")),
@@ -554,10 +556,39 @@ def test_grouped_convolutions_run_natively_with_numbas_bits(ci, groups, co, stri
         return kiln.function([p], [y, *kiln.grad(loss, [w, p])], backend="cpu")
 
     got, names = _same_bits(build, (x,))
-    for kernel in kernels:  # each ran (natively, but the kernel's flip)
-        assert kernel in names and (kernel == "flip" or names[kernel].startswith("kiln_")), (
-            kernel, names)
+    for kernel in kernels:  # each ran (natively, but the kernel's flips)
+        assert kernel in names and (kernel.endswith("flip") or names[kernel].startswith(
+            "kiln_")), (kernel, names)
     _check_conv_and_gradients(got, x, k, attrs)
+
+
+@pytest.mark.parametrize("padding", ["same", "valid"])
+@pytest.mark.parametrize("kernel, strides", [((3, 3), (2, 2)), ((2, 3), (2, 3)),
+                                             ((1, 1), (2, 2)), ((5, 4), (3, 1)),
+                                             ((3, 2), (1, 2))])
+def test_a_strided_grouped_input_gradient_by_phases_matches_the_float64_reference(
+        kernel, strides, padding):
+    # every input position in exactly one phase; phases no tap reaches (a 1x1 kernel with
+    # stride 2) are zeros; odd sizes leave phases of different lengths
+    rng = np.random.default_rng(9)
+    ci, co, groups = 12, 24, 3
+    x = rng.normal(size=(3, 11, 9, ci)).astype(np.float32)
+    k = rng.normal(size=(*kernel, ci // groups, co)).astype(np.float32)
+    attrs = {"strides": strides, "padding": padding, "dilation": (1, 1), "groups": groups}
+    p = kiln.placeholder((None, 11, 9, ci))
+    w = kiln.placeholder(k.shape)
+    y = K.conv2d(p, w, strides=strides, padding=padding, groups=groups)
+    ct_shape = (3, *y.shape[1:])
+    ct = rng.normal(size=ct_shape).astype(np.float32)
+    c = kiln.placeholder((None, *y.shape[1:]))
+    (dx,) = kiln.grad(K.sum(y * c), [p])
+    f = kiln.function([p, w, c], [dx])
+    got = f(x, k, ct)[0]
+    labels = [s.label for s in f.program.plan([x, k, ct]).steps]
+    assert any(lab.endswith("phase_scatter") for lab in labels), labels
+    want = all_ops()["conv2d_backprop_input"].ref(ct.astype(np.float64), k.astype(np.float64),
+                                                   input_shape=x.shape[1:], **attrs)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def _check_conv_and_gradients(got: list, x: np.ndarray, k: np.ndarray, attrs: dict) -> None:

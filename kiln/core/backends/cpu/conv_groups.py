@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.core.backends.cpu import native_blocked, native_groups
+from kiln.core.backends.cpu import native_blocked, native_groups, threads
 from kiln.core.backends.cpu.conv import _call, _call_summed, _conv_params
 from kiln.core.ir import Node
 from kiln.core.ops.window import window2d
@@ -158,6 +158,10 @@ def build_grouped(b, node: Node) -> None:
             _input_as_forward(b, node, first, second, out, groups,
                               twin("", cog, kernel_shape[2]))
             return
+        if not depthwise and tuple(node.attrs["dilation"]) == (1, 1):
+            _input_by_phases(b, node, first, second, out, groups,
+                             twin("", cog, kernel_shape[2]))
+            return
         _, _, p = _conv_params(node.attrs["input_shape"][:2], second.shape[:2], node.attrs)
         _call(b, conv_grouped_input_kernel, out, first, second, np.append(p, groups),
               twin=twin("_input", kernel_shape[2], cog))
@@ -185,6 +189,67 @@ def _input_as_forward(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.ndar
     b.add(_flip_groups, (w, flipped, groups), label=f"{node.op}:flip")
     p = np.array([1, 1, dh, dw, (kh - 1) * dh - pt, (kw - 1) * dw - pl, groups], np.int64)
     _call(b, conv_grouped_kernel, out, ct, flipped, p, twin=twin)
+
+
+def _phase(size: int, k: int, s: int, pad: int, r: int) -> tuple[int, int, int]:
+    """One axis of phase ``r`` of a stride-``s`` input gradient: ``(taps, first, count)``.
+    The input positions ``i`` with ``(i + pad) % s == r`` take the taps ``r, r + s, ...`` of
+    the kernel (``taps`` of them) and the cotangent positions ``q - j`` (``j < taps``) with
+    ``q = (i + pad - r) / s``: ``first`` is the smallest such ``q`` of an ``i >= 0``, ``count``
+    how many ``i < size`` there are."""
+    taps = len(range(r, k, s))
+    first = -((r - pad) // s)
+    last = (size - 1 + pad - r) // s
+    return taps, first, max(0, last - first + 1)
+
+
+def _input_by_phases(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
+                     groups: int, twin: str | tuple) -> None:
+    """The input gradient of a grouped convolution with strides (dilation 1) as one stride-1
+    grouped forward per phase (``s_h * s_w`` of them, :func:`_phase`): each phase's input
+    positions take every ``s``-th tap of the kernel, so the phase is the forward of the
+    cotangent with that sub-kernel flipped (as in :func:`_input_as_forward`), written to a
+    scratch image and copied to its rows and columns of ``out``. The same multiply-adds as the
+    scalar loops' (which add each input element's products in one chain, skipping the taps
+    outside the image), in another order: 16 channels per group, 56 x 56 x 64, stride 2,
+    batch 32: 51 -> 10.9 ms (docs/architecture.md, "Native loops")."""
+    kh, kw, cig, co = w.shape
+    cog = co // groups
+    (sh, sw) = node.attrs["strides"]
+    h, wd = node.attrs["input_shape"][:2]
+    _, ((pt, _), (pl, _)) = window2d((h, wd), (kh, kw), (sh, sw), (1, 1),
+                                     node.attrs["padding"])
+    n = ct.shape[0]
+    for rh in range(sh):
+        th, qh, nh = _phase(h, kh, sh, pt, rh)
+        for rw in range(sw):
+            tw, qw, nw = _phase(wd, kw, sw, pl, rw)
+            if nh == 0 or nw == 0:
+                continue
+            rows = slice(qh * sh + rh - pt, None, sh)
+            cols = slice(qw * sw + rw - pl, None, sw)
+            target = out[:, rows, cols][:, :nh, :nw]
+            if th == 0 or tw == 0:  # no tap reaches these positions
+                b.add(np.copyto, (target, np.zeros((), out.dtype)),
+                      label=f"{node.op}:phase_zeros")
+                continue
+            flipped = np.empty((th, tw, cog, groups * cig), w.dtype)
+            b.add(_flip_groups, (w[rh::sh, rw::sw], flipped, groups),
+                  label=f"{node.op}:phase_flip")
+            scratch = np.empty((n, nh, nw, groups * cig), out.dtype)
+            p = np.array([1, 1, 1, 1, th - 1 - qh, tw - 1 - qw, groups], np.int64)
+            _call(b, conv_grouped_kernel, scratch, ct, flipped, p, twin=twin)
+            b.add(_scatter, (target, scratch), label=f"{node.op}:phase_scatter")
+
+
+def _scatter(target: np.ndarray, scratch: np.ndarray) -> None:
+    """``target[...] = scratch`` (a phase's rows and columns of the input gradient), the images
+    split over kiln's threads (one strided copy: 0.8 ms for 6.4 MB on one thread)."""
+    parts = threads.chunks(target.shape[0], threads.kernel_threads())
+    if len(parts) == 1:
+        np.copyto(target, scratch)
+        return
+    threads.POOL.run([(np.copyto, (target[lo:hi], scratch[lo:hi])) for lo, hi in parts])
 
 
 def _flip_groups(w: np.ndarray, out: np.ndarray, groups: int) -> None:
