@@ -26,6 +26,8 @@ planner picked (the plan's labels). Cases (batch ``--batch``, 32 by default):
                 conv2d_backprop_input of the layer's input; its input gradient is a conv2d)
 * ``dw``        depthwise 64 channels, 16 x 16, 3x3, same (groups = 64)
 * ``g4``        grouped 64 -> 64, 16 x 16, 3x3, same, 4 groups
+* ``dw_s2``     depthwise 64 channels, 32 x 32, 3x3, stride 2, same (a MobileNet downsampling)
+* ``g4_s2``     grouped 64 -> 64, 32 x 32, 3x3, stride 2, same, 4 groups (a ResNeXt downsampling)
 
 Usage::
 
@@ -69,6 +71,8 @@ CASES = {
     "convT": (16, 16, 32, 64, (4, 4), 2, 1, 1, True),
     "dw": (16, 16, 64, 64, (3, 3), 1, 1, 64, False),
     "g4": (16, 16, 64, 64, (3, 3), 1, 1, 4, False),
+    "dw_s2": (32, 32, 64, 64, (3, 3), 2, 1, 64, False),
+    "g4_s2": (32, 32, 64, 64, (3, 3), 2, 1, 4, False),
 }
 OPS = ("forward", "input_grad", "kernel_grad")
 
