@@ -274,3 +274,18 @@ def test_subclassed_model(tmp_path):
     model.build((None, 3))
     check_against_predict(randomize(model), normal(3), tmp_path / "towers.onnx")
     assert "call" not in vars(model)  # the recorder restored the method
+
+
+def test_batchnormalization_folded_into_its_convolution_matches_predict(tmp_path):
+    # Conv2D -> BatchNormalization (no activation between): the fold_affine pass makes the
+    # kernel W * scale and the bias an add; the exported graph computes the same as predict
+    model = randomize(kiln.Sequential([
+        kiln.Input((12, 12, 3)), L.Conv2D(16, 3, padding="same"), L.BatchNormalization(),
+        L.ReLU(), L.Conv2D(8, 3, use_bias=False), L.BatchNormalization(),
+        L.GlobalAveragePooling2D(), L.Dense(4)], name="conv_bn"))
+    proto = check_against_predict(model, normal(12, 12, 3), tmp_path / "conv_bn.onnx")
+    ops = ops_of(proto)
+    assert "Conv" in ops and "BatchNormalization" not in ops
+    graph = model.predict_function.optimized_graph
+    convs = [n for n in graph.nodes if n.op == "conv2d"]
+    assert len(convs) == 2 and all(c.inputs[1].op != "param" for c in convs)  # both folded
