@@ -66,6 +66,16 @@ from kiln.core.ir import Graph, Node, TensorType
 from kiln.core.ops.registry import ELEMENTWISE, FUSED, get_op
 from kiln.core.schedule import schedule
 
+# The batch size the program-wide memory plan sizes unknown dims with, and that static choices
+# count them as (threads or not, the gemm pass's size limit): a choice must not depend on the
+# actual batch (see kiln.core.plan.StaticPlan.assign_buffers).
+PLANNER_BATCH = 64
+
+
+def planned_elements(shape: Sequence) -> int:
+    """The elements of ``shape`` with every unknown dim counted as :data:`PLANNER_BATCH`."""
+    return int(np.prod([PLANNER_BATCH if d is None else d for d in shape], dtype=np.int64))
+
 ALIGN = 64
 GREEDY_LIMIT = 2000  # records planned greedily by size; bigger graphs use a linear scan
 _SOURCES = ("constant", "placeholder", "param")

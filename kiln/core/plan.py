@@ -33,16 +33,18 @@ import numpy as np
 
 from kiln.core.ir import Graph, Node, TensorType
 from kiln.core.layout import Layout
-from kiln.core.memory import elementwise_output, overwritable_inputs, plan_memory
+from kiln.core.memory import (
+    PLANNER_BATCH,
+    elementwise_output,
+    overwritable_inputs,
+    plan_memory,
+)
 from kiln.core.ops.registry import SHAPE, get_op
 from kiln.core.passes.fuse import group_chains
 from kiln.core.schedule import schedule
 
 SOURCES = ("placeholder", "param", "constant")
 END = 1 << 60  # the "last step" of a value that outlives the program (a graph output)
-# The batch size the program-wide memory plan sizes unknown dims with (its choices must not
-# depend on the actual batch: see StaticPlan.assign_buffers).
-PLANNER_BATCH = 64
 
 
 # ---- once per program ---------------------------------------------------------------------------

@@ -17,8 +17,8 @@ value's dtype, not computed from the convolution: a training BatchNormalization'
 statistics are, so training graphs keep theirs), without changing the value's type; a link
 read elsewhere ends the chain (its readers get the folded value). It folds only a chain
 that scales (a bias add alone is already the epilogue) and only where the activation has at
-least ``MIN_RATIO`` times the kernel's elements (unknown dims counted as 64): the kernel's
-product is paid at every call.
+least ``MIN_RATIO`` times the kernel's elements (unknown dims counted as
+``memory.PLANNER_BATCH``): the kernel's product is paid at every call.
 
 Example:
     >>> g = fold_affine(Graph([x], [(K.conv2d(x, w) - mean) * inv + beta]))
@@ -28,22 +28,15 @@ Example:
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from kiln.core.ir import Graph, Node, depends_on
+from kiln.core.memory import planned_elements
 from kiln.core.ops.source import constant
 from kiln.core.passes._util import build, rebuild, with_outputs
 
 DTYPES = ("float32", "float64")
 MIN_RATIO = 4
-UNKNOWN_DIM = 64  # as kiln.core.plan.PLANNER_BATCH
-
-
-def _elements(shape: tuple) -> int:
-    return math.prod(UNKNOWN_DIM if d is None else d for d in shape)
-
 
 def _per_channel(node: Node, channels: int, dtype: str) -> bool:
     shape = node.shape
@@ -117,7 +110,7 @@ def fold_affine(graph: Graph) -> Graph:
     ends: dict[int, tuple[Node, list]] = {}  # id(chain end) -> (conv, links)
     for n in graph.nodes:
         if (n.op != "conv2d" or n.dtype not in DTYPES or n.shape[-1] is None
-                or _elements(n.shape) < MIN_RATIO * _elements(n.inputs[1].shape)):
+                or planned_elements(n.shape) < MIN_RATIO * planned_elements(n.inputs[1].shape)):
             continue
         found = _chain(n, users, outputs)
         if found is not None:

@@ -30,11 +30,10 @@ Example:
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from kiln.core.ir import Graph, Node
+from kiln.core.memory import planned_elements
 from kiln.core.ops.registry import get_op
 from kiln.core.ops.source import constant
 from kiln.core.passes._util import (
@@ -52,8 +51,7 @@ DTYPES = ("float32", "float64")
 # elementwise pass (bench_cpu.py's tiny_train, 32-64-64-1 MLP with SGD momentum: its step took
 # 2x the time with its three kernels' updates, of 2048 / 4096 / 64 elements, as gemms; the
 # 784-512-256-10 MLP's 256 x 10 kernel: 28 us as a gemm against 14 + 1 for matmul and update).
-MIN_ELEMENTS = 1 << 14
-UNKNOWN_DIM = 64  # an unknown dim counts as the planner's batch (kiln.core.plan.PLANNER_BATCH)
+MIN_ELEMENTS = 1 << 14  # unknown dims counted as kiln.core.memory.PLANNER_BATCH
 
 
 def _scalar(node: Node, dtype: str) -> bool:
@@ -97,7 +95,7 @@ def _match(node: Node, single: set[int]) -> tuple[Node, Node, int, Node | None, 
     """(matmul, c, sign of s, s, sign of t, t) for a sum the pass rewrites, else None."""
     if node.op not in ("add", "sub") or node.dtype not in DTYPES or node.ndim != 2:
         return None
-    if math.prod(UNKNOWN_DIM if d is None else d for d in node.shape) < MIN_ELEMENTS:
+    if planned_elements(node.shape) < MIN_ELEMENTS:
         return None
     x, y = node.inputs
     sub = node.op == "sub"

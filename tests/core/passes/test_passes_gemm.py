@@ -270,3 +270,21 @@ def test_a_zero_scale_still_propagates_nan_like_the_reference():
     a[2, 5] = np.nan
     threads.gemm(a, b, np.zeros_like(c), zero, one, out)
     assert np.isnan(out[2]).all() and np.isfinite(np.delete(out, 2, axis=0)).all()
+
+
+def test_the_op_names_itself_and_the_shapes_it_refuses():
+    from kiln.core.ops.registry import apply
+
+    m = {s: kiln.placeholder(s) for s in ((3, 4), (4, 5), (3, 5), (5, 5), (2,))}
+    one = kiln.placeholder(())
+    with pytest.raises(ValueError, match=r"gemm: cannot multiply \(3, 4\) by \(5, 5\)"):
+        apply("gemm", m[(3, 4)], m[(5, 5)], m[(3, 5)], one, one)
+    with pytest.raises(ValueError, match=r"gemm: c must have the product's shape \(3, 5\), "
+                                         r"received \(5, 5\)"):
+        apply("gemm", m[(3, 4)], m[(4, 5)], m[(5, 5)], one, one)
+    with pytest.raises(ValueError, match=r"gemm: alpha and beta must be scalars, received \(2,\)"):
+        apply("gemm", m[(3, 4)], m[(4, 5)], m[(3, 5)], m[(2,)], one)
+    with pytest.raises(TypeError, match="gemm: expected float32 or float64 operands, received "
+                                        "int32"):
+        ints = [kiln.placeholder(s, "int32") for s in ((3, 4), (4, 5), (3, 5), (), ())]
+        apply("gemm", *ints)

@@ -23,9 +23,9 @@ from kiln.core.backends.cpu.codegen import (
 )
 from kiln.core.ir import Node, TensorType
 from kiln.core.layout import Layout, contiguous_strides, loop_nest
+from kiln.core.memory import planned_elements
 from kiln.core.ops.fused import combine, program_of
 from kiln.core.ops.registry import get_op
-from kiln.core.plan import PLANNER_BATCH
 
 # Loop nests are not padded to a common rank: a loop over contiguous operands stays one flat
 # loop. Padding every nest to rank 3 (one kernel for rank 1, 2 and 3 loops of the same
@@ -203,7 +203,7 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
     out_class = "Z" if red is not None and nest.strides[0][-1] == 0 else "N"
     # threads or not is decided on the static shape (unknown dims counted as PLANNER_BATCH),
     # so that a new batch size never needs the other variant of the kernel
-    size = int(np.prod([PLANNER_BATCH if d is None else d for d in static_it], dtype=np.int64))
+    size = planned_elements(static_it)
     spec = LoopSpec(head, red, tuple(in_dtypes), out.dtype, nest.rank, tuple(classes),
                     out_class, tuple(j for j, _ in extras), tuple(e.dtype for _, e in extras))
     params = list(nest.sizes) + [out.layout.offset] + list(nest.strides[0])

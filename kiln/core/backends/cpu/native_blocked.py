@@ -79,7 +79,7 @@ def _filter_rows(k: _Kernel, x_dims: list, ct_dims: list, geometry: tuple,
     n, ln = f.begin(k.n1, k.n0)
     i, li = f.begin(oh)
     a, la = f.begin(kh)
-    hi = f.add(k.sub(f.mul(i, sh), pt), f.mul(a, dh))
+    hi = k.position(i, sh, pt, a, dh)
     row_ok = f.when(k.inside(hi, h))
     b, lb = f.begin(kw)
     jlo, jhi = _columns(k, b, (ow, wd, sw, dw, pl))
@@ -136,7 +136,7 @@ def conv_grouped_filter_blocked_ir(symbol: str, dtype: str, cig: int, cog: int) 
                 start = _vector(f, "load", lanes, "%dw", f.add(drow, str(v * lanes)))
                 f.emit(f"store {vec} {start}, ptr {accs[r][v]}")
         j, lj = f.begin(jhi, jlo)
-        wi = f.add(k.sub(f.mul(j, sw), pl), f.mul(b, dw))
+        wi = k.position(j, sw, pl, b, dw)
         crow = f.add(k.index(ct_dims, n, i, j), f.mul(g, str(cog)))
         cvs = [_vector(f, "load", lanes, "%ct", f.add(crow, str(v * lanes))) for v in range(nv)]
         xrow = f.add(f.add(k.index(x_dims, n, hi, wi), f.mul(g, str(cig))), c0)
@@ -198,10 +198,10 @@ def conv_grouped_blocked_ir(symbol: str, dtype: str, cig: int, cog: int) -> str:
             for v in range(nv):
                 f.emit(f"store {vec} zeroinitializer, ptr {accs[r][v]}")
         a, la = f.begin(kh)
-        hi = f.add(k.sub(f.mul(i, sh), pt), f.mul(a, dh))
+        hi = k.position(i, sh, pt, a, dh)
         row_ok = f.when(k.inside(hi, h))
         b, lb = f.begin(kw)
-        cols = [f.add(k.sub(f.mul(f.add(j0, str(r)), sw), pl), f.mul(b, dw))
+        cols = [k.position(f.add(j0, str(r)), sw, pl, b, dw)
                 for r in range(width)]
         c, lc = f.begin(str(cig))
         wrow = f.add(f.mul(f.add(f.mul(f.add(f.mul(a, kw), b), str(cig)), c), co),

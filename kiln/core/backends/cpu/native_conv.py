@@ -52,6 +52,12 @@ class _Kernel:
         self.f.emit(f"{v} = sub nsw i64 {a}, {b}")
         return v
 
+    def position(self, o: str, stride: str, pad: str, tap: str, dilation: str) -> str:
+        """The input position ``o * stride - pad + tap * dilation`` that output position ``o``
+        reads through tap ``tap`` (one axis of a convolution's window)."""
+        f = self.f
+        return f.add(self.sub(f.mul(o, stride), pad), f.mul(tap, dilation))
+
     def inside(self, v: str, size: str) -> Val:
         """``0 <= v < size``."""
         return self.f.scalar("v >= 0 and v < n", {"v": Val(v, "i64"), "n": Val(size, "i64")})
@@ -130,7 +136,7 @@ def im2col_ir(symbol: str, dtype: str) -> str:
     w0 = k.sub(f.mul(j, sw), pl)
     a, la = f.begin(kh)
     crow = k.index(k.dims[0], n, i, j, a)
-    row = f.add(k.sub(f.mul(i, sh), pt), f.mul(a, dh))
+    row = k.position(i, sh, pt, a, dh)
     outside = f.when(f.scalar("not ok", {"ok": k.inside(row, h)}))
     k.fill("%cols", dtype, crow, kwc)
     f.done(outside)

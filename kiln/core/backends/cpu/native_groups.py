@@ -160,12 +160,12 @@ def _depthwise_forward_vectors(symbol: str, k: _Kernel) -> str:
         for r in range(width):
             f.emit(f"store {vec} zeroinitializer, ptr %dwacc{r}")
         a, la = f.begin(kh)
-        hi = f.add(k.sub(f.mul(i, sh), pt), f.mul(a, dh))
+        hi = k.position(i, sh, pt, a, dh)
         row_ok = f.when(k.inside(hi, h))
         b, lb = f.begin(kw)
         wv = _vector(f, "load", 16, "%w", f.add(f.mul(f.add(f.mul(a, kw), b), c), c0))
         for r in range(width):
-            wi = f.add(k.sub(f.mul(f.add(j0, str(r)), sw), pl), f.mul(b, dw))
+            wi = k.position(f.add(j0, str(r)), sw, pl, b, dw)
             col_ok = f.when(k.inside(wi, wd))
             xv = _vector(f, "load", 16, "%x", f.add(k.index(k.dims[1], n, hi, wi), c0))
             _mul_add(f, vec, f"%dwacc{r}", xv, wv)
@@ -230,7 +230,7 @@ def _depthwise_filter_vectors(symbol: str, k: _Kernel) -> str:
             f.emit(f"store {vec} {_vector(f, 'load', 16, '%dw', f.add(drow, str(16 * v)))}, "
                    f"ptr %dfacc{v}")
         j, lj = f.begin(jhi, jlo)
-        wi = f.add(k.sub(f.mul(j, sw), pl), f.mul(b, dw))
+        wi = k.position(j, sw, pl, b, dw)
         xrow = f.add(k.index(x_dims, n, hi, wi), c0)
         crow = f.add(k.index(ct_dims, n, i, j), c0)
         for v in range(width):
