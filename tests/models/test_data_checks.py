@@ -281,3 +281,63 @@ def test_a_refused_target_does_not_fix_the_metrics():
     logs = model.evaluate(x, y.astype(np.float32), verbose=0, return_dict=True)
     p = model.predict(x, verbose=0)[:, 0]
     np.testing.assert_allclose(logs["accuracy"], np.mean((p > 0.5) == (y == 1)), rtol=1e-6)
+
+
+# ---- the check's fast proof (one dot product or sum) and its element-by-element fallback -----
+def _oracle(a):
+    """The first non-finite value by NumPy's isfinite over the whole array, and the count."""
+    bad = ~np.isfinite(a)
+    if not bad.any():
+        return None
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    return index, int(bad.sum())
+
+
+@pytest.mark.parametrize("layout", ["c", "fortran", "strided"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.complex64])
+def test_first_non_finite_matches_isfinite(dtype, layout):
+    from kiln.models.data import first_non_finite
+
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((37, 22)).astype(dtype)
+    for bad in [None, ((0, 0), np.nan), ((36, 21), np.inf), ((17, 4), -np.inf),
+                ((5, 9), np.nan)]:
+        a = base.copy()
+        if bad is not None:
+            a[bad[0]] = bad[1]
+        a = {"c": a, "fortran": np.asfortranarray(a), "strided": a[:, ::1]}[layout]
+        if layout == "strided":  # every other column of a wider array: not contiguous
+            wide = np.zeros((37, 44), dtype)
+            wide[:, ::2] = a
+            a = wide[:, ::2]
+        found = first_non_finite(a)
+        want = _oracle(a)
+        if want is None:
+            assert found is None
+        else:
+            assert found[0] == want[0] and found[2] == want[1]
+            assert not np.isfinite(found[1])
+
+
+@pytest.mark.parametrize("dtype, big, proved", [(np.float32, 3e37, False),
+                                                (np.float64, 1e306, False),
+                                                (np.float16, 6e4, True)])
+def test_huge_finite_values_are_not_taken_for_inf(dtype, big, proved):
+    """Their sum overflows: the reduction proves nothing and the element-by-element scan
+    decides, finding nothing, or the one real NaN. float16 is summed in float32, which does
+    not overflow here: the sum is the proof."""
+    from kiln.models.data import _finite_by_reduction, first_non_finite
+
+    a = np.full((64, 33), big, dtype)
+    assert _finite_by_reduction(a) == proved
+    assert first_non_finite(a) is None
+    a[40, 7] = np.nan
+    found = first_non_finite(a)
+    assert found[0] == (40, 7) and found[2] == 1
+
+
+def test_fit_on_huge_finite_data_is_not_refused():
+    model = _regressor()
+    x, _ = blobs(32)
+    x[:, 0] = 3e37  # their sum overflows float32; every value is finite
+    model.fit(x, np.zeros((32, 1), np.float32), verbose=0, epochs=1)

@@ -91,6 +91,24 @@ def program_of(node: Node) -> tuple[Instruction, ...]:
     return ((node.op, args, tuple(sorted(node.attrs.items()))),)
 
 
+def reduced_type(node: Node, input_types: Sequence[TensorType] | None = None
+                 ) -> TensorType | None:
+    """The type of the value that ``node`` (a reduction, or a fused node whose program ends
+    with one) reduces: its iteration space; None for any other node. ``input_types`` (default:
+    the inputs' static types) may give run-time shapes instead."""
+    program = program_of(node)
+    op_name, args, _ = program[-1]
+    if get_op(op_name).kind != REDUCE:
+        return None
+    inputs = [i.type for i in node.inputs] if input_types is None else list(input_types)
+    types: list[TensorType] = []
+    for name, iargs, attrs in program[:-1]:
+        types.append(get_op(name).infer(*[inputs[-a - 1] if a < 0 else types[a] for a in iargs],
+                                        **dict(attrs)))
+    src = args[0]
+    return inputs[-src - 1] if src < 0 else types[src]
+
+
 def combine(members: Sequence[Node]) -> tuple[list[Node], tuple, dict[int, int]]:
     """One program computing every node of ``members`` (in order; each an elementwise or
     reduction node or a fused node, reading earlier members or outside values).

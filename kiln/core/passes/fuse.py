@@ -46,7 +46,7 @@ from typing import Any
 
 from kiln.core.ir import Graph, Node
 from kiln.core.memory import elementwise_output
-from kiln.core.ops.fused import combine, fused, program_of
+from kiln.core.ops.fused import combine, fused, program_of, reduced_type
 from kiln.core.ops.registry import get_op
 from kiln.core.passes._util import (
     TRANSCENDENTAL,
@@ -59,6 +59,8 @@ from kiln.core.passes._util import (
 )
 
 REDUCTIONS = frozenset({"sum", "mean", "max", "min", "prod", "logsumexp"})
+# reductions a multi-output loop may end with (the backends' generated reductions)
+TAIL_REDUCTIONS = frozenset({"sum", "mean", "max", "min", "prod"})
 CHEAP_UNARY = frozenset({"neg", "abs", "relu", "cast", "square", "sign", "floor", "ceil",
                          "round", "logical_not"})
 CHEAP_BINARY = frozenset({"add", "sub", "mul", "maximum", "minimum"})
@@ -202,6 +204,18 @@ def _chainable(node: Node) -> bool:
     return not is_source(node) and get_op(node.op).view is None and elementwise_output(node)
 
 
+def reduction_tail(node: Node) -> tuple | None:
+    """The iteration shape of ``node`` where it may END a multi-output group: a generated
+    reduction (plain, or a fused node whose program ends with one) of a float or integer
+    value; None otherwise."""
+    if is_source(node) or (node.op != "fused" and node.op not in TAIL_REDUCTIONS):
+        return None
+    if program_of(node)[-1][0] not in TAIL_REDUCTIONS:
+        return None
+    t = reduced_type(node)
+    return None if t is None else t.shape
+
+
 def _reads_any(nodes: list[Node], sources: list[Node], users: dict[int, list[Node]]) -> bool:
     """Whether any of ``nodes`` reads one of ``sources`` (through views)."""
     targets = {id(n) for n in nodes}
@@ -223,6 +237,11 @@ def group_chains(graph: Graph, updates: list[tuple[int, Any]],
     when nothing in between reads them, or else the consumer moves up to its latest producer
     when nothing in between reads what it overwrites (an update of a Variable).
 
+    A reduction over the group's shape that reads a member may end the group
+    (:func:`reduction_tail`): the loop then stores the members and accumulates the reduction
+    in the same pass (a ReLU gradient and the bias gradient summed from it). Nothing joins a
+    group after its reduction.
+
     Args:
         graph: the program's graph.
         updates: ``(output index, Variable)`` pairs: outputs that overwrite a Variable.
@@ -240,15 +259,17 @@ def group_chains(graph: Graph, updates: list[tuple[int, Any]],
         for i in n.inputs:
             users.setdefault(id(i), []).append(n)
     for node in list(order):
-        if not _chainable(node):
+        shape = node.shape if _chainable(node) else reduction_tail(node)
+        if shape is None:
             continue
         pos = {id(n): t for t, n in enumerate(order)}
         groups: list[list[Node]] = []
         heads: set[int] = set()
         for i in node.inputs:  # an input read twice (x * x) is one producer
-            if _chainable(i) and i.shape == node.shape and id(i) in pos:
+            if _chainable(i) and i.shape == shape and id(i) in pos:
                 g = group_of.get(id(i), [i])
-                if id(g[0]) not in heads and all(m.shape == node.shape for m in g):
+                if (id(g[0]) not in heads and all(m.shape == shape for m in g)
+                        and _chainable(g[-1])):  # a group ended by a reduction is closed
                     heads.add(id(g[0]))
                     groups.append(g)
         if not groups:

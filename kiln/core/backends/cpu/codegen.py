@@ -12,9 +12,12 @@ is specialized on dtypes, on the loop rank and on a class per operand, never on 
   element by element, and vectorizes (with two arrays that overlap, its run-time alias check
   fails and the scalar loop runs); ``"E0"``, ``"E1"`` ...: the same for a side output.
 
-A loop without reduction may store side outputs (``extra``: instruction indices) besides its
-result, all with the result's shape and layout: chains like a momentum update (``v`` then
-``p + v``) run as one pass over memory.
+A loop may store side outputs (``extra``: instruction indices) besides its result: chains
+like a momentum update (``v`` then ``p + v``) run as one pass over memory. Without reduction
+they share the result's shape and layout (one offset each: ``out_index + d``); a reduction's
+side outputs have the iteration space's shape and strides of their own (its output has
+stride 0 along the reduced dims), so a value and its sum come from one pass (a ReLU gradient
+and the bias gradient summed from it, BatchNormalization's gradient and its channel sums).
 
 Every array argument is a flat (1-D, C-contiguous) storage root; offsets, strides and sizes come
 in one int64 array ``p`` (scalar arguments would cost ~1 us each). Indices are cast to uint64 so
@@ -159,14 +162,15 @@ def canonical(program: tuple) -> tuple:
 def params_index(rank: int, n_in: int) -> dict[str, Any]:
     """Where the parameter array ``p`` of a loop kernel keeps what: the sizes, the output's
     offset then strides, each input's offset then strides, then the output's size, the
-    reduction count and the side outputs' offsets (from ``"extra"`` on)."""
+    reduction count and the side outputs' offsets (from ``"extra"`` on), and in a reduction
+    loop each side output's strides after those offsets (``extra + 2 + n_extra + k * rank``)."""
     base_in = 2 * rank + 1
     return {"sizes": 0, "out": rank, "inputs": [base_in + k * (rank + 1) for k in range(n_in)],
             "extra": base_in + n_in * (rank + 1)}
 
 
-def params_length(rank: int, n_in: int, n_extra: int = 0) -> int:
-    return params_index(rank, n_in)["extra"] + 2 + n_extra
+def params_length(rank: int, n_in: int, n_extra: int = 0, reduce: bool = False) -> int:
+    return params_index(rank, n_in)["extra"] + 2 + n_extra * (1 + rank * reduce)
 
 
 def generate(spec: LoopSpec) -> str:
@@ -176,8 +180,7 @@ def generate(spec: LoopSpec) -> str:
     dtypes = program_dtypes(spec.program, spec.in_dtypes)
     value_dtype = dtypes[-1]
     n_extra = len(spec.extra)
-    if n_extra and spec.reduce is not None:
-        raise CodegenError("side outputs need a loop without reduction")
+    own = spec.reduce is not None  # side outputs with strides of their own (module docstring)
     args = ", ".join(["o"] + [f"e{k}" for k in range(n_extra)] + [f"a{k}" for k in range(n_in)]
                      + ["p"])
     helpers: set[str] = set()
@@ -190,7 +193,12 @@ def generate(spec: LoopSpec) -> str:
     for d in range(rank):
         emit(f"{ind}so{d} = p[{idx['out'] + 1 + d}]")
     for k in range(n_extra):
-        emit(f"{ind}d{k} = p[{idx['extra'] + 2 + k}] - xo")  # side output offset - xo
+        if own:
+            emit(f"{ind}xe{k} = p[{idx['extra'] + 2 + k}]")
+            for d in range(rank):
+                emit(f"{ind}se{k}_{d} = p[{idx['extra'] + 2 + n_extra + k * rank + d}]")
+        else:
+            emit(f"{ind}d{k} = p[{idx['extra'] + 2 + k}] - xo")  # side output offset - xo
     for k in range(n_in):
         b = idx["inputs"][k]
         emit(f"{ind}x{k} = p[{b}]")
@@ -213,12 +221,16 @@ def generate(spec: LoopSpec) -> str:
     inner = f"range(n{last})"
     prev = {k: f"x{k}" for k in range(n_in)}
     prev_o = "xo"
+    prev_e = {k: f"xe{k}" for k in range(n_extra)}
     for d in range(rank - 1):
         pad = ind * depth
         emit(f"{pad}for i{d} in range(n{d}):")
         pad = ind * (depth + 1)
         emit(f"{pad}xo_{d} = {prev_o} + i{d} * so{d}")
         prev_o = f"xo_{d}"
+        for k in range(n_extra if own else 0):
+            emit(f"{pad}xe{k}_{d} = {prev_e[k]} + i{d} * se{k}_{d}")
+            prev_e[k] = f"xe{k}_{d}"
         for k in range(n_in):
             if spec.classes[k] not in ("Z", "N"):
                 continue
@@ -241,7 +253,9 @@ def generate(spec: LoopSpec) -> str:
         elif c == "O":
             emit(f"{pad}v{k} = o[np.uint64({out_index})]")
         elif c.startswith("E"):
-            emit(f"{pad}v{k} = e{c[1:]}[np.uint64({out_index} + d{c[1:]})]")
+            j = int(c[1:])
+            at = f"{prev_e[j]} + i{last} * se{j}_{last}" if own else f"{out_index} + d{j}"
+            emit(f"{pad}v{k} = e{j}[np.uint64({at})]")
     for j, (op_name, iargs, attrs) in enumerate(spec.program):
         names = [f"v{-a - 1}" if a < 0 else f"t{a}" for a in iargs]
         arg_dtypes = [spec.in_dtypes[-a - 1] if a < 0 else dtypes[a] for a in iargs]
@@ -258,7 +272,8 @@ def generate(spec: LoopSpec) -> str:
         emit(f"{pad}{result} = {ctor_out}({result})")
     for k, (j, dt) in enumerate(zip(spec.extra, spec.extra_dtypes)):
         value = f"t{j}" if dtypes[j] == dt else f"{CTOR[dt]}(t{j})"
-        emit(f"{pad}e{k}[np.uint64({out_index} + d{k})] = {value}")
+        at = f"{prev_e[k]} + i{last} * se{k}_{last}" if own else f"{out_index} + d{k}"
+        emit(f"{pad}e{k}[np.uint64({at})] = {value}")
     if red is None:
         emit(f"{pad}o[np.uint64({out_index})] = {result}")
     elif spec.out_class == "Z":

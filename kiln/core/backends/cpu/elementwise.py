@@ -161,7 +161,8 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
               extras: list[tuple[int, Operand]] = ()) -> None:
     """Adds the generated loop computing ``program`` (fused-op format) over ``ins`` into
     ``out`` (a contiguous layout) to the plan; ``extras`` are side outputs (instruction index,
-    operand with ``out``'s shape and strides) of a loop without reduction."""
+    operand): without reduction with ``out``'s shape and strides, in a reduction loop with
+    the iteration space's shape, each in its own layout (codegen's module docstring)."""
     head, red, red_attrs = split_program(program)
     head = canonical(head)
     in_dtypes = [i.dtype for i in ins]
@@ -177,6 +178,12 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
         out_strides = tuple(0 if d in axes else cs[d] for d in range(len(it)))
         count = int(np.prod([it[d] for d in axes], dtype=np.int64))
     strides = [out_strides] + [operand_strides(i.layout, i.static, it, static_it) for i in ins]
+    if red is not None:  # the side outputs walk the iteration space in their own layouts
+        for _, e in extras:
+            if tuple(e.layout.shape) != tuple(it):
+                raise ValueError(f"{name}: a side output of shape {e.layout.shape} in a "
+                                 f"reduction loop over {it}")
+            strides.append(operand_strides(e.layout, e.static, it, static_it))
     drop = tuple(s == 1 for s in static_it)
     nest = loop_nest(it, strides, drop, MIN_RANK)
     classes = []
@@ -185,11 +192,16 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
     # operands as the same program over many elements would (in place, else full-shape "N",
     # broadcast "S"), so that it reuses that kernel instead of compiling an all-"S" one
     one = bool(static_it) and all(d == 1 for d in static_it)
+    # an input stored over by an output (same storage and walk: the planner's in-place
+    # rule) is read through that output, so LLVM sees one array and needs no overlap check
+    # (which fails at run time for such a pair, leaving the loop scalar); in a reduction loop
+    # only a side output can be one
+    walks = ([nest.strides[0]] * len(outs) if red is None
+             else [None] + list(nest.strides[1 + len(ins):]))
     for i, st in zip(ins, nest.strides[1:]):
-        alias = None
-        if red is None and st == nest.strides[0]:
-            alias = next((c for c, o in outs if _address(i.flat) == _address(o.flat)
-                          and i.dtype == o.dtype and i.layout.offset == o.layout.offset), None)
+        alias = next((c for (c, o), w in zip(outs, walks) if st == w
+                      and _address(i.flat) == _address(o.flat) and i.dtype == o.dtype
+                      and i.layout.offset == o.layout.offset), None)
         if one and red is None and (alias is not None or tuple(i.static) == tuple(static_it)):
             classes.append(alias or "N")
         elif all(s == 0 for s in st):
@@ -210,6 +222,9 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
     for i, st in zip(ins, nest.strides[1:]):
         params += [i.layout.offset] + list(st)
     params += [out.layout.size, count] + [e.layout.offset for _, e in extras]
+    if red is not None:
+        for k in range(len(extras)):
+            params += list(nest.strides[1 + len(ins) + k])
     p = np.asarray(params, dtype=np.int64)
     args = (out.flat, *[e.flat for _, e in extras], *[i.flat for i in ins], p)
     entry = loop_kernel(spec).specialize(args)
@@ -217,13 +232,48 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
     # threads take the outermost real (not padding) loop; the choice is made on the static
     # shape (unknown dims counted as PLANNER_BATCH), so it does not depend on the batch size
     d = nest.padded
-    if (red is None and n_threads > 1 and d < nest.rank and nest.sizes[d] > 1
+    if (n_threads > 1 and d < nest.rank and nest.sizes[d] > 1
             and size * _bytes_per_element(out, extras, ins, classes) >= PARALLEL_MIN_BYTES):
-        parts = [_part(p, nest.rank, len(ins), len(extras), d, lo, hi)
-                 for lo, hi in threads.chunks(nest.sizes[d], n_threads)]
-        b.add(threads.SplitCall(entry, len(parts), _with_params(parts)), args, label=name)
+        ranges = threads.chunks(nest.sizes[d], n_threads)
+        parts = [_part(p, nest.rank, len(ins), len(extras), d, lo, hi, red is not None)
+                 for lo, hi in ranges]
+        if red is None or nest.strides[0][d] != 0:  # the parts write disjoint outputs
+            b.add(threads.SplitCall(entry, len(parts), _with_params(parts)), args, label=name)
+        else:
+            _split_reduction(b, entry, args, parts, red, out, name, nest.rank)
     else:
         b.add(entry, args, label=name)
+
+
+# The binary ops that combine partial reductions (NaN-propagating like the kernels' max/min).
+_PARTIALS = {"sum": np.add, "mean": np.add, "prod": np.multiply, "max": np.maximum,
+             "min": np.minimum}
+
+
+def _split_reduction(b, entry, args: tuple, parts: list[np.ndarray], red: str, out: Operand,
+                     name: str, rank: int) -> None:
+    """A reduction whose threads split a reduced loop: part 0 reduces into the output, part
+    k > 0 into a scratch array of its own (offset 0, the output's strides), then one step
+    combines them in part order (a deterministic result for a given thread count; a mean's
+    parts each divide by the whole count)."""
+    size = out.layout.size
+    scratch = [np.empty(max(size, 1), out.flat.dtype) for _ in parts[1:]]
+    for q in parts[1:]:
+        q[params_index(rank, 0)["out"]] = 0  # the output's offset: the scratch's start
+
+    def change(call_args: tuple, k: int) -> tuple:
+        return ((scratch[k - 1] if k else call_args[0],) + call_args[1:-1] + (parts[k],))
+
+    b.add(threads.SplitCall(entry, len(parts), change), args, label=name)
+    lo = out.layout.offset
+    region = out.flat[lo:lo + size]
+    combine = _PARTIALS[red]
+
+    def gather(region: np.ndarray, *partials: np.ndarray) -> None:
+        for part in partials:
+            combine(region, part[:size], out=region)
+
+    b.add(gather, (region, *scratch), label=f"{name}(partials)")
 
 
 def _bytes_per_element(out: Operand, extras: list, ins: list[Operand],
@@ -236,10 +286,11 @@ def _bytes_per_element(out: Operand, extras: list, ins: list[Operand],
 
 
 def _part(p: np.ndarray, rank: int, n_in: int, n_extra: int, d: int, lo: int,
-          hi: int) -> np.ndarray:
+          hi: int, own: bool = False) -> np.ndarray:
     """The parameters of the loop ``p`` restricted to ``lo <= i_d < hi`` along loop ``d``:
     that size, and every operand's offset moved by ``lo`` steps of its stride along ``d``
-    (side outputs by the output's stride: they share its layout)."""
+    (side outputs by the output's stride: they share its layout; ``own``: a reduction loop's,
+    by their own strides)."""
     idx = params_index(rank, n_in)
     q = p.copy()
     q[idx["sizes"] + d] = hi - lo
@@ -247,8 +298,16 @@ def _part(p: np.ndarray, rank: int, n_in: int, n_extra: int, d: int, lo: int,
     q[out] += lo * p[out + 1 + d]
     for b in idx["inputs"]:
         q[b] += lo * p[b + 1 + d]
+    if own and p[out + 1 + d]:
+        # a reduction's parts own disjoint rows of its output (d is outermost): each sets
+        # up (and a mean divides) only its own, (hi - lo) steps of the output's stride
+        q[idx["extra"]] = (hi - lo) * p[out + 1 + d]
     side = idx["extra"] + 2
-    q[side:side + n_extra] += lo * p[out + 1 + d]
+    if own:  # a reduction loop's side outputs: strides of their own after the offsets
+        for k in range(n_extra):
+            q[side + k] += lo * p[side + n_extra + k * rank + d]
+    else:
+        q[side:side + n_extra] += lo * p[out + 1 + d]
     return q
 
 

@@ -48,8 +48,9 @@ from kiln.core.backends.cpu.feeds import FeedBinding, feed_binding
 from kiln.core.backends.cpu.lowering import lower
 from kiln.core.backends.cpu.registry import BUILDERS
 from kiln.core.backends.lowering import warn_fallback
-from kiln.core.ir import Graph, Node
+from kiln.core.ir import Graph, Node, TensorType
 from kiln.core.layout import Layout, as_array
+from kiln.core.ops.fused import reduced_type
 from kiln.core.ops.registry import ELEMENTWISE, FUSED, REDUCE, get_op
 from kiln.core.plan import StaticPlan, is_view, planned_buffers, program_order, with_sources
 
@@ -322,10 +323,16 @@ class PlanBuilder:
         self.active: dict[int, list[Node]] = {}
         self.grouped: set[int] = set()
         for head, members in self.program.groups.items():
-            if all(self.static.is_kernel(m) and self.shapes[id(m)] == self.shapes[head]
+            if all(self.static.is_kernel(m) and self._loop_shape(m) == self.shapes[head]
                    for m in members):
                 self.active[head] = members
                 self.grouped.update(id(m) for m in members)
+
+    def _loop_shape(self, node: Node) -> tuple:
+        """The run-time shape a group member's loop walks: its own, or for the reduction
+        ending a group the shape of the value it reduces."""
+        t = reduced_type(node, [TensorType(self.shapes[id(i)], i.dtype) for i in node.inputs])
+        return self.shapes[id(node)] if t is None else tuple(t.shape)
 
     def _allocate(self, buffers: dict[int, int], inplace: dict[int, Any]) -> None:
         st = self.static

@@ -1,0 +1,243 @@
+"""Reductions in multi-output loops and reductions on kiln's kernel threads
+(kiln/core/passes/fuse.py ``group_chains``, kiln/core/backends/cpu/elementwise.py; docs/
+architecture.md "Passes" and "Threads").
+
+* A reduction that reads a member of a chain of same-shape elementwise kernels ends the chain:
+  one loop stores the members and accumulates the reduction (a ReLU gradient and its bias
+  gradient, BatchNormalization's gradient and its channel sums). Nothing joins after it.
+* A large reduction runs on the threads: parts of its outer loop, each into its own partial
+  result when that loop is reduced (then combined in part order), or into its own rows of
+  the output when it is not.
+
+Oracles: NumPy in float64, the reference backend, numba's kernel against the native one, and
+the same program unsplit (a split sum is a different order of the same additions: within
+float tolerance; max, min and the stored members are exact)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.ops as K
+from kiln.core.backends.cpu import elementwise, threads
+from kiln.core.plan import program_order
+
+RNG = np.random.default_rng(7)
+
+
+def _steps(fn):
+    plan = next(iter(fn.program._plans.values()))
+    return [(s.label, type(s.fn).__name__) for s in plan.steps]
+
+
+def _groups(fn):
+    _, groups = program_order(fn.optimized_graph, [])
+    return [[n.op for n in g] for g in groups.values()]
+
+
+@pytest.fixture
+def split(monkeypatch):
+    """Every loop split over ``n`` parts (kernels run as Python too: KILN_JIT=0)."""
+    monkeypatch.setattr(elementwise, "PARALLEL_MIN_BYTES", 0)
+
+    def parts(n: int) -> None:
+        monkeypatch.setattr(threads, "kernel_threads", lambda: n)
+    return parts
+
+
+def _relu_grad_and_sums(dtype="float32"):
+    """d = relu'(h) * g stored, with its column sum (the bias gradient) and a max and mean."""
+    g = kiln.placeholder((None, 37), dtype)
+    h = kiln.placeholder((None, 37), dtype)
+    d = g * K.cast(h > 0, dtype)
+    return [g, h], [d, K.sum(d, axis=0)]
+
+
+def _feeds(shape=(29, 37), dtype="float32", count=2):
+    return [RNG.normal(size=shape).astype(dtype) for _ in range(count)]
+
+
+@pytest.mark.nojit
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_sum_of_a_stored_value_runs_in_its_loop(dtype):
+    ins, outs = _relu_grad_and_sums(dtype)
+    fn = kiln.function(ins, outs)
+    gv, hv = _feeds(dtype=dtype)
+    d, s = fn(gv, hv)
+    want = gv.astype(np.float64) * (hv > 0)
+    np.testing.assert_array_equal(d, want.astype(dtype))
+    np.testing.assert_allclose(s, want.sum(0), rtol=1e-5 if dtype == "float32" else 1e-12)
+    assert _groups(fn) == [["fused", "sum"]]
+    labels = [label for label, _ in _steps(fn)]
+    assert labels == ["fused[greater,cast,mul]+sum"]  # one loop, no sum of its own
+
+
+@pytest.mark.nojit
+@pytest.mark.parametrize("reduce, axis", [("sum", 0), ("sum", (0, 1)), ("mean", (0, 1)),
+                                          ("max", 1), ("min", (0, 2)), ("prod", 2),
+                                          ("sum", None), ("mean", 2)])
+def test_every_generated_reduction_ends_a_chain(reduce, axis):
+    """Inner, outer and whole reductions of a stored chain (two members: a side output each,
+    the second read in place of the first's storage where the planner puts it there), with a
+    NaN that max and min must propagate."""
+    x = kiln.placeholder((None, 5, 9))
+    y = kiln.placeholder((None, 5, 9))
+    a = K.exp(x * 0.3)            # stored: read again below
+    b = a * y + 1.0               # reads a: a chain [a, b]
+    r = getattr(K, reduce)(b * 0.5, axis=axis)
+    fn = kiln.function([x, y], [a, b, r])
+    xv, yv = _feeds((6, 5, 9))
+    xv[2, 3, 4] = np.nan
+    got = fn(xv, yv)
+    a64 = np.exp(xv.astype(np.float64) * 0.3)
+    b64 = a64 * yv + 1.0
+    r64 = getattr(np, reduce)(b64 * 0.5, axis=axis)
+    np.testing.assert_allclose(got[0], a64, rtol=1e-6)
+    np.testing.assert_allclose(got[1], b64, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got[2], r64, rtol=1e-5, atol=1e-6)
+    assert np.isnan(got[2]).any() == np.isnan(r64).any()
+    (group,) = _groups(fn)
+    assert group[-1] == "fused" and len(group) >= 2
+    assert any(label.endswith(reduce) or f",{reduce}]" in label for label, _ in _steps(fn))
+
+
+def test_a_chain_ended_by_a_reduction_takes_nothing_after_it():
+    x = kiln.placeholder((None, 8))
+    d = K.relu(x * 2.0)
+    s = K.sum(d, axis=0)
+    z = d * 3.0 + s               # reads a member and the sum: a loop of its own
+    fn = kiln.function([x], [d, s, z])
+    xv = _feeds((11, 8), count=1)[0]
+    d64 = np.maximum(xv.astype(np.float64) * 2, 0)
+    got = fn(xv)
+    np.testing.assert_allclose(got[2], d64 * 3 + d64.sum(0), rtol=1e-5)
+    for g in _groups(fn):
+        assert g[-1] in ("fused", "sum") and "sum" not in g[:-1]
+    labels = [label for label, _ in _steps(fn)]
+    assert sum("sum" in label for label in labels) == 1
+
+
+def test_a_reduction_of_another_shape_does_not_join():
+    """sum(d[:, :4]) reads a slice: its loop walks another shape than the chain's."""
+    x = kiln.placeholder((None, 8))
+    d = K.relu(x - 0.5)
+    fn = kiln.function([x], [d, K.sum(d[:, :4], axis=0)])
+    xv = _feeds((7, 8), count=1)[0]
+    got = fn(xv)
+    d64 = np.maximum(xv.astype(np.float64) - 0.5, 0)
+    np.testing.assert_allclose(got[1], d64[:, :4].sum(0), rtol=1e-5)
+    assert _groups(fn) == []
+
+
+@pytest.mark.nojit
+@pytest.mark.parametrize("parts", [2, 3, 7])
+@pytest.mark.parametrize("reduce, axis", [("sum", 0), ("mean", (0, 1)), ("max", (0, 1)),
+                                          ("min", 0), ("prod", 0), ("sum", 2),
+                                          ("mean", (1, 2)), ("sum", None)])
+def test_split_reductions_match_numpy_and_the_unsplit_loop(split, parts, reduce, axis):
+    """Outer loop reduced (partial results combined) or kept (each part its own output rows);
+    odd sizes, more parts than some loops have rows; a stored member in the same loop."""
+
+    def build():
+        x = kiln.placeholder((None, 5, 9))
+        y = kiln.placeholder((None, 5, 9))
+        a = K.tanh(x) * y
+        r = getattr(K, reduce)(a * 0.5 + 1.0, axis=axis)
+        return kiln.function([x, y], [a, r])
+
+    xv, yv = _feeds((11, 5, 9))
+    xv[4, 1, 2] = np.nan if reduce in ("max", "min") else xv[4, 1, 2]
+    split(1)
+    want_a, want_r = build()(xv, yv)
+    split(parts)
+    fn = build()
+    got_a, got_r = fn(xv, yv)
+    np.testing.assert_array_equal(got_a, want_a)
+    a64 = np.tanh(xv.astype(np.float64)) * yv
+    r64 = getattr(np, reduce)(a64 * 0.5 + 1.0, axis=axis)
+    tol = dict(rtol=1e-5, atol=1e-6) if reduce != "prod" else dict(rtol=1e-4)
+    np.testing.assert_allclose(got_r, r64, **tol)
+    np.testing.assert_allclose(got_r, want_r, **tol)
+    if reduce in ("max", "min"):
+        np.testing.assert_array_equal(got_r, want_r)  # exact whatever the order
+    kinds = dict(_steps(fn))
+    reduced = [label for label in kinds if reduce in label and "partials" not in label]
+    assert reduced and kinds[reduced[0]] == "SplitCall"
+    outer_reduced = axis is None or 0 in np.atleast_1d(axis)
+    assert any("(partials)" in label for label in kinds) == outer_reduced
+
+
+@pytest.mark.nojit
+def test_a_split_group_writes_each_part_of_its_members_once(split):
+    """Repeated calls: a part's partial result starts from the identity every time (no
+    accumulation across calls), and the stored member's parts cover it exactly."""
+    ins, outs = _relu_grad_and_sums()
+    split(3)
+    fn = kiln.function(ins, outs)
+    for _ in range(3):
+        gv, hv = _feeds((40, 37))
+        d, s = fn(gv, hv)
+        want = gv.astype(np.float64) * (hv > 0)
+        np.testing.assert_array_equal(d, want.astype(np.float32))
+        np.testing.assert_allclose(s, want.sum(0), rtol=1e-5, atol=1e-6)
+    assert ("fused[greater,cast,mul]+sum(partials)", "function") in _steps(fn)
+
+
+def _bn_block(seed):
+    """Conv -> BatchNormalization -> ReLU -> Add, twice, GAP, Dense: the training step's
+    backward has the chains this file is about."""
+    from kiln import layers as L
+
+    kiln.utils.set_random_seed(seed)
+    inputs = L.Input((6, 7, 3))
+    h = L.ReLU()(L.BatchNormalization()(L.Conv2D(8, 3, padding="same")(inputs)))
+    for _ in range(2):
+        h = L.Add()([h, L.ReLU()(L.BatchNormalization()(L.Conv2D(8, 3, padding="same")(h)))])
+    m = kiln.Model(inputs, L.Dense(5, activation="softmax")(L.GlobalAveragePooling2D()(h)))
+    return m
+
+
+@pytest.mark.nojit
+@pytest.mark.parametrize("parts", [1, 2])
+def test_batchnorm_training_matches_the_reference_backend(split, parts, monkeypatch):
+    split(parts)
+    x = RNG.random((9, 6, 7, 3)).astype(np.float32)
+    y = RNG.integers(0, 5, 9).astype(np.int32)
+    models = {}
+    for backend in ("cpu", "reference"):
+        monkeypatch.setenv("KILN_BACKEND", backend)
+        m = _bn_block(3)
+        m.compile("sgd", "sparse_categorical_crossentropy")
+        models[backend] = (m, [float(m.train_on_batch(x, y)) for _ in range(3)])
+    (cpu, lc), (ref, lr) = models["cpu"], models["reference"]
+    np.testing.assert_allclose(lc, lr, rtol=1e-4)
+    for a, b in zip(cpu.get_weights(), ref.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
+    plan = next(iter(cpu.train_function.program._plans.values()))
+    assert sum("+sum" in s.label for s in plan.steps) >= 3
+
+
+@pytest.mark.skipif(os.environ.get("KILN_JIT") == "0", reason="compares two compiled paths")
+def test_native_and_numba_reduction_loops_agree(monkeypatch, tmp_path):
+    from kiln.core.backends.cpu import native
+
+    if not native.available():
+        pytest.skip("llvmlite unusable here")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    xv, yv = _feeds((23, 5, 9))
+
+    def run(flag):
+        monkeypatch.setenv("KILN_NATIVE", flag)
+        x = kiln.placeholder((None, 5, 9))
+        y = kiln.placeholder((None, 5, 9))
+        a = K.exp(x * 0.2) * y
+        fn = kiln.function([x, y], [a, K.sum(a, axis=(0, 1)), K.max(a + x, axis=2)])
+        return fn(xv, yv), _steps(fn)
+
+    (nat, steps), (nb, _) = run("1"), run("0")
+    np.testing.assert_array_equal(nat[0], nb[0])
+    np.testing.assert_allclose(nat[1], nb[1], rtol=2e-6, atol=1e-6)
+    assert any(label.endswith("+sum") for label, _ in steps)
