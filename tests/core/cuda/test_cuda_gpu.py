@@ -13,7 +13,7 @@ pytest.importorskip("numba_cuda")
 
 import kiln  # noqa: E402
 import kiln.ops as K  # noqa: E402
-from kiln.core.backends.cuda import _jit, _lower  # noqa: E402
+from kiln.core.backends.cuda import _cublas, _jit, _lower  # noqa: E402
 
 pytestmark = pytest.mark.cuda
 
@@ -31,7 +31,7 @@ def test_gemm_shapes_and_strides(monkeypatch, blas):
     if blas == "cupy":
         pytest.importorskip("cupy")
     monkeypatch.setenv("KILN_CUDA_BLAS", blas)
-    monkeypatch.setattr(_lower, "BLAS", _lower._Blas())
+    monkeypatch.setattr(_lower, "BLAS", _cublas._Blas())
     rng = np.random.default_rng(0)
     a = kiln.placeholder((None, 300))
     b = kiln.Variable(rng.normal(size=(300, 70)))
