@@ -241,3 +241,29 @@ def test_native_and_numba_reduction_loops_agree(monkeypatch, tmp_path):
     np.testing.assert_array_equal(nat[0], nb[0])
     np.testing.assert_allclose(nat[1], nb[1], rtol=2e-6, atol=1e-6)
     assert any(label.endswith("+sum") for label, _ in steps)
+
+
+@pytest.mark.nojit
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_stored_members_keep_the_bits_of_their_loop_without_reduction(native, monkeypatch,
+                                                                       tmp_path):
+    """The accumulation may reassociate; the values stored beside it may not contract into
+    FMAs: ``a * y + c`` stored by the loop that also sums it gives the bits of the loop that
+    only stores it (special values included)."""
+    monkeypatch.setenv("KILN_NATIVE", native)
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    xv, yv, cv = _feeds((31, 45), count=3)
+    xv.reshape(-1)[:6] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30]
+
+    def member(x, y, c):
+        return K.exp(x * 0.5) * y + c
+
+    x, y, c = (kiln.placeholder((None, 45)) for _ in range(3))
+    a = member(x, y, c)
+    fused = kiln.function([x, y, c], [a, K.sum(a, axis=0)])
+    alone = kiln.function([x, y, c], [member(x, y, c)])
+    got, total = fused(xv, yv, cv)
+    (want,) = alone(xv, yv, cv)
+    np.testing.assert_array_equal(got, want)
+    assert any(label.endswith("+sum") for label, _ in _steps(fused))
+    np.testing.assert_allclose(total, want.astype(np.float64).sum(0), rtol=1e-5, atol=1e-5)

@@ -60,7 +60,10 @@ def loop_kernel(spec: LoopSpec) -> jit.Kernel | native.NativeKernel:
     if k is None:
         k = _kernels.get(spec)
         if k is None or isinstance(k, native.NativeKernel) or k.jitted != _jit_on():
-            fastmath = jit.FASTMATH_REDUCE if spec.reduce is not None else False
+            # numba's flags are the whole function's: a loop storing side outputs keeps
+            # their strict bits (llvm_loop flags only its accumulation)
+            fast = spec.reduce is not None and not spec.extra
+            fastmath = jit.FASTMATH_REDUCE if fast else False
             k = jit.load(generate(spec), "kernel", signature=spec.signature(),
                          fastmath=fastmath)
     _kernels[spec] = k  # every loop kernel of the process, by spec (tests read it)

@@ -9,7 +9,8 @@ The module holds two functions:
   instructions' scalar bodies lowered by :class:`.llvm_expr.Expr` under numba's typing
   rules; indices are int64 (``getelementptr inbounds``: no wraparound test), loop counters
   live in allocas that LLVM promotes to registers. Reductions get numba's
-  ``FASTMATH_REDUCE`` flags on their float instructions, other loops none;
+  ``FASTMATH_REDUCE`` flags on their float instructions (with side outputs on the
+  accumulation only, so the stored values keep their strict bits), other loops none;
 * ``@<name>_py``: a CPython ``METH_FASTCALL`` function taking the arrays: it checks the
   argument count, reads each array's data pointer (``PyArrayObject->data``, at byte
   :data:`DATA_OFFSET`: :mod:`.native` checks it on this interpreter before using the path),
@@ -191,7 +192,9 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
     n_extra = len(spec.extra)
     red = spec.reduce
     own = red is not None  # side outputs with strides of their own (codegen's docstring)
-    f = Func(FAST_REDUCE if red is not None else "")
+    # a reduction's float instructions get the fast-math flags, but not the values a loop
+    # stores as side outputs: those keep the bits their loop without reduction gives
+    f = Func(FAST_REDUCE if red is not None and not n_extra else "")
     names = ["%o"] + [f"%e{k}" for k in range(n_extra)] + [f"%a{k}" for k in range(n_in)]
     n = [f.param(d) for d in range(rank)]
     xo = f.param(idx["out"])
@@ -278,6 +281,7 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
             acc = Val(cur, DTYPE_TYPE[out_dt])
         else:
             acc = f.load("%o", out_dt, out_index)
+        f.expr.fast = FAST_REDUCE  # the accumulation itself may reassociate
         env2 = {"a": acc, "b": result}
         combined = f.expr.cast(f.scalar(_COMBINE[red].format(a="a", b="b"), env2),
                                DTYPE_TYPE[out_dt])
