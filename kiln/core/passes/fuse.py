@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kiln.core.ir import Graph, Node
-from kiln.core.memory import elementwise_output
+from kiln.core.memory import elementwise_output, planned_elements
 from kiln.core.ops.fused import combine, fused, program_of, reduced_type
 from kiln.core.ops.registry import get_op
 from kiln.core.passes._util import (
@@ -61,6 +61,13 @@ from kiln.core.passes._util import (
 REDUCTIONS = frozenset({"sum", "mean", "max", "min", "prod", "logsumexp"})
 # reductions a multi-output loop may end with (the backends' generated reductions)
 TAIL_REDUCTIONS = frozenset({"sum", "mean", "max", "min", "prod"})
+# ... over at least this many elements (unknown dims counted as memory.PLANNER_BATCH): a
+# loop whose data stays in the caches reads the stored value back nearly free, and the
+# joined loop's accumulation in memory costs what the separate sum does (the MLP's ReLU
+# gradient and bias sum, 128 x 512: 8.97 us joined against 5.18 + 4.04 us, in cache); past
+# them one pass less is what counts (BatchNormalization's gradient over 16 MB: see
+# docs/architecture.md, "Passes")
+TAIL_MIN_ELEMENTS = 1 << 18
 CHEAP_UNARY = frozenset({"neg", "abs", "relu", "cast", "square", "sign", "floor", "ceil",
                          "round", "logical_not"})
 CHEAP_BINARY = frozenset({"add", "sub", "mul", "maximum", "minimum"})
@@ -206,14 +213,16 @@ def _chainable(node: Node) -> bool:
 
 def reduction_tail(node: Node) -> tuple | None:
     """The iteration shape of ``node`` where it may END a multi-output group: a generated
-    reduction (plain, or a fused node whose program ends with one) of a float or integer
-    value; None otherwise."""
+    reduction (plain, or a fused node whose program ends with one) over at least
+    :data:`TAIL_MIN_ELEMENTS` elements; None otherwise."""
     if is_source(node) or (node.op != "fused" and node.op not in TAIL_REDUCTIONS):
         return None
     if program_of(node)[-1][0] not in TAIL_REDUCTIONS:
         return None
     t = reduced_type(node)
-    return None if t is None else t.shape
+    if t is None or planned_elements(t.shape) < TAIL_MIN_ELEMENTS:
+        return None
+    return t.shape
 
 
 def _reads_any(nodes: list[Node], sources: list[Node], users: dict[int, list[Node]]) -> bool:

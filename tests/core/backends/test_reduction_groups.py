@@ -15,6 +15,7 @@ float tolerance; max, min and the stored members are exact)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import numpy as np
@@ -26,6 +27,13 @@ from kiln.core.backends.cpu import elementwise, threads
 from kiln.core.plan import program_order
 
 RNG = np.random.default_rng(7)
+FUSE = importlib.import_module("kiln.core.passes.fuse")  # the module (``fuse`` is its pass)
+
+
+@pytest.fixture(autouse=True)
+def small_loops_join(monkeypatch):
+    """The tests' loops are small; the size limit has a test of its own."""
+    monkeypatch.setattr(FUSE, "TAIL_MIN_ELEMENTS", 0)
 
 
 def _steps(fn):
@@ -118,6 +126,21 @@ def test_a_chain_ended_by_a_reduction_takes_nothing_after_it():
         assert g[-1] in ("fused", "sum") and "sum" not in g[:-1]
     labels = [label for label, _ in _steps(fn)]
     assert sum("sum" in label for label in labels) == 1
+
+
+@pytest.mark.parametrize("width, joins", [(4096, True), (512, False)])
+def test_only_a_loop_past_the_caches_takes_its_reduction(monkeypatch, width, joins):
+    """By the static shape, unknown dims counted as the planner's batch (64): 64 x 4096
+    elements join, 64 x 512 (the MLP's ReLU gradient) keep their sum apart."""
+    monkeypatch.setattr(FUSE, "TAIL_MIN_ELEMENTS", 1 << 18)
+    g, h = (kiln.placeholder((None, width)) for _ in range(2))
+    d = g * K.cast(h > 0, "float32")
+    fn = kiln.function([g, h], [d, K.sum(d, axis=0)])
+    gv, hv = _feeds((3, width))
+    got = fn(gv, hv)
+    want = gv.astype(np.float64) * (hv > 0)
+    np.testing.assert_allclose(got[1], want.sum(0), rtol=1e-5, atol=1e-6)
+    assert (_groups(fn) == [["fused", "sum"]]) == joins
 
 
 def test_a_reduction_of_another_shape_does_not_join():
