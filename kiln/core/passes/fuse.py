@@ -225,6 +225,29 @@ def reduction_tail(node: Node) -> tuple | None:
     return t.shape
 
 
+def _same_reduction(a: Node, b: Node) -> bool:
+    """Whether two reduction tails reduce the same iteration space along the same axes to
+    the same shape (their outputs then share one layout)."""
+    attrs = [dict(program_of(n)[-1][2]) for n in (a, b)]
+    return (a.shape == b.shape and reduction_tail(a) == reduction_tail(b)
+            and all(attrs[0].get(k) == attrs[1].get(k) for k in ("axis", "keepdims")))
+
+
+def _takes(group: list[Node], node: Node, shape: tuple) -> bool:
+    """Whether ``group`` (members in order) may take ``node`` (iterating over ``shape``):
+    an open group (its members elementwise, of that shape) takes an elementwise kernel or a
+    reduction; a group ended by reductions takes only another reduction of the same axes
+    that reads none of them (nothing in the loop reads an accumulator)."""
+    stored = [m for m in group if _chainable(m)]
+    if any(m.shape != shape for m in stored):
+        return False
+    if len(stored) == len(group):
+        return True
+    tails = [m for m in group if not _chainable(m)]
+    return (reduction_tail(node) is not None and _same_reduction(tails[-1], node)
+            and not any(i is t for i in node.inputs for t in tails))
+
+
 def _reads_any(nodes: list[Node], sources: list[Node], users: dict[int, list[Node]]) -> bool:
     """Whether any of ``nodes`` reads one of ``sources`` (through views)."""
     targets = {id(n) for n in nodes}
@@ -248,8 +271,9 @@ def group_chains(graph: Graph, updates: list[tuple[int, Any]],
 
     A reduction over the group's shape that reads a member may end the group
     (:func:`reduction_tail`): the loop then stores the members and accumulates the reduction
-    in the same pass (a ReLU gradient and the bias gradient summed from it). Nothing joins a
-    group after its reduction.
+    in the same pass (a ReLU gradient and the bias gradient summed from it). After it only
+    more reductions along the same axes join (BatchNormalization's gradient: the channel
+    sums of ``dy`` and of ``dy * (x - mean)``), each into its own output (:func:`_takes`).
 
     Args:
         graph: the program's graph.
@@ -277,8 +301,7 @@ def group_chains(graph: Graph, updates: list[tuple[int, Any]],
         for i in node.inputs:  # an input read twice (x * x) is one producer
             if _chainable(i) and i.shape == shape and id(i) in pos:
                 g = group_of.get(id(i), [i])
-                if (id(g[0]) not in heads and all(m.shape == shape for m in g)
-                        and _chainable(g[-1])):  # a group ended by a reduction is closed
+                if id(g[0]) not in heads and _takes(g, node, shape):
                     heads.add(id(g[0]))
                     groups.append(g)
         if not groups:

@@ -241,6 +241,8 @@ def test_batchnorm_training_matches_the_reference_backend(split, parts, monkeypa
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
     plan = next(iter(cpu.train_function.program._plans.values()))
     assert sum("+sum" in s.label for s in plan.steps) >= 3
+    # the two channel sums of the ReLU's gradient (for beta and for gamma) in its loop
+    assert any("+sum+fused[" in s.label and s.label.endswith(",sum]") for s in plan.steps)
 
 
 @pytest.mark.skipif(os.environ.get("KILN_JIT") == "0", reason="compares two compiled paths")
@@ -290,3 +292,51 @@ def test_stored_members_keep_the_bits_of_their_loop_without_reduction(native, mo
     np.testing.assert_array_equal(got, want)
     assert any(label.endswith("+sum") for label, _ in _steps(fused))
     np.testing.assert_allclose(total, want.astype(np.float64).sum(0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.nojit
+@pytest.mark.parametrize("parts", [1, 2, 3])
+@pytest.mark.parametrize("axis", [(0, 1), (0,), (2,), None, (1, 2)])
+def test_reductions_along_the_same_axes_share_one_loop(split, parts, axis):
+    """BatchNormalization's backward has two channel sums of one stored gradient: a group
+    ended by a reduction takes more reductions along the same axes, each into its own output
+    (sum, max with a NaN, mean), in one loop, split over the threads or not."""
+    split(parts)
+    x, y = kiln.placeholder((None, 5, 33)), kiln.placeholder((None, 5, 33))
+    b = kiln.placeholder((33,))
+    d = K.relu(x * y + b)
+    outs = [d, K.sum(d, axis=axis), K.sum(d * x, axis=axis), K.max(d - y, axis=axis),
+            K.mean(d * 2.0, axis=axis)]
+    fn = kiln.function([x, y, b], outs)
+    xv, yv = _feeds((17, 5, 33))
+    bv = RNG.normal(size=33).astype(np.float32)
+    yv[3, 2, 7] = np.nan
+    x64, y64 = xv.astype(np.float64), yv.astype(np.float64)
+    d64 = np.maximum(x64 * y64 + bv, 0)
+    d64[np.isnan(x64 * y64)] = np.nan
+    want = [d64, d64.sum(axis), (d64 * x64).sum(axis), (d64 - y64).max(axis),
+            (d64 * 2).mean(axis)]
+    for _ in range(2):  # the accumulators start again at every call
+        got = fn(xv, yv, bv)
+        for k, (g, w) in enumerate(zip(got, want)):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"output {k}")
+    assert _groups(fn) == [["fused", "sum", "fused", "fused", "fused"]]
+    loops = [label for label, _ in _steps(fn) if "(partials)" not in label]
+    assert loops == ["fused[mul,add,relu]+sum+fused[mul,sum]+fused[sub,max]+fused[mul,mean]"]
+
+
+def test_a_reduction_of_a_reduction_or_other_axes_stays_out():
+    """A sum that reads the group's own sum (through its broadcast) needs it complete: it
+    runs after the loop; a sum along other axes walks the outputs differently."""
+    x = kiln.placeholder((None, 8))
+    d = K.relu(x)
+    s = K.sum(d, axis=0)
+    late = K.sum(d * s, axis=0)     # reads s
+    other = K.sum(d * x, axis=1)    # other axes
+    fn = kiln.function([x], [d, s, late, other])
+    xv = _feeds((9, 8), count=1)[0]
+    d64 = np.maximum(xv.astype(np.float64), 0)
+    got = fn(xv)
+    np.testing.assert_allclose(got[2], (d64 * d64.sum(0)).sum(0), rtol=1e-5)
+    np.testing.assert_allclose(got[3], (d64 * xv).sum(1), rtol=1e-5, atol=1e-6)
+    assert _groups(fn) == [["relu", "sum"]]

@@ -17,7 +17,10 @@ like a momentum update (``v`` then ``p + v``) run as one pass over memory. Witho
 they share the result's shape and layout (one offset each: ``out_index + d``); a reduction's
 side outputs have the iteration space's shape and strides of their own (its output has
 stride 0 along the reduced dims), so a value and its sum come from one pass (a ReLU gradient
-and the bias gradient summed from it, BatchNormalization's gradient and its channel sums).
+and the bias gradient summed from it, BatchNormalization's gradient and its channel sums). A
+reduction loop may hold more reductions along its axes inside its program
+(:func:`inner_reductions`): each accumulates into an array ``r<k>`` of its own in the
+output's layout (its offset closes ``p``), with its own identity, combine and mean.
 
 Every array argument is a flat (1-D, C-contiguous) storage root; offsets, strides and sizes come
 in one int64 array ``p`` (scalar arguments would cost ~1 us each). Indices are cast to uint64 so
@@ -101,12 +104,23 @@ def type_literals(body: str, dtype: str) -> str:
 
 
 def program_dtypes(program: tuple, in_dtypes: tuple[str, ...]) -> list[str]:
-    """The dtype of each instruction's result."""
+    """The dtype of each instruction's result (a reduction's inferred on a rank-8 operand,
+    enough for its axes)."""
     out: list[str] = []
     for op_name, args, attrs in program:
-        types = [TensorType((), in_dtypes[-a - 1] if a < 0 else out[a]) for a in args]
+        shape = (1,) * 8 if get_op(op_name).kind == REDUCE else ()
+        types = [TensorType(shape, in_dtypes[-a - 1] if a < 0 else out[a]) for a in args]
         out.append(get_op(op_name).infer(*types, **dict(attrs)).dtype)
     return out
+
+
+def inner_reductions(program: tuple) -> list[tuple[int, str, int]]:
+    """The reductions left inside a reduction loop's elementwise part (a group ending with
+    several reductions over the same axes: kiln/core/passes/fuse.py): ``(instruction index,
+    op, index of the value reduced)``. Each accumulates into an output array of its own with
+    the loop's output layout; nothing in the loop reads them."""
+    return [(j, op, args[0]) for j, (op, args, _) in enumerate(program)
+            if get_op(op).kind == REDUCE]
 
 
 @dataclass(frozen=True)
@@ -170,6 +184,8 @@ def params_index(rank: int, n_in: int) -> dict[str, Any]:
 
 
 def params_length(rank: int, n_in: int, n_extra: int = 0, reduce: bool = False) -> int:
+    """The parameters' length, without the offsets of the inner reductions' outputs of a
+    reduction loop (``reduce``), which come last from there."""
     return params_index(rank, n_in)["extra"] + 2 + n_extra * (1 + rank * reduce)
 
 
@@ -181,7 +197,11 @@ def generate(spec: LoopSpec) -> str:
     value_dtype = dtypes[-1]
     n_extra = len(spec.extra)
     own = spec.reduce is not None  # side outputs with strides of their own (module docstring)
-    args = ", ".join(["o"] + [f"e{k}" for k in range(n_extra)] + [f"a{k}" for k in range(n_in)]
+    inner = inner_reductions(spec.program)
+    if inner and (spec.reduce is None or any(op not in _COMBINE for _, op, _ in inner)):
+        raise CodegenError("inner reductions need a generated reduction loop")
+    args = ", ".join(["o"] + [f"e{k}" for k in range(n_extra)]
+                     + [f"r{k}" for k in range(len(inner))] + [f"a{k}" for k in range(n_in)]
                      + ["p"])
     helpers: set[str] = set()
     lines = [f"def kernel({args}):"]
@@ -215,10 +235,18 @@ def generate(spec: LoopSpec) -> str:
         emit(f"{ind}ident = {ctor_out}({ident})")
         emit(f"{ind}for q in range(p[{idx['extra']}]):")
         emit(f"{ind}    o[np.uint64(xo + q)] = ident")
+    base_r = idx["extra"] + 2 + n_extra * (1 + rank)
+    for k, (j, op, src) in enumerate(inner):  # offsets relative to the output's, its layout
+        src_dt = spec.in_dtypes[-src - 1] if src < 0 else dtypes[src]
+        kind = "f" if src_dt.startswith("float") else src_dt
+        emit(f"{ind}dr{k} = p[{base_r + k}] - xo")
+        emit(f"{ind}for q in range(p[{idx['extra']}]):")
+        emit(f"{ind}    r{k}[np.uint64(xo + dr{k} + q)] = {CTOR[dtypes[j]]}("
+             f"{_IDENTITY[op].get(kind) or _IDENTITY[op]['i']})")
     # loop nest: per level offsets
     depth = 1
     last = rank - 1
-    inner = f"range(n{last})"
+    loop = f"range(n{last})"
     prev = {k: f"x{k}" for k in range(n_in)}
     prev_o = "xo"
     prev_e = {k: f"xe{k}" for k in range(n_extra)}
@@ -243,7 +271,9 @@ def generate(spec: LoopSpec) -> str:
             emit(f"{pad}v{k} = a{k}[np.uint64({prev[k]})]")
     if red is not None and spec.out_class == "Z":
         emit(f"{pad}acc = o[np.uint64({prev_o})]")
-    emit(f"{pad}for i{last} in {inner}:")
+        for k in range(len(inner)):
+            emit(f"{pad}acc{k} = r{k}[np.uint64({prev_o} + dr{k})]")
+    emit(f"{pad}for i{last} in {loop}:")
     pad = ind * (depth + 1)
     out_index = f"{prev_o} + i{last} * so{last}"
     for k in range(n_in):
@@ -256,9 +286,20 @@ def generate(spec: LoopSpec) -> str:
             j = int(c[1:])
             at = f"{prev_e[j]} + i{last} * se{j}_{last}" if own else f"{out_index} + d{j}"
             emit(f"{pad}v{k} = e{j}[np.uint64({at})]")
+    inner_at = {j: k for k, (j, _, _) in enumerate(inner)}
     for j, (op_name, iargs, attrs) in enumerate(spec.program):
         names = [f"v{-a - 1}" if a < 0 else f"t{a}" for a in iargs]
         arg_dtypes = [spec.in_dtypes[-a - 1] if a < 0 else dtypes[a] for a in iargs]
+        if j in inner_at:  # accumulated like the result (below), into its own array
+            k, ctor = inner_at[j], CTOR[dtypes[j]]
+            value = f"{ctor}({names[0]})"
+            if spec.out_class == "Z":
+                emit(f"{pad}acc{k} = {ctor}({_COMBINE[op_name].format(a=f'acc{k}', b=value)})")
+            else:
+                at = f"np.uint64({prev_o} + i{last} * so{last} + dr{k})"
+                emit(f"{pad}r{k}[{at}] = {ctor}("
+                     f"{_COMBINE[op_name].format(a=f'r{k}[{at}]', b=value)})")
+            continue
         floats = {t for t in arg_dtypes + [dtypes[j]] if t.startswith("float")}
         f32 = floats == {"float32"}
         if f32 and op_name in FAST_F32:
@@ -279,6 +320,8 @@ def generate(spec: LoopSpec) -> str:
     elif spec.out_class == "Z":
         emit(f"{pad}acc = {ctor_out}({_COMBINE[red].format(a='acc', b=result)})")
         emit(f"{ind * depth}o[np.uint64({prev_o})] = acc")
+        for k in range(len(inner)):
+            emit(f"{ind * depth}r{k}[np.uint64({prev_o} + dr{k})] = acc{k}")
     else:
         emit(f"{pad}io = np.uint64({prev_o} + i{last} * so{last})")
         emit(f"{pad}o[io] = {ctor_out}({_COMBINE[red].format(a='o[io]', b=result)})")
@@ -286,6 +329,11 @@ def generate(spec: LoopSpec) -> str:
         emit(f"{ind}cnt = p[{idx['extra'] + 1}]")
         emit(f"{ind}for q in range(p[{idx['extra']}]):")
         emit(f"{ind}    o[np.uint64(xo + q)] = {ctor_out}(o[np.uint64(xo + q)] / cnt)")
+    for k, (j, op, _) in enumerate(inner):
+        if op == "mean":
+            at = f"np.uint64(xo + dr{k} + q)"
+            emit(f"{ind}for q in range(p[{idx['extra']}]):")
+            emit(f"{ind}    r{k}[{at}] = {CTOR[dtypes[j]]}(r{k}[{at}] / p[{idx['extra'] + 1}])")
     prelude = "".join(f"from kiln.core.backends.cpu.scalars_numba import {FAST_F32[h][1]} as "
                       f"_{FAST_F32[h][1]}  # scalars {SCALARS_HASH}\n" for h in sorted(helpers))
     prelude += "\n\n" if prelude else ""

@@ -17,15 +17,17 @@ from kiln.core.backends.cpu.codegen import (
     LoopSpec,
     canonical,
     generate,
+    inner_reductions,
     label,
     params_index,
+    params_length,
     split_program,
 )
 from kiln.core.ir import Node, TensorType
 from kiln.core.layout import Layout, contiguous_strides, loop_nest
 from kiln.core.memory import planned_elements
 from kiln.core.ops.fused import combine, program_of
-from kiln.core.ops.registry import get_op
+from kiln.core.ops.registry import REDUCE, get_op
 
 # Loop nests are not padded to a common rank: a loop over contiguous operands stays one flat
 # loop. Padding every nest to rank 3 (one kernel for rank 1, 2 and 3 loops of the same
@@ -161,11 +163,13 @@ def _address(a: np.ndarray) -> int:
 
 
 def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
-              extras: list[tuple[int, Operand]] = ()) -> None:
+              extras: list[tuple[int, Operand]] = (), reductions: list[Operand] = ()) -> None:
     """Adds the generated loop computing ``program`` (fused-op format) over ``ins`` into
     ``out`` (a contiguous layout) to the plan; ``extras`` are side outputs (instruction index,
     operand): without reduction with ``out``'s shape and strides, in a reduction loop with
-    the iteration space's shape, each in its own layout (codegen's module docstring)."""
+    the iteration space's shape, each in its own layout (codegen's module docstring);
+    ``reductions`` the outputs of the reductions inside the program before its last one
+    (``codegen.inner_reductions``, in order), each in ``out``'s layout."""
     head, red, red_attrs = split_program(program)
     head = canonical(head)
     in_dtypes = [i.dtype for i in ins]
@@ -228,8 +232,15 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
     if red is not None:
         for k in range(len(extras)):
             params += list(nest.strides[1 + len(ins) + k])
+    if len(reductions) != len(inner_reductions(head)):
+        raise ValueError(f"{name}: {len(reductions)} outputs for the reductions inside")
+    for r in reductions:  # in the output's layout: only their offsets
+        if r.layout.size != out.layout.size or not r.layout.is_contiguous:
+            raise ValueError(f"{name}: a reduction output {r.layout.shape} beside {out.static}")
+        params.append(r.layout.offset)
     p = np.asarray(params, dtype=np.int64)
-    args = (out.flat, *[e.flat for _, e in extras], *[i.flat for i in ins], p)
+    args = (out.flat, *[e.flat for _, e in extras], *[r.flat for r in reductions],
+            *[i.flat for i in ins], p)
     entry = loop_kernel(spec).specialize(args)
     n_threads = threads.kernel_threads()
     # threads take the outermost real (not padding) loop; the choice is made on the static
@@ -238,12 +249,14 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
     if (n_threads > 1 and d < nest.rank and nest.sizes[d] > 1
             and size * _bytes_per_element(out, extras, ins, classes) >= PARALLEL_MIN_BYTES):
         ranges = threads.chunks(nest.sizes[d], n_threads)
-        parts = [_part(p, nest.rank, len(ins), len(extras), d, lo, hi, red is not None)
-                 for lo, hi in ranges]
+        parts = [_part(p, nest.rank, len(ins), len(extras), d, lo, hi, red is not None,
+                       len(reductions)) for lo, hi in ranges]
         if red is None or nest.strides[0][d] != 0:  # the parts write disjoint outputs
             b.add(threads.SplitCall(entry, len(parts), _with_params(parts)), args, label=name)
         else:
-            _split_reduction(b, entry, args, parts, red, out, name, nest.rank)
+            ops = [red] + [op for _, op, _ in inner_reductions(head)]
+            _split_reduction(b, entry, args, parts, ops, [out, *reductions], name, nest.rank,
+                             len(extras), params_length(nest.rank, len(ins), len(extras), True))
     else:
         b.add(entry, args, label=name)
 
@@ -253,30 +266,40 @@ _PARTIALS = {"sum": np.add, "mean": np.add, "prod": np.multiply, "max": np.maxim
              "min": np.minimum}
 
 
-def _split_reduction(b, entry, args: tuple, parts: list[np.ndarray], red: str, out: Operand,
-                     name: str, rank: int) -> None:
-    """A reduction whose threads split a reduced loop: part 0 reduces into the output, part
-    k > 0 into a scratch array of its own (offset 0, the output's strides), then one step
-    combines them in part order (a deterministic result for a given thread count; a mean's
-    parts each divide by the whole count)."""
-    size = out.layout.size
-    scratch = [np.empty(max(size, 1), out.flat.dtype) for _ in parts[1:]]
+def _split_reduction(b, entry, args: tuple, parts: list[np.ndarray], ops: list[str],
+                     outs: list[Operand], name: str, rank: int, n_extra: int,
+                     base_r: int) -> None:
+    """A reduction whose threads split a reduced loop: part 0 reduces into the outputs (the
+    result's, then those of the reductions inside), part k > 0 into scratch arrays of its own
+    (offset 0, the outputs' layout), then one step combines them in part order (a
+    deterministic result for a given thread count; a mean's parts each divide by the whole
+    count). ``base_r``: where the parameters keep the inner reductions' offsets."""
+    size = outs[0].layout.size
+    scratch = [[np.empty(max(size, 1), o.flat.dtype) for o in outs] for _ in parts[1:]]
     for q in parts[1:]:
-        q[params_index(rank, 0)["out"]] = 0  # the output's offset: the scratch's start
+        q[params_index(rank, 0)["out"]] = 0  # the outputs' offsets: the scratch's start
+        q[base_r:base_r + len(outs) - 1] = 0
+    slots = [0] + [1 + n_extra + k for k in range(len(outs) - 1)]  # the outputs in the args
 
     def change(call_args: tuple, k: int) -> tuple:
-        return ((scratch[k - 1] if k else call_args[0],) + call_args[1:-1] + (parts[k],))
+        if not k:
+            return call_args[:-1] + (parts[0],)
+        new = list(call_args[:-1])
+        for slot, arr in zip(slots, scratch[k - 1]):
+            new[slot] = arr
+        return (*new, parts[k])
 
     b.add(threads.SplitCall(entry, len(parts), change), args, label=name)
-    lo = out.layout.offset
-    region = out.flat[lo:lo + size]
-    combine = _PARTIALS[red]
+    regions = [o.flat[o.layout.offset:o.layout.offset + size] for o in outs]
 
-    def gather(region: np.ndarray, *partials: np.ndarray) -> None:
-        for part in partials:
-            combine(region, part[:size], out=region)
+    def gather(*arrays: np.ndarray) -> None:
+        for j, region in enumerate(arrays[:len(outs)]):
+            combine = _PARTIALS[ops[j]]
+            for part in arrays[len(outs) + j::len(outs)]:
+                combine(region, part[:size], out=region)
 
-    b.add(gather, (region, *scratch), label=f"{name}(partials)")
+    b.add(gather, (*regions, *[a for part in scratch for a in part]),
+          label=f"{name}(partials)")
 
 
 def _bytes_per_element(out: Operand, extras: list, ins: list[Operand],
@@ -289,7 +312,7 @@ def _bytes_per_element(out: Operand, extras: list, ins: list[Operand],
 
 
 def _part(p: np.ndarray, rank: int, n_in: int, n_extra: int, d: int, lo: int,
-          hi: int, own: bool = False) -> np.ndarray:
+          hi: int, own: bool = False, n_red: int = 0) -> np.ndarray:
     """The parameters of the loop ``p`` restricted to ``lo <= i_d < hi`` along loop ``d``:
     that size, and every operand's offset moved by ``lo`` steps of its stride along ``d``
     (side outputs by the output's stride: they share its layout; ``own``: a reduction loop's,
@@ -309,6 +332,8 @@ def _part(p: np.ndarray, rank: int, n_in: int, n_extra: int, d: int, lo: int,
     if own:  # a reduction loop's side outputs: strides of their own after the offsets
         for k in range(n_extra):
             q[side + k] += lo * p[side + n_extra + k * rank + d]
+        base_r = side + n_extra * (1 + rank)  # the inner reductions': the output's layout
+        q[base_r:base_r + n_red] += lo * p[out + 1 + d]
     else:
         q[side:side + n_extra] += lo * p[out + 1 + d]
     return q
@@ -331,6 +356,11 @@ def build_group(b, nodes: list[Node]) -> None:
     ins = [Operand(b.layout(i), i.shape, i.dtype, b.flat(i)) for i in ext]
     last = nodes[-1]
     out = Operand(b.layout(last), last.shape, last.dtype, b.flat(last))
+    # members before the last: stored values, or reductions accumulated beside the last one
+    reduced = [get_op(program_of(n)[-1][0]).kind == REDUCE for n in nodes[:-1]]
     extras = [(result_of[id(n)], Operand(b.layout(n), n.shape, n.dtype, b.flat(n)))
-              for n in nodes[:-1]]
-    emit_loop(b, program, ins, out, "+".join(label(program_of(n)) for n in nodes), extras)
+              for n, r in zip(nodes[:-1], reduced) if not r]
+    reductions = [Operand(b.layout(n), n.shape, n.dtype, b.flat(n))
+                  for n, r in zip(nodes[:-1], reduced) if r]
+    emit_loop(b, program, ins, out, "+".join(label(program_of(n)) for n in nodes), extras,
+              reductions)

@@ -26,6 +26,7 @@ from kiln.core.backends.cpu.codegen import (
     CTOR,
     FAST_F32,
     LoopSpec,
+    inner_reductions,
     params_index,
     program_dtypes,
     scalar_body,
@@ -192,10 +193,12 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
     n_extra = len(spec.extra)
     red = spec.reduce
     own = red is not None  # side outputs with strides of their own (codegen's docstring)
+    inner = inner_reductions(spec.program)  # more reductions, into arrays of their own
     # a reduction's float instructions get the fast-math flags, but not the values a loop
     # stores as side outputs: those keep the bits their loop without reduction gives
-    f = Func(FAST_REDUCE if red is not None and not n_extra else "")
-    names = ["%o"] + [f"%e{k}" for k in range(n_extra)] + [f"%a{k}" for k in range(n_in)]
+    f = Func(FAST_REDUCE if red is not None and not n_extra and not inner else "")
+    names = (["%o"] + [f"%e{k}" for k in range(n_extra)] + [f"%r{k}" for k in range(len(inner))]
+             + [f"%a{k}" for k in range(n_in)])
     n = [f.param(d) for d in range(rank)]
     xo = f.param(idx["out"])
     so = [f.param(idx["out"] + 1 + d) for d in range(rank)]
@@ -227,6 +230,19 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
         q, lab = f.begin(f.param(idx["extra"]))
         f.store("%o", out_dt, f.add(xo, q), ident)
         f.end(q, lab)
+    base_r = idx["extra"] + 2 + n_extra * (1 + rank)
+    dr: list[str] = []
+    for k, (j, op, src) in enumerate(inner):  # offsets relative to the output's, its layout
+        v = f.tmp()
+        f.emit(f"{v} = sub nsw i64 {f.param(base_r + k)}, {xo}")
+        dr.append(v)
+        src_dt = spec.in_dtypes[-src - 1] if src < 0 else dtypes[src]
+        kind = "f" if src_dt.startswith("float") else src_dt
+        ident = f.scalar(f"{CTOR[dtypes[j]]}({_IDENTITY[op].get(kind) or _IDENTITY[op]['i']})",
+                         {})
+        q, lab = f.begin(f.param(idx["extra"]))
+        f.store(f"%r{k}", dtypes[j], f.add(f.add(xo, v), q), ident)
+        f.end(q, lab)
     opened = []
     prev = dict(x)
     prev_o = xo
@@ -247,6 +263,10 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
         f.allocas.append(f"  %acc = alloca {LL[DTYPE_TYPE[out_dt]]}")
         first = f.load("%o", out_dt, prev_o)
         f.emit(f"store {LL[first.ty]} {first.ref}, ptr %acc")
+        for k, (j, _, _) in enumerate(inner):
+            f.allocas.append(f"  %acc{k} = alloca {LL[DTYPE_TYPE[dtypes[j]]]}")
+            first = f.load(f"%r{k}", dtypes[j], f.add(prev_o, dr[k]))
+            f.emit(f"store {LL[first.ty]} {first.ref}, ptr %acc{k}")
     i, lab = f.begin(n[last])
     out_index = f.add(prev_o, f.mul(i, so[last]))
     for k in range(n_in):
@@ -260,9 +280,16 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
             j = int(c[1:])
             at = f.add(xe[j], f.mul(i, se[j][last])) if own else f.add(out_index, dext[j])
             env[f"v{k}"] = f.load(f"%e{j}", spec.in_dtypes[k], at)
+    inner_at = {j: k for k, (j, _, _) in enumerate(inner)}
     for j, (op_name, iargs, attrs) in enumerate(spec.program):
         vars_ = [f"v{-a - 1}" if a < 0 else f"t{a}" for a in iargs]
         arg_dtypes = [spec.in_dtypes[-a - 1] if a < 0 else dtypes[a] for a in iargs]
+        if j in inner_at:  # accumulated like the result (below), into its own array
+            k = inner_at[j]
+            slot = f"%acc{k}" if acc_slot is not None else None
+            _accumulate(f, f"%r{k}", dtypes[j], f.add(out_index, dr[k]), slot, op_name,
+                        env[vars_[0]])
+            continue
         body = _body(op_name, attrs, arg_dtypes, dtypes[j])
         value = f.scalar(body.format(*vars_), env)
         env[f"t{j}"] = f.expr.cast(value, DTYPE_TYPE[dtypes[j]])
@@ -274,41 +301,57 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
     if red is None:
         f.store("%o", out_dt, out_index, result)
     else:
-        t = LL[DTYPE_TYPE[out_dt]]
-        if acc_slot is not None:
-            cur = f.tmp()
-            f.emit(f"{cur} = load {t}, ptr %acc")
-            acc = Val(cur, DTYPE_TYPE[out_dt])
-        else:
-            acc = f.load("%o", out_dt, out_index)
-        f.expr.fast = FAST_REDUCE  # the accumulation itself may reassociate
-        env2 = {"a": acc, "b": result}
-        combined = f.expr.cast(f.scalar(_COMBINE[red].format(a="a", b="b"), env2),
-                               DTYPE_TYPE[out_dt])
-        if acc_slot is not None:
-            f.emit(f"store {t} {combined.ref}, ptr %acc")
-        else:
-            f.store("%o", out_dt, out_index, combined)
+        _accumulate(f, "%o", out_dt, out_index, acc_slot, red, result)
     f.end(i, lab)
     if acc_slot is not None:
-        cur = f.tmp()
-        f.emit(f"{cur} = load {LL[DTYPE_TYPE[out_dt]]}, ptr %acc")
-        f.store("%o", out_dt, prev_o, Val(cur, DTYPE_TYPE[out_dt]))
+        for arr, dt, at, slot in [("%o", out_dt, prev_o, "%acc")] + [
+                (f"%r{k}", dtypes[j], f.add(prev_o, dr[k]), f"%acc{k}")
+                for k, (j, _, _) in enumerate(inner)]:
+            cur = f.tmp()
+            f.emit(f"{cur} = load {LL[DTYPE_TYPE[dt]]}, ptr {slot}")
+            f.store(arr, dt, at, Val(cur, DTYPE_TYPE[dt]))
     for i, lab in reversed(opened):
         f.end(i, lab)
-    if red == "mean":
+    means = [("%o", out_dt, xo)] if red == "mean" else []
+    means += [(f"%r{k}", dtypes[j], None) for k, (j, op, _) in enumerate(inner) if op == "mean"]
+    for arr, dt, _ in means:
+        k = None if arr == "%o" else int(arr[2:])
         cnt = Val(f.param(idx["extra"] + 1), "i64")
         q, lab = f.begin(f.param(idx["extra"]))
-        at = f.add(xo, q)
-        v = f.load("%o", out_dt, at)
-        f.store("%o", out_dt, at, f.expr.arith("/", v, cnt))
+        at = f.add(xo, q) if k is None else f.add(f.add(xo, dr[k]), q)
+        v = f.load(arr, dt, at)
+        f.store(arr, dt, at, f.expr.arith("/", v, cnt))
         f.end(q, lab)
     # a reduction's result is a buffer of its own (the planner never writes a reduction over
     # its inputs): with side outputs stored in the same loop, LLVM would otherwise need a
     # run-time overlap check of the accumulator against every array, over its limit of 8, and
     # leave the loop scalar (BatchNormalization's gradient and its channel sum: 8.5 ms)
-    only = frozenset({"o"}) if red is not None and n_extra else frozenset()
+    only = (frozenset({"o", *(f"r{k}" for k in range(len(inner)))})
+            if red is not None and (n_extra or inner) else frozenset())
     return f.function(name, [a.lstrip("%") for a in names] + ["p"], noalias=only)
+
+
+def _accumulate(f: Func, arr: str, dtype: str, index: str, slot: str | None, op: str,
+                value: Val) -> None:
+    """``acc = op(acc, value)`` for a reduction: the accumulator in ``slot`` (a register,
+    class "Z") or in ``arr[index]``; with the fast-math flags a reduction may reassociate
+    under (the values around it keep theirs)."""
+    t = LL[DTYPE_TYPE[dtype]]
+    if slot is not None:
+        cur = f.tmp()
+        f.emit(f"{cur} = load {t}, ptr {slot}")
+        acc = Val(cur, DTYPE_TYPE[dtype])
+    else:
+        acc = f.load(arr, dtype, index)
+    strict = f.expr.fast
+    f.expr.fast = FAST_REDUCE
+    combined = f.expr.cast(f.scalar(_COMBINE[op].format(a="a", b="b"), {"a": acc, "b": value}),
+                           DTYPE_TYPE[dtype])
+    f.expr.fast = strict
+    if slot is not None:
+        f.emit(f"store {t} {combined.ref}, ptr {slot}")
+    else:
+        f.store(arr, dtype, index, combined)
 
 
 def wrapper(name: str, n_args: int, errors: dict[int, tuple[str, str]] | None = None) -> list[str]:

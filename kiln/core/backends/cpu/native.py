@@ -49,7 +49,12 @@ import numpy as np
 from kiln import config
 from kiln.core.backends import jit as jit_loader
 from kiln.core.backends.cpu import jit, threads
-from kiln.core.backends.cpu.codegen import CodegenError, LoopSpec
+from kiln.core.backends.cpu.codegen import (
+    CodegenError,
+    LoopSpec,
+    inner_reductions,
+    program_dtypes,
+)
 from kiln.core.backends.cpu.llvm_expr import LIBM
 from kiln.core.backends.cpu.llvm_loop import DATA_OFFSET, generate_ir
 
@@ -387,7 +392,10 @@ def loop_kernel(spec: LoopSpec) -> NativeKernel | None:
     available or :mod:`.llvm_loop` does not generate it (the caller then uses numba's)."""
     if not available():
         return None
-    dtypes = [spec.out_dtype] + list(spec.extra_dtypes) + list(spec.in_dtypes) + ["int64"]
+    inner = [program_dtypes(spec.program, spec.in_dtypes)[j]
+             for j, _, _ in inner_reductions(spec.program)]
+    dtypes = ([spec.out_dtype] + list(spec.extra_dtypes) + inner + list(spec.in_dtypes)
+              + ["int64"])
     try:
         return kernel(f"{spec.signature()} {spec.program!r}", dtypes,
                       lambda symbol: generate_ir(spec, symbol))
