@@ -67,6 +67,12 @@ _COMBINE = {
 }
 
 
+def identity(op: str, value_dtype: str) -> str:
+    """The literal a reduction ``op`` of ``value_dtype`` values starts from."""
+    kind = "f" if value_dtype.startswith("float") else value_dtype
+    return _IDENTITY[op].get(kind) or _IDENTITY[op]["i"]
+
+
 class CodegenError(ValueError):
     """The program cannot be generated (the executor then uses the reference)."""
 
@@ -230,19 +236,16 @@ def generate(spec: LoopSpec) -> str:
     red = spec.reduce
     ctor_out = CTOR[spec.out_dtype]
     if red is not None:
-        kind = "f" if value_dtype.startswith("float") else value_dtype
-        ident = _IDENTITY[red].get(kind) or _IDENTITY[red]["i"]
-        emit(f"{ind}ident = {ctor_out}({ident})")
+        emit(f"{ind}ident = {ctor_out}({identity(red, value_dtype)})")
         emit(f"{ind}for q in range(p[{idx['extra']}]):")
         emit(f"{ind}    o[np.uint64(xo + q)] = ident")
     base_r = idx["extra"] + 2 + n_extra * (1 + rank)
     for k, (j, op, src) in enumerate(inner):  # offsets relative to the output's, its layout
         src_dt = spec.in_dtypes[-src - 1] if src < 0 else dtypes[src]
-        kind = "f" if src_dt.startswith("float") else src_dt
         emit(f"{ind}dr{k} = p[{base_r + k}] - xo")
         emit(f"{ind}for q in range(p[{idx['extra']}]):")
         emit(f"{ind}    r{k}[np.uint64(xo + dr{k} + q)] = {CTOR[dtypes[j]]}("
-             f"{_IDENTITY[op].get(kind) or _IDENTITY[op]['i']})")
+             f"{identity(op, src_dt)})")
     # loop nest: per level offsets
     depth = 1
     last = rank - 1
@@ -325,15 +328,13 @@ def generate(spec: LoopSpec) -> str:
     else:
         emit(f"{pad}io = np.uint64({prev_o} + i{last} * so{last})")
         emit(f"{pad}o[io] = {ctor_out}({_COMBINE[red].format(a='o[io]', b=result)})")
-    if red == "mean":
-        emit(f"{ind}cnt = p[{idx['extra'] + 1}]")
+    means = [("o", "xo", ctor_out)] if red == "mean" else []  # a mean divides at the end
+    means += [(f"r{k}", f"xo + dr{k}", CTOR[dtypes[j]])
+              for k, (j, op, _) in enumerate(inner) if op == "mean"]
+    for arr, start, ctor in means:
+        at = f"np.uint64({start} + q)"
         emit(f"{ind}for q in range(p[{idx['extra']}]):")
-        emit(f"{ind}    o[np.uint64(xo + q)] = {ctor_out}(o[np.uint64(xo + q)] / cnt)")
-    for k, (j, op, _) in enumerate(inner):
-        if op == "mean":
-            at = f"np.uint64(xo + dr{k} + q)"
-            emit(f"{ind}for q in range(p[{idx['extra']}]):")
-            emit(f"{ind}    r{k}[{at}] = {CTOR[dtypes[j]]}(r{k}[{at}] / p[{idx['extra'] + 1}])")
+        emit(f"{ind}    {arr}[{at}] = {ctor}({arr}[{at}] / p[{idx['extra'] + 1}])")
     prelude = "".join(f"from kiln.core.backends.cpu.scalars_numba import {FAST_F32[h][1]} as "
                       f"_{FAST_F32[h][1]}  # scalars {SCALARS_HASH}\n" for h in sorted(helpers))
     prelude += "\n\n" if prelude else ""

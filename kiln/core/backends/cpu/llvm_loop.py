@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from kiln.core.backends.cpu.codegen import (
     _COMBINE,
-    _IDENTITY,
     CTOR,
     FAST_F32,
     LoopSpec,
+    identity,
     inner_reductions,
     params_index,
     program_dtypes,
@@ -225,8 +225,7 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
     out_dt = spec.out_dtype
     ctor_out = CTOR[out_dt]
     if red is not None:
-        kind = "f" if dtypes[-1].startswith("float") else dtypes[-1]
-        ident = f.scalar(f"{ctor_out}({_IDENTITY[red].get(kind) or _IDENTITY[red]['i']})", {})
+        ident = f.scalar(f"{ctor_out}({identity(red, dtypes[-1])})", {})
         q, lab = f.begin(f.param(idx["extra"]))
         f.store("%o", out_dt, f.add(xo, q), ident)
         f.end(q, lab)
@@ -237,9 +236,7 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
         f.emit(f"{v} = sub nsw i64 {f.param(base_r + k)}, {xo}")
         dr.append(v)
         src_dt = spec.in_dtypes[-src - 1] if src < 0 else dtypes[src]
-        kind = "f" if src_dt.startswith("float") else src_dt
-        ident = f.scalar(f"{CTOR[dtypes[j]]}({_IDENTITY[op].get(kind) or _IDENTITY[op]['i']})",
-                         {})
+        ident = f.scalar(f"{CTOR[dtypes[j]]}({identity(op, src_dt)})", {})
         q, lab = f.begin(f.param(idx["extra"]))
         f.store(f"%r{k}", dtypes[j], f.add(f.add(xo, v), q), ident)
         f.end(q, lab)
