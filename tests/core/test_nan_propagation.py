@@ -189,3 +189,57 @@ def test_gradient_at_nan_runs(name):
     assert got.shape == X.shape and got.dtype == np.float32
     finite = np.isfinite(X) & (np.abs(X) > 0.1)
     assert np.isfinite(got[finite]).all()
+
+
+# Sums whose terms cancel exactly for finite values: NaN and inf must survive them. A loop's
+# reduction once carried LLVM's ``reassoc nsz`` flags (the body's too, where nothing else was
+# stored): InstCombine then reassociated into the summed value and cancelled ``x + (-x)``,
+# so a NaN or an inf input gave a sum of 0 (native and numba loops alike).
+CANCELLING = {
+    "sum(x - x)": (lambda t: K.sum(t - t), lambda x: np.sum(x - x)),
+    "sum(x + -x, axis=1)": (lambda t: K.sum(t + (-t), axis=1), lambda x: np.sum(x + -x, axis=1)),
+    "mean(2x - 2x, axis=0)": (lambda t: K.mean(t * 2.0 - t * 2.0, axis=0),
+                              lambda x: np.mean(x * 2 - x * 2, axis=0)),
+    "prod(x - x + 1)": (lambda t: K.prod(t - t + 1.0, axis=1),
+                        lambda x: np.prod(x - x + 1, axis=1)),
+    # a member stored beside the sum in one loop (a reduction group)
+    "[-x, sum(x + -x)]": (lambda t: [-t, K.sum(t + (-t), axis=1)],
+                          lambda x: [-x, np.sum(x + -x, axis=1)]),
+}
+
+
+@pytest.mark.parametrize("case", list(CANCELLING))
+@pytest.mark.parametrize("backend", ["reference", "cpu", "cpu-numba", "cpu-nojit"])
+def test_a_reduction_does_not_cancel_nan_or_inf_away(case, backend, monkeypatch, tmp_path):
+    """``cpu``: native loops; ``cpu-numba``: numba's (KILN_NATIVE=0)."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("kiln.core.passes.fuse"), "TAIL_MIN_ELEMENTS", 0)
+    monkeypatch.setenv("KILN_NATIVE", "0" if backend == "cpu-numba" else "1")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    selected = _use(backend.replace("-numba", ""), monkeypatch)
+    build, reference = CANCELLING[case]
+    x = np.tile(X, (3, 5))  # NaN, inf and -inf in some rows and columns, none in others
+    got = _run(build, [x], selected)
+    with np.errstate(invalid="ignore"):
+        want = reference(x.astype(np.float64))
+    for g, w in zip(got if isinstance(got, list) else [got], want if isinstance(want, list)
+                    else [want]):
+        _check(g, w)
+
+
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("axis", [0, 1, None])
+@pytest.mark.parametrize("backend", ["cpu", "cpu-numba"])
+def test_long_max_and_min_reductions_propagate_nan(reduce, axis, backend, monkeypatch, tmp_path):
+    """Rows long enough for the vector loop and its scalar tail (4,109 = 256 x 16 + 13), with
+    NaN first, last, in the middle or nowhere, infinities, and a row of -inf only: the native
+    loop's ``llvm.maximum`` / ``llvm.minimum`` against NumPy (and numba's select)."""
+    monkeypatch.setenv("KILN_NATIVE", "0" if backend == "cpu-numba" else "1")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    x = np.random.default_rng(3).normal(size=(6, 4109)).astype(np.float32)
+    x[0, 0] = x[1, -1] = x[2, 2050] = NAN
+    x[3, 7], x[3, 4000] = INF, -INF
+    x[4] = -INF
+    got = _run(lambda t: getattr(K, reduce)(t * 1.0, axis=axis), [x], "cpu")
+    _check(got, getattr(np, reduce)(x.astype(np.float64), axis=axis))

@@ -47,7 +47,7 @@ _kernels: dict[tuple[str, bool], Kernel] = {}
 
 HEADER = "import math\n\nimport numba\nimport numpy as np\n\n\n"
 
-FASTMATH_REDUCE = frozenset({"reassoc", "nsz", "contract"})
+FASTMATH_REDUCE = frozenset({"reassoc", "contract"})
 
 
 def reset_stats() -> None:

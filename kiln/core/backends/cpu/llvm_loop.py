@@ -32,11 +32,11 @@ from kiln.core.backends.cpu.codegen import (
     scalar_body,
     type_literals,
 )
-from kiln.core.backends.cpu.llvm_expr import DTYPE_TYPE, LL, Expr, Val
+from kiln.core.backends.cpu.llvm_expr import DTYPE_TYPE, FLOATS, LL, Expr, Val
 
 DATA_OFFSET = 16  # bytes from a PyObject* ndarray to its data pointer (PyObject_HEAD first)
 MEM = {"float32": "float", "float64": "double", "int32": "i32", "int64": "i64", "bool": "i8"}
-FAST_REDUCE = "reassoc nsz contract "
+FAST_REDUCE = "reassoc contract "
 
 
 class Func:
@@ -194,9 +194,9 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
     red = spec.reduce
     own = red is not None  # side outputs with strides of their own (codegen's docstring)
     inner = inner_reductions(spec.program)  # more reductions, into arrays of their own
-    # a reduction's float instructions get the fast-math flags, but not the values a loop
-    # stores as side outputs: those keep the bits their loop without reduction gives
-    f = Func(FAST_REDUCE if red is not None and not n_extra and not inner else "")
+    # only a reduction's accumulation gets the fast-math flags (``_accumulate``): the values
+    # computed in the loop keep the bits and the NaN of their loop without reduction
+    f = Func("")
     names = (["%o"] + [f"%e{k}" for k in range(n_extra)] + [f"%r{k}" for k in range(len(inner))]
              + [f"%a{k}" for k in range(n_in)])
     n = [f.param(d) for d in range(rank)]
@@ -340,11 +340,19 @@ def _accumulate(f: Func, arr: str, dtype: str, index: str, slot: str | None, op:
         acc = Val(cur, DTYPE_TYPE[dtype])
     else:
         acc = f.load(arr, dtype, index)
-    strict = f.expr.fast
-    f.expr.fast = FAST_REDUCE
-    combined = f.expr.cast(f.scalar(_COMBINE[op].format(a="a", b="b"), {"a": acc, "b": value}),
-                           DTYPE_TYPE[dtype])
-    f.expr.fast = strict
+    if op in ("max", "min") and acc.ty in FLOATS and value.ty == acc.ty:
+        # IEEE 754-2019's maximum / minimum: NaN from either operand, as the select of
+        # ``_COMBINE`` gives, but a recurrence LLVM's vectorizer reduces (the select is one
+        # only under ``nnan``; docs/architecture.md, "Native loops")
+        name = f"@llvm.{'maximum' if op == 'max' else 'minimum'}.{acc.ty}"  # f32 / f64
+        f.declare.add(f"declare {t} {name}({t}, {t})")
+        combined = f.expr.op(f"call {t} {name}({t} {acc.ref}, {t} {value.ref})", acc.ty)
+    else:
+        strict = f.expr.fast
+        f.expr.fast = FAST_REDUCE
+        combined = f.expr.cast(f.scalar(_COMBINE[op].format(a="a", b="b"),
+                                        {"a": acc, "b": value}), DTYPE_TYPE[dtype])
+        f.expr.fast = strict
     if slot is not None:
         f.emit(f"store {t} {combined.ref}, ptr {slot}")
     else:
