@@ -55,15 +55,19 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)  # benchmarks/ is not a package: its modules, from anywhere
+
+import floors  # noqa: E402
+from floors import blas_matmul  # noqa: E402,F401  (bench_suite and the tests use it here)
+from harness import Worker, WorkerError, _has_torch, _order  # noqa: E402,F401
 
 WORKLOADS = {
     "mlp_train": {"samples": 10240, "batch": 128, "kind": "train"},
@@ -268,55 +272,12 @@ def torch_case(workload: str, fused: bool = False) -> tuple[Callable[[Any, Any],
     return step, {}
 
 
-# ---- gemm floor ---------------------------------------------------------------------------------
-def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """``out = a @ b`` with the BLAS kiln's own GEMMs run on: NumPy's, or the private OpenBLAS
-    with this CPU's kernels where NumPy's picked slower ones (kiln/core/backends/cpu/blas.py),
-    so that a floor is one for kiln too."""
-    from kiln.core.backends.cpu import blas
-
-    if not blas.matmul(a, b, out):
-        np.matmul(a, b, out=out)
-
-
+# ---- gemm floor (benchmarks/floors.py) -------------------------------------------------------
 def gemm_case(workload: str) -> tuple[Callable[[Any, Any], Any], dict]:
-    """Only the GEMMs of one MLP step, float32, into preallocated outputs, with the BLAS kiln's
-    GEMMs use (:func:`blas_matmul`).
-
-    Training: forward x@W1, h1@W2, h2@W3, then backward dW3 = h2.T@d3, dh2 = d3@W3.T,
-    dW2 = h1.T@d2, dh1 = d2@W2.T, dW1 = x.T@d1 (no dX); predict: the 3 forward GEMMs.
-    """
+    """The MLP workloads' gemm-floor (:func:`floors.mlp_step`)."""
     if workload not in GEMM_WORKLOADS:
         raise ValueError(f"gemm floor is defined for {GEMM_WORKLOADS} only, not {workload}")
-    rng = np.random.default_rng(1)
-    batch = WORKLOADS[workload]["batch"]
-    sizes = [784, 512, 256, 10]
-    ws = [rng.uniform(-1, 1, (a, b)).astype(np.float32) * np.float32(np.sqrt(6 / (a + b)))
-          for a, b in zip(sizes[:-1], sizes[1:])]
-    hs = [np.empty((batch, b), np.float32) for b in sizes[1:]]  # h1, h2, logits
-
-    def forward(xb: np.ndarray) -> np.ndarray:
-        h = xb
-        for w, out in zip(ws, hs):
-            blas_matmul(h, w, out)
-            h = out
-        return h
-
-    if WORKLOADS[workload]["kind"] == "predict":
-        return (lambda xb, yb: forward(xb)), {}
-    ds = [(rng.standard_normal((batch, b)) * 0.01).astype(np.float32)
-          for b in sizes[1:]]  # d1, d2, d3 (d1, d2 are overwritten by the backward GEMMs)
-    dws = [np.empty_like(w) for w in ws]
-
-    def step(xb: np.ndarray, yb: np.ndarray) -> None:
-        forward(xb)
-        inputs = [xb, hs[0], hs[1]]
-        for i in (2, 1, 0):  # dW3, dh2, dW2, dh1, dW1
-            blas_matmul(inputs[i].T, ds[i], dws[i])
-            if i:
-                blas_matmul(ds[i], ws[i].T, ds[i - 1])
-
-    return step, {}
+    return floors.mlp_step(WORKLOADS[workload]["batch"], WORKLOADS[workload]["kind"] == "predict")
 
 
 # ---- one case, in this process ------------------------------------------------------------------
@@ -443,12 +404,6 @@ def _reply(obj: dict) -> None:
     print("RESULT " + json.dumps(obj), flush=True)
 
 
-def _order(frameworks: list[str], i: int) -> list[str]:
-    """Pair / round ``i``'s order: reversed every other time, so for any two frameworks each
-    goes first equally often."""
-    return frameworks if i % 2 == 0 else frameworks[::-1]
-
-
 def _api(framework: str, api: str) -> str:
     return api if framework == "kiln" else "core"
 
@@ -510,51 +465,6 @@ def run_sequential(workload: str, frameworks: list[str], epochs: int, rounds: in
 
 
 # ---- interleaved mode ---------------------------------------------------------------------------
-class WorkerError(RuntimeError):
-    pass
-
-
-class Worker:
-    """The coordinator's handle on one ``--worker`` process (stderr goes to a temporary file)."""
-
-    def __init__(self, framework: str, workload: str, api: str,
-                 command: list[str] | None = None) -> None:
-        self.framework = framework
-        self._stderr: IO[str] = tempfile.TemporaryFile("w+")
-        # ``command``: the script to run (default this one) and its options before --worker
-        cmd = (command or [sys.executable, os.path.abspath(__file__)]) + [
-            "--worker", framework, workload, "--api", api]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._stderr, text=True, bufsize=1)
-
-    def ask(self, command: str | None = None) -> dict:
-        """Sends ``command`` (None: none, just wait for the next reply) and returns the reply."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        try:
-            if command is not None:
-                self.proc.stdin.write(command + "\n")
-                self.proc.stdin.flush()
-            for line in iter(self.proc.stdout.readline, ""):
-                if line.startswith("RESULT "):
-                    reply = json.loads(line[7:])
-                    if "error" in reply:
-                        raise WorkerError(reply["error"])
-                    return reply
-        except BrokenPipeError:
-            pass
-        self.proc.wait()
-        self._stderr.seek(0)
-        tail = self._stderr.read().strip().splitlines()[-1:]
-        raise WorkerError("".join(tail) or f"{self.framework} worker exited "
-                          f"({self.proc.returncode})")
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self._stderr.close()
-
-
 def run_interleaved(workload: str, frameworks: list[str], epochs: int, rounds: int, api: str,
                     settle: float, command: list[str] | None = None,
                     pairs_out: list[dict[str, float]] | None = None) -> list[dict]:
@@ -565,7 +475,8 @@ def run_interleaved(workload: str, frameworks: list[str], epochs: int, rounds: i
     errors: dict[str, str] = {}
     try:
         for f in frameworks:
-            workers[f] = Worker(f, workload, _api(f, api), command)
+            workers[f] = Worker(f, workload, _api(f, api),
+                                command or [sys.executable, os.path.abspath(__file__)])
             try:
                 workers[f].ask()  # ready: built, first step and warm-up epoch done
             except WorkerError as e:
@@ -608,15 +519,6 @@ def run_interleaved(workload: str, frameworks: list[str], epochs: int, rounds: i
 
 
 # ---- main ---------------------------------------------------------------------------------------
-def _has_torch() -> bool:
-    try:
-        import importlib.util
-
-        return importlib.util.find_spec("torch") is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))

@@ -83,12 +83,11 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 import os
 import statistics
 import sys
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -96,6 +95,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import bench_cpu  # noqa: E402  (benchmarks/ is not a package)
+import floors  # noqa: E402
+from floors import FLOOR_LAYERS, Gemm, conv_output_size, gemms_of  # noqa: E402,F401
 
 # kind: train / predict; optimizer: the one both sides use (torch_fused only where "adam");
 # floor: "gemm" / "conv" / None
@@ -368,129 +369,20 @@ def torch_case(workload: str, fused: bool = False) -> tuple[Callable[[Any, Any],
     return step, {}
 
 
-# ---- floors -------------------------------------------------------------------------------------
-class Gemm(NamedTuple):
-    """One layer's GEMMs as an im2col convolution / a Dense: forward (M, K) @ (K, N), input
-    gradient (M, N) @ (N, K), kernel gradient (K, M) @ (M, N). ``transposed``: a
-    Conv2DTranspose, whose forward is the (M, N) @ (N, K) one."""
-
-    m: int
-    k: int
-    n: int
-    input_grad: bool
-    transposed: bool = False
-
-
-# the layers the floors count, per workload: ("conv", filters, kernel, stride, padding),
-# ("convT", filters, kernel, stride) ("same" padding), ("pool", size), ("dense", units),
-# ("gap",), ("flatten",); the input shape (without the batch) first
-FLOOR_LAYERS: dict[str, tuple[tuple[int, ...], list[tuple]]] = {
-    "deep_mlp": ((128,), [("dense", 128)] * 20 + [("dense", 10)]),
-    "wide_mlp": ((1024,), [("dense", 2048), ("dense", 2048), ("dense", 10)]),
-    "conv1d": ((500, 1), [("conv", 64, 3, 1, "same")] * 3 + [("gap",), ("dense", 2)]),
-    "cifar_cnn": ((32, 32, 3), [
-        ("conv", 32, 3, 1, "same"), ("conv", 32, 3, 1, "same"), ("pool", 2),
-        ("conv", 64, 3, 1, "same"), ("conv", 64, 3, 1, "same"), ("pool", 2),
-        ("conv", 128, 3, 1, "same"), ("pool", 2), ("flatten",), ("dense", 10)]),
-    "small_resnet": ((32, 32, 3), [("conv", 64, 3, 1, "same")] * 4 + [("gap",), ("dense", 10)]),
-    "conv_autoencoder": ((28, 28, 1), [
-        ("conv", 32, 4, 2, "same"), ("conv", 32, 4, 2, "same"), ("convT", 32, 4, 2),
-        ("convT", 32, 4, 2), ("conv", 1, 3, 1, "same")]),
-    "convnet_train": ((28, 28, 1), [
-        ("conv", 32, 3, 1, "valid"), ("pool", 2), ("conv", 64, 3, 1, "valid"), ("pool", 2),
-        ("flatten",), ("dense", 10)]),
-}
-
-
-def conv_output_size(size: int, kernel: int, stride: int, padding: str) -> int:
-    """Keras' output length of a convolution ("same": ceil(size / stride))."""
-    if padding == "same":
-        return -(-size // stride)
-    return (size - kernel) // stride + 1
-
-
+# ---- floors (benchmarks/floors.py) -------------------------------------------------------------
 def floor_gemms(workload: str, batch: int) -> list[Gemm]:
     """The GEMMs of one step of ``workload``'s floor, layer by layer (see ``Gemm``)."""
-    return gemms_of(*FLOOR_LAYERS[workload], batch)
-
-
-def gemms_of(shape: tuple[int, ...], layers: list[tuple], batch: int) -> list[Gemm]:
-    """The GEMMs of ``layers`` (as in ``FLOOR_LAYERS``) on inputs of ``shape`` (channels last,
-    without the batch), layer by layer; the first layer gets no input gradient."""
-    spatial, channels = tuple(shape[:-1]), shape[-1]
-    out: list[Gemm] = []
-    for layer in layers:
-        kind = layer[0]
-        first = not out
-        if kind == "conv":
-            _, filters, k, s, padding = layer
-            spatial = tuple(conv_output_size(d, k, s, padding) for d in spatial)
-            out.append(Gemm(batch * math.prod(spatial), k ** len(spatial) * channels, filters,
-                            not first))
-            channels = filters
-        elif kind == "convT":  # the convolution from its output back to its input
-            _, filters, k, s = layer
-            out.append(Gemm(batch * math.prod(spatial), k ** len(spatial) * filters, channels,
-                            not first, transposed=True))
-            spatial, channels = tuple(d * s for d in spatial), filters
-        elif kind == "pool":
-            spatial = tuple(d // layer[1] for d in spatial)
-        elif kind == "gap":
-            spatial = ()
-        elif kind == "flatten":
-            spatial, channels = (), math.prod(spatial) * channels
-        elif kind == "dense":
-            if spatial:
-                raise ValueError(f"gemms_of: Dense on a rank-{len(spatial) + 2} input")
-            out.append(Gemm(batch, channels, layer[1], not first))
-            channels = layer[1]
-        else:
-            raise ValueError(f"gemms_of: unknown layer kind {kind!r}")
-    return out
+    return floors.gemms_of(*FLOOR_LAYERS[workload], batch)
 
 
 def floor_case(workload: str) -> tuple[Callable[[Any, Any], Any], dict]:
-    """The floor's step: exactly ``floor_gemms``' GEMMs, float32, kiln's BLAS, preallocated
-    operands and outputs (shared between layers of the same shapes), nothing else. The MLP
-    workloads of ``bench_cpu.py`` use its own ``gemm_case``."""
+    """The floor's step of ``workload`` (the MLP workloads of ``bench_cpu.py``: its own)."""
     if workload in ("mlp_train", "mlp_predict"):
         return bench_cpu.gemm_case(workload)
     if WORKLOADS[workload]["floor"] is None:
         raise ValueError(f"bench_suite: no floor is defined for {workload}")
-    rng = np.random.default_rng(1)
-    train = WORKLOADS[workload]["kind"] == "train"
-    buffers: dict[tuple, np.ndarray] = {}
-
-    def buf(role: str, shape: tuple[int, int]) -> np.ndarray:
-        key = (role, shape)
-        if key not in buffers:
-            buffers[key] = rng.random(shape, dtype=np.float32)  # values don't matter
-        return buffers[key]
-
-    calls: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (a, b, out)
-    backward: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    # operands are never written (outputs feed no later GEMM but the forward's y, read as the
-    # gradient dY, whose values stay the same every step): no growth to inf, no denormals
-    for g in floor_gemms(workload, spec(workload)["batch"]):
-        cols, w = buf("cols", (g.m, g.k)), buf("w", (g.k, g.n))
-        y = buf("y", (g.m, g.n))
-        if g.transposed:  # x (M, N) @ W.T into the columns (then col2im)
-            calls.append((y, w.T, buf("dcols", (g.m, g.k))))
-        else:
-            calls.append((cols, w, y))
-        if train:
-            grads = [(cols.T, y, buf("dw", (g.k, g.n)))]  # kernel gradient
-            if g.input_grad:  # input gradient (transposed: im2col of dY (M, K) @ W)
-                grads.append((cols, w, buf("dx", (g.m, g.n))) if g.transposed
-                             else (y, w.T, buf("dcols", (g.m, g.k))))
-            backward = grads + backward
-    calls += backward
-
-    def step(xb: np.ndarray, yb: np.ndarray) -> None:
-        for a, b, out in calls:
-            bench_cpu.blas_matmul(a, b, out)
-
-    return step, {"gemms": [(a.shape, b.shape) for a, b, _ in calls]}
+    return floors.gemm_step(floor_gemms(workload, spec(workload)["batch"]),
+                            WORKLOADS[workload]["kind"] == "train")
 
 
 # ---- one case, in a worker ----------------------------------------------------------------------

@@ -1,0 +1,179 @@
+"""The floors of benchmarks/bench_cpu.py and bench_suite.py: per step only the GEMMs an
+implementation does whose GEMMs run on the BLAS kiln's own use, into preallocated float32
+outputs, and nothing else (see the two scripts' docstrings for what each floor counts).
+
+``gemm-floor`` of the MLP workloads (:func:`mlp_step`), ``conv-floor`` of the convolutional
+ones and ``gemm-floor`` of the suite's other MLPs (:func:`gemms_of` the layers of
+``FLOOR_LAYERS``, :func:`gemm_step`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+# ---- gemm floor ---------------------------------------------------------------------------------
+def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out = a @ b`` with the BLAS kiln's own GEMMs run on: NumPy's, or the private OpenBLAS
+    with this CPU's kernels where NumPy's picked slower ones (kiln/core/backends/cpu/blas.py),
+    so that a floor is one for kiln too."""
+    from kiln.core.backends.cpu import blas
+
+    if not blas.matmul(a, b, out):
+        np.matmul(a, b, out=out)
+
+
+def mlp_step(batch: int, predict: bool) -> tuple[Callable[[Any, Any], Any], dict]:
+    """Only the GEMMs of one step of the MLP 784-512-256-10 at ``batch``, float32, into
+    preallocated outputs, with the BLAS kiln's GEMMs use (:func:`blas_matmul`).
+
+    Training: forward x@W1, h1@W2, h2@W3, then backward dW3 = h2.T@d3, dh2 = d3@W3.T,
+    dW2 = h1.T@d2, dh1 = d2@W2.T, dW1 = x.T@d1 (no dX); ``predict``: the 3 forward GEMMs.
+    """
+    rng = np.random.default_rng(1)
+    sizes = [784, 512, 256, 10]
+    ws = [rng.uniform(-1, 1, (a, b)).astype(np.float32) * np.float32(np.sqrt(6 / (a + b)))
+          for a, b in zip(sizes[:-1], sizes[1:])]
+    hs = [np.empty((batch, b), np.float32) for b in sizes[1:]]  # h1, h2, logits
+
+    def forward(xb: np.ndarray) -> np.ndarray:
+        h = xb
+        for w, out in zip(ws, hs):
+            blas_matmul(h, w, out)
+            h = out
+        return h
+
+    if predict:
+        return (lambda xb, yb: forward(xb)), {}
+    ds = [(rng.standard_normal((batch, b)) * 0.01).astype(np.float32)
+          for b in sizes[1:]]  # d1, d2, d3 (d1, d2 are overwritten by the backward GEMMs)
+    dws = [np.empty_like(w) for w in ws]
+
+    def step(xb: np.ndarray, yb: np.ndarray) -> None:
+        forward(xb)
+        inputs = [xb, hs[0], hs[1]]
+        for i in (2, 1, 0):  # dW3, dh2, dW2, dh1, dW1
+            blas_matmul(inputs[i].T, ds[i], dws[i])
+            if i:
+                blas_matmul(ds[i], ws[i].T, ds[i - 1])
+
+    return step, {}
+
+
+# ---- conv-floor and the suite's gemm-floors ------------------------------------------------------
+class Gemm(NamedTuple):
+    """One layer's GEMMs as an im2col convolution / a Dense: forward (M, K) @ (K, N), input
+    gradient (M, N) @ (N, K), kernel gradient (K, M) @ (M, N). ``transposed``: a
+    Conv2DTranspose, whose forward is the (M, N) @ (N, K) one."""
+
+    m: int
+    k: int
+    n: int
+    input_grad: bool
+    transposed: bool = False
+
+
+# the layers the floors count, per workload: ("conv", filters, kernel, stride, padding),
+# ("convT", filters, kernel, stride) ("same" padding), ("pool", size), ("dense", units),
+# ("gap",), ("flatten",); the input shape (without the batch) first
+FLOOR_LAYERS: dict[str, tuple[tuple[int, ...], list[tuple]]] = {
+    "deep_mlp": ((128,), [("dense", 128)] * 20 + [("dense", 10)]),
+    "wide_mlp": ((1024,), [("dense", 2048), ("dense", 2048), ("dense", 10)]),
+    "conv1d": ((500, 1), [("conv", 64, 3, 1, "same")] * 3 + [("gap",), ("dense", 2)]),
+    "cifar_cnn": ((32, 32, 3), [
+        ("conv", 32, 3, 1, "same"), ("conv", 32, 3, 1, "same"), ("pool", 2),
+        ("conv", 64, 3, 1, "same"), ("conv", 64, 3, 1, "same"), ("pool", 2),
+        ("conv", 128, 3, 1, "same"), ("pool", 2), ("flatten",), ("dense", 10)]),
+    "small_resnet": ((32, 32, 3), [("conv", 64, 3, 1, "same")] * 4 + [("gap",), ("dense", 10)]),
+    "conv_autoencoder": ((28, 28, 1), [
+        ("conv", 32, 4, 2, "same"), ("conv", 32, 4, 2, "same"), ("convT", 32, 4, 2),
+        ("convT", 32, 4, 2), ("conv", 1, 3, 1, "same")]),
+    "convnet_train": ((28, 28, 1), [
+        ("conv", 32, 3, 1, "valid"), ("pool", 2), ("conv", 64, 3, 1, "valid"), ("pool", 2),
+        ("flatten",), ("dense", 10)]),
+}
+
+
+def conv_output_size(size: int, kernel: int, stride: int, padding: str) -> int:
+    """Keras' output length of a convolution ("same": ceil(size / stride))."""
+    if padding == "same":
+        return -(-size // stride)
+    return (size - kernel) // stride + 1
+
+
+def gemms_of(shape: tuple[int, ...], layers: list[tuple], batch: int) -> list[Gemm]:
+    """The GEMMs of ``layers`` (as in ``FLOOR_LAYERS``) on inputs of ``shape`` (channels last,
+    without the batch), layer by layer; the first layer gets no input gradient."""
+    spatial, channels = tuple(shape[:-1]), shape[-1]
+    out: list[Gemm] = []
+    for layer in layers:
+        kind = layer[0]
+        first = not out
+        if kind == "conv":
+            _, filters, k, s, padding = layer
+            spatial = tuple(conv_output_size(d, k, s, padding) for d in spatial)
+            out.append(Gemm(batch * math.prod(spatial), k ** len(spatial) * channels, filters,
+                            not first))
+            channels = filters
+        elif kind == "convT":  # the convolution from its output back to its input
+            _, filters, k, s = layer
+            out.append(Gemm(batch * math.prod(spatial), k ** len(spatial) * filters, channels,
+                            not first, transposed=True))
+            spatial, channels = tuple(d * s for d in spatial), filters
+        elif kind == "pool":
+            spatial = tuple(d // layer[1] for d in spatial)
+        elif kind == "gap":
+            spatial = ()
+        elif kind == "flatten":
+            spatial, channels = (), math.prod(spatial) * channels
+        elif kind == "dense":
+            if spatial:
+                raise ValueError(f"gemms_of: Dense on a rank-{len(spatial) + 2} input")
+            out.append(Gemm(batch, channels, layer[1], not first))
+            channels = layer[1]
+        else:
+            raise ValueError(f"gemms_of: unknown layer kind {kind!r}")
+    return out
+
+
+def gemm_step(gemms: list[Gemm], train: bool) -> tuple[Callable[[Any, Any], Any], dict]:
+    """A floor's step: exactly the GEMMs of ``gemms`` (forward, then for ``train`` the
+    backward ones, last layer first), float32, kiln's BLAS, preallocated operands and
+    outputs (shared between layers of the same shapes), nothing else."""
+    rng = np.random.default_rng(1)
+    buffers: dict[tuple, np.ndarray] = {}
+
+    def buf(role: str, shape: tuple[int, int]) -> np.ndarray:
+        key = (role, shape)
+        if key not in buffers:
+            buffers[key] = rng.random(shape, dtype=np.float32)  # values don't matter
+        return buffers[key]
+
+    calls: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (a, b, out)
+    backward: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    # operands are never written (outputs feed no later GEMM but the forward's y, read as the
+    # gradient dY, whose values stay the same every step): no growth to inf, no denormals
+    for g in gemms:
+        cols, w = buf("cols", (g.m, g.k)), buf("w", (g.k, g.n))
+        y = buf("y", (g.m, g.n))
+        if g.transposed:  # x (M, N) @ W.T into the columns (then col2im)
+            calls.append((y, w.T, buf("dcols", (g.m, g.k))))
+        else:
+            calls.append((cols, w, y))
+        if train:
+            grads = [(cols.T, y, buf("dw", (g.k, g.n)))]  # kernel gradient
+            if g.input_grad:  # input gradient (transposed: im2col of dY (M, K) @ W)
+                grads.append((cols, w, buf("dx", (g.m, g.n))) if g.transposed
+                             else (y, w.T, buf("dcols", (g.m, g.k))))
+            backward = grads + backward
+    calls += backward
+
+    def step(xb: np.ndarray, yb: np.ndarray) -> None:
+        for a, b, out in calls:
+            blas_matmul(a, b, out)
+
+    return step, {"gemms": [(a.shape, b.shape) for a, b, _ in calls]}

@@ -1,0 +1,69 @@
+"""The multi-process machinery of benchmarks/bench_cpu.py (and so of bench_suite.py): the
+coordinator's handle on a worker process, the order of each pair, whether torch is installed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from typing import IO
+
+
+def _order(frameworks: list[str], i: int) -> list[str]:
+    """Pair / round ``i``'s order: reversed every other time, so for any two frameworks each
+    goes first equally often."""
+    return frameworks if i % 2 == 0 else frameworks[::-1]
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+class Worker:
+    """The coordinator's handle on one ``--worker`` process (stderr goes to a temporary file)."""
+
+    def __init__(self, framework: str, workload: str, api: str,
+                 command: list[str]) -> None:
+        self.framework = framework
+        self._stderr: IO[str] = tempfile.TemporaryFile("w+")
+        # ``command``: the script to run and its options before --worker
+        cmd = command + [
+            "--worker", framework, workload, "--api", api]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._stderr, text=True, bufsize=1)
+
+    def ask(self, command: str | None = None) -> dict:
+        """Sends ``command`` (None: none, just wait for the next reply) and returns the reply."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            if command is not None:
+                self.proc.stdin.write(command + "\n")
+                self.proc.stdin.flush()
+            for line in iter(self.proc.stdout.readline, ""):
+                if line.startswith("RESULT "):
+                    reply = json.loads(line[7:])
+                    if "error" in reply:
+                        raise WorkerError(reply["error"])
+                    return reply
+        except BrokenPipeError:
+            pass
+        self.proc.wait()
+        self._stderr.seek(0)
+        tail = self._stderr.read().strip().splitlines()[-1:]
+        raise WorkerError("".join(tail) or f"{self.framework} worker exited "
+                          f"({self.proc.returncode})")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._stderr.close()
+
+
+def _has_torch() -> bool:
+    try:
+        import importlib.util
+
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
