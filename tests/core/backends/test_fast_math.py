@@ -4,6 +4,8 @@ values; float64 keeps libm's tanh."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -76,3 +78,82 @@ def test_float32_softmax_rows_special_values_and_accuracy():
     assert np.isnan(got[2]).all()
     np.testing.assert_allclose(got[3], 1.0 / 128, rtol=1e-6)
     assert got[4, 7] == 1.0 and np.all(np.delete(got[4], 7) == 0.0)
+
+
+# exp, log, log1p and expm1 in float32 loops: scalars.exp32 ... (codegen.F32_CALLS), within a
+# few ulp of the float64 result everywhere (normal, denormal and extreme arguments and
+# results), the special values exactly; the ops built on them (softplus, ELU) follow.
+_ARGS = np.concatenate([np.linspace(-110, 90, 200001), np.linspace(-2, 2, 100001),
+                        np.geomspace(1e-45, 1e-2, 2000), -np.geomspace(1e-45, 1e-2, 2000)])
+_POSITIVE = np.concatenate([np.geomspace(1e-45, 3.4e38, 100001), np.linspace(0.5, 2, 100001)])
+_F32_CASES = {
+    "exp": (K.exp, np.exp, _ARGS, 1.0),
+    "log": (K.log, np.log, _POSITIVE, 1.0),
+    "log1p": (K.log1p, np.log1p, np.concatenate([_ARGS[_ARGS > -1], _POSITIVE]), 3.0),
+    "expm1": (K.expm1, np.expm1, _ARGS, 3.0),
+    "softplus": (K.softplus, lambda v: np.logaddexp(0.0, v), _ARGS, 3.0),
+    "elu": (K.elu, lambda v: np.where(v > 0, v, np.expm1(np.minimum(v, 0))), _ARGS, 3.0),
+}
+_SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, 1.0, 1e-45, -1e-45, 88.8,
+                     -104.0, 3.4e38], np.float32)
+
+
+def _f32(op, x):
+    xp = kiln.placeholder(x.shape, "float32")
+    return kiln.function([xp], op(xp), backend="cpu")(x)
+
+
+def _ulps(got, want):
+    """|got - want| in units of the float32 spacing at ``want`` (the smallest denormal at least)."""
+    spacing = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    return np.abs(got.astype(np.float64) - want) / np.maximum(spacing, 2.0 ** -149)
+
+
+@pytest.mark.nojit
+@pytest.mark.parametrize("name", list(_F32_CASES))
+def test_float32_exp_and_log_family_are_within_a_few_ulp(name):
+    op, ref, args, limit = _F32_CASES[name]
+    x = args.astype(np.float32)
+    if os.environ.get("KILN_JIT") == "0":  # the same functions as Python: every 25th argument
+        x = x[::25]
+    got = _f32(op, x)
+    with np.errstate(over="ignore"):
+        want = ref(x.astype(np.float64))
+    big = np.abs(want) > np.finfo(np.float32).max  # float32 overflow: inf
+    assert np.isinf(got[big]).all() and (np.sign(got[big]) == np.sign(want[big])).all()
+    err = _ulps(got[~big], want[~big])
+    assert err.max() <= limit, (x[~big][err.argmax()], got[~big][err.argmax()],
+                                want[~big][err.argmax()])
+    with np.errstate(all="ignore"):
+        special = ref(_SPECIAL.astype(np.float64)).astype(np.float32)
+    got = _f32(op, _SPECIAL)
+    exact = ~np.isfinite(special) | (special == 0) | (np.abs(_SPECIAL) < 1e-30)
+    np.testing.assert_array_equal(got[exact], special[exact])  # NaN, inf, 0, -0, denormals
+    assert _ulps(got[~exact], special[~exact].astype(np.float64)).max() <= limit
+
+
+@pytest.mark.parametrize("name", ["exp", "log", "log1p", "expm1"])
+def test_float32_exp_and_log_family_are_the_same_bits_native_numba_and_python(name,
+                                                                               monkeypatch,
+                                                                               tmp_path):
+    """One definition (scalars.py) in three lowerings: native, numba and KILN_JIT=0 agree bit
+    for bit."""
+    op, _, args, _ = _F32_CASES[name]
+    x = np.concatenate([args[::50], _SPECIAL]).astype(np.float32)
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    runs = []
+    for native, jit in (("1", "1"), ("0", "1"), ("1", "0")):
+        monkeypatch.setenv("KILN_NATIVE", native)
+        monkeypatch.setenv("KILN_JIT", jit)
+        with np.errstate(all="ignore"):
+            runs.append(_f32(op, x))
+    for other in runs[1:]:
+        np.testing.assert_array_equal(runs[0], other)
+
+
+def test_float64_exp_and_log_stay_libm():
+    x = np.linspace(-700, 700, 10001)
+    xp = kiln.placeholder(x.shape, "float64")
+    got = kiln.function([xp], [K.exp(xp), K.log(K.abs(xp) + 1e-300)], backend="cpu")(x)
+    np.testing.assert_allclose(got[0], np.exp(x), rtol=1e-15, atol=0)
+    np.testing.assert_allclose(got[1], np.log(np.abs(x) + 1e-300), rtol=1e-15, atol=0)

@@ -81,6 +81,29 @@ class CodegenError(ValueError):
 # scalars.py): op -> (body, the scalars function it calls).
 FAST_F32: dict[str, tuple[str, str]] = {"tanh": ("_tanh32({0})", "tanh32"),
                                         "sigmoid": ("_sigmoid32({0})", "sigmoid32")}
+# and the libm calls of every float32 body: NumPy's name -> the scalars function (which
+# vectorizes, where a libm call keeps the loop scalar)
+F32_CALLS = {"exp": "exp32", "log": "log32", "log1p": "log1p32", "expm1": "expm1_32"}
+_F32_CALL = re.compile(r"\bnp\.(" + "|".join(F32_CALLS) + r")\(")
+
+
+def loop_body(op_name: str, attrs: tuple, f32: bool) -> tuple[str, set[str]]:
+    """The scalar body of ``op_name`` in a generated loop (``{0}``... its arguments) and the
+    ``scalars.py`` functions it calls (imported as ``_<name>``): in a float32 loop the fast
+    body of ``FAST_F32`` where there is one, else the op's own with float32 literals and
+    ``F32_CALLS`` in place of NumPy's functions."""
+    if f32 and op_name in FAST_F32:
+        body, helper = FAST_F32[op_name]
+        return body, {helper}
+    body = type_literals(scalar_body(op_name, attrs), "float32" if f32 else "")
+    if not f32:
+        return body, set()
+    used: set[str] = set()
+
+    def swap(m: re.Match) -> str:
+        used.add(F32_CALLS[m.group(1)])
+        return f"_{F32_CALLS[m.group(1)]}("
+    return _F32_CALL.sub(swap, body), used
 
 
 def _scalars_hash() -> str:
@@ -304,12 +327,8 @@ def generate(spec: LoopSpec) -> str:
                      f"{_COMBINE[op_name].format(a=f'r{k}[{at}]', b=value)})")
             continue
         floats = {t for t in arg_dtypes + [dtypes[j]] if t.startswith("float")}
-        f32 = floats == {"float32"}
-        if f32 and op_name in FAST_F32:
-            body = FAST_F32[op_name][0]
-            helpers.add(op_name)
-        else:
-            body = type_literals(scalar_body(op_name, attrs), "float32" if f32 else "")
+        body, used = loop_body(op_name, attrs, floats == {"float32"})
+        helpers |= used
         emit(f"{pad}t{j} = {CTOR[dtypes[j]]}({body.format(*names)})")
     result = f"t{len(spec.program) - 1}"
     if value_dtype != spec.out_dtype:
@@ -335,8 +354,8 @@ def generate(spec: LoopSpec) -> str:
         at = f"np.uint64({start} + q)"
         emit(f"{ind}for q in range(p[{idx['extra']}]):")
         emit(f"{ind}    {arr}[{at}] = {ctor}({arr}[{at}] / p[{idx['extra'] + 1}])")
-    prelude = "".join(f"from kiln.core.backends.cpu.scalars_numba import {FAST_F32[h][1]} as "
-                      f"_{FAST_F32[h][1]}  # scalars {SCALARS_HASH}\n" for h in sorted(helpers))
+    prelude = "".join(f"from kiln.core.backends.cpu.scalars_numba import {h} as _{h}  "
+                      f"# scalars {SCALARS_HASH}\n" for h in sorted(helpers))
     prelude += "\n\n" if prelude else ""
     return prelude + "\n".join(lines) + "\n"
 

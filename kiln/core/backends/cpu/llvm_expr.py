@@ -11,6 +11,8 @@ so that a loop generated here computes what the numba kernel of the same program
   instruction's result is cast back to its dtype, so wrapping is the same); floats in the
   wider of the two, float64 when mixed with an integer; ``/`` is true division (float64 for
   integers); ``**`` only on floats;
+* integer ``<<``, ``>>`` (arithmetic), ``&`` and ``|`` in int32 when both sides are, else
+  int64;
 * ``x if c else y`` evaluates both sides (they have no side effects: a float division by zero
   is inf, not a trap) and selects; its type unifies both sides;
 * ``max(a, b)`` / ``min(a, b)`` are Python's (``b if b > a else a``: ``max(nan, 1.0)`` is
@@ -45,6 +47,8 @@ LL = {"f32": "float", "f64": "double", "i32": "i32", "i64": "i64", "b": "i1"}
 FLOATS = ("f32", "f64")
 INTS = ("b", "i32", "i64")
 _CTORS = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool_": "b"}
+# integer bit operations (``>>`` is NumPy's on signed integers: arithmetic)
+_BITS = {"<<": "shl", ">>": "ashr", "&": "and", "|": "or"}
 
 # unary float functions: name -> (LLVM intrinsic or libm base name, is_intrinsic)
 _FUNCS = {"exp": ("exp", True), "log": ("log", True), "sqrt": ("sqrt", True),
@@ -190,12 +194,12 @@ class Expr:
             if ty not in FLOATS:
                 raise CodegenError("native loops: ** of integers is not generated")
             return self.call("pow", ty, self.cast(a, ty), self.cast(b, ty))
-        elif op == "<<":
+        elif op in _BITS:
             if a.ty not in INTS or b.ty not in INTS:
-                raise CodegenError("native loops: << needs integers")
+                raise CodegenError(f"native loops: {op} needs integers")
             ty = "i64" if "i64" in (a.ty, b.ty) else "i32" if a.ty == b.ty == "i32" else "i64"
             a, b = self.cast(a, ty), self.cast(b, ty)
-            return self.op(f"shl {LL[ty]} {a.ref}, {b.ref}", ty)
+            return self.op(f"{_BITS[op]} {LL[ty]} {a.ref}, {b.ref}", ty)
         else:
             ty = promote(a.ty, b.ty)
         a, b = self.cast(a, ty), self.cast(b, ty)
@@ -228,9 +232,12 @@ class Expr:
                 return env[n.id]
         elif isinstance(n, ast.Attribute) and _dotted(n) in ("np.inf", "math.inf"):
             return const(math.inf, "f64")
+        elif isinstance(n, ast.Attribute) and _dotted(n) in ("np.nan", "math.nan"):
+            return const(math.nan, "f64")
         elif isinstance(n, ast.BinOp):
             sym = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**",
-                   ast.LShift: "<<"}.get(type(n.op))
+                   ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&",
+                   ast.BitOr: "|"}.get(type(n.op))
             if sym is not None:
                 return self.arith(sym, self.node(n.left, env), self.node(n.right, env))
         elif isinstance(n, ast.UnaryOp):
@@ -344,9 +351,9 @@ def _dotted(n: ast.AST) -> str:
 
 # the functions of scalars.py a generated body may call, under the names codegen imports
 # them as (codegen.FAST_F32) and their own (they call each other)
-SCALAR_FUNCTIONS = {"_tanh32": "tanh32", "_sigmoid32": "sigmoid32", "tanh32": "tanh32",
-                    "sigmoid32": "sigmoid32", "exp_neg32": "exp_neg32",
-                    "_exp_neg32": "exp_neg32"}
+SCALAR_FUNCTIONS = {prefix + name: name
+                    for name in ("tanh32", "sigmoid32", "exp_neg32", "exp32", "log32", "log1p32",
+                                 "expm1_32") for prefix in ("", "_")}
 _trees: dict[str, ast.FunctionDef] = {}
 
 

@@ -8,9 +8,10 @@ The module holds two functions:
   (read that module's docstring for the classes and the parameter array ``p``), with the
   instructions' scalar bodies lowered by :class:`.llvm_expr.Expr` under numba's typing
   rules; indices are int64 (``getelementptr inbounds``: no wraparound test), loop counters
-  live in allocas that LLVM promotes to registers. Reductions get numba's
-  ``FASTMATH_REDUCE`` flags on their float instructions (with side outputs on the
-  accumulation only, so the stored values keep their strict bits), other loops none;
+  live in allocas that LLVM promotes to registers. A reduction's accumulation gets
+  numba's ``FASTMATH_REDUCE`` flags (``reassoc contract``: no ``nsz``, which let LLVM cancel
+  a NaN away), a float max or min ``llvm.maximum`` / ``llvm.minimum``; every other
+  instruction none, so computed values keep their strict bits;
 * ``@<name>_py``: a CPython ``METH_FASTCALL`` function taking the arrays: it checks the
   argument count, reads each array's data pointer (``PyArrayObject->data``, at byte
   :data:`DATA_OFFSET`: :mod:`.native` checks it on this interpreter before using the path),
@@ -23,14 +24,12 @@ from __future__ import annotations
 from kiln.core.backends.cpu.codegen import (
     _COMBINE,
     CTOR,
-    FAST_F32,
     LoopSpec,
     identity,
     inner_reductions,
+    loop_body,
     params_index,
     program_dtypes,
-    scalar_body,
-    type_literals,
 )
 from kiln.core.backends.cpu.llvm_expr import DTYPE_TYPE, FLOATS, LL, Expr, Val
 
@@ -174,10 +173,7 @@ class Func:
 
 def _body(op_name: str, attrs: tuple, arg_dtypes: list[str], out_dtype: str) -> str:
     floats = {t for t in arg_dtypes + [out_dtype] if t.startswith("float")}
-    f32 = floats == {"float32"}
-    if f32 and op_name in FAST_F32:
-        return FAST_F32[op_name][0]
-    return type_literals(scalar_body(op_name, attrs), "float32" if f32 else "")
+    return loop_body(op_name, attrs, floats == {"float32"})[0]
 
 
 def generate_ir(spec: LoopSpec, name: str) -> str:

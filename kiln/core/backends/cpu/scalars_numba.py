@@ -13,3 +13,7 @@ from kiln.core.backends.cpu import scalars
 exp_neg32 = numba.extending.register_jitable(scalars.exp_neg32)
 tanh32 = numba.extending.register_jitable(scalars.tanh32)
 sigmoid32 = numba.extending.register_jitable(scalars.sigmoid32)
+exp32 = numba.extending.register_jitable(scalars.exp32)
+log32 = numba.extending.register_jitable(scalars.log32)
+log1p32 = numba.extending.register_jitable(scalars.log1p32)
+expm1_32 = numba.extending.register_jitable(scalars.expm1_32)
