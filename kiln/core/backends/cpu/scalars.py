@@ -49,11 +49,9 @@ def tanh32(x):
     return v if abs(v) < np.float32(0.0004) else np.float32(p * v / q)
 
 
-def exp_neg32(d):
-    """exp(d) for d <= 0 (a softmax's x - max, a sigmoid's -|x|): Cephes' expf polynomial
-    with 2^k built from its bits; exactly 0 below -87.33 (exp underflows there); NaN stays."""
-    v = max(d, np.float32(-87.33654))
-    kf = np.floor(v * np.float32(1.44269504088896341) + np.float32(0.5))
+def exp_reduced32(v, kf):
+    """exp(v) / 2^kf for kf = round(v / ln 2): Cephes' expf polynomial on r = v - kf ln 2
+    (|r| <= ln 2 / 2, ln 2 in two parts)."""
     r = v - kf * np.float32(0.693359375) + kf * np.float32(2.12194440e-4)
     p = np.float32(1.9875691500e-4)
     p = p * r + np.float32(1.3981999507e-3)
@@ -61,7 +59,15 @@ def exp_neg32(d):
     p = p * r + np.float32(4.1665795894e-2)
     p = p * r + np.float32(1.6666665459e-1)
     p = p * r + np.float32(5.0000001201e-1)
-    e = (p * (r * r) + r + np.float32(1.0)) * np.int32(
+    return p * (r * r) + r + np.float32(1.0)
+
+
+def exp_neg32(d):
+    """exp(d) for d <= 0 (a softmax's x - max, a sigmoid's -|x|): Cephes' expf polynomial
+    with 2^k built from its bits; exactly 0 below -87.33 (exp underflows there); NaN stays."""
+    v = max(d, np.float32(-87.33654))
+    kf = np.floor(v * np.float32(1.44269504088896341) + np.float32(0.5))
+    e = exp_reduced32(v, kf) * np.int32(
         (np.int32(kf) + np.int32(127)) << np.int32(23)).view(np.float32)
     e = np.float32(0.0) if d < np.float32(-87.33654) else e
     return d if d != d else e
@@ -78,14 +84,7 @@ def exp32(x):
     """exp of a float32 (see the module docstring)."""
     v = min(max(x, np.float32(-104.0)), np.float32(88.7228394))
     kf = np.floor(v * np.float32(1.44269504088896341) + np.float32(0.5))
-    r = v - kf * np.float32(0.693359375) + kf * np.float32(2.12194440e-4)
-    p = np.float32(1.9875691500e-4)
-    p = p * r + np.float32(1.3981999507e-3)
-    p = p * r + np.float32(8.3334519073e-3)
-    p = p * r + np.float32(4.1665795894e-2)
-    p = p * r + np.float32(1.6666665459e-1)
-    p = p * r + np.float32(5.0000001201e-1)
-    e = p * (r * r) + r + np.float32(1.0)
+    e = exp_reduced32(v, kf)
     k1 = np.floor(kf * np.float32(0.5))
     s1 = np.int32((np.int32(k1) + np.int32(127)) << np.int32(23)).view(np.float32)
     s2 = np.int32((np.int32(kf - k1) + np.int32(127)) << np.int32(23)).view(np.float32)

@@ -10,6 +10,7 @@ from kiln.core.backends.cpu import scalars
 
 # register_jitable registers the function object itself: sigmoid32's call of exp_neg32 (a
 # global of scalars.py) resolves to the registered function too
+exp_reduced32 = numba.extending.register_jitable(scalars.exp_reduced32)
 exp_neg32 = numba.extending.register_jitable(scalars.exp_neg32)
 tanh32 = numba.extending.register_jitable(scalars.tanh32)
 sigmoid32 = numba.extending.register_jitable(scalars.sigmoid32)
