@@ -10,7 +10,9 @@ Identities
     squeeze -> one reshape (none when the shape comes back); broadcasts to the shape the
     tensor already has -> removed; a broadcast consumed by an elementwise op -> removed when
     the op's own broadcasting gives the same result type; sum / mean / max / min / prod over
-    size-1 axes -> squeeze (or nothing with keepdims); cast to the same dtype -> removed.
+    size-1 axes -> squeeze (or nothing with keepdims); cast to the same dtype -> removed;
+    ``pow(x, 1) -> x``, ``pow(x, 2) -> x * x`` (the correctly rounded square, where libm's
+    ``pow`` is a scalar call of ~8 ns: a focal loss's ``(1 - p) ** 2``).
 
 Stabilization
     ``log(softmax(x)) -> log_softmax(x)``; ``-sum(y * log_softmax(x), axis=-1)`` in the forms
@@ -93,6 +95,12 @@ def identities(node: Node) -> Node | None:
             return build(x.op, [x.inputs[0].inputs[0]], **x.attrs)
     if op == "cast" and ins[0].dtype == node.attrs["dtype"]:
         return ins[0]
+    if op == "pow" and ins[0].type == node.type:
+        x, y = ins
+        if is_const_equal(y, 1):
+            return x
+        if is_const_equal(y, 2) and x.dtype.startswith("float"):
+            return build("mul", [x, x])
     return None
 
 

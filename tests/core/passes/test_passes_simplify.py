@@ -46,6 +46,29 @@ def test_identities_return_the_operand(build):
     assert one(build) is X
 
 
+def test_power_of_one_is_the_base_and_power_of_two_a_product():
+    assert one(lambda: K.power(X, 1.0)) is X
+    sq = one(lambda: K.power(X, 2.0))
+    assert sq.op == "mul" and sq.inputs == (X, X)
+    # special values as pow gives them (both are the correctly rounded square), and the
+    # gradient of a focal-loss-like (1 - x) ** 2 through the rewritten graph
+    v = np.array([np.nan, np.inf, -np.inf, -0.0, 3e38, 1e-30, -2.5], np.float32)
+    x = kiln.placeholder(v.shape, "float32")
+    y = K.power(1.0 - x, 2.0)
+    (g,) = kiln.grad(K.sum(y), [x])
+    fn = kiln.function([x], [y, g])
+    with np.errstate(all="ignore"):
+        got, grad = fn(v)
+        np.testing.assert_array_equal(got, np.power(np.float32(1) - v, np.float32(2)))
+        np.testing.assert_array_equal(grad, -2 * (np.float32(1) - v))
+    assert not any(n.op == "pow" for n in fn.optimized_graph.nodes)
+
+
+def test_power_rewrites_keep_the_type():
+    out = one(lambda: K.power(X, K.constant(np.full((5, 1, 1, 1), 2.0))))  # (5, ?, 2, 3)
+    assert out.op == "pow"
+
+
 def test_identity_that_would_change_the_type_does_not_fire():
     out = one(lambda: X * K.constant(np.ones((5, 1, 1, 1))))  # result is (5, ?, 2, 3)
     assert out.op == "mul"
