@@ -157,3 +157,35 @@ def test_float64_exp_and_log_stay_libm():
     got = kiln.function([xp], [K.exp(xp), K.log(K.abs(xp) + 1e-300)], backend="cpu")(x)
     np.testing.assert_allclose(got[0], np.exp(x), rtol=1e-15, atol=0)
     np.testing.assert_allclose(got[1], np.log(np.abs(x) + 1e-300), rtol=1e-15, atol=0)
+
+
+@pytest.mark.nojit
+@pytest.mark.parametrize("n", [1, 5, 8, 13, 4099])
+def test_float32_softmax_family_rows_against_float64(n):
+    """softmax, log_softmax and both cross-entropies of float32 rows (the max and the float64
+    sum of exp_neg32 in eight lanes) against float64 NumPy; NaN and infinite rows are NaN."""
+    rng = np.random.default_rng(n)
+    x = (rng.normal(size=(7, n)) * 8).astype(np.float32)
+    x[5, 0], x[6, -1] = np.nan, -np.inf
+    labels = rng.integers(0, n, size=7).astype(np.int32)
+    p = kiln.placeholder((None, n))
+    lab = kiln.placeholder((None,), "int32")
+    y = kiln.placeholder((None, n))
+    got = kiln.function([p, lab, y], [K.softmax(p), K.log_softmax(p),
+                                      K.sparse_softmax_cross_entropy(p, lab),
+                                      K.softmax_cross_entropy(p, y)], backend="cpu")(
+        x, labels, np.eye(n, dtype=np.float32)[labels])
+    x64 = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        shifted = x64 - x64.max(axis=1, keepdims=True)
+        log_sm = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    xent = -log_sm[np.arange(7), labels]
+    nan_rows = np.isnan(x64).any(axis=1)
+    ok = ~nan_rows  # a -inf logit is an exact 0 (its log -inf)
+    # x - max rounds in float32 first: a relative error of |x - max| * 2^-24 in exp
+    np.testing.assert_allclose(got[0][ok], np.exp(log_sm[ok]), rtol=1e-5, atol=1e-30)
+    np.testing.assert_allclose(got[1][ok], log_sm[ok], rtol=2e-6, atol=2e-6)
+    for g in got[2:]:
+        np.testing.assert_allclose(g[ok], xent[ok], rtol=2e-6, atol=2e-6)
+    for g in got:
+        assert np.isnan(g[nan_rows]).all()

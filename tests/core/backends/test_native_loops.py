@@ -377,6 +377,32 @@ def test_softmax_rows_with_extreme_values_give_numbas_bits(cache):
         np.testing.assert_array_equal(g, w)
 
 
+def test_float32_softmax_and_cross_entropy_rows_in_lanes_give_numbas_bits(cache):
+    """Rows of every length around the eight lanes (scalars.row_max32 / row_sum_exp32 /
+    row_sum32) and a long one, with NaN, infinities and a huge logit: native against numba."""
+    rng = np.random.default_rng(5)
+    for n in (1, 3, 7, 8, 9, 15, 16, 17, 4099):
+        x = (rng.normal(size=(6, n)) * 6).astype(np.float32)
+        x[1, n // 2] = np.nan
+        x[2, :] = -np.inf
+        x[3, n - 1] = np.inf
+        x[4, 0] = 1e30
+        labels = rng.integers(0, n, size=6).astype(np.int32)
+        onehot = np.eye(n, dtype=np.float32)[labels]
+
+        def build(n=n):
+            p = kiln.placeholder((None, n))
+            lab = kiln.placeholder((None,), "int32")
+            y = kiln.placeholder((None, n))
+            return kiln.function([p, lab, y], [
+                K.softmax(p), K.log_softmax(p), K.sparse_softmax_cross_entropy(p, lab),
+                K.softmax_cross_entropy(p, y)], backend="cpu", optimize=False)
+
+        got, want = _both(build, (x, labels, onehot))
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w, err_msg=f"rows of {n}")
+
+
 def test_a_small_convnet_step_runs_the_native_twins_with_numbas_bits(cache, monkeypatch):
     # conv (direct and im2col + GEMM) -> tiled max pooling, forward and gradients; Winograd
     # (native only, tests/core/backends/test_winograd.py) off so both run the twins, and the

@@ -15,6 +15,7 @@ from __future__ import annotations
 from kiln.core.backends.cpu.codegen import CodegenError
 from kiln.core.backends.cpu.llvm_expr import Val
 from kiln.core.backends.cpu.llvm_loop import Func
+from kiln.core.backends.cpu.native_conv import _div
 
 FLOAT = ("float32", "float64")
 INDEX = ("int32", "int64")
@@ -40,7 +41,12 @@ def _sum_exp(f: Func, dtype: str, row: str, n: str, m: Val) -> None:
 
 def _max_and_sum_exp(f: Func, dtype: str, row: str, n: str) -> Val:
     """The cross-entropy kernels' first passes over a row of logits: its max m (returned)
-    and ``s = sum(exp(x - m))`` (the variable s, float64)."""
+    and ``s = sum(exp(x - m))`` (the variable s, float64); float32 rows in eight lanes."""
+    if dtype == "float32":
+        m = _lanes_max(f, row, n)
+        f.var("s", _lanes_sum(f, n, lambda r: f.scalar("np.float64(_exp_neg32(v - m))", {
+            "v": f.load("%x", dtype, f.add(row, r)), "m": m})))
+        return m
     _row_max(f, dtype, row, n)
     m = f.get("m")
     f.var("s", f.scalar("0.0", {}))
@@ -48,43 +54,95 @@ def _max_and_sum_exp(f: Func, dtype: str, row: str, n: str) -> Val:
     return m
 
 
+def _lanes_max(f: Func, row: str, n: str) -> Val:
+    """scalars.row_max32 over the float32 row ``x[row:row + n]``."""
+    first = f.load("%x", "float32", row)
+    for k in range(8):
+        f.var(f"m{k}", first)
+
+    def keep(name: str, v: Val) -> None:
+        old = f.get(name)
+        f.set(name, f.expr.select(f.expr.compare(">", v, old), v, old))
+
+    j, lab = f.begin(_div(f, n, "8"))
+    base = f.add(row, f.mul(j, "8"))
+    for k in range(8):
+        keep(f"m{k}", f.load("%x", "float32", f.add(base, str(k))))
+    f.end(j, lab)
+    r, lab = f.begin(n, f.mul(_div(f, n, "8"), "8"))
+    keep("m0", f.load("%x", "float32", f.add(row, r)))
+    f.end(r, lab)
+    m = f.get("m0")
+    for k in range(1, 8):
+        mk = f.get(f"m{k}")
+        m = f.expr.select(f.expr.compare(">", mk, m), mk, m)
+    return m
+
+
+def _lanes_sum(f: Func, n: str, term) -> Val:
+    """scalars.row_sum32 / row_sum_exp32: the float64 sum over r < n of ``term(r)`` (a
+    float64 Val of the index r) in eight lanes, added pairwise."""
+    for k in range(8):
+        f.var(f"s{k}", f.scalar("0.0", {}))
+
+    def add(name: str, r: str) -> None:
+        f.set(name, f.scalar("s + t", {"s": f.get(name), "t": term(r)}))
+
+    j, lab = f.begin(_div(f, n, "8"))
+    base = f.mul(j, "8")
+    for k in range(8):
+        add(f"s{k}", f.add(base, str(k)))
+    f.end(j, lab)
+    r, lab = f.begin(n, f.mul(_div(f, n, "8"), "8"))
+    add("s0", r)
+    f.end(r, lab)
+    env = {f"s{k}": f.get(f"s{k}") for k in range(8)}
+    return f.scalar("((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))", env)
+
+
 def softmax_rows_ir(symbol: str, dtype: str, log: bool, fast32: bool) -> str:
     """``(o, x, p = [P, R])``: softmax (or log-softmax) over rows of R, as
-    ``nn.softmax_rows_kernel`` (``fast32``: ``nn.softmax_rows_f32_kernel``)."""
-    if dtype not in FLOAT or (fast32 and (dtype != "float32" or log)):
+    ``nn.softmax_rows_kernel`` / ``nn.log_softmax_rows_kernel`` (``fast32``: their float32
+    versions ``nn.softmax_rows_f32_kernel`` / ``nn.log_softmax_rows_f32_kernel``)."""
+    if dtype not in FLOAT or (fast32 and dtype != "float32"):
         raise CodegenError(f"native softmax rows: {dtype} not generated")
     f = Func("")
     n_p, n_r = f.param(0), f.param(1)
     i, li = f.begin(n_p)
     row = f.mul(i, n_r)
-    _row_max(f, dtype, row, n_r)
-    m = f.get("m")
 
     def at(r: str) -> str:
         return f.add(row, r)
 
-    f.var("s", f.scalar("0.0", {}))
     if fast32:
+        m = _lanes_max(f, row, n_r)
         r, lab = f.begin(n_r)
         f.store("%o", dtype, at(r), f.scalar("_exp_neg32(v - m)",
                                              {"v": f.load("%x", dtype, at(r)), "m": m}))
         f.end(r, lab)
+        total = _lanes_sum(f, n_r, lambda r: f.expr.cast(f.load("%o", dtype, at(r)), "f64"))
+        scale = f.scalar("np.log(s)" if log else "1.0 / s", {"s": total})
         r, lab = f.begin(n_r)
-        f.set("s", f.scalar("s + e", {"s": f.get("s"), "e": f.load("%o", dtype, at(r))}))
+        if log:
+            f.store("%o", dtype, at(r), f.scalar("(v - m) - ls", {
+                "v": f.load("%x", dtype, at(r)), "m": m, "ls": scale}))
+        else:
+            f.store("%o", dtype, at(r), f.scalar("e * inv", {
+                "e": f.load("%o", dtype, at(r)), "inv": scale}))
         f.end(r, lab)
-        inv = f.scalar("1.0 / s", {"s": f.get("s")})
-        r, lab = f.begin(n_r)
-        f.store("%o", dtype, at(r), f.scalar("e * inv", {"e": f.load("%o", dtype, at(r)),
-                                                         "inv": inv}))
-        f.end(r, lab)
-    elif log:
-        _sum_exp(f, dtype, row, n_r, m)
+        f.end(i, li)
+        return f.function(symbol, ["o", "x", "p"])
+    if log:
+        m = _max_and_sum_exp(f, dtype, row, n_r)
         ls = f.scalar("np.log(s)", {"s": f.get("s")})
         r, lab = f.begin(n_r)
         f.store("%o", dtype, at(r), f.scalar("(v - m) - ls", {
             "v": f.load("%x", dtype, at(r)), "m": m, "ls": ls}))
         f.end(r, lab)
     else:
+        _row_max(f, dtype, row, n_r)
+        m = f.get("m")
+        f.var("s", f.scalar("0.0", {}))
         r, lab = f.begin(n_r)
         e = f.scalar("np.exp(v - m)", {"v": f.load("%x", dtype, at(r)), "m": m})
         f.store("%o", dtype, at(r), e)

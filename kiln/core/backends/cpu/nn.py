@@ -18,6 +18,9 @@ from kiln.core.backends.cpu import jit, native
 from kiln.core.backends.cpu.native_nn import dense_xent_ir, softmax_rows_ir, sparse_xent_ir
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.backends.cpu.scalars import exp_neg32 as _exp_neg32
+from kiln.core.backends.cpu.scalars import row_max as _row_max
+from kiln.core.backends.cpu.scalars import row_sum32 as _row_sum32
+from kiln.core.backends.cpu.scalars import row_sum_exp as _row_sum_exp
 from kiln.core.ir import Node
 
 
@@ -49,65 +52,62 @@ def softmax_kernel(o, x, p):
 
 
 def softmax_rows_kernel(o, x, p):
-    # x, o: (P, R) contiguous; softmax over the last axis; p = [log (0/1)]
+    # x, o: (P, R) contiguous; softmax over the last axis (float64)
     n_p, n_r = x.shape
-    log = p[0] != 0
     for i in range(n_p):
-        m = x[i, 0]
-        for r in range(1, n_r):
-            v = x[i, r]
-            if v > m:
-                m = v
+        m = _row_max(x, i, n_r)
         s = 0.0
-        if log:
-            for r in range(n_r):
-                s += np.exp(x[i, r] - m)
-            ls = np.log(s)
-            for r in range(n_r):
-                o[i, r] = (x[i, r] - m) - ls
-        else:
-            for r in range(n_r):
-                e = np.exp(x[i, r] - m)
-                o[i, r] = e
-                s += e
-            for r in range(n_r):
-                o[i, r] = o[i, r] / s
+        for r in range(n_r):
+            e = np.exp(x[i, r] - m)
+            o[i, r] = e
+            s += e
+        for r in range(n_r):
+            o[i, r] = o[i, r] / s
 
 
 def softmax_rows_f32_kernel(o, x, p):
-    # float32 (P, R) rows, softmax over the last axis (not log): exp(x - max) by scalars.py's
-    # exp_neg32 (vectorizable; exactly 0 below exp(-87.3), NaN kept). Strict float math (no
-    # reassociation, no FMA contraction) and an in-order float64 sum: a row gives the same
-    # bits wherever it sits in the batch.
+    # float32 (P, R) rows, softmax over the last axis: exp(x - max) by scalars.py's exp_neg32
+    # (vectorizable; exactly 0 below exp(-87.3), NaN kept) into o, the max and the float64 sum
+    # of o in scalars.py's eight lanes (_row_max: row_max32, _row_sum32), strict float math:
+    # a row gives the same bits wherever it sits in the batch.
     n_p, n_r = x.shape
     for i in range(n_p):
-        m = x[i, 0]
-        for r in range(1, n_r):
-            v = x[i, r]
-            if v > m:
-                m = v
+        m = _row_max(x, i, n_r)
         for r in range(n_r):
             o[i, r] = _exp_neg32(x[i, r] - m)
-        s = 0.0
-        for r in range(n_r):
-            s += o[i, r]
-        inv = 1.0 / s
+        inv = 1.0 / _row_sum32(o, i, n_r)
         for r in range(n_r):
             o[i, r] = o[i, r] * inv
+
+
+def log_softmax_rows_kernel(o, x, p):
+    # x, o: (P, R) contiguous; log-softmax over the last axis (float64)
+    n_p, n_r = x.shape
+    for i in range(n_p):
+        m = _row_max(x, i, n_r)
+        ls = np.log(_row_sum_exp(x, i, n_r, m))
+        for r in range(n_r):
+            o[i, r] = (x[i, r] - m) - ls
+
+
+def log_softmax_rows_f32_kernel(o, x, p):
+    # float32 rows: softmax_rows_f32_kernel's exp into o and its sum, then (x - max) - log(sum)
+    n_p, n_r = x.shape
+    for i in range(n_p):
+        m = _row_max(x, i, n_r)
+        for r in range(n_r):
+            o[i, r] = _exp_neg32(x[i, r] - m)
+        ls = np.log(_row_sum32(o, i, n_r))
+        for r in range(n_r):
+            o[i, r] = (x[i, r] - m) - ls
 
 
 def sparse_xent_kernel(o, x, labels):
     # x: (P, C) logits, labels: (P,) ints, o: (P,)
     n_p, n_c = x.shape
     for i in range(n_p):
-        m = x[i, 0]
-        for c in range(1, n_c):
-            v = x[i, c]
-            if v > m:
-                m = v
-        s = 0.0
-        for c in range(n_c):
-            s += np.exp(x[i, c] - m)
+        m = _row_max(x, i, n_c)
+        s = _row_sum_exp(x, i, n_c, m)
         k = labels[i]
         if k < 0:
             k += n_c
@@ -120,15 +120,8 @@ def dense_xent_kernel(o, x, y):
     # x, y: (P, C), o: (P,)
     n_p, n_c = x.shape
     for i in range(n_p):
-        m = x[i, 0]
-        for c in range(1, n_c):
-            v = x[i, c]
-            if v > m:
-                m = v
-        s = 0.0
-        for c in range(n_c):
-            s += np.exp(x[i, c] - m)
-        ls = np.log(s)
+        m = _row_max(x, i, n_c)
+        ls = np.log(_row_sum_exp(x, i, n_c, m))
         acc = 0.0
         for c in range(n_c):
             yc = y[i, c]
@@ -155,29 +148,41 @@ def build_softmax(b, node: Node) -> None:
     p = np.array([int(node.op == "log_softmax")], np.int64)
     if q == 1:
         args = (out.reshape(p_, r), x.reshape(p_, r), p)
-        fast = node.op == "softmax" and node.dtype == "float32"
+        fast = node.dtype == "float32"
         log = node.op == "log_softmax"
         found = native.try_kernel(f"softmax_rows {node.dtype} log={log} fast={fast}", args[:2],
                                   [p_, r], lambda s: softmax_rows_ir(s, node.dtype, log, fast))
         if found is not None:
             b.add(*found)
             return
-        fn = softmax_rows_f32_kernel if fast else softmax_rows_kernel
+        fn = {(False, False): softmax_rows_kernel, (False, True): softmax_rows_f32_kernel,
+              (True, False): log_softmax_rows_kernel,
+              (True, True): log_softmax_rows_f32_kernel}[log, fast]
     else:
         args = (out.reshape(p_, r, q), x.reshape(p_, r, q), p)
         fn = softmax_kernel
-    kernel = _softmax_f32() if fn is softmax_rows_f32_kernel else jit.load_function(fn)
-    b.add(kernel.specialize(args), args)
+    b.add(_load(fn, node.dtype).specialize(args), args)
 
 
-def _softmax_f32() -> jit.Kernel:
-    """softmax_rows_f32_kernel with scalars.py imported (its hash in the cache key)."""
+_ROW_KERNELS = ("softmax_rows_kernel", "softmax_rows_f32_kernel", "log_softmax_rows_kernel",
+                "log_softmax_rows_f32_kernel", "sparse_xent_kernel", "dense_xent_kernel")
+
+
+def _load(fn, dtype: str) -> jit.Kernel:
+    """The numba kernel of ``fn``: the row kernels with scalars.py's functions imported (its
+    hash in the cache key), ``_row_max`` / ``_row_sum_exp`` the float32 ones in eight lanes
+    (row_max32, row_sum_exp32) for float32 rows, else the in-order ones."""
+    if fn.__name__ not in _ROW_KERNELS:
+        return jit.load_function(fn)
     from kiln.core.backends.cpu.codegen import SCALARS_HASH
 
-    source = (f"from kiln.core.backends.cpu.scalars_numba import exp_neg32 as _exp_neg32  "
-              f"# scalars {SCALARS_HASH}\n\n\n"
-              + textwrap.dedent(inspect.getsource(softmax_rows_f32_kernel)))
-    return jit.load(source, "softmax_rows_f32_kernel", signature="softmax_rows_f32")
+    lanes = "32" if dtype == "float32" else ""
+    names = {"_exp_neg32": "exp_neg32", "_row_max": "row_max" + lanes,
+             "_row_sum_exp": "row_sum_exp" + lanes, "_row_sum32": "row_sum32"}
+    source = "".join(f"from kiln.core.backends.cpu.scalars_numba import {name} as {alias}  "
+                     f"# scalars {SCALARS_HASH}\n" for alias, name in names.items())
+    source += "\n\n" + textwrap.dedent(inspect.getsource(fn))
+    return jit.load(source, fn.__name__, signature=f"{fn.__name__} {dtype} rows{lanes}")
 
 
 @builder("sparse_softmax_cross_entropy", "softmax_cross_entropy")
@@ -206,4 +211,4 @@ def build_xent(b, node: Node) -> None:
             b.add(*found)
             return
         fn = dense_xent_kernel
-    b.add(jit.load_function(fn).specialize(args), args)
+    b.add(_load(fn, x.dtype.name).specialize(args), args)
