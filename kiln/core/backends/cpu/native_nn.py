@@ -31,27 +31,33 @@ def _row_max(f: Func, dtype: str, row: str, n_r: str) -> None:
     f.end(r, lab)
 
 
-def _sum_exp(f: Func, dtype: str, row: str, n: str, m: Val) -> None:
-    """``for r in range(n): s += np.exp(x[row + r] - m)`` into the (float64) variable s."""
+def _max_exp_sum(f: Func, dtype: str, row: str, n: str, buf: str,
+                 buf_row: str) -> tuple[Val, Val]:
+    """The first passes of nn.py's row kernels over ``x[row:row + n]``: its max m, then
+    ``buf[buf_row + r] = exp(x - m)`` and their float64 sum s; float32 rows in eight lanes
+    (scalars.row_max32, exp_neg32, row_sum32), float64 in order (row_max, np.exp, row_sum)."""
+    lanes = dtype == "float32"
+    if lanes:
+        m = _lanes_max(f, row, n)
+    else:
+        _row_max(f, dtype, row, n)
+        m = f.get("m")
     r, lab = f.begin(n)
-    f.set("s", f.scalar("s + np.exp(v - m)", {"s": f.get("s"), "m": m,
-                                              "v": f.load("%x", dtype, f.add(row, r))}))
+    f.store(buf, dtype, f.add(buf_row, r), f.scalar(
+        "_exp_neg32(v - m)" if lanes else "np.exp(v - m)",
+        {"v": f.load("%x", dtype, f.add(row, r)), "m": m}))
     f.end(r, lab)
 
+    def term(r: str) -> Val:
+        return f.expr.cast(f.load(buf, dtype, f.add(buf_row, r)), "f64")
 
-def _max_and_sum_exp(f: Func, dtype: str, row: str, n: str) -> Val:
-    """The cross-entropy kernels' first passes over a row of logits: its max m (returned)
-    and ``s = sum(exp(x - m))`` (the variable s, float64); float32 rows in eight lanes."""
-    if dtype == "float32":
-        m = _lanes_max(f, row, n)
-        f.var("s", _lanes_sum(f, n, lambda r: f.scalar("np.float64(_exp_neg32(v - m))", {
-            "v": f.load("%x", dtype, f.add(row, r)), "m": m})))
-        return m
-    _row_max(f, dtype, row, n)
-    m = f.get("m")
+    if lanes:
+        return m, _lanes_sum(f, n, term)
     f.var("s", f.scalar("0.0", {}))
-    _sum_exp(f, dtype, row, n, m)
-    return m
+    r, lab = f.begin(n)
+    f.set("s", f.scalar("s + t", {"s": f.get("s"), "t": term(r)}))
+    f.end(r, lab)
+    return m, f.get("s")
 
 
 def _lanes_max(f: Func, row: str, n: str) -> Val:
@@ -80,7 +86,7 @@ def _lanes_max(f: Func, row: str, n: str) -> Val:
 
 
 def _lanes_sum(f: Func, n: str, term) -> Val:
-    """scalars.row_sum32 / row_sum_exp32: the float64 sum over r < n of ``term(r)`` (a
+    """scalars.row_sum32: the float64 sum over r < n of ``term(r)`` (a
     float64 Val of the index r) in eight lanes, added pairwise."""
     for k in range(8):
         f.var(f"s{k}", f.scalar("0.0", {}))
@@ -102,94 +108,63 @@ def _lanes_sum(f: Func, n: str, term) -> Val:
 
 def softmax_rows_ir(symbol: str, dtype: str, log: bool, fast32: bool) -> str:
     """``(o, x, p = [P, R])``: softmax (or log-softmax) over rows of R, as
-    ``nn.softmax_rows_kernel`` / ``nn.log_softmax_rows_kernel`` (``fast32``: their float32
-    versions ``nn.softmax_rows_f32_kernel`` / ``nn.log_softmax_rows_f32_kernel``)."""
+    ``nn.softmax_rows_kernel`` / ``nn.log_softmax_rows_kernel`` (``fast32``:
+    ``nn.softmax_rows_f32_kernel``), their passes bound for ``dtype`` as ``nn._load`` binds
+    them."""
     if dtype not in FLOAT or (fast32 and dtype != "float32"):
         raise CodegenError(f"native softmax rows: {dtype} not generated")
     f = Func("")
     n_p, n_r = f.param(0), f.param(1)
     i, li = f.begin(n_p)
     row = f.mul(i, n_r)
-
-    def at(r: str) -> str:
-        return f.add(row, r)
-
-    if fast32:
-        m = _lanes_max(f, row, n_r)
-        r, lab = f.begin(n_r)
-        f.store("%o", dtype, at(r), f.scalar("_exp_neg32(v - m)",
-                                             {"v": f.load("%x", dtype, at(r)), "m": m}))
-        f.end(r, lab)
-        total = _lanes_sum(f, n_r, lambda r: f.expr.cast(f.load("%o", dtype, at(r)), "f64"))
-        scale = f.scalar("np.log(s)" if log else "1.0 / s", {"s": total})
-        r, lab = f.begin(n_r)
-        if log:
-            f.store("%o", dtype, at(r), f.scalar("(v - m) - ls", {
-                "v": f.load("%x", dtype, at(r)), "m": m, "ls": scale}))
-        else:
-            f.store("%o", dtype, at(r), f.scalar("e * inv", {
-                "e": f.load("%o", dtype, at(r)), "inv": scale}))
-        f.end(r, lab)
-        f.end(i, li)
-        return f.function(symbol, ["o", "x", "p"])
+    m, total = _max_exp_sum(f, dtype, row, n_r, "%o", row)
     if log:
-        m = _max_and_sum_exp(f, dtype, row, n_r)
-        ls = f.scalar("np.log(s)", {"s": f.get("s")})
-        r, lab = f.begin(n_r)
-        f.store("%o", dtype, at(r), f.scalar("(v - m) - ls", {
-            "v": f.load("%x", dtype, at(r)), "m": m, "ls": ls}))
-        f.end(r, lab)
+        scale, body = f.scalar("np.log(s)", {"s": total}), "(v - m) - k"
+    elif fast32:
+        scale, body = f.scalar("1.0 / s", {"s": total}), "e * k"
     else:
-        _row_max(f, dtype, row, n_r)
-        m = f.get("m")
-        f.var("s", f.scalar("0.0", {}))
-        r, lab = f.begin(n_r)
-        e = f.scalar("np.exp(v - m)", {"v": f.load("%x", dtype, at(r)), "m": m})
-        f.store("%o", dtype, at(r), e)
-        f.set("s", f.scalar("s + e", {"s": f.get("s"), "e": e}))
-        f.end(r, lab)
-        s = f.get("s")
-        r, lab = f.begin(n_r)
-        f.store("%o", dtype, at(r), f.scalar("e / s", {"e": f.load("%o", dtype, at(r)),
-                                                       "s": s}))
-        f.end(r, lab)
+        scale, body = total, "e / k"
+    r, lab = f.begin(n_r)
+    at = f.add(row, r)
+    f.store("%o", dtype, at, f.scalar(body, {"v": f.load("%x", dtype, at), "m": m,
+                                             "e": f.load("%o", dtype, at), "k": scale}))
+    f.end(r, lab)
     f.end(i, li)
     return f.function(symbol, ["o", "x", "p"])
 
 
 def sparse_xent_ir(symbol: str, dtype: str, label_dtype: str) -> str:
-    """``(o, x, labels, p = [P, C])``: ``nn.sparse_xent_kernel``; status 1 for a label out of
-    range."""
+    """``(o, x, labels, w, p = [P, C])``: ``nn.sparse_xent_kernel`` (``w`` a scratch row);
+    status 1 for a label out of range."""
     if dtype not in FLOAT or label_dtype not in INDEX:
         raise CodegenError(f"native sparse cross-entropy: {dtype}, {label_dtype} labels")
     f = Func("")
     n_p, n_c = f.param(0), f.param(1)
     i, li = f.begin(n_p)
     row = f.mul(i, n_c)
-    m = _max_and_sum_exp(f, dtype, row, n_c)
+    m, total = _max_exp_sum(f, dtype, row, n_c, "%w", "0")
     n = Val(n_c, "i64")
     k = f.expr.cast(f.load("%labels", label_dtype, i), "i64")
     k = f.scalar("k + n if k < 0 else k", {"k": k, "n": n})
     f.fail_when(f.scalar("k < 0 or k >= n", {"k": k, "n": n}), 1)
     xk = f.load("%x", dtype, f.add(row, k.ref))
-    f.store("%o", dtype, i, f.scalar("np.log(s) - (v - m)", {"s": f.get("s"), "v": xk,
-                                                             "m": m}))
+    f.store("%o", dtype, i, f.scalar("np.log(s) - (v - m)", {"s": total, "v": xk, "m": m}))
     f.end(i, li)
-    return f.function(symbol, ["o", "x", "labels", "p"], {
+    return f.function(symbol, ["o", "x", "labels", "w", "p"], {
         1: ("index", "sparse_softmax_cross_entropy: label out of range")})
 
 
 def dense_xent_ir(symbol: str, dtype: str) -> str:
-    """``(o, x, y, p = [P, C])``: ``nn.dense_xent_kernel`` (float64 terms; a label of 0 adds
-    nothing, also where x - m is -inf)."""
+    """``(o, x, y, w, p = [P, C])``: ``nn.dense_xent_kernel`` (``w`` a scratch row; float64
+    terms; a label of 0 adds nothing, also where x - m is -inf)."""
     if dtype not in FLOAT:
         raise CodegenError(f"native cross-entropy: {dtype} not generated")
     f = Func("")
     n_p, n_c = f.param(0), f.param(1)
     i, li = f.begin(n_p)
     row = f.mul(i, n_c)
-    m = _max_and_sum_exp(f, dtype, row, n_c)
-    ls = f.scalar("np.log(s)", {"s": f.get("s")})
+    m, total = _max_exp_sum(f, dtype, row, n_c, "%w", "0")
+    ls = f.scalar("np.log(s)", {"s": total})
     f.var("acc", f.scalar("0.0", {}))
     c, lab = f.begin(n_c)
     yc = f.load("%y", dtype, f.add(row, c))
@@ -202,7 +177,7 @@ def dense_xent_ir(symbol: str, dtype: str) -> str:
     f.end(c, lab)
     f.store("%o", dtype, i, f.scalar("-acc", {"acc": f.get("acc")}))
     f.end(i, li)
-    return f.function(symbol, ["o", "x", "y", "p"])
+    return f.function(symbol, ["o", "x", "y", "w", "p"])
 
 
 def one_hot_ir(symbol: str, dtype: str, idx_dtype: str) -> str:

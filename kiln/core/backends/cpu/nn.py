@@ -17,11 +17,11 @@ import numpy as np
 from kiln.core.backends.cpu import jit, native
 from kiln.core.backends.cpu.native_nn import dense_xent_ir, softmax_rows_ir, sparse_xent_ir
 from kiln.core.backends.cpu.registry import builder
-from kiln.core.backends.cpu.scalars import exp_neg32 as _exp_neg32
 from kiln.core.backends.cpu.scalars import row_max as _row_max
-from kiln.core.backends.cpu.scalars import row_sum32 as _row_sum32
-from kiln.core.backends.cpu.scalars import row_sum_exp as _row_sum_exp
+from kiln.core.backends.cpu.scalars import row_sum as _row_sum
 from kiln.core.ir import Node
+
+_exp = np.exp  # the row kernels' (bound again by _load: exp_neg32 for float32 rows)
 
 
 def softmax_kernel(o, x, p):
@@ -51,63 +51,57 @@ def softmax_kernel(o, x, p):
                     o[i, r, q] = o[i, r, q] / s
 
 
+# The row kernels below compute with ``_row_max``, ``_exp`` and ``_row_sum``, which ``_load``
+# binds by dtype: float64 rows in order (scalars.row_max, np.exp, scalars.row_sum), float32
+# rows in scalars.py's eight lanes (row_max32, exp_neg32: exactly 0 below exp(-87.3), NaN
+# kept, row_sum32), which vectorize with strict float math: a row gives the same bits
+# wherever it sits in the batch. The exps go into o (or a scratch row, w) before their sum.
+
+
 def softmax_rows_kernel(o, x, p):
-    # x, o: (P, R) contiguous; softmax over the last axis (float64)
+    # x, o: (P, R) contiguous; softmax over the last axis (float64: a division)
     n_p, n_r = x.shape
     for i in range(n_p):
         m = _row_max(x, i, n_r)
-        s = 0.0
         for r in range(n_r):
-            e = np.exp(x[i, r] - m)
-            o[i, r] = e
-            s += e
+            o[i, r] = _exp(x[i, r] - m)
+        s = _row_sum(o, i, n_r)
         for r in range(n_r):
             o[i, r] = o[i, r] / s
 
 
 def softmax_rows_f32_kernel(o, x, p):
-    # float32 (P, R) rows, softmax over the last axis: exp(x - max) by scalars.py's exp_neg32
-    # (vectorizable; exactly 0 below exp(-87.3), NaN kept) into o, the max and the float64 sum
-    # of o in scalars.py's eight lanes (_row_max: row_max32, _row_sum32), strict float math:
-    # a row gives the same bits wherever it sits in the batch.
+    # float32 rows: softmax_rows_kernel with a multiplication by the float64 inverse
     n_p, n_r = x.shape
     for i in range(n_p):
         m = _row_max(x, i, n_r)
         for r in range(n_r):
-            o[i, r] = _exp_neg32(x[i, r] - m)
-        inv = 1.0 / _row_sum32(o, i, n_r)
+            o[i, r] = _exp(x[i, r] - m)
+        inv = 1.0 / _row_sum(o, i, n_r)
         for r in range(n_r):
             o[i, r] = o[i, r] * inv
 
 
 def log_softmax_rows_kernel(o, x, p):
-    # x, o: (P, R) contiguous; log-softmax over the last axis (float64)
-    n_p, n_r = x.shape
-    for i in range(n_p):
-        m = _row_max(x, i, n_r)
-        ls = np.log(_row_sum_exp(x, i, n_r, m))
-        for r in range(n_r):
-            o[i, r] = (x[i, r] - m) - ls
-
-
-def log_softmax_rows_f32_kernel(o, x, p):
-    # float32 rows: softmax_rows_f32_kernel's exp into o and its sum, then (x - max) - log(sum)
+    # x, o: (P, R) contiguous; log-softmax over the last axis: (x - max) - log(sum of exp)
     n_p, n_r = x.shape
     for i in range(n_p):
         m = _row_max(x, i, n_r)
         for r in range(n_r):
-            o[i, r] = _exp_neg32(x[i, r] - m)
-        ls = np.log(_row_sum32(o, i, n_r))
+            o[i, r] = _exp(x[i, r] - m)
+        ls = np.log(_row_sum(o, i, n_r))
         for r in range(n_r):
             o[i, r] = (x[i, r] - m) - ls
 
 
-def sparse_xent_kernel(o, x, labels):
-    # x: (P, C) logits, labels: (P,) ints, o: (P,)
+def sparse_xent_kernel(o, x, labels, w):
+    # x: (P, C) logits, labels: (P,) ints, o: (P,), w: (1, C) scratch
     n_p, n_c = x.shape
     for i in range(n_p):
         m = _row_max(x, i, n_c)
-        s = _row_sum_exp(x, i, n_c, m)
+        for c in range(n_c):
+            w[0, c] = _exp(x[i, c] - m)
+        s = _row_sum(w, 0, n_c)
         k = labels[i]
         if k < 0:
             k += n_c
@@ -116,12 +110,14 @@ def sparse_xent_kernel(o, x, labels):
         o[i] = np.log(s) - (x[i, k] - m)
 
 
-def dense_xent_kernel(o, x, y):
-    # x, y: (P, C), o: (P,)
+def dense_xent_kernel(o, x, y, w):
+    # x, y: (P, C), o: (P,), w: (1, C) scratch
     n_p, n_c = x.shape
     for i in range(n_p):
         m = _row_max(x, i, n_c)
-        ls = np.log(_row_sum_exp(x, i, n_c, m))
+        for c in range(n_c):
+            w[0, c] = _exp(x[i, c] - m)
+        ls = np.log(_row_sum(w, 0, n_c))
         acc = 0.0
         for c in range(n_c):
             yc = y[i, c]
@@ -155,9 +151,8 @@ def build_softmax(b, node: Node) -> None:
         if found is not None:
             b.add(*found)
             return
-        fn = {(False, False): softmax_rows_kernel, (False, True): softmax_rows_f32_kernel,
-              (True, False): log_softmax_rows_kernel,
-              (True, True): log_softmax_rows_f32_kernel}[log, fast]
+        fn = (log_softmax_rows_kernel if log else
+              softmax_rows_f32_kernel if fast else softmax_rows_kernel)
     else:
         args = (out.reshape(p_, r, q), x.reshape(p_, r, q), p)
         fn = softmax_kernel
@@ -165,24 +160,25 @@ def build_softmax(b, node: Node) -> None:
 
 
 _ROW_KERNELS = ("softmax_rows_kernel", "softmax_rows_f32_kernel", "log_softmax_rows_kernel",
-                "log_softmax_rows_f32_kernel", "sparse_xent_kernel", "dense_xent_kernel")
+                "sparse_xent_kernel", "dense_xent_kernel")
 
 
 def _load(fn, dtype: str) -> jit.Kernel:
-    """The numba kernel of ``fn``: the row kernels with scalars.py's functions imported (its
-    hash in the cache key), ``_row_max`` / ``_row_sum_exp`` the float32 ones in eight lanes
-    (row_max32, row_sum_exp32) for float32 rows, else the in-order ones."""
+    """The numba kernel of ``fn``: a row kernel with ``_row_max``, ``_exp`` and ``_row_sum``
+    bound for ``dtype`` (see above; scalars.py's hash in the cache key)."""
     if fn.__name__ not in _ROW_KERNELS:
         return jit.load_function(fn)
     from kiln.core.backends.cpu.codegen import SCALARS_HASH
 
-    lanes = "32" if dtype == "float32" else ""
-    names = {"_exp_neg32": "exp_neg32", "_row_max": "row_max" + lanes,
-             "_row_sum_exp": "row_sum_exp" + lanes, "_row_sum32": "row_sum32"}
+    lanes = dtype == "float32"
+    names = {"_row_max": "row_max32" if lanes else "row_max",
+             "_row_sum": "row_sum32" if lanes else "row_sum"}
     source = "".join(f"from kiln.core.backends.cpu.scalars_numba import {name} as {alias}  "
                      f"# scalars {SCALARS_HASH}\n" for alias, name in names.items())
+    source += ("from kiln.core.backends.cpu.scalars_numba import exp_neg32 as _exp\n" if lanes
+               else "from numpy import exp as _exp\n")
     source += "\n\n" + textwrap.dedent(inspect.getsource(fn))
-    return jit.load(source, fn.__name__, signature=f"{fn.__name__} {dtype} rows{lanes}")
+    return jit.load(source, fn.__name__, signature=f"{fn.__name__} {dtype} rows")
 
 
 @builder("sparse_softmax_cross_entropy", "softmax_cross_entropy")
@@ -195,8 +191,9 @@ def build_xent(b, node: Node) -> None:
     rows = int(np.prod(shape[:-1], dtype=np.int64))
     x = b.contiguous(logits).reshape(rows, c)
     out = b.out(node).reshape(rows)
+    w = np.empty((1, c), x.dtype)  # the kernels' scratch row: this plan's own
     if node.op == "sparse_softmax_cross_entropy":
-        args = (out, x, b.contiguous(labels).reshape(rows))
+        args = (out, x, b.contiguous(labels).reshape(rows), w)
         found = native.try_kernel(f"sparse_xent {x.dtype} {args[2].dtype}", args, [rows, c],
                                   lambda s: sparse_xent_ir(s, x.dtype.name, args[2].dtype.name))
         if found is not None:
@@ -204,7 +201,7 @@ def build_xent(b, node: Node) -> None:
             return
         fn = sparse_xent_kernel
     else:
-        args = (out, x, b.contiguous(labels).reshape(rows, c))
+        args = (out, x, b.contiguous(labels).reshape(rows, c), w)
         found = None if args[2].dtype != x.dtype else native.try_kernel(
             f"dense_xent {x.dtype}", args, [rows, c], lambda s: dense_xent_ir(s, x.dtype.name))
         if found is not None:

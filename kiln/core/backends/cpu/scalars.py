@@ -23,9 +23,9 @@ tests/core/backends/test_fast_math.py checks them.
   negative -> NaN); ``log1p32`` and ``expm1_32``: Goldberg's and Kahan's rearrangements of
   those two, exact at the small arguments where ``1 + x`` rounds. All within 2 ulp of the
   float64 result, NaN stays NaN (tests/core/backends/test_fast_math.py).
-* ``row_max``, ``row_sum_exp`` and their float32 versions in eight lanes ``row_max32``,
-  ``row_sum_exp32``, and ``row_sum32``: the row passes of nn.py's softmax and cross-entropy
-  kernels (numba and Python only: native_nn.py writes the same loops as IR).
+* ``row_max``, ``row_sum`` and their float32 versions in eight lanes ``row_max32``,
+  ``row_sum32``: the row passes of nn.py's softmax and cross-entropy kernels (numba and
+  Python only: native_nn.py writes the same loops as IR).
 """
 
 from __future__ import annotations
@@ -179,11 +179,11 @@ def row_max(x, i, n):
     return m
 
 
-def row_sum_exp(x, i, n, m):
-    """sum over r < n of np.exp(x[i, r] - m) in float64, in order."""
+def row_sum(o, i, n):
+    """sum over r < n of o[i, r] in float64, in order."""
     s = 0.0
     for r in range(n):
-        s += np.exp(x[i, r] - m)
+        s += o[i, r]
     return s
 
 
@@ -229,31 +229,6 @@ def row_max32(x, i, n):
     m = m6 if m6 > m else m
     m = m7 if m7 > m else m
     return m
-
-
-def row_sum_exp32(x, i, n, m):
-    """sum over r < n of exp_neg32(x[i, r] - m) in float64, lane by lane as row_max32."""
-    s0 = 0.0
-    s1 = 0.0
-    s2 = 0.0
-    s3 = 0.0
-    s4 = 0.0
-    s5 = 0.0
-    s6 = 0.0
-    s7 = 0.0
-    n8 = n - n % 8
-    for r in range(0, n8, 8):
-        s0 += np.float64(exp_neg32(x[i, r + 0] - m))
-        s1 += np.float64(exp_neg32(x[i, r + 1] - m))
-        s2 += np.float64(exp_neg32(x[i, r + 2] - m))
-        s3 += np.float64(exp_neg32(x[i, r + 3] - m))
-        s4 += np.float64(exp_neg32(x[i, r + 4] - m))
-        s5 += np.float64(exp_neg32(x[i, r + 5] - m))
-        s6 += np.float64(exp_neg32(x[i, r + 6] - m))
-        s7 += np.float64(exp_neg32(x[i, r + 7] - m))
-    for r in range(n8, n):
-        s0 += np.float64(exp_neg32(x[i, r] - m))
-    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
 
 
 def row_sum32(o, i, n):
