@@ -106,28 +106,21 @@ def _lanes_sum(f: Func, n: str, term) -> Val:
     return f.scalar("((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))", env)
 
 
-def softmax_rows_ir(symbol: str, dtype: str, log: bool, fast32: bool) -> str:
+def softmax_rows_ir(symbol: str, dtype: str, log: bool) -> str:
     """``(o, x, p = [P, R])``: softmax (or log-softmax) over rows of R, as
-    ``nn.softmax_rows_kernel`` / ``nn.log_softmax_rows_kernel`` (``fast32``:
-    ``nn.softmax_rows_f32_kernel``), their passes bound for ``dtype`` as ``nn._load`` binds
-    them."""
-    if dtype not in FLOAT or (fast32 and dtype != "float32"):
+    ``nn.softmax_rows_kernel`` with its passes bound for ``dtype`` as ``nn._load`` binds them."""
+    if dtype not in FLOAT:
         raise CodegenError(f"native softmax rows: {dtype} not generated")
     f = Func("")
     n_p, n_r = f.param(0), f.param(1)
     i, li = f.begin(n_p)
     row = f.mul(i, n_r)
     m, total = _max_exp_sum(f, dtype, row, n_r, "%o", row)
-    if log:
-        scale, body = f.scalar("np.log(s)", {"s": total}), "(v - m) - k"
-    elif fast32:
-        scale, body = f.scalar("1.0 / s", {"s": total}), "e * k"
-    else:
-        scale, body = total, "e / k"
+    scale = f.scalar("np.log(s)" if log else "1.0 / s", {"s": total})
     r, lab = f.begin(n_r)
     at = f.add(row, r)
-    f.store("%o", dtype, at, f.scalar(body, {"v": f.load("%x", dtype, at), "m": m,
-                                             "e": f.load("%o", dtype, at), "k": scale}))
+    f.store("%o", dtype, at, f.scalar("(v - m) - k" if log else "e * k", {
+        "v": f.load("%x", dtype, at), "m": m, "e": f.load("%o", dtype, at), "k": scale}))
     f.end(r, lab)
     f.end(i, li)
     return f.function(symbol, ["o", "x", "p"])

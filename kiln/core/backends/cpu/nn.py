@@ -59,39 +59,23 @@ def softmax_kernel(o, x, p):
 
 
 def softmax_rows_kernel(o, x, p):
-    # x, o: (P, R) contiguous; softmax over the last axis (float64: a division)
+    # x, o: (P, R) contiguous; softmax over the last axis (p = [log (0/1)]: log-softmax), the
+    # exps into o, then o times the inverse of their sum, or (x - max) - log(sum)
     n_p, n_r = x.shape
+    log = p[0] != 0
     for i in range(n_p):
         m = _row_max(x, i, n_r)
         for r in range(n_r):
             o[i, r] = _exp(x[i, r] - m)
         s = _row_sum(o, i, n_r)
-        for r in range(n_r):
-            o[i, r] = o[i, r] / s
-
-
-def softmax_rows_f32_kernel(o, x, p):
-    # float32 rows: softmax_rows_kernel with a multiplication by the float64 inverse
-    n_p, n_r = x.shape
-    for i in range(n_p):
-        m = _row_max(x, i, n_r)
-        for r in range(n_r):
-            o[i, r] = _exp(x[i, r] - m)
-        inv = 1.0 / _row_sum(o, i, n_r)
-        for r in range(n_r):
-            o[i, r] = o[i, r] * inv
-
-
-def log_softmax_rows_kernel(o, x, p):
-    # x, o: (P, R) contiguous; log-softmax over the last axis: (x - max) - log(sum of exp)
-    n_p, n_r = x.shape
-    for i in range(n_p):
-        m = _row_max(x, i, n_r)
-        for r in range(n_r):
-            o[i, r] = _exp(x[i, r] - m)
-        ls = np.log(_row_sum(o, i, n_r))
-        for r in range(n_r):
-            o[i, r] = (x[i, r] - m) - ls
+        if log:
+            ls = np.log(s)
+            for r in range(n_r):
+                o[i, r] = (x[i, r] - m) - ls
+        else:
+            inv = 1.0 / s
+            for r in range(n_r):
+                o[i, r] = o[i, r] * inv
 
 
 def sparse_xent_kernel(o, x, labels, w):
@@ -144,23 +128,20 @@ def build_softmax(b, node: Node) -> None:
     p = np.array([int(node.op == "log_softmax")], np.int64)
     if q == 1:
         args = (out.reshape(p_, r), x.reshape(p_, r), p)
-        fast = node.dtype == "float32"
         log = node.op == "log_softmax"
-        found = native.try_kernel(f"softmax_rows {node.dtype} log={log} fast={fast}", args[:2],
-                                  [p_, r], lambda s: softmax_rows_ir(s, node.dtype, log, fast))
+        found = native.try_kernel(f"softmax_rows {node.dtype} log={log}", args[:2], [p_, r],
+                                  lambda s: softmax_rows_ir(s, node.dtype, log))
         if found is not None:
             b.add(*found)
             return
-        fn = (log_softmax_rows_kernel if log else
-              softmax_rows_f32_kernel if fast else softmax_rows_kernel)
+        fn = softmax_rows_kernel
     else:
         args = (out.reshape(p_, r, q), x.reshape(p_, r, q), p)
         fn = softmax_kernel
     b.add(_load(fn, node.dtype).specialize(args), args)
 
 
-_ROW_KERNELS = ("softmax_rows_kernel", "softmax_rows_f32_kernel", "log_softmax_rows_kernel",
-                "sparse_xent_kernel", "dense_xent_kernel")
+_ROW_KERNELS = ("softmax_rows_kernel", "sparse_xent_kernel", "dense_xent_kernel")
 
 
 def _load(fn, dtype: str) -> jit.Kernel:
