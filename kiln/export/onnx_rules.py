@@ -228,6 +228,11 @@ def _take(ctx: Emitter, c: Call) -> str:
     return ctx.op("Gather", c.inputs, axis=int(c.attrs["axis"]))
 
 
+@rule("take_along_axis")
+def _take_along_axis(ctx: Emitter, c: Call) -> str:
+    return ctx.op("GatherElements", c.inputs, axis=int(c.attrs["axis"]))
+
+
 @rule("one_hot")
 def _one_hot(ctx: Emitter, c: Call) -> str:
     # idx[..., None] == arange(depth), like the reference (an out-of-range index gives zeros)

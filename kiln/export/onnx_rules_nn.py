@@ -38,6 +38,9 @@ NOT_EXPORTABLE: dict[str, str] = {
     "avg_pool2d_grad": "a gradient op: it appears only in training graphs",
     "slice_grad": "a gradient op: it appears only in training graphs",
     "take_grad": "a gradient op: it appears only in training graphs",
+    "take_along_axis_grad": "a gradient op: it appears only in training graphs",
+    "argsort": "ONNX's TopK leaves the place of NaN to the runtime, where kiln's sort is "
+               "stable with NaN last: an export could reorder a model's outputs silently",
     "allreduce": "a collective across processes (data-parallel training): an exported "
                  "inference graph runs in one process",
     "resize_grad": "a gradient op: it appears only in training graphs",

@@ -43,6 +43,7 @@ from kiln.core.ops import nn as _nn
 from kiln.core.ops import pool as _pool
 from kiln.core.ops import random as _random
 from kiln.core.ops import reduce as _reduce
+from kiln.core.ops import sort as _sort
 from kiln.core.ops._rules import as_node as _as_node
 from kiln.core.ops.registry import apply as _apply
 from kiln.core.ops.scan import scan
@@ -53,7 +54,7 @@ from kiln.ops import _eager
 # ---- the graph builders of the core, for kiln.ops' own modules (which may not import
 # kiln.core.<module>: tests/test_layering.py) -------------------------------------------------
 _G = SimpleNamespace(
-    **_elementwise.BUILDERS, **_reduce.BUILDERS, as_node=_as_node, apply=_apply,
+    **_elementwise.BUILDERS, **_reduce.BUILDERS, **_sort.BUILDERS, as_node=_as_node, apply=_apply,
     constant=constant, placeholder=placeholder, Node=Node,
     cast=_elementwise.cast, clip=_elementwise.clip, where=_elementwise.where,
     ones_like=_elementwise.ones_like, zeros_like=_elementwise.zeros_like,

@@ -146,29 +146,26 @@ def _take_along_axis(x, indices, axis=None):
     if idx.ndim != x.ndim:
         raise ValueError(f"take_along_axis: indices of shape {idx.shape} must have the rank "
                          f"of x {x.shape}")
-    if builtins.any(d is None for d in x.shape + idx.shape):
-        raise ValueError("take_along_axis: needs static shapes, received "
-                         f"{x.shape} and {idx.shape}")
-    out_shape = tuple(idx.shape[a] if a == axis else builtins.max(x.shape[a], idx.shape[a])
-                      for a in range(x.ndim))
-    xb = _G.broadcast_to(x, tuple(x.shape[a] if a == axis else out_shape[a]
-                                  for a in range(x.ndim)))
-    ib = _G.broadcast_to(idx, out_shape)
-    xt = _G.transpose(xb, [a for a in range(x.ndim) if a != axis] + [axis])
-    it = _G.transpose(ib, [a for a in range(x.ndim) if a != axis] + [axis])
-    n, k = x.shape[axis], out_shape[axis]
-    rows = int(np.prod(it.shape[:-1], dtype=np.int64))
-    it = _G.where(_G.less(it, _c(0, it)), it + _c(n, it), it)
-    base = _G.constant((np.arange(rows, dtype=np.int64) * n).reshape(it.shape[:-1] + (1,))
-                       .astype(it.dtype))
-    flat = _G.take(_G.reshape(xt, (-1,)), _G.reshape(it + base, (-1,)), axis=0)
-    out = _G.reshape(flat, it.shape)
-    inv = np.argsort([a for a in range(x.ndim) if a != axis] + [axis])
-    return _G.transpose(out, [int(i) for i in inv]) if k is not None else out
+    rows = [a for a in range(x.ndim) if a != axis]
+    if builtins.any(None not in (x.shape[a], idx.shape[a]) and x.shape[a] != idx.shape[a]
+                    for a in rows):
+        # NumPy broadcasts the two but along ``axis``: kiln does it on static shapes (a run-time
+        # size must equal the other's: the op checks that when it runs)
+        if builtins.any(d is None for d in x.shape + idx.shape):
+            raise ValueError(f"take_along_axis: x of shape {x.shape} and indices of shape "
+                             f"{idx.shape} differ off axis {axis}: broadcasting them needs "
+                             "static shapes")
+        full = [builtins.max(x.shape[a], idx.shape[a]) for a in range(x.ndim)]
+        x = _G.broadcast_to(x, tuple(x.shape[a] if a == axis else full[a]
+                                     for a in range(x.ndim)))
+        idx = _G.broadcast_to(idx, tuple(idx.shape[a] if a == axis else full[a]
+                                         for a in range(x.ndim)))
+    return _G.take_along_axis(x, idx, axis)
 
 
 take_along_axis = _dual(_take_along_axis, "take_along_axis")
-take_along_axis.__doc__ = "``np.take_along_axis`` (static shapes; negative indices wrap)."
+take_along_axis.__doc__ = ("``np.take_along_axis`` (negative indices wrap; broadcasting the two "
+                            "off ``axis`` needs static shapes).")
 
 
 def _tile(x, repeats):
@@ -271,48 +268,15 @@ cumprod.__doc__ = "Cumulative product along ``axis`` (the flat array when None).
 
 
 # ---- sorting ------------------------------------------------------------------------------------
-def _ranks(x, axis):
-    """Rank of every element along ``axis`` (moved last): its position in a stable ascending
-    sort with NaN last. Returns (x moved last, ranks int32 of that shape, n)."""
+def _sort(x, axis=-1):
     x = _N(x)
     axis = _ax("sort", axis, x.ndim)
-    perm = [a for a in range(x.ndim) if a != axis] + [axis]
-    xt = _G.transpose(x, perm)
-    n = _static("sort", x, axis)
-    a = _G.expand_dims(xt, -1)   # (..., n, 1): element i
-    b = _G.expand_dims(xt, -2)   # (..., 1, n): element j
-    if x.dtype in ("float32", "float64"):
-        nan_a, nan_b = _G.not_equal(a, a), _G.not_equal(b, b)
-        before = _G.logical_or(_G.less(b, a), _G.logical_and(nan_a, _G.logical_not(nan_b)))
-        tie = _G.logical_or(_G.equal(a, b), _G.logical_and(nan_a, nan_b))
-    else:
-        before, tie = _G.less(b, a), _G.equal(a, b)
-    earlier = _G.constant(np.tri(n, n, -1, dtype=bool))  # j < i
-    count = _G.logical_or(before, _G.logical_and(tie, earlier))
-    rank = _G.sum(_G.cast(count, "int32"), axis=-1)
-    return xt, rank, perm, n
-
-
-def _by_rank(xt, rank, n, values):
-    """``out[..., r] = values[..., i]`` where ``rank[..., i] == r``."""
-    hot = _G.equal(_G.expand_dims(rank, -1), _G.constant(np.arange(n, dtype=np.int32)))
-    return _G.sum(_G.where(hot, _G.expand_dims(values, -1), _c(0, _N(values))), axis=-2)
-
-
-def _back(y, perm):
-    return _G.transpose(y, [int(i) for i in np.argsort(perm)])
-
-
-def _sort(x, axis=-1):
-    xt, rank, perm, n = _ranks(x, axis)
-    return _back(_by_rank(xt, rank, n, xt), perm)
+    return _G.take_along_axis(x, _G.argsort(x, axis), axis)
 
 
 def _argsort(x, axis=-1):
-    xt, rank, perm, n = _ranks(x, axis)
-    pos = _G.broadcast_like(_G.constant(np.arange(n, dtype=np.int64)),
-                            _G.cast(rank, "int64"))
-    return _back(_by_rank(xt, rank, n, pos), perm)
+    x = _N(x)
+    return _G.argsort(x, _ax("argsort", axis, x.ndim))
 
 
 def _top_k(x, k, sorted=True):
@@ -320,16 +284,12 @@ def _top_k(x, k, sorted=True):
     n = _static("top_k", x, x.ndim - 1)
     if not 1 <= int(k) <= n:
         raise ValueError(f"top_k: k must be in [1, {n}], received {k}")
-    neg = _G.neg(x) if x.dtype != "bool" else _G.logical_not(x)
-    _, rank, _, n = _ranks(neg, -1)  # descending; ties keep the lower index first
-    values = _by_rank(x, rank, n, x)
-    pos = _G.broadcast_like(_G.constant(np.arange(n, dtype=np.int32)), rank)
-    idx = _by_rank(x, rank, n, pos)
-    return (_sl(values, x.ndim - 1, 0, int(k)), _sl(idx, x.ndim - 1, 0, int(k)))
+    idx = _G.argsort(x, -1, int(k), descending=True)  # ties: lower index first; NaN last
+    return _G.take_along_axis(x, idx, -1), _G.cast(idx, "int32")
 
 
 sort = _dual(_sort, "sort")
-sort.__doc__ = "``x`` sorted ascending along ``axis`` (stable, NaN last; O(n^2) per row)."
+sort.__doc__ = "``x`` sorted ascending along ``axis`` (stable, NaN last)."
 argsort = _dual(_argsort, "argsort")
 argsort.__doc__ = "Indices (int64) that sort ``x`` along ``axis`` (stable, NaN last)."
 top_k = _dual(_top_k, "top_k")

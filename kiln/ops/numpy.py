@@ -2,10 +2,9 @@
 
 The ops the core has no primitive for are composites of primitives, so their gradients come
 from the primitives' (docs/ops.md lists their costs): ``cumsum``/``cumprod`` are log-depth
-scans (Hillis-Steele: ceil(log2 n) shifted adds/products), ``sort``/``argsort``/``top_k``
-rank every element against every other along the axis (O(n^2) memory per row; NaN sorts
-last, ties keep their order), ``tile``/``repeat`` concatenate copies, ``tril``/``triu`` mask
-with a constant.
+scans (Hillis-Steele: ceil(log2 n) shifted adds/products), ``sort``/``top_k`` gather with
+the ``take_along_axis`` op at the indices of the ``argsort`` op (stable, NaN last),
+``tile``/``repeat`` concatenate copies, ``tril``/``triu`` mask with a constant.
 """
 
 from __future__ import annotations

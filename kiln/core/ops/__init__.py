@@ -14,6 +14,7 @@ from kiln.core.ops import (  # noqa: F401  (registration side effects)
     random,
     reduce,
     scan,
+    sort,
     source,
 )
 from kiln.core.ops.registry import KERNELS, Example, OpDef, all_ops, apply, get_op, register

@@ -43,6 +43,7 @@ HOST_ONLY = {
     "resize_grad": "image preprocessing: no CUDA kernel yet",
     "affine_transform": "augmentation (training-time input transform): no CUDA kernel yet",
     "affine_transform_grad": "augmentation: no CUDA kernel yet",
+    "argsort": "sorting: no CUDA kernel yet (NumPy's stable sort on the host)",
 }
 
 

@@ -36,6 +36,7 @@ from kiln.core.backends.cpu import (  # noqa: E402,F401  (registration side effe
     pool,
     random,
     reduce,
+    sort,
 )
 from kiln.core.backends.cpu.codegen import REDUCE_OPS  # noqa: E402
 from kiln.core.backends.cpu.program import CpuProgram  # noqa: E402

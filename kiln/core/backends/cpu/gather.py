@@ -1,12 +1,14 @@
-"""Gather (``take``) and its scatter-add gradient (``take_grad``, embedding gradients).
+"""Gather (``take``) and its scatter-add gradient (``take_grad``, embedding gradients); the
+per-row gather ``take_along_axis`` and its gradient.
 
-Both view the data as (P, N, Q) around the gathered axis and the indices as a flat vector;
-negative indices wrap like NumPy, out-of-range ones raise IndexError. Each has two kernels of
-the same loops: numba's (below) and a native one from LLVM IR (:func:`take_ir`, through
-:mod:`.native`, compiled ~5x faster; used when that path is on and the dtypes are
-generated), which returns a status that its entry point turns into the same IndexError.
+All view the data as (P, N, Q) around the gathered axis; negative indices wrap like NumPy,
+out-of-range ones raise IndexError naming the op. The numba kernels (below) read one index
+per gathered element, (P, M, Q): ``take_along_axis``'s own indices, or ``take``'s index vector
+broadcast over P and Q. ``take`` / ``take_grad`` also have a native kernel from LLVM IR
+(:func:`take_ir`, through :mod:`.native`, compiled ~5x faster; used when that path is on and
+the dtypes are generated), which returns a status that its entry point turns into the same
+IndexError.
 """
-
 from __future__ import annotations
 
 import numpy as np
@@ -19,36 +21,52 @@ from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Node
 
 
-def take_kernel(o, x, idx):
+def gather_kernel(o, x, idx):
+    """``o[i, m, q] = x[i, idx[i, m, q], q]``; 1 for an index out of range (after the wrap)."""
     n_p, n, n_q = x.shape
-    m_count = idx.shape[0]
+    n_m = idx.shape[1]
     for i in range(n_p):
-        for m in range(m_count):
-            k = idx[m]
-            if k < 0:
-                k += n
-            if k < 0 or k >= n:
-                raise IndexError("take: index out of range")
+        for m in range(n_m):
             for q in range(n_q):
+                k = idx[i, m, q]
+                if k < 0:
+                    k += n
+                if k < 0 or k >= n:
+                    return 1
                 o[i, m, q] = x[i, k, q]
+    return 0
 
 
-def take_grad_kernel(o, ct, idx):
+def scatter_add_kernel(o, ct, idx):
+    """``o[i, idx[i, m, q], q] += ct[i, m, q]`` into a zeroed ``o``; 1 for an index out of
+    range."""
     n_p, n, n_q = o.shape
-    m_count = idx.shape[0]
+    n_m = idx.shape[1]
     for i in range(n_p):
         for k in range(n):
             for q in range(n_q):
                 o[i, k, q] = 0
     for i in range(n_p):
-        for m in range(m_count):
-            k = idx[m]
-            if k < 0:
-                k += n
-            if k < 0 or k >= n:
-                raise IndexError("take_grad: index out of range")
+        for m in range(n_m):
             for q in range(n_q):
+                k = idx[i, m, q]
+                if k < 0:
+                    k += n
+                if k < 0 or k >= n:
+                    return 1
                 o[i, k, q] += ct[i, m, q]
+    return 0
+
+
+def _add_checked(b, op: str, kernel, args: tuple) -> None:
+    """A step calling the numba ``kernel`` that raises IndexError naming ``op`` on status 1."""
+    fn = jit.load_function(kernel).specialize(args)
+
+    def checked(*a) -> None:
+        if fn(*a):
+            raise IndexError(f"{op}: index out of range")
+
+    b.add(checked, args, label=op)
 
 
 def _pnq(shape: tuple, axis: int) -> tuple[int, int, int]:
@@ -58,8 +76,8 @@ def _pnq(shape: tuple, axis: int) -> tuple[int, int, int]:
 
 def take_ir(kind: str, symbol: str, dtype: str, idx_dtype: str) -> str:
     """The LLVM module of ``take`` or ``take_grad`` (``kind``) over flat arrays ``(o, x or
-    ct, idx, p)`` with ``p = [P, N, Q, M]``: the loops of :func:`take_kernel` /
-    :func:`take_grad_kernel`; status 1 for an index out of range."""
+    ct, idx, p)`` with ``p = [P, N, Q, M]``: the loops of :func:`gather_kernel` /
+    :func:`scatter_add_kernel` for one index vector; status 1 for an index out of range."""
     if dtype not in MEM or idx_dtype not in ("int32", "int64") or (
             kind == "take_grad" and dtype == "bool"):
         raise CodegenError(f"native {kind}: {dtype} data, {idx_dtype} indices not generated")
@@ -110,7 +128,8 @@ def build_take(b, node: Node) -> None:
     if found is not None:
         b.add(*found)
     else:
-        b.add(jit.load_function(take_kernel).specialize(args), args)
+        rows = np.broadcast_to(idx.reshape(1, -1, 1), (p, idx.shape[0], q))
+        _add_checked(b, "take", gather_kernel, (out, x, rows))
 
 
 @builder("take_grad")
@@ -128,4 +147,28 @@ def build_take_grad(b, node: Node) -> None:
     if found is not None:
         b.add(*found)
     else:
-        b.add(jit.load_function(take_grad_kernel).specialize(args), args)
+        rows = np.broadcast_to(idx.reshape(1, -1, 1), (p, idx.shape[0], q))
+        _add_checked(b, "take_grad", scatter_add_kernel, (out, ct, rows))
+
+
+@builder("take_along_axis", "take_along_axis_grad")
+def build_take_along(b, node: Node) -> None:
+    """Both as (P, N, Q) around the axis, the indices and the gathered side as (P, M, Q)."""
+    axis = node.attrs["axis"]
+    idx_node = node.inputs[1]
+    full = b.shape(node.inputs[0] if node.op == "take_along_axis" else node)
+    got = b.shape(idx_node)
+    if full[:axis] + full[axis + 1:] != got[:axis] + got[axis + 1:]:
+        raise ValueError(f"{node.op}: indices of shape {got} and x of shape {full} differ off "
+                         f"axis {axis}")
+    p, m, q = _pnq(got, axis)
+    idx = b.contiguous(idx_node).reshape(p, m, q)
+    if node.op == "take_along_axis":
+        x_node = node.inputs[0]
+        x = b.contiguous(x_node).reshape(_pnq(b.shape(x_node), axis))
+        _add_checked(b, node.op, gather_kernel, (b.out(node).reshape(p, m, q), x, idx))
+    else:
+        ct = b.contiguous(node.inputs[0]).reshape(p, m, q)
+        out = b.out(node).reshape(_pnq(b.shape(node), axis))
+        _add_checked(b, node.op, scatter_add_kernel, (out, ct, idx))
+

@@ -395,11 +395,13 @@ def avg_pool_grad(dtype: str) -> Kernel:
 
 
 # ---- gather / scatter-add / one_hot / fill ----------------------------------------------------
-def take() -> Kernel:
-    """out[p, j, s] = x[p, idx[j], s]; negative indices wrap like NumPy, an index still out of
-    range sets ``err[eo] = 1`` (the program raises IndexError after the run; a kernel cannot).
+def take(along: bool = False) -> Kernel:
+    """out[p, j, s] = x[p, idx[j], s] (``along``: ``take_along_axis``, x[p, idx[p, j, s], s]);
+    negative indices wrap like NumPy, an index still out of range sets ``err[eo] = 1`` (the
+    program raises IndexError after the run; a kernel cannot).
     Arguments: ``total, A, J, S, out, oo, x, xo, idx, io, err, eo``."""
-    src = """def k_take(total, A, J, S, out, oo, x, xo, idx, io, err, eo):
+    name = "k_take_along" if along else "k_take"
+    src = f"""def {name}(total, A, J, S, out, oo, x, xo, idx, io, err, eo):
     i = cuda.grid(1)
     step = cuda.gridsize(1)
     while i < total:
@@ -407,7 +409,7 @@ def take() -> Kernel:
         r = i // S
         j = r % J
         p = r // J
-        t = int64(idx[io + j])
+        t = int64(idx[io + {"i" if along else "j"}])
         if t < 0:
             t += A
         if t >= 0 and t < A:
@@ -416,14 +418,15 @@ def take() -> Kernel:
             err[eo] = int32(1)
         i += step
 """
-    return load(src, "k_take")
+    return load(src, name)
 
 
-def take_grad() -> Kernel:
-    """out[p, idx[j], s] += ct[p, j, s] with atomic adds (out is zeroed first); an index out of
-    range (after the negative wrap) sets ``err[eo] = 1``.
+def take_grad(along: bool = False) -> Kernel:
+    """out[p, idx[j], s] += ct[p, j, s] (``along``: at idx[p, j, s]) with atomic adds (out is
+    zeroed first); an index out of range (after the negative wrap) sets ``err[eo] = 1``.
     Arguments: ``total, A, J, S, out, oo, ct, cto, idx, io, err, eo``."""
-    src = """def k_take_grad(total, A, J, S, out, oo, ct, cto, idx, io, err, eo):
+    name = "k_take_along_grad" if along else "k_take_grad"
+    src = f"""def {name}(total, A, J, S, out, oo, ct, cto, idx, io, err, eo):
     i = cuda.grid(1)
     step = cuda.gridsize(1)
     while i < total:
@@ -431,7 +434,7 @@ def take_grad() -> Kernel:
         r = i // S
         j = r % J
         p = r // J
-        t = int64(idx[io + j])
+        t = int64(idx[io + {"i" if along else "j"}])
         if t < 0:
             t += A
         if t >= 0 and t < A:
@@ -440,7 +443,7 @@ def take_grad() -> Kernel:
             err[eo] = int32(1)
         i += step
 """
-    return load(src, "k_take_grad")
+    return load(src, name)
 
 
 class IndexCheck:

@@ -440,35 +440,51 @@ class Lowering:
     def _pjs(self, x_shape: tuple, idx_size: int, axis: int) -> tuple[int, int, int, int]:
         return (prod(x_shape[:axis]), x_shape[axis], idx_size, prod(x_shape[axis + 1:]))
 
-    @KERNELS.register("take")
+    @KERNELS.register("take", "take_along_axis")
     def op_take(self, node, ins, t):
+        along = node.op == "take_along_axis"
         x = self.contig(ins[0], t.dtype)
         idx = self.contig(ins[1], self.dtype(node.inputs[1]))
-        p, A, J, S = self._pjs(self.shape(node.inputs[0]), prod(self.shape(node.inputs[1])),
-                               node.attrs["axis"])
+        x_shape, idx_shape = self.shape(node.inputs[0]), self.shape(node.inputs[1])
+        p, A, J, S = self._gather_geometry(node, x_shape, idx_shape)
         out = self.fresh(t.dtype, t.shape)
         n = p * J * S
-        check = kn.IndexCheck(self.prog.cuda, "take")
+        check = kn.IndexCheck(self.prog.cuda, node.op)
         self.checks.append(check)
-        self.launch1("take", kn.take(), n, [x, idx], out,
+        self.launch1(node.op, kn.take(along), n, [x, idx], out,
                      lambda arr: (n, A, J, S, arr(out.root), out.offset, arr(x.root), x.offset,
                                   arr(idx.root), idx.offset, check.flag, 0))
         return out
 
-    @KERNELS.register("take_grad")
+    @KERNELS.register("take_grad", "take_along_axis_grad")
     def op_take_grad(self, node, ins, t):
         ct = self.contig(ins[0], t.dtype)
         idx = self.contig(ins[1], self.dtype(node.inputs[1]))
-        p, A, J, S = self._pjs(t.shape, prod(self.shape(node.inputs[1])), node.attrs["axis"])
+        p, A, J, S = self._gather_geometry(node, t.shape, self.shape(node.inputs[1]))
         out = self.fresh(t.dtype, t.shape)
         self.fill(out, t.dtype, 0)
         n = p * J * S
-        check = kn.IndexCheck(self.prog.cuda, "take_grad")
+        check = kn.IndexCheck(self.prog.cuda, node.op)
         self.checks.append(check)
-        self.launch1("take_grad", kn.take_grad(), n, [ct, idx, out], out,
+        self.launch1(node.op, kn.take_grad(node.op == "take_along_axis_grad"), n,
+                     [ct, idx, out], out,
                      lambda arr: (n, A, J, S, arr(out.root), out.offset, arr(ct.root),
                                   ct.offset, arr(idx.root), idx.offset, check.flag, 0))
         return out
+
+    def _gather_geometry(self, node, x_shape: tuple,
+                         idx_shape: tuple) -> tuple[int, int, int, int]:
+        """(P, A, J, S): x as (P, A, S) around the axis, the gathered side as (P, J, S); for
+        the ``take_along_axis`` pair the indices have that shape, checked here."""
+        axis = node.attrs["axis"]
+        if not node.op.startswith("take_along_axis"):
+            return self._pjs(x_shape, prod(idx_shape), axis)
+        if tuple(x_shape[:axis] + x_shape[axis + 1:]) != tuple(idx_shape[:axis]
+                                                              + idx_shape[axis + 1:]):
+            raise ValueError(f"{node.op}: indices of shape {tuple(idx_shape)} and x of shape "
+                             f"{tuple(x_shape)} differ off axis {axis}")
+        return (prod(x_shape[:axis]), x_shape[axis], idx_shape[axis],
+                prod(x_shape[axis + 1:]))
 
     @KERNELS.register("one_hot")
     def op_one_hot(self, node, ins, t):
