@@ -1,5 +1,6 @@
 """Single float32 kernels of kiln's CPU backend against NumPy doing the same work, in one run:
-elementwise exp / log / log1p / expm1 / softplus / ELU (scalars.py's vectorized functions),
+elementwise exp / log / log1p / expm1 / softplus / ELU / erf / exact GELU (scalars.py's vectorized
+functions; NumPy has no erf: its side is Abramowitz and Stegun's 7.1.26 in float32 ufuncs),
 max and sum reductions, softmax, log-softmax and sparse cross-entropy rows (nn.py's lanes),
 sort and top_k of rows (the ``argsort`` op: NumPy's stable sort, and ``take_along_axis``;
 NumPy's own ``np.sort`` is its unstable SIMD quicksort).
@@ -45,6 +46,17 @@ def _numpy_softmax(x, log):
     return (x - m) - np.log(s) if log else e / s
 
 
+def _numpy_erf(x):
+    """erf by Abramowitz and Stegun's 7.1.26 (absolute error 1.5e-7) in float32 ufuncs: NumPy
+    has no erf of its own."""
+    a = np.abs(x)
+    t = np.float32(1.0) / (np.float32(1.0) + np.float32(0.3275911) * a)
+    p = np.float32(1.061405429)
+    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        p = p * t + np.float32(c)
+    return np.copysign(np.float32(1.0) - p * t * np.exp(-a * a), x)
+
+
 CASES = {
     "exp": (K.exp, np.exp),
     "log(|x|+1)": (lambda t: K.log(K.abs(t) + 1.0), lambda x: np.log(np.abs(x) + 1)),
@@ -54,6 +66,10 @@ CASES = {
     "elu": (K.elu, lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0)))),
     "max rows": (lambda t: K.max(t * 1.0, axis=1), lambda x: (x * 1.0).max(axis=1)),
     "sum rows": (lambda t: K.sum(t * 1.0, axis=1), lambda x: (x * 1.0).sum(axis=1)),
+    "erf": (K.erf, _numpy_erf),
+    "gelu": (lambda t: K.gelu(t, approximate=False),
+             lambda x: np.float32(0.5) * x * (np.float32(1.0) + _numpy_erf(
+                 x * np.float32(0.7071067811865476)))),
     "softmax": (lambda t: K.softmax(t), lambda x: _numpy_softmax(x, False)),
     "log_softmax": (lambda t: K.log_softmax(t), lambda x: _numpy_softmax(x, True)),
     "sort rows": (lambda t: K.sort(t, axis=1), lambda x: np.sort(x, axis=1)),

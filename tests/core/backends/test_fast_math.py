@@ -4,6 +4,7 @@ values; float64 keeps libm's tanh."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -93,6 +94,11 @@ _F32_CASES = {
     "expm1": (K.expm1, np.expm1, _ARGS, 3.0),
     "softplus": (K.softplus, lambda v: np.logaddexp(0.0, v), _ARGS, 3.0),
     "elu": (K.elu, lambda v: np.where(v > 0, v, np.expm1(np.minimum(v, 0))), _ARGS, 3.0),
+    # scalars.erf32 (codegen.FAST_F32): the float64 reference is math.erf
+    "erf": (K.erf, np.vectorize(math.erf, otypes=[np.float64]),
+            np.concatenate([np.linspace(-6, 6, 200001), np.geomspace(1e-45, 1, 4000),
+                            -np.geomspace(1e-45, 1, 4000), np.linspace(0.99, 1.01, 20001)]),
+            2.0),
 }
 _SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, 1.0, 1e-45, -1e-45, 88.8,
                      -104.0, 3.4e38], np.float32)
@@ -132,7 +138,7 @@ def test_float32_exp_and_log_family_are_within_a_few_ulp(name):
     assert _ulps(got[~exact], special[~exact].astype(np.float64)).max() <= limit
 
 
-@pytest.mark.parametrize("name", ["exp", "log", "log1p", "expm1"])
+@pytest.mark.parametrize("name", ["exp", "log", "log1p", "expm1", "erf"])
 def test_float32_exp_and_log_family_are_the_same_bits_native_numba_and_python(name,
                                                                                monkeypatch,
                                                                                tmp_path):

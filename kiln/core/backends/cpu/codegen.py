@@ -80,7 +80,8 @@ class CodegenError(ValueError):
 # float32 bodies faster than numba's libm calls, of known accuracy (kiln/core/backends/cpu/
 # scalars.py): op -> (body, the scalars function it calls).
 FAST_F32: dict[str, tuple[str, str]] = {"tanh": ("_tanh32({0})", "tanh32"),
-                                        "sigmoid": ("_sigmoid32({0})", "sigmoid32")}
+                                        "sigmoid": ("_sigmoid32({0})", "sigmoid32"),
+                                        "erf": ("_erf32({0})", "erf32")}
 # and the libm calls of every float32 body: NumPy's name -> the scalars function (which
 # vectorizes, where a libm call keeps the loop scalar)
 F32_CALLS = {"exp": "exp32", "log": "log32", "log1p": "log1p32", "expm1": "expm1_32"}

@@ -353,7 +353,8 @@ def _dotted(n: ast.AST) -> str:
 # them as (codegen.FAST_F32) and their own (they call each other)
 SCALAR_FUNCTIONS = {prefix + name: name
                     for name in ("tanh32", "sigmoid32", "exp_reduced32", "exp_neg32", "exp32",
-                                 "log32", "log1p32", "expm1_32") for prefix in ("", "_")}
+                                 "log32", "log1p32", "expm1_32", "erf32")
+                    for prefix in ("", "_")}
 _trees: dict[str, ast.FunctionDef] = {}
 
 
