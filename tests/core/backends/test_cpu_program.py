@@ -324,3 +324,33 @@ def test_thread_pools_are_configured_to_sleep_between_kernels():
     assert os.environ["OMP_WAIT_POLICY"] == status["omp_wait_policy"]
     assert "OPENBLAS_THREAD_TIMEOUT" in os.environ
     assert "openblas_thread_timeout" in status
+
+
+def test_a_fed_array_overlapping_any_written_buffer_is_found():
+    # Plan._overlaps_written bisects the written ranges: the same answer as checking each
+    from kiln.core.backends.cpu.program import Plan
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        starts = rng.integers(0, 10_000, rng.integers(0, 12))
+        written = [(int(a), int(a + rng.integers(1, 3_000))) for a in starts]  # may overlap
+        base = np.zeros(14_000, np.uint8)
+        origin = base.__array_interface__["data"][0]
+        plan = Plan(steps=[], feed_buffers=[], outputs=[], var_checks=[],
+                    written=[(origin + a, origin + b) for a, b in written])
+        for _probe in range(20):
+            lo = int(rng.integers(0, 13_000))
+            n = int(rng.integers(1, 1_000))
+            brute = any(a < lo + n and lo < b for a, b in written)
+            assert plan._overlaps_written(base[lo:lo + n]) == brute, (written, lo, n)
+
+
+@pytest.mark.nojit
+def test_feeding_one_of_many_updated_variables():
+    ws = [kiln.Variable(np.full((4096, 4), float(i), "float32")) for i in range(30)]
+    x = kiln.placeholder((None, 4))
+    out = K.relu(x @ np.ones((4, 3), "float32") + 1.0)  # runs after the updates, as above
+    f = kiln.function([x], out, updates=[(w, w * 0.5 + 1.0) for w in ws], backend="cpu")
+    got = f(ws[17].value[100:])  # 64 KB inside the 18th buffer, which the step rewrites
+    np.testing.assert_allclose(got, np.full((3996, 3), 17.0 * 4 + 1))
+    np.testing.assert_allclose(ws[17].numpy(), 17.0 * 0.5 + 1)

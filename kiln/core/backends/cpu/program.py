@@ -31,6 +31,8 @@ non-blocking lock), else a spare plan of that signature (built when all are busy
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 import threading
 import time
@@ -81,6 +83,11 @@ class Plan:
 
     def __post_init__(self) -> None:
         self.calls = [(s.fn, s.args) for s in self.steps]
+        # the written ranges by start, with the largest end so far: one bisection finds
+        # whether a fed array overlaps any (a training step of 40 Variables: ~1 us, not 10)
+        spans = sorted(self.written)
+        self._starts = [a for a, _ in spans]
+        self._reach = list(itertools.accumulate((b for _, b in spans), max))
 
     def valid(self) -> bool:
         for var, arr in self.var_checks:
@@ -120,8 +127,8 @@ class Plan:
         if not self.written:
             return False
         lo = f.__array_interface__["data"][0]
-        hi = lo + f.nbytes
-        return any(a < hi and lo < b for a, b in self.written)
+        k = bisect.bisect_left(self._starts, lo + f.nbytes)  # the ranges starting before hi
+        return k > 0 and self._reach[k - 1] > lo
 
     def run(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
         self._feed(feeds)
