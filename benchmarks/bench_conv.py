@@ -14,24 +14,20 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import harness  # noqa: E402
 
 LAYERS = {"conv1": ((28, 28, 1), 32), "conv2": ((13, 13, 32), 64)}
 
 
 def timeit(fn, repeat: int) -> float:
-    fn()
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)) * 1e3
+    """Median milliseconds of ``repeat`` calls after two warm-up calls."""
+    return float(np.median(harness.call_times(fn, repeat, warmup=2))) * 1e3
 
 
 def kiln_times(batch: int, repeat: int) -> dict:

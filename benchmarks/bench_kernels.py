@@ -24,11 +24,13 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import harness  # noqa: E402
 
 import kiln  # noqa: E402
 import kiln.ops as K  # noqa: E402
@@ -78,16 +80,6 @@ CASES = {
 }
 
 
-def _best(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def run(rows: int, cols: int, repeat: int) -> list[dict]:
     rng = np.random.default_rng(0)
     x = (rng.normal(size=(rows, cols)) * 3).astype(np.float32)
@@ -120,8 +112,8 @@ def run(rows: int, cols: int, repeat: int) -> list[dict]:
             raise AssertionError(f"bench_kernels: {name}: kiln and NumPy disagree")
         plan = next(iter(fn.program._plans.values()))
         with np.errstate(all="ignore"):
-            kiln_s = _best(lambda plan=plan, feeds=feeds: plan.run(feeds), repeat)
-            numpy_s = _best(numpy_call, repeat)
+            kiln_s = min(harness.call_times(lambda plan=plan, feeds=feeds: plan.run(feeds), repeat))
+            numpy_s = min(harness.call_times(numpy_call, repeat))
         results.append({"case": name, "rows": rows, "cols": cols, "kiln_us": kiln_s * 1e6,
                         "numpy_us": numpy_s * 1e6, "numpy_over_kiln": numpy_s / kiln_s,
                         "kernels": [s.label for s in plan.steps]})

@@ -1,12 +1,27 @@
 """The multi-process machinery of benchmarks/bench_cpu.py (and so of bench_suite.py): the
-coordinator's handle on a worker process, the order of each pair, whether torch is installed."""
+coordinator's handle on a worker process, the order of each pair, whether torch is installed;
+and the in-process timing of one call that bench_conv.py and bench_kernels.py share."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable
 from typing import IO
+
+
+def call_times(fn: Callable[[], object], repeat: int, warmup: int = 1) -> list[float]:
+    """Seconds of ``repeat`` calls of ``fn`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
 
 
 def _order(frameworks: list[str], i: int) -> list[str]:

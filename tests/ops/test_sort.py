@@ -124,3 +124,21 @@ def test_take_along_axis_errors_name_the_op():
     with pytest.raises(ValueError, match="take_along_axis"):
         K.take_along_axis(kiln.placeholder((None, 4, 3), "float32"),
                           kiln.placeholder((None, 2, 1), "int32"), axis=1)  # needs broadcasting
+
+
+def test_argsort_k_out_of_range_is_a_clear_error():
+    from kiln.core.ops.sort import argsort
+
+    p = kiln.placeholder((None, 5), "float32")
+    with pytest.raises(ValueError, match=r"argsort: k must be in \[1, 5\] .*received 6"):
+        argsort(p, axis=1, k=6)
+    with pytest.raises(ValueError, match="argsort: axis 2 is out of range"):
+        argsort(p, axis=2)
+    # an axis whose length is known only at run time: checked when the signature is planned
+    q = kiln.placeholder((2, None), "float32")
+    f = kiln.function([q], argsort(q, axis=1, k=4))
+    np.testing.assert_array_equal(f(np.array([[3, 1, 2, 0, 5], [0, 0, 1, 1, 0]], "float32")),
+                                  [[3, 1, 2, 0], [0, 1, 4, 2]])
+    with pytest.raises(ValueError, match=r"argsort: k must be in \[1, 3\] \(axis 1 of "
+                                         r"\(2, 3\)\), received 4"):
+        f(np.zeros((2, 3), "float32"))
