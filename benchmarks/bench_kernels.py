@@ -1,7 +1,8 @@
 """Single float32 kernels of kiln's CPU backend against NumPy doing the same work, in one run:
 elementwise exp / log / log1p / expm1 / softplus / ELU / erf / exact GELU (scalars.py's vectorized
 functions; NumPy has no erf: its side is Abramowitz and Stegun's 7.1.26 in float32 ufuncs),
-max and sum reductions, softmax, log-softmax and sparse cross-entropy rows (nn.py's lanes),
+max and sum reductions, softmax, log-softmax and sparse cross-entropy rows (nn.py's lanes; and
+a classifier head's short rows, 1,024 of 2 and of 10 by default: native_nn's short-row kernels),
 sort and top_k of rows (the ``argsort`` op: NumPy's stable sort, and ``take_along_axis``;
 NumPy's own ``np.sort`` is its unstable SIMD quicksort).
 
@@ -16,6 +17,7 @@ Usage::
 
     python benchmarks/bench_kernels.py
     python benchmarks/bench_kernels.py --rows 64 --cols 20000 --repeat 30
+    python benchmarks/bench_kernels.py --head-cols 3 16 --head-rows 4096
 """
 
 from __future__ import annotations
@@ -80,7 +82,11 @@ CASES = {
 }
 
 
-def run(rows: int, cols: int, repeat: int) -> list[dict]:
+ROW_CASES = ("softmax", "log_softmax", "sparse_xent")  # also timed on a classifier head's rows
+
+
+def run(rows: int, cols: int, repeat: int, names: tuple[str, ...] | None = None) -> list[dict]:
+    """The cases ``names`` (all by default) on ``rows`` x ``cols`` float32 normals times 3."""
     rng = np.random.default_rng(0)
     x = (rng.normal(size=(rows, cols)) * 3).astype(np.float32)
     labels = rng.integers(0, cols, size=rows).astype(np.int32)
@@ -88,6 +94,8 @@ def run(rows: int, cols: int, repeat: int) -> list[dict]:
     cases = dict(CASES)
     cases["sparse_xent"] = (None, None)
     for name, (build, reference) in cases.items():
+        if names is not None and name not in names:
+            continue
         p = kiln.placeholder((None, cols))
         if name == "sparse_xent":
             lab = kiln.placeholder((None,), "int32")
@@ -125,11 +133,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=256)
     ap.add_argument("--cols", type=int, default=4096)
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--head-rows", type=int, default=1024)
+    ap.add_argument("--head-cols", type=int, nargs="*", default=[2, 10],
+                    help="row lengths of the classifier-head cases (none: skip them)")
     args = ap.parse_args(argv)
     results = run(args.rows, args.cols, args.repeat)
-    print(f"{'case':<14}{'kiln us':>10}{'numpy us':>10}{'numpy/kiln':>12}  kernels")
+    for cols in args.head_cols:
+        results += run(args.head_rows, cols, args.repeat * 10, ROW_CASES)
+    print(f"{'case':<14}{'shape':>12}{'kiln us':>10}{'numpy us':>10}{'numpy/kiln':>12}  kernels")
     for r in results:
-        print(f"{r['case']:<14}{r['kiln_us']:>10.0f}{r['numpy_us']:>10.0f}"
+        shape = f"{r['rows']}x{r['cols']}"
+        print(f"{r['case']:<14}{shape:>12}{r['kiln_us']:>10.1f}{r['numpy_us']:>10.1f}"
               f"{r['numpy_over_kiln']:>11.2f}x  {', '.join(r['kernels'])}")
     for r in results:
         print("JSON " + json.dumps(r))

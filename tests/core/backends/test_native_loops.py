@@ -378,17 +378,24 @@ def test_softmax_rows_with_extreme_values_give_numbas_bits(cache):
 
 
 def test_float32_softmax_and_cross_entropy_rows_in_lanes_give_numbas_bits(cache):
-    """Rows of every length around the eight lanes (scalars.row_max32 / row_sum_exp32 /
-    row_sum32) and a long one, with NaN, infinities and a huge logit: native against numba."""
+    """Rows of every length up to native_nn.SHORT_ROW + 1 (straight-line short rows, then the
+    eight lanes of scalars.row_max32 / row_sum32) and a long one, 37 of them (the short rows'
+    loop runs in vectors with a tail), with NaN, infinities, a huge logit, soft and zero
+    labels: native against numba."""
+    from kiln.core.backends.cpu import native_nn
+
     rng = np.random.default_rng(5)
-    for n in (1, 3, 7, 8, 9, 15, 16, 17, 4099):
-        x = (rng.normal(size=(6, n)) * 6).astype(np.float32)
+    for n in [*range(1, native_nn.SHORT_ROW + 2), 4099]:
+        x = (rng.normal(size=(37, n)) * 6).astype(np.float32)
         x[1, n // 2] = np.nan
         x[2, :] = -np.inf
         x[3, n - 1] = np.inf
         x[4, 0] = 1e30
-        labels = rng.integers(0, n, size=6).astype(np.int32)
-        onehot = np.eye(n, dtype=np.float32)[labels]
+        x[5, :] = -1e30
+        labels = rng.integers(-n, n, size=37).astype(np.int32)  # negative: from the end
+        onehot = rng.dirichlet(np.ones(n), size=37).astype(np.float32)
+        onehot[6] = 0.0
+        onehot[7, n // 2] = np.nan
 
         def build(n=n):
             p = kiln.placeholder((None, n))
@@ -401,6 +408,34 @@ def test_float32_softmax_and_cross_entropy_rows_in_lanes_give_numbas_bits(cache)
         got, want = _both(build, (x, labels, onehot))
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w, err_msg=f"rows of {n}")
+        fn = build()
+        fn(x, labels, onehot)
+        short = [s.label for p in fn.program._plans.values() for s in p.steps
+                 if s.label.endswith(":short_rows")]
+        assert len(short) == (4 if n <= native_nn.SHORT_ROW else 0), (n, short)
+        # the float64 reference (the lanes' float64 sums: within float32 rounding)
+        x64 = x.astype(np.float64)
+        with np.errstate(all="ignore"):
+            ref = x64 - x64.max(axis=1, keepdims=True)
+            ref_log = ref - np.log(np.exp(ref).sum(axis=1, keepdims=True))
+        ok = np.isfinite(ref_log).all(axis=1)
+        np.testing.assert_allclose(got[1][ok], ref_log[ok], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got[0][ok], np.exp(ref_log[ok]), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[2][ok], -ref_log[ok, labels[ok] % n], rtol=1e-5,
+                                   atol=1e-5)
+
+
+def test_a_label_out_of_range_in_a_short_row_is_an_index_error(cache):
+    x = np.zeros((5, 10), np.float32)
+    p = kiln.placeholder((None, 10))
+    lab = kiln.placeholder((None,), "int32")
+    fn = kiln.function([p, lab], K.sparse_softmax_cross_entropy(p, lab), backend="cpu",
+                       optimize=False)
+    for bad in (10, -11):
+        with pytest.raises(IndexError, match="sparse_softmax_cross_entropy: label out of range"):
+            fn(x, np.array([0, 1, bad, 2, 3], np.int32))
+    np.testing.assert_allclose(fn(x, np.array([0, -1, 9, 2, 3], np.int32)), np.log(10.0),
+                               rtol=1e-6)
 
 
 def test_a_small_convnet_step_runs_the_native_twins_with_numbas_bits(cache, monkeypatch):

@@ -15,7 +15,15 @@ import textwrap
 import numpy as np
 
 from kiln.core.backends.cpu import jit, native
-from kiln.core.backends.cpu.native_nn import dense_xent_ir, softmax_rows_ir, sparse_xent_ir
+from kiln.core.backends.cpu.native_nn import (
+    SHORT_ROW,
+    dense_xent_ir,
+    dense_xent_short_ir,
+    softmax_rows_ir,
+    softmax_short_ir,
+    sparse_xent_ir,
+    sparse_xent_short_ir,
+)
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.backends.cpu.scalars import row_max as _row_max
 from kiln.core.backends.cpu.scalars import row_sum as _row_sum
@@ -129,6 +137,12 @@ def build_softmax(b, node: Node) -> None:
     if q == 1:
         args = (out.reshape(p_, r), x.reshape(p_, r), p)
         log = node.op == "log_softmax"
+        if _short(node.dtype, r):  # native_nn's short rows, else any length
+            found = native.try_kernel(f"softmax_short{r} {node.dtype} log={log}", args[:2],
+                                      [p_, r], lambda s: softmax_short_ir(s, node.dtype, log, r))
+            if found is not None:
+                b.add(*found, label=f"{node.op}:short_rows")
+                return
         found = native.try_kernel(f"softmax_rows {node.dtype} log={log}", args[:2], [p_, r],
                                   lambda s: softmax_rows_ir(s, node.dtype, log))
         if found is not None:
@@ -172,9 +186,12 @@ def build_xent(b, node: Node) -> None:
     rows = int(np.prod(shape[:-1], dtype=np.int64))
     x = b.contiguous(logits).reshape(rows, c)
     out = b.out(node).reshape(rows)
+    y = b.contiguous(labels)
+    if _short(x.dtype.name, c) and _short_xent(b, node, x, out, y, rows, c):
+        return
     w = np.empty((1, c), x.dtype)  # the kernels' scratch row: this plan's own
     if node.op == "sparse_softmax_cross_entropy":
-        args = (out, x, b.contiguous(labels).reshape(rows), w)
+        args = (out, x, y.reshape(rows), w)
         found = native.try_kernel(f"sparse_xent {x.dtype} {args[2].dtype}", args, [rows, c],
                                   lambda s: sparse_xent_ir(s, x.dtype.name, args[2].dtype.name))
         if found is not None:
@@ -182,7 +199,7 @@ def build_xent(b, node: Node) -> None:
             return
         fn = sparse_xent_kernel
     else:
-        args = (out, x, b.contiguous(labels).reshape(rows, c), w)
+        args = (out, x, y.reshape(rows, c), w)
         found = None if args[2].dtype != x.dtype else native.try_kernel(
             f"dense_xent {x.dtype}", args, [rows, c], lambda s: dense_xent_ir(s, x.dtype.name))
         if found is not None:
@@ -190,3 +207,29 @@ def build_xent(b, node: Node) -> None:
             return
         fn = dense_xent_kernel
     b.add(_load(fn, x.dtype.name).specialize(args), args)
+
+
+def _short(dtype: str, n: int) -> bool:
+    """Whether rows of ``n`` ``dtype`` elements run native_nn's short-row kernels."""
+    return dtype == "float32" and 1 <= n <= SHORT_ROW
+
+
+def _short_xent(b, node: Node, x: np.ndarray, out: np.ndarray, y: np.ndarray, rows: int,
+                c: int) -> bool:
+    """Adds the cross-entropy of short float32 rows (native_nn.*_short_ir) of logits ``x``
+    and labels ``y``; False where the native path does not take it (the caller then adds the
+    kernel for any length)."""
+    if node.op == "sparse_softmax_cross_entropy":
+        y = y.reshape(rows)
+        found = native.try_kernel(f"sparse_xent_short{c} {x.dtype} {y.dtype}", (out, x, y),
+                                  [rows, c], lambda s: sparse_xent_short_ir(
+                                      s, x.dtype.name, y.dtype.name, c))
+    else:
+        y = y.reshape(rows, c)
+        found = None if y.dtype != x.dtype else native.try_kernel(
+            f"dense_xent_short{c} {x.dtype}", (out, x, y), [rows, c],
+            lambda s: dense_xent_short_ir(s, x.dtype.name, c))
+    if found is None:
+        return False
+    b.add(*found, label=f"{node.op}:short_rows")
+    return True
