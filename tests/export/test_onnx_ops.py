@@ -71,7 +71,12 @@ def test_op_matches_its_reference_in_onnxruntime(name, k):
     want = np.asarray(OPS[name].ref(*arrays, **ex.attrs)).astype(node.dtype)
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape,
                                                                  want.dtype, want.shape)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # onnxruntime's threads may sum in another order: a float32 sum that cancels differs by a
+    # rounding of its largest terms (seen: conv2d example 9, 1.3e-6 on 0.02), so the absolute
+    # slack follows the output's scale; a wrong export is off by far more
+    finite = want[np.isfinite(want)] if np.issubdtype(want.dtype, np.floating) else want[:0]
+    scale = float(np.abs(finite).max()) if finite.size else 0.0
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=max(1e-6, 1e-5 * scale))
 
 
 @pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "prod", "logsumexp"])

@@ -354,3 +354,69 @@ def test_feeding_one_of_many_updated_variables():
     got = f(ws[17].value[100:])  # 64 KB inside the 18th buffer, which the step rewrites
     np.testing.assert_allclose(got, np.full((3996, 3), 17.0 * 4 + 1))
     np.testing.assert_allclose(ws[17].numpy(), 17.0 * 0.5 + 1)
+
+
+def test_the_pointer_a_plan_reads_is_the_arrays_data_address():
+    # Plan._pointer: read from the ndarray object where the native path checked its offset,
+    # else __array_interface__; either way the address of the first element
+    from kiln.core.backends.cpu.program import Plan
+
+    plan = Plan(steps=[], feed_buffers=[], outputs=[], var_checks=[])
+    base = np.arange(6000, dtype=np.float32).reshape(60, 100)
+    for a in (base, base[7:], base[:, 3:], base[::2, ::-3], base.T, base[5:6, 4:5],
+              base.view(np.uint8)[1:], np.zeros(0), np.float64(2.5) * np.ones(3)):
+        assert plan._pointer(a) == a.__array_interface__["data"][0]
+
+
+@pytest.mark.nojit
+def test_a_feed_view_is_the_array_its_reshape_or_a_new_view_with_the_same_values():
+    from kiln.core.backends.cpu import feeds
+
+    buf = np.empty((8, 6, 5), np.float32)
+    fed = np.arange(240, dtype=np.float32).reshape(8, 6, 5)
+    ref = np.ndarray
+    cases = [(0, (8, 6, 5), buf.strides, "whole"), (0, (48, 5), (20, 4), "reshape"),
+             (0, (240,), (4,), "reshape"), (120, (6, 5), (20, 4), "view"),
+             (0, (5, 48), (4, 20), "view"), (4, (8, 6, 4), buf.strides, "view")]
+    for offset, shape, strides, kind in cases:
+        view = feeds.view_maker(buf, offset, shape, strides)
+        got = view(fed)
+        want = ref(shape, np.float32, buffer=fed, offset=offset, strides=strides)
+        np.testing.assert_array_equal(got, want)
+        assert np.shares_memory(got, fed)
+        assert (got is fed) == (kind == "whole"), (offset, shape, kind)
+        assert got.shape == shape and got.strides == strides
+
+
+def test_bound_feeds_switch_between_in_place_and_copied_and_back():
+    # a contiguous feed is read in place; a strided one is copied into the buffer (the steps
+    # then read the buffer); the next contiguous feed is read in place again
+    x = kiln.placeholder((None, 64))
+    w = np.random.default_rng(1).normal(size=(64, 8)).astype(np.float32)
+    f = kiln.function([x], K.relu(x @ w) + K.sum(x, axis=1, keepdims=True), backend="cpu")
+    rng = np.random.default_rng(2)
+    big = rng.normal(size=(256, 128)).astype(np.float32)
+    for a in (big[:, :64].copy(), big[:, ::2], big[:, 64:].copy(), big[:, 1::2],
+              np.ascontiguousarray(big[:, 32:96])):
+        want = np.maximum(a @ w, 0) + a.sum(axis=1, keepdims=True)
+        np.testing.assert_allclose(f(a), want, rtol=1e-5, atol=1e-4)
+    assert f.program.plan([big[:, :64].copy()]).info["bound_feeds"] == 1
+
+
+def test_a_kernel_reading_two_bound_feeds_sees_both_new_arrays_on_each_call():
+    # both feeds are read in place by the same kernels: each call must rebind both arguments
+    x = kiln.placeholder((None, 4096))
+    y = kiln.placeholder((None, 4096))
+    f = kiln.function([x, y], [K.sum(x * y, axis=1), K.softmax_cross_entropy(x, y)],
+                      backend="cpu")
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        a = rng.normal(size=(8, 4096)).astype(np.float32)
+        b = rng.dirichlet(np.ones(4096), size=8).astype(np.float32)
+        got_dot, got_xent = f(a, b)
+        np.testing.assert_allclose(got_dot, (a * b).sum(axis=1), rtol=1e-4, atol=1e-6)
+        a64 = a.astype(np.float64)
+        lsm = a64 - a64.max(1, keepdims=True)
+        lsm -= np.log(np.exp(lsm).sum(1, keepdims=True))
+        np.testing.assert_allclose(got_xent, -(b * lsm).sum(1), rtol=1e-4)
+    assert f.program.plan([a, b]).info["bound_feeds"] == 2

@@ -102,6 +102,12 @@ def available() -> bool:
     return ok
 
 
+def data_offset_checked() -> bool:
+    """Whether this process found an ndarray's data pointer at ``llvm_loop.DATA_OFFSET`` (the
+    native path initialized; nothing is initialized here)."""
+    return bool(_state.get("ok"))
+
+
 def _address(lib: Any, name: str) -> int | None:
     try:
         return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value

@@ -46,7 +46,7 @@ from kiln import config
 from kiln.core.backends.cpu import compile_batch
 from kiln.core.backends.cpu.codegen import REDUCE_OPS
 from kiln.core.backends.cpu.elementwise import build_group, build_loop
-from kiln.core.backends.cpu.feeds import FeedBinding, feed_binding
+from kiln.core.backends.cpu.feeds import FeedBinding, feed_binding, pointer_reader, view_maker
 from kiln.core.backends.cpu.lowering import lower
 from kiln.core.backends.cpu.registry import BUILDERS
 from kiln.core.backends.lowering import warn_fallback
@@ -88,6 +88,8 @@ class Plan:
         spans = sorted(self.written)
         self._starts = [a for a, _ in spans]
         self._reach = list(itertools.accumulate((b for _, b in spans), max))
+        self._views: list[list[tuple[list, int, Callable]]] | None = None
+        self._pointer = pointer_reader()
 
     def valid(self) -> bool:
         for var, arr in self.var_checks:
@@ -98,7 +100,9 @@ class Plan:
     def _feed(self, feeds: Sequence[np.ndarray]) -> None:
         """Binds each feed: rebuilds the arguments that view it when it is C-contiguous with the
         planned dtype, else copies it into its buffer (and points the arguments back there)."""
-        calls = self.calls
+        views = self._views
+        if views is None:
+            views = self._views = self._bound_views()
         for k, f in enumerate(feeds):
             bind = self.bindings[k] if self.bindings else None
             buf = self.feed_buffers[k]
@@ -112,21 +116,34 @@ class Plan:
                     continue
                 src = bind.buffer
                 bind.bound = False
-            dtype = buf.dtype
-            for step, refs in bind.refs.items():
-                fn, args = calls[step]
-                args = list(args)
-                for pos, offset, shape, strides in refs:
-                    args[pos] = np.ndarray(shape, dtype, buffer=src, offset=offset,
-                                           strides=strides)
-                calls[step] = (fn, tuple(args))
+            for args, pos, view in views[k]:
+                args[pos] = view(src)
+
+    def _bound_views(self) -> list[list[tuple[list, int, Callable]]]:
+        """Per feed, ``(arguments, position, view)`` for each kernel argument that views it:
+        ``view(array)`` is that argument for a fed array (or the feed's buffer). The bound
+        steps' arguments become lists, changed in place on each call (a call runs
+        ``fn(*args)``); the whole array itself, or its reshape, where the argument is."""
+        out: list[list[tuple[list, int, Callable]]] = []
+        for bind in self.bindings or [None] * len(self.feed_buffers):
+            views: list[tuple[list, int, Callable]] = []
+            if bind is not None:
+                for step, refs in bind.refs.items():
+                    fn, args = self.calls[step]
+                    if not isinstance(args, list):  # one list per step, whichever feeds it reads
+                        args = list(args)
+                        self.calls[step] = (fn, args)
+                    views += [(args, pos, view_maker(bind.buffer, offset, shape, strides))
+                              for pos, offset, shape, strides in refs]
+            out.append(views)
+        return out
 
     def _overlaps_written(self, f: np.ndarray) -> bool:
         """Whether a fed array lies in a Variable buffer that this plan writes in place (it
         must then be copied first, so that the kernels see its value before the updates)."""
         if not self.written:
             return False
-        lo = f.__array_interface__["data"][0]
+        lo = self._pointer(f)
         k = bisect.bisect_left(self._starts, lo + f.nbytes)  # the ranges starting before hi
         return k > 0 and self._reach[k - 1] > lo
 
