@@ -13,7 +13,9 @@ docs/architecture.md, "The layers of the house".
 * tracing steps: :func:`trace_variables` (symbolic ``Variable.assign`` records updates);
 * collectives: :func:`register_group` (a transport's in-place sum, used by ``allreduce``);
 * graph utilities for the frontend: :func:`toposort`, :func:`depends_on`, :func:`rebuild`,
-  :func:`canonical_dtype`, :func:`format_shape`.
+  :func:`canonical_dtype`, :func:`format_shape`;
+* :func:`gc_paused`: no automatic garbage collection while the frontend traces a model's steps
+  (kiln/core/gc_pause.py).
 """
 
 from kiln.core import (
@@ -22,6 +24,7 @@ from kiln.core import (
 )
 from kiln.core.autodiff import grad
 from kiln.core.executor import Function, backend_for_device, function
+from kiln.core.gc_pause import paused as gc_paused
 from kiln.core.ir import (
     TENSOR_MASKS,
     Graph,
@@ -50,4 +53,4 @@ __all__ = ["Graph", "Node", "TensorType", "HashableArray", "Variable", "Function
            "grad", "placeholder", "constant", "convert_to_tensor", "is_tensor", "toposort",
            "depends_on", "rebuild", "canonical_dtype", "format_shape", "backend_for_device",
            "optimize", "register_group", "trace_variables", "VariableTrace",
-           "TENSOR_MASKS"]
+           "TENSOR_MASKS", "gc_paused"]

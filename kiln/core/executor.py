@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from kiln import config
+from kiln.core import gc_pause
 from kiln.core.backends import get_backend
 from kiln.core.ir import Graph, Node
 from kiln.core.ops._rules import as_node, fmt
@@ -105,14 +106,15 @@ class Function:
         t0 = time.perf_counter()
         graph = self.graph
         try:
-            if optimize:
-                graph, self.report = optimize_graph(graph, memory_budget=memory_budget,
-                                                    batch_size=batch_size)
-            self.optimized_graph = graph
-            n = len(self.outputs)
-            update_outputs = [(n + k, var) for k, (var, _) in enumerate(self.updates)]
-            self.program = get_backend(self.backend_name).compile_graph(
-                graph, updates=update_outputs)
+            with gc_pause.paused():  # no collector pauses while compiling (kiln/core/gc_pause.py)
+                if optimize:
+                    graph, self.report = optimize_graph(graph, memory_budget=memory_budget,
+                                                        batch_size=batch_size)
+                self.optimized_graph = graph
+                n = len(self.outputs)
+                update_outputs = [(n + k, var) for k, (var, _) in enumerate(self.updates)]
+                self.program = get_backend(self.backend_name).compile_graph(
+                    graph, updates=update_outputs)
         except Exception as exc:
             if config.debug_enabled():  # KILN_DEBUG=1: say which graph the compiler failed on
                 _add_note(exc, f"kiln: compiling {name!r} for the {self.backend_name} backend "

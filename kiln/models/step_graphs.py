@@ -24,6 +24,7 @@ from kiln.core import (
     convert_to_tensor,
     depends_on,
     format_shape,
+    gc_paused,
     grad,
     placeholder,
     trace_variables,
@@ -137,6 +138,11 @@ class StepGraphsMixin:
         if step is not None:
             self.train_function = step.fn
             return step
+        return self._new_train_step(key, y_specs, sw_specs)
+
+    @gc_paused()  # tracing, autodiff, compiling: no collector pauses (core/gc_pause.py)
+    def _new_train_step(self, key: tuple, y_specs: list[TensorSpec],
+                        sw_specs: list[TensorSpec]) -> _Step:
         if self.optimizer is None:
             self._assert_compiled("fit")
         x_phs, y_phs, sw_phs = self._feed_placeholders(y_specs, sw_specs)
@@ -183,6 +189,11 @@ class StepGraphsMixin:
         if step is not None:
             self.test_function = step.fn
             return step
+        return self._new_test_step(key, y_specs, sw_specs)
+
+    @gc_paused()
+    def _new_test_step(self, key: tuple, y_specs: list[TensorSpec],
+                       sw_specs: list[TensorSpec]) -> _Step:
         x_phs, y_phs, sw_phs = self._feed_placeholders(y_specs, sw_specs)
         dist = distributed.active()
         weight = None if dist is None else distributed.weight_placeholder()
@@ -211,18 +222,22 @@ class StepGraphsMixin:
         key = ("default", distributed.key())
         fn = self._predict_fns.get(key)
         if fn is None:
-            specs = self._model_input_specs()
-            assert specs is not None
-            x_phs = [placeholder(s.shape, s.dtype, name=s.name) for s in specs]
-            with trace(training=False) as ctx, trace_variables() as assigned:
-                outputs = self(self._pack_inputs(x_phs), training=False)
-            fn = self._function(x_phs, list(flatten(outputs)),
-                                _layer_updates(ctx, assigned) or None, "predict_function")
-            dist = distributed.active()
-            if dist is not None:
-                fn = distributed.ShardedFunction(fn, len(x_phs), dist, gather=True)
-            self._predict_fns[key] = fn
+            fn = self._predict_fns[key] = self._new_predict_fn()
         self.predict_function = fn
+        return fn
+
+    @gc_paused()
+    def _new_predict_fn(self) -> Any:
+        specs = self._model_input_specs()
+        assert specs is not None
+        x_phs = [placeholder(s.shape, s.dtype, name=s.name) for s in specs]
+        with trace(training=False) as ctx, trace_variables() as assigned:
+            outputs = self(self._pack_inputs(x_phs), training=False)
+        fn = self._function(x_phs, list(flatten(outputs)),
+                            _layer_updates(ctx, assigned) or None, "predict_function")
+        dist = distributed.active()
+        if dist is not None:
+            fn = distributed.ShardedFunction(fn, len(x_phs), dist, gather=True)
         return fn
 
     def _accumulate(self, step: _Step, outs: list, n: int) -> None:

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from kiln import config
+from kiln.core import gc_pause
 from kiln.core.backends.cpu import compile_batch
 from kiln.core.backends.cpu.codegen import REDUCE_OPS
 from kiln.core.backends.cpu.elementwise import build_group, build_loop
@@ -283,11 +284,12 @@ class PlanBuilder:
     def build(self) -> Plan:
         """The plan; its kernels are compiled together when the outermost build ends
         (:mod:`.compile_batch`), and its calls then call their entry points directly."""
-        with compile_batch.batch():
-            plan = self._build()
-        for step in plan.steps:
-            step.fn = compile_batch.settled(step.fn)
-        plan.calls = [(compile_batch.settled(fn), args) for fn, args in plan.calls]
+        with gc_pause.paused():  # no collector pauses while building (kiln/core/gc_pause.py)
+            with compile_batch.batch():
+                plan = self._build()
+            for step in plan.steps:
+                step.fn = compile_batch.settled(step.fn)
+            plan.calls = [(compile_batch.settled(fn), args) for fn, args in plan.calls]
         return plan
 
     def _build(self) -> Plan:
