@@ -743,3 +743,42 @@ def test_depthwise_rows_narrower_and_wider_than_a_block_give_numbas_bits(width, 
     assert names["conv_depthwise_kernel"].startswith("kiln_")
     want = all_ops()["conv2d"].ref(x.astype(np.float64), k.astype(np.float64), **attrs)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_kernels_loaded_from_the_cache_hold_no_arrays_and_leave_feeds_read_in_place(cache):
+    # a kernel found on disk keeps the function that would generate its IR (for a damaged
+    # file): that function must hold no array of the plan that first asked for the kernel
+    # (it would keep the plan's buffers alive, and a step holding a view of a feed gets the
+    # feed copied instead of read in place), and a pending kernel holds none for the plan
+    from kiln.core.backends.cpu import feeds
+
+    rng = np.random.default_rng(4)
+
+    def run():
+        model = kiln.Sequential([
+            kiln.Input((12, 12, 3)), kiln.layers.Conv2D(8, 3, activation="relu"),
+            kiln.layers.MaxPooling2D(2), kiln.layers.Conv2D(8, 3, groups=2, padding="same"),
+            kiln.layers.Flatten(), kiln.layers.Dropout(0.3),
+            kiln.layers.Dense(5, activation="softmax")])
+        model.compile("adam", "sparse_categorical_crossentropy")
+        model.train_on_batch(rng.normal(size=(64, 12, 12, 3)).astype(np.float32),
+                             np.arange(64) % 5)
+        x, y = kiln.placeholder((None, 4096)), kiln.placeholder((None, 4096))
+        ids = kiln.placeholder((None,), "int32")
+        f = kiln.function([x, y, ids], [K.softmax_cross_entropy(x, y), K.one_hot(ids, 7),
+                                        K.take(x, ids, axis=1)], backend="cpu")
+        a = rng.normal(size=(8, 4096)).astype(np.float32)
+        b = rng.dirichlet(np.ones(4096), size=8).astype(np.float32)
+        f(a, b, np.arange(8, dtype=np.int32))
+        return f.program.plan([a, b, np.arange(8, dtype=np.int32)])
+
+    run()
+    native._kernels.clear()  # a fresh process's view: every kernel is on disk
+    try:
+        plan = run()
+        lazy = [k for k in native._kernels.values() if callable(k._ir)]
+        assert lazy  # loaded without generating their IR
+        assert [k.label for k in lazy if feeds.closure_arrays(k._ir)] == []
+        assert plan.info["bound_feeds"] == 2  # both 32 KB feeds read in place
+    finally:
+        native._kernels.clear()

@@ -77,9 +77,11 @@ def native_forward(b, out: np.ndarray, x: np.ndarray, w2d: np.ndarray, geometry:
     step = strides[2]
     tag = ("b" + ("r" if relu else "")) if epilogue is not None else ""
 
+    has_bias = epilogue is not None  # the IR's maker holds no arrays (the bias is one)
+
     def make(symbol: str, dtype: str) -> str:
-        return native_tile.forward_ir(symbol, dtype, 16, rows, vecs, co, step,
-                                      bias=epilogue is not None, relu=relu)
+        return native_tile.forward_ir(symbol, dtype, 16, rows, vecs, co, step, bias=has_bias,
+                                      relu=relu)
 
     name = f"conv_tile_l16r{rows}v{vecs}c{co}s{step}{tag}"
     if native.try_kernel(f"{name} float32", arrays, [0] * (sum(a.ndim for a in arrays) + 6),

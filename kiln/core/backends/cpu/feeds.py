@@ -54,6 +54,10 @@ def closure_arrays(fn: Any, depth: int = 8) -> list[np.ndarray]:
         elif isinstance(v, dict):
             for item in v.values():
                 visit(item, d - 1)
+        elif type(v).__name__ == "Deferred" and type(v).__module__.endswith("compile_batch"):
+            visit(v.entry, d - 1)  # its kernel is compile-time state: it runs with the call's
+            # arguments (a kernel loaded from the disk cache keeps the closure that would
+            # generate its IR, which may hold the arrays of the plan that first asked for it)
         elif isinstance(v, functools.partial):
             visit(v.func, d - 1)
             visit(v.args, d - 1)

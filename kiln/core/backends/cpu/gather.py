@@ -123,8 +123,9 @@ def build_take(b, node: Node) -> None:
     idx = b.contiguous(idx_node).reshape(-1)
     out = b.out(node).reshape(p, idx.shape[0], q)
     args = (out, x, idx)
+    dt, it = x.dtype.name, idx.dtype.name  # the IR's maker holds names, never arrays
     found = native.try_kernel(f"take {x.dtype} {idx.dtype}", args, [p, n, q, idx.shape[0]],
-                              lambda s: take_ir("take", s, x.dtype.name, idx.dtype.name))
+                              lambda s: take_ir("take", s, dt, it))
     if found is not None:
         b.add(*found)
     else:
@@ -141,9 +142,10 @@ def build_take_grad(b, node: Node) -> None:
     ct = b.contiguous(ct_node).reshape(p, idx.shape[0], q)
     out = b.out(node).reshape(p, n, q)
     args = (out, ct, idx)
+    dt, it = ct.dtype.name, idx.dtype.name
     found = native.try_kernel(f"take_grad {ct.dtype} {idx.dtype}", args,
                               [p, n, q, idx.shape[0]],
-                              lambda s: take_ir("take_grad", s, ct.dtype.name, idx.dtype.name))
+                              lambda s: take_ir("take_grad", s, dt, it))
     if found is not None:
         b.add(*found)
     else:

@@ -78,9 +78,9 @@ def build_one_hot(b, node: Node) -> None:
     idx = b.contiguous(node.inputs[0]).reshape(-1)
     out = b.flat(node)
     depth = node.attrs["depth"]
+    dt, it = out.dtype.name, idx.dtype.name  # the IR's maker holds names, never arrays
     found = native.try_kernel(f"one_hot {out.dtype} {idx.dtype}", (out, idx),
-                              [depth, idx.shape[0]],
-                              lambda s: one_hot_ir(s, out.dtype.name, idx.dtype.name))
+                              [depth, idx.shape[0]], lambda s: one_hot_ir(s, dt, it))
     if found is not None:
         b.add(*found)
         return

@@ -136,15 +136,15 @@ def build_softmax(b, node: Node) -> None:
     p = np.array([int(node.op == "log_softmax")], np.int64)
     if q == 1:
         args = (out.reshape(p_, r), x.reshape(p_, r), p)
-        log = node.op == "log_softmax"
-        if _short(node.dtype, r):  # native_nn's short rows, else any length
-            found = native.try_kernel(f"softmax_short{r} {node.dtype} log={log}", args[:2],
-                                      [p_, r], lambda s: softmax_short_ir(s, node.dtype, log, r))
+        log, dt = node.op == "log_softmax", node.dtype  # the IR's makers hold no arrays
+        if _short(dt, r):  # native_nn's short rows, else any length
+            found = native.try_kernel(f"softmax_short{r} {dt} log={log}", args[:2],
+                                      [p_, r], lambda s: softmax_short_ir(s, dt, log, r))
             if found is not None:
                 b.add(*found, label=f"{node.op}:short_rows")
                 return
-        found = native.try_kernel(f"softmax_rows {node.dtype} log={log}", args[:2], [p_, r],
-                                  lambda s: softmax_rows_ir(s, node.dtype, log))
+        found = native.try_kernel(f"softmax_rows {dt} log={log}", args[:2], [p_, r],
+                                  lambda s: softmax_rows_ir(s, dt, log))
         if found is not None:
             b.add(*found)
             return
@@ -187,13 +187,14 @@ def build_xent(b, node: Node) -> None:
     x = b.contiguous(logits).reshape(rows, c)
     out = b.out(node).reshape(rows)
     y = b.contiguous(labels)
-    if _short(x.dtype.name, c) and _short_xent(b, node, x, out, y, rows, c):
+    dt, lt = x.dtype.name, y.dtype.name  # the IR's makers hold names, never arrays
+    if _short(dt, c) and _short_xent(b, node, x, out, y, rows, c):
         return
     w = np.empty((1, c), x.dtype)  # the kernels' scratch row: this plan's own
     if node.op == "sparse_softmax_cross_entropy":
         args = (out, x, y.reshape(rows), w)
         found = native.try_kernel(f"sparse_xent {x.dtype} {args[2].dtype}", args, [rows, c],
-                                  lambda s: sparse_xent_ir(s, x.dtype.name, args[2].dtype.name))
+                                  lambda s: sparse_xent_ir(s, dt, lt))
         if found is not None:
             b.add(*found)
             return
@@ -201,7 +202,7 @@ def build_xent(b, node: Node) -> None:
     else:
         args = (out, x, y.reshape(rows, c), w)
         found = None if args[2].dtype != x.dtype else native.try_kernel(
-            f"dense_xent {x.dtype}", args, [rows, c], lambda s: dense_xent_ir(s, x.dtype.name))
+            f"dense_xent {x.dtype}", args, [rows, c], lambda s: dense_xent_ir(s, dt))
         if found is not None:
             b.add(*found)
             return
@@ -219,16 +220,16 @@ def _short_xent(b, node: Node, x: np.ndarray, out: np.ndarray, y: np.ndarray, ro
     """Adds the cross-entropy of short float32 rows (native_nn.*_short_ir) of logits ``x``
     and labels ``y``; False where the native path does not take it (the caller then adds the
     kernel for any length)."""
+    dt, lt = x.dtype.name, y.dtype.name  # the IR's makers hold names, never arrays
     if node.op == "sparse_softmax_cross_entropy":
         y = y.reshape(rows)
         found = native.try_kernel(f"sparse_xent_short{c} {x.dtype} {y.dtype}", (out, x, y),
-                                  [rows, c], lambda s: sparse_xent_short_ir(
-                                      s, x.dtype.name, y.dtype.name, c))
+                                  [rows, c], lambda s: sparse_xent_short_ir(s, dt, lt, c))
     else:
         y = y.reshape(rows, c)
         found = None if y.dtype != x.dtype else native.try_kernel(
             f"dense_xent_short{c} {x.dtype}", (out, x, y), [rows, c],
-            lambda s: dense_xent_short_ir(s, x.dtype.name, c))
+            lambda s: dense_xent_short_ir(s, dt, c))
     if found is None:
         return False
     b.add(*found, label=f"{node.op}:short_rows")

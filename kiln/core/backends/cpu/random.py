@@ -48,9 +48,10 @@ def build_random(b, node: Node) -> None:
     p = np.array([node.attrs["salt"]], np.int64)
 
     def uniform(o: np.ndarray, label: str | None = None) -> None:
+        dt, kt = o.dtype.name, key.dtype.name  # the IR's maker holds names, never arrays
         found = native.try_kernel(f"uniform {o.dtype} {key.dtype}", (o, key),
                                   [node.attrs["salt"], o.shape[0]],
-                                  lambda s: uniform_ir(s, o.dtype.name, key.dtype.name))
+                                  lambda s: uniform_ir(s, dt, kt))
         if found is None:
             args = (o, key, p)
             found = (jit.load_function(uniform_kernel).specialize(args), args)
