@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from kiln.core.layout import contiguous_strides
+
 
 @dataclass
 class FeedBinding:
@@ -119,7 +121,7 @@ def view_maker(buffer: np.ndarray, offset: int, shape: tuple,
     if offset == 0 and shape == buffer.shape and strides == buffer.strides:
         return _whole
     if offset == 0 and int(np.prod(shape)) == buffer.size and \
-            strides == _c_strides(shape, buffer.itemsize):
+            strides == tuple(s * buffer.itemsize for s in contiguous_strides(shape)):
         return lambda a: a.reshape(shape)
     dtype = buffer.dtype
     return lambda a: np.ndarray(shape, dtype, buffer=a, offset=offset, strides=strides)
@@ -127,14 +129,6 @@ def view_maker(buffer: np.ndarray, offset: int, shape: tuple,
 
 def _whole(a: np.ndarray) -> np.ndarray:
     return a
-
-
-def _c_strides(shape: tuple, itemsize: int) -> tuple:
-    out, step = [], itemsize
-    for d in reversed(shape):
-        out.append(step)
-        step *= d
-    return tuple(reversed(out))
 
 
 def _interface_pointer(a: np.ndarray) -> int:

@@ -60,6 +60,25 @@ def _max_exp_sum(f: Func, dtype: str, row: str, n: str, buf: str,
     return m, f.get("s")
 
 
+# scalars.row_max32 / row_sum32's rules, shared by the loops below and the short rows: a lane
+# keeps v where v > its value (so a NaN is kept only as the first element), the eight lanes'
+# maxima combine from the first, their sums pairwise
+def _keep(f: Func, v: Val, old: Val) -> Val:
+    return f.expr.select(f.expr.compare(">", v, old), v, old)
+
+
+def _combine_max(f: Func, lanes: list[Val]) -> Val:
+    m = lanes[0]
+    for v in lanes[1:]:
+        m = _keep(f, v, m)
+    return m
+
+
+def _combine_sum(f: Func, sums: list[Val]) -> Val:
+    return f.scalar("((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))",
+                    {f"s{k}": v for k, v in enumerate(sums)})
+
+
 def _lanes_max(f: Func, row: str, n: str) -> Val:
     """scalars.row_max32 over the float32 row ``x[row:row + n]``."""
     first = f.load("%x", "float32", row)
@@ -67,8 +86,7 @@ def _lanes_max(f: Func, row: str, n: str) -> Val:
         f.var(f"m{k}", first)
 
     def keep(name: str, v: Val) -> None:
-        old = f.get(name)
-        f.set(name, f.expr.select(f.expr.compare(">", v, old), v, old))
+        f.set(name, _keep(f, v, f.get(name)))
 
     j, lab = f.begin(_div(f, n, "8"))
     base = f.add(row, f.mul(j, "8"))
@@ -78,11 +96,7 @@ def _lanes_max(f: Func, row: str, n: str) -> Val:
     r, lab = f.begin(n, f.mul(_div(f, n, "8"), "8"))
     keep("m0", f.load("%x", "float32", f.add(row, r)))
     f.end(r, lab)
-    m = f.get("m0")
-    for k in range(1, 8):
-        mk = f.get(f"m{k}")
-        m = f.expr.select(f.expr.compare(">", mk, m), mk, m)
-    return m
+    return _combine_max(f, [f.get(f"m{k}") for k in range(8)])
 
 
 def _lanes_sum(f: Func, n: str, term) -> Val:
@@ -102,8 +116,7 @@ def _lanes_sum(f: Func, n: str, term) -> Val:
     r, lab = f.begin(n, f.mul(_div(f, n, "8"), "8"))
     add("s0", r)
     f.end(r, lab)
-    env = {f"s{k}": f.get(f"s{k}") for k in range(8)}
-    return f.scalar("((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))", env)
+    return _combine_sum(f, [f.get(f"s{k}") for k in range(8)])
 
 
 def softmax_rows_ir(symbol: str, dtype: str, log: bool) -> str:
@@ -189,27 +202,20 @@ def _short_row(f: Func, row: str, n: int) -> tuple[list[Val], Val, list[Val], Va
     every value in a register: its elements, max m, exps ``exp_neg32(x - m)`` and their
     float64 sum in eight lanes."""
     xs = [f.load("%x", "float32", f.add(row, str(r))) for r in range(n)]
+    full = n - n % 8  # elements past the last whole group of eight go to lane 0
 
-    def keep(v: Val, old: Val) -> Val:
-        return f.expr.select(f.expr.compare(">", v, old), v, old)
+    def lane(r: int) -> int:
+        return r % 8 if r < full else 0
 
-    full = n - n % 8
     lanes = [xs[0]] * 8
-    for r in range(full):
-        lanes[r % 8] = keep(xs[r], lanes[r % 8])
-    for r in range(full, n):
-        lanes[0] = keep(xs[r], lanes[0])
-    m = lanes[0]
-    for k in range(1, 8):
-        m = keep(lanes[k], m)
+    for r in range(n):
+        lanes[lane(r)] = _keep(f, xs[r], lanes[lane(r)])
+    m = _combine_max(f, lanes)
     es = [f.scalar("_exp_neg32(v - m)", {"v": v, "m": m}) for v in xs]
     sums = [f.scalar("0.0", {})] * 8
     for r in range(n):
-        k = r % 8 if r < full else 0
-        sums[k] = f.scalar("s + t", {"s": sums[k], "t": f.expr.cast(es[r], "f64")})
-    total = f.scalar("((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))",
-                     {f"s{k}": sums[k] for k in range(8)})
-    return xs, m, es, total
+        sums[lane(r)] = f.scalar("s + t", {"s": sums[lane(r)], "t": f.expr.cast(es[r], "f64")})
+    return xs, m, es, _combine_sum(f, sums)
 
 
 def _short_check(name: str, dtype: str, n: int) -> None:
