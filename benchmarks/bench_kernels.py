@@ -1,6 +1,7 @@
 """Single float32 kernels of kiln's CPU backend against NumPy doing the same work, in one run:
-elementwise exp / log / log1p / expm1 / softplus / ELU / erf / exact GELU (scalars.py's vectorized
-functions; NumPy has no erf: its side is Abramowitz and Stegun's 7.1.26 in float32 ufuncs),
+elementwise exp / log / log1p / expm1 / softplus / ELU / erf / sin / cos / exact GELU
+(scalars.py's vectorized functions; NumPy has no erf: its side is Abramowitz and Stegun's
+7.1.26 in float32 ufuncs),
 max and sum reductions, softmax, log-softmax and sparse cross-entropy rows (nn.py's lanes; and
 a classifier head's short rows, 1,024 of 2 and of 10 by default: native_nn's short-row kernels),
 sort and top_k of rows (the ``argsort`` op: NumPy's stable sort, and ``take_along_axis``;
@@ -71,6 +72,8 @@ CASES = {
     "max rows": (lambda t: K.max(t * 1.0, axis=1), lambda x: (x * 1.0).max(axis=1)),
     "sum rows": (lambda t: K.sum(t * 1.0, axis=1), lambda x: (x * 1.0).sum(axis=1)),
     "erf": (K.erf, _numpy_erf),
+    "sin": (K.sin, np.sin),
+    "cos": (K.cos, np.cos),
     "gelu": (lambda t: K.gelu(t, approximate=False),
              lambda x: np.float32(0.5) * x * (np.float32(1.0) + _numpy_erf(
                  x * np.float32(0.7071067811865476)))),

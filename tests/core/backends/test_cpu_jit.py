@@ -125,3 +125,23 @@ def test_kiln_jit_0_in_process_gives_python_kernels(monkeypatch):
     assert any(getattr(s.fn, "__code__", None) is not None for s in plan.steps)
     for a, b in zip(plain, jitted):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_a_kernel_source_changed_under_the_process_is_an_error_not_another_function(
+        tmp_path, monkeypatch):
+    """inspect reads a function's file as it is now at the line numbers of the import: with
+    lines added above it, numba would compile the function before it (a wrong kernel, no
+    error). jit.function_source checks the text against the imported code."""
+    import importlib
+    import linecache
+
+    mod = tmp_path / "kiln_probe_kernels.py"
+    body = "def first(o, x):\n    o[0] = x[0] + 1.0\n\n\ndef second(o, x):\n    o[0] = x[0] * 2.0\n"
+    mod.write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    probe = importlib.import_module("kiln_probe_kernels")
+    assert "x[0] * 2.0" in jit.function_source(probe.second)
+    mod.write_text("\n" * 4 + body)  # second's old first line is now first's
+    linecache.checkcache(str(mod))
+    with pytest.raises(RuntimeError, match="kiln_probe_kernels.second.*restart Python"):
+        jit.function_source(probe.second)

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import math
 import os
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
 import kiln
 import kiln.ops as K
+from kiln.core.backends.cpu import llvm_loop
+from kiln.core.backends.cpu.codegen import LoopSpec, program_dtypes
 
 
 def _run(values: np.ndarray) -> np.ndarray:
@@ -100,6 +103,66 @@ _F32_CASES = {
                             -np.geomspace(1e-45, 1, 4000), np.linspace(0.99, 1.01, 20001)]),
             2.0),
 }
+def _pi_scaled(bits: int) -> int:
+    """floor(pi 2^bits) by Machin's formula in integers."""
+    def atan_inv(n):
+        one = 1 << (bits + 16)
+        term, total, k, sign = one // n, one // n, 1, -1
+        while term:
+            term //= n * n
+            k += 2
+            total += sign * (term // k)
+            sign = -sign
+        return total
+    return (4 * (4 * atan_inv(5) - atan_inv(239))) >> 16
+
+
+def _hard_quarters() -> np.ndarray:
+    """For every float32 exponent from 2^0 to 2^127: the float32 of that binade nearest to a
+    multiple of pi / 2 that continued fractions find (M 2^e with M 2^e 2 / pi within a tiny
+    distance of an integer)."""
+    bits = 600
+    two_over_pi = Fraction((1 << (2 * bits + 1)) // _pi_scaled(bits), 1 << bits)
+    out = []
+    for e in range(-23, 105):
+        alpha = (two_over_pi * Fraction(2) ** e) % 1  # M alpha mod 1 is x 2 / pi mod 1
+        # convergents q of alpha below 2^24, scaled into the binade [2^23, 2^24)
+        a, q0, q1 = alpha, 1, 0
+        best = None
+        while True:
+            ai = a.numerator // a.denominator
+            q0, q1 = q1, ai * q1 + q0
+            if q1 >= 1 << 24:
+                break
+            m = q1 * -(-(1 << 23) // q1)
+            if m < 1 << 24:
+                d = abs(m * alpha - round(m * alpha))
+                if best is None or d < best[0]:
+                    best = (d, m)
+            frac = a - ai
+            if frac == 0:
+                break
+            a = 1 / frac
+        if best:
+            out.append(float(best[1]) * 2.0 ** e)
+    return np.array(out, np.float32)
+
+
+# sin and cos (scalars.trig32): every range of the float32 line, the arguments nearest to
+# multiples of pi / 2 (the result's relative precision rests on the reduction there), random
+# bit patterns (every exponent), denormals and the largest floats
+_QUARTERS = np.concatenate([np.arange(1, 30001), np.geomspace(3e4, 2e38, 30001)]) * (np.pi / 2)
+_HARD = _hard_quarters()
+_BITS = np.random.default_rng(7).integers(0, 2 ** 32, 40000, dtype=np.uint64).astype(
+    np.uint32).view(np.float32)
+_TRIG = np.concatenate([
+    np.linspace(-100, 100, 100001), _QUARTERS, -_QUARTERS,
+    np.nextafter(_QUARTERS.astype(np.float32), np.float32(np.inf)),
+    np.geomspace(1e-45, 3.4e38, 20001), -np.geomspace(1e-45, 3.4e38, 20001),
+    _BITS[np.isfinite(_BITS)], _HARD, -_HARD,
+    [8388607.5, 8388608.0, 8388609.0, 2.0 ** 26, 2.0 ** 50, 2.0 ** 74, 2.0 ** 98, 2.0 ** 127]])
+_F32_CASES["sin"] = (K.sin, np.sin, _TRIG, 1.0)
+_F32_CASES["cos"] = (K.cos, np.cos, _TRIG, 1.0)
 _SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, 1.0, 1e-45, -1e-45, 88.8,
                      -104.0, 3.4e38], np.float32)
 
@@ -138,7 +201,7 @@ def test_float32_exp_and_log_family_are_within_a_few_ulp(name):
     assert _ulps(got[~exact], special[~exact].astype(np.float64)).max() <= limit
 
 
-@pytest.mark.parametrize("name", ["exp", "log", "log1p", "expm1", "erf"])
+@pytest.mark.parametrize("name", ["exp", "log", "log1p", "expm1", "erf", "sin", "cos"])
 def test_float32_exp_and_log_family_are_the_same_bits_native_numba_and_python(name,
                                                                                monkeypatch,
                                                                                tmp_path):
@@ -155,6 +218,72 @@ def test_float32_exp_and_log_family_are_the_same_bits_native_numba_and_python(na
             runs.append(_f32(op, x))
     for other in runs[1:]:
         np.testing.assert_array_equal(runs[0], other)
+
+
+def _declared(op: str, dtype: str) -> set[str]:
+    """The functions the native loop of ``op`` over ``dtype`` declares (calls)."""
+    program = ((op, (-1,), ()),)
+    spec = LoopSpec(program, None, (dtype,), program_dtypes(program, (dtype,))[-1], 1, ("N",),
+                    "N")
+    text = llvm_loop.generate_ir(spec, "probe")
+    return {line.split("@")[1].split("(")[0] for line in text.splitlines()
+            if line.startswith("declare")}
+
+
+@pytest.mark.parametrize("op", ["exp", "log", "log1p", "expm1", "sin", "cos"])
+def test_float32_loops_call_no_libm_function(op):
+    """The float32 loops compute these functions in registers (scalars.py), so they vectorize;
+    a libm call per element kept them scalar (1M floats of sin: ~11 against ~4 ms). float64
+    keeps libm's."""
+    libm = {f"llvm.{op}.f32", f"{op}f", f"llvm.{op}.f64", op}
+    assert not _declared(op, "float32") & libm
+    assert _declared(op, "float64") & libm
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_float32_sin_and_cos_keep_their_bits_inside_a_reduction(native, monkeypatch,
+                                                                tmp_path):
+    """A reduction's loop runs with reassociation allowed for its accumulation (numba's flags
+    are the whole kernel's); trig32's exact reduction steps must not be rearranged: the
+    fused max of cos and the sum of sin over two equal columns against the elementwise
+    results, at the arguments nearest to multiples of pi / 2."""
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KILN_NATIVE", native)
+    x1 = np.concatenate([_QUARTERS[::20], np.nextafter(_QUARTERS[::20].astype(np.float32),
+                                                        np.float32(np.inf))]).astype(np.float32)
+    x = np.stack([x1, x1], axis=1)
+    xp = kiln.placeholder(x.shape, "float32")
+    f = kiln.function([xp], [K.sin(xp), K.max(K.cos(xp), axis=1), K.sum(K.sin(xp), axis=1)],
+                      backend="cpu")
+    sin, cos_max, sin_sum = f(x)
+    assert any(s.label == "fused[cos,max]" for p in f.program._plans.values() for s in p.steps)
+    np.testing.assert_array_equal(sin_sum, sin[:, 0] * 2)
+    want = np.cos(x1.astype(np.float64))
+    assert _ulps(cos_max, want).max() <= 0.5 + 1e-6
+    assert _ulps(sin[:, 0], np.sin(x1.astype(np.float64))).max() <= 0.5 + 1e-6
+
+
+def test_scalar_functions_expand_from_the_source_imported(monkeypatch, tmp_path):
+    """The native loops expand scalars.py's functions from the text read with the import
+    (scalars.SOURCE), looked up by name: reading the file again at the imported line numbers
+    (inspect) once handed cos32's kernel sin32's lines, after an edit above them."""
+    import linecache
+
+    from kiln.core.backends.cpu import llvm_expr, scalars
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    real = linecache.getlines
+
+    def shifted(filename, module_globals=None):  # the file with three lines added on top
+        lines = real(filename, module_globals)
+        return ["\n"] * 3 + lines if filename == scalars.__file__ else lines
+
+    monkeypatch.setattr(linecache, "getlines", shifted)
+    monkeypatch.setattr(llvm_expr, "_trees", {})
+    assert llvm_expr.function_tree("cos32").name == "cos32"
+    x = np.array([0.0, 1.0, -2.0], np.float32)
+    np.testing.assert_array_equal(_f32(K.cos, x), np.cos(x.astype(np.float64)).astype(
+        np.float32))
 
 
 def test_float64_exp_and_log_stay_libm():

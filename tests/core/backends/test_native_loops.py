@@ -564,7 +564,7 @@ def test_a_max_pool_gradient_of_another_pooling_does_not_read_its_index(cache):
     def build():
         p = kiln.placeholder(x.shape)
         a, b = K.max_pool2d(p, 2, 2), K.max_pool2d(p, 3, 3)
-        loss = K.sum(a * a) + K.sum(K.sin(b))
+        loss = K.sum(a * a) + K.sum(b * b * b)
         return kiln.function([p], [loss, kiln.grad(loss, [p])[0]], backend="cpu")
 
     _, names = _same_bits(build, (x,))

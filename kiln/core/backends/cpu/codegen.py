@@ -84,7 +84,8 @@ FAST_F32: dict[str, tuple[str, str]] = {"tanh": ("_tanh32({0})", "tanh32"),
                                         "erf": ("_erf32({0})", "erf32")}
 # and the libm calls of every float32 body: NumPy's name -> the scalars function (which
 # vectorizes, where a libm call keeps the loop scalar)
-F32_CALLS = {"exp": "exp32", "log": "log32", "log1p": "log1p32", "expm1": "expm1_32"}
+F32_CALLS = {"exp": "exp32", "log": "log32", "log1p": "log1p32", "expm1": "expm1_32",
+             "sin": "sin32", "cos": "cos32"}
 _F32_CALL = re.compile(r"\bnp\.(" + "|".join(F32_CALLS) + r")\(")
 
 

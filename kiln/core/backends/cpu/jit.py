@@ -237,13 +237,42 @@ def _set_noalias(dispatcher: Any) -> None:
     compiler._customize_flags = with_noalias
 
 
+def _shape(code: Any) -> tuple:
+    """What a function's code keeps of its text, whatever the compiler's version of it: its
+    arguments, local and global names and constants (not the bytecode, which differs between a
+    module's import and a compile of the function's text)."""
+    consts = tuple(repr(c) for c in code.co_consts if not hasattr(c, "co_code"))
+    return code.co_argcount, code.co_varnames, code.co_names, consts
+
+
+def function_source(fn: Callable) -> str:
+    """The source of the plain Python function ``fn`` (dedented), checked against the code
+    Python loaded: ``inspect`` reads the file as it is now, at the line numbers of the import,
+    so a kiln edited or upgraded under a running process would hand numba another function's
+    lines, a wrong kernel without an error; raises RuntimeError instead."""
+    source = textwrap.dedent(inspect.getsource(fn))
+    code = fn.__code__
+    try:
+        module = compile(source, code.co_filename, "exec", dont_inherit=True)
+    except SyntaxError:
+        module = None
+    found = [c for c in (module.co_consts if module else ())
+             if getattr(c, "co_name", None) == code.co_name]
+    if not found or _shape(found[0]) != _shape(code):
+        raise RuntimeError(
+            f"kiln: the source of {fn.__module__}.{fn.__qualname__} in {code.co_filename} is "
+            "not the code this process imported (kiln edited or upgraded under a running "
+            "process?): restart Python")
+    return source
+
+
 def load_function(fn: Callable, *, fastmath: Any = False, noalias: bool = False) -> Kernel:
     """:func:`load` for a hand-written kernel given as a plain Python function (its source is
     taken with ``inspect``; it may use only ``np``, ``math`` and its arguments)."""
     memo = (fn, str(fastmath), noalias, config.jit_enabled())
     found = _functions.get(memo)
     if found is None:
-        source = textwrap.dedent(inspect.getsource(fn))
+        source = function_source(fn)
         found = load(source, fn.__name__, signature=f"{fn.__module__}.{fn.__qualname__}",
                      fastmath=fastmath, noalias=noalias)
         _functions[memo] = found

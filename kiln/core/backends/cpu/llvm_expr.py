@@ -31,10 +31,8 @@ uses the numba kernel of the same program.
 from __future__ import annotations
 
 import ast
-import inspect
 import math
 import struct
-import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -353,7 +351,8 @@ def _dotted(n: ast.AST) -> str:
 # them as (codegen.FAST_F32) and their own (they call each other)
 SCALAR_FUNCTIONS = {prefix + name: name
                     for name in ("tanh32", "sigmoid32", "exp_reduced32", "exp_neg32", "exp32",
-                                 "log32", "log1p32", "expm1_32", "erf32")
+                                 "log32", "log1p32", "expm1_32", "erf32", "trig_pick", "trig32",
+                                 "sin32", "cos32")
                     for prefix in ("", "_")}
 _trees: dict[str, ast.FunctionDef] = {}
 
@@ -361,12 +360,15 @@ _trees: dict[str, ast.FunctionDef] = {}
 def function_tree(fname: str) -> ast.FunctionDef:
     """The parsed source of a ``scalars.py`` function."""
     name = SCALAR_FUNCTIONS[fname]
-    tree = _trees.get(name)
-    if tree is None:
+    if not _trees:
         from kiln.core.backends.cpu import scalars
 
-        fn = getattr(scalars, name)
-        fn = getattr(fn, "py_func", fn)
-        mod = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-        tree = _trees[name] = mod.body[0]
+        try:  # the source read with the import (scalars.SOURCE), not the file as it is now
+            module = ast.parse(scalars.SOURCE)
+        except SyntaxError as exc:
+            raise CodegenError("native loops: scalars.py's source does not parse") from exc
+        _trees.update({n.name: n for n in module.body if isinstance(n, ast.FunctionDef)})
+    tree = _trees.get(name)
+    if tree is None:
+        raise CodegenError(f"native loops: no source of scalars.{name}")
     return tree

@@ -9,9 +9,6 @@ maximum is taken from the row itself (NaN and infinities give NaN rows, like the
 
 from __future__ import annotations
 
-import inspect
-import textwrap
-
 import numpy as np
 
 from kiln.core.backends.cpu import jit, native
@@ -172,7 +169,7 @@ def _load(fn, dtype: str) -> jit.Kernel:
                      f"# scalars {SCALARS_HASH}\n" for alias, name in names.items())
     source += ("from kiln.core.backends.cpu.scalars_numba import exp_neg32 as _exp\n" if lanes
                else "from numpy import exp as _exp\n")
-    source += "\n\n" + textwrap.dedent(inspect.getsource(fn))
+    source += "\n\n" + jit.function_source(fn)
     return jit.load(source, fn.__name__, signature=f"{fn.__name__} {dtype} rows")
 
 
