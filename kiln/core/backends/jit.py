@@ -101,8 +101,8 @@ class KernelCacheWarning(RuntimeWarning):
 
 
 def warn_cache(kind: str, message: str) -> None:
-    """Warns once per process per ``kind`` (``"damaged"``, ``"unusable"``) about the kernel
-    cache, naming ``KILN_CACHE_DIR``."""
+    """Warns once per process per ``kind`` (``"damaged"``, ``"unusable"``, ``"changed"``)
+    about the kernel cache, naming ``KILN_CACHE_DIR``."""
     with _lock:
         if kind in _warned:
             return

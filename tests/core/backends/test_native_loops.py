@@ -259,6 +259,32 @@ def test_a_cached_kernel_loads_without_generating_its_ir(cache):
         native._kernels.clear()
 
 
+def test_kernels_compiled_after_the_sources_changed_stay_out_of_the_cache(cache,
+                                                                        monkeypatch):
+    """A kiln upgraded or edited under a running process: the kernels it compiles next come from
+    the code it imported, but their key would name the new files' digest, where the new
+    code's processes would load them. They stay in memory (warned once), the kernel works."""
+    a, b = np.arange(7, dtype=np.float32), np.full(7, 0.5, np.float32)
+    p = np.array([7, 0, 1, 0, 1, 0, 1, 7, 1], np.int64)
+    monkeypatch.setattr(jit_loader, "_warned", set())
+    out = np.empty(7, np.float32)
+    digest = native._digest
+    try:
+        native._digest = lambda: "f" * 24  # the files now
+        k = native.kernel("test_add_changed", ["float32"] * 3 + ["int64"], _add_ir([]))
+        with pytest.warns(jit_loader.KernelCacheWarning, match="changed since this process"):
+            k.compile(())(out, a, b, p)
+        np.testing.assert_array_equal(out, a + b)
+        assert not k.cached()
+    finally:
+        native._digest = digest
+        native._kernels.clear()
+    k2 = native.kernel("test_add_changed", ["float32"] * 3 + ["int64"], _add_ir([]))
+    k2.compile(())(out, a, b, p)  # the files as imported: cached
+    assert k2.cached()
+    native._kernels.clear()
+
+
 def test_the_generators_digest_covers_every_source_of_the_package():
     folder = os.path.dirname(native.__file__)
     names = sorted(n for n in os.listdir(folder) if n.endswith(".py"))
