@@ -141,6 +141,12 @@ def test_a_kernel_source_changed_under_the_process_is_an_error_not_another_funct
     monkeypatch.syspath_prepend(str(tmp_path))
     probe = importlib.import_module("kiln_probe_kernels")
     assert "x[0] * 2.0" in jit.function_source(probe.second)
+    scale = 3.0
+
+    def closure(o, x):  # its free name is a global in its text alone: the same function
+        o[0] = x[0] * scale
+
+    assert "x[0] * scale" in jit.function_source(closure)
     mod.write_text("\n" * 4 + body)  # second's old first line is now first's
     linecache.checkcache(str(mod))
     with pytest.raises(RuntimeError, match="kiln_probe_kernels.second.*restart Python"):

@@ -34,7 +34,6 @@ accumulates in a register (vectorized with fastmath reassociation), otherwise in
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -109,9 +108,11 @@ def loop_body(op_name: str, attrs: tuple, f32: bool) -> tuple[str, set[str]]:
 
 
 def _scalars_hash() -> str:
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scalars.py")
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
+    """A digest of scalars.py as this process imported it (the numba kernels calling its
+    functions carry it in their text, so it keys their cache)."""
+    from kiln.core.backends.cpu import scalars
+
+    return hashlib.sha256(scalars.SOURCE.encode()).hexdigest()[:16]
 
 
 SCALARS_HASH = _scalars_hash()

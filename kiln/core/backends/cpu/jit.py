@@ -242,7 +242,8 @@ def _shape(code: Any) -> tuple:
     arguments, local and global names and constants (not the bytecode, which differs between a
     module's import and a compile of the function's text)."""
     consts = tuple(repr(c) for c in code.co_consts if not hasattr(c, "co_code"))
-    return code.co_argcount, code.co_varnames, code.co_names, consts
+    names = frozenset(code.co_names) | frozenset(code.co_freevars)  # a closure's: free there
+    return code.co_argcount, code.co_varnames, names, consts
 
 
 def function_source(fn: Callable) -> str:
