@@ -268,21 +268,30 @@ def test_kernels_compiled_after_the_sources_changed_stay_out_of_the_cache(cache,
     p = np.array([7, 0, 1, 0, 1, 0, 1, 7, 1], np.int64)
     monkeypatch.setattr(jit_loader, "_warned", set())
     out = np.empty(7, np.float32)
-    digest = native._digest
+    digest, stamps = native._digest, native._stamps
     try:
         native._digest = lambda: "f" * 24  # the files now
+        native._stamps = lambda: ()
         k = native.kernel("test_add_changed", ["float32"] * 3 + ["int64"], _add_ir([]))
         with pytest.warns(jit_loader.KernelCacheWarning, match="changed since this process"):
             k.compile(())(out, a, b, p)
         np.testing.assert_array_equal(out, a + b)
         assert not k.cached()
     finally:
-        native._digest = digest
+        native._digest, native._stamps = digest, stamps
         native._kernels.clear()
     k2 = native.kernel("test_add_changed", ["float32"] * 3 + ["int64"], _add_ir([]))
     k2.compile(())(out, a, b, p)  # the files as imported: cached
     assert k2.cached()
     native._kernels.clear()
+    try:  # files touched, not changed (new times, the same digest): cached
+        native._stamps = lambda: ()
+        k3 = native.kernel("test_add_touched", ["float32"] * 3 + ["int64"], _add_ir([]))
+        k3.compile(())(out, a, b, p)
+        assert k3.cached()
+    finally:
+        native._stamps = stamps
+        native._kernels.clear()
 
 
 def test_the_generators_digest_covers_every_source_of_the_package():
