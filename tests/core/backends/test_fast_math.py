@@ -220,6 +220,17 @@ def test_float32_exp_and_log_family_are_the_same_bits_native_numba_and_python(na
         np.testing.assert_array_equal(runs[0], other)
 
 
+@pytest.mark.nojit
+def test_float32_sin_is_odd_to_the_sign_of_zero_and_cos_even():
+    """sin(-x) = -sin(x) bit for bit (sin(-0.0) is -0.0, which assert_array_equal does not
+    tell from 0.0), cos(-x) = cos(x)."""
+    x = np.concatenate([[0.0, 1e-45, 1e-30], _TRIG[_TRIG > 0][::40]]).astype(np.float32)
+    sin_pos, sin_neg = _f32(K.sin, x), _f32(K.sin, -x)
+    np.testing.assert_array_equal(sin_neg.view(np.int32), (-sin_pos).view(np.int32))
+    assert np.signbit(sin_neg[0]) and not np.signbit(sin_pos[0])
+    np.testing.assert_array_equal(_f32(K.cos, -x).view(np.int32), _f32(K.cos, x).view(np.int32))
+
+
 def _declared(op: str, dtype: str) -> set[str]:
     """The functions the native loop of ``op`` over ``dtype`` declares (calls)."""
     program = ((op, (-1,), ()),)

@@ -32,16 +32,16 @@ tests/core/backends/test_fast_math.py checks them.
   kiln by least squares, relative error 1e-9 / 2e-8 in float64). Within 1.5 ulp of the
   float64 erf (1.8 on denormal results), erf(+-inf) = +-1, NaN stays NaN.
 * ``trig32`` (``sin32``, ``cos32``): what float32 loops compute ``np.sin`` and ``np.cos``
-  with, where libm's scalar calls kept them from vectorizing (1M floats 10.8 -> 4.1 ms;
-  NumPy's SIMD sin 0.6-0.9 ms). In float64: below 2^23, k = rint(x 2 / pi) and x - k pi / 2
+  with, where libm's scalar calls kept them from vectorizing (1M floats 10.8 -> ~3.3 ms;
+  NumPy's SIMD sin 0.5-0.9 ms). In float64: below 2^23, k = rint(x 2 / pi) and x - k pi / 2
   with pi / 2 in three parts (Cody and Waite); from 2^23 (an integer m 2^e, e >= 0),
   x 2 / pi mod 4 from five exact products of m with 24-bit chunks of 2 / pi chosen by e
   (Payne and Hanek's reduction without a table: the chunks that would only add multiples of
   4 are skipped), summed so that the cancellation near a multiple of pi / 2 is exact; then
-  Taylor's polynomials to degree 13 / 14 on |r| <= pi / 4 and one rounding to float32:
-  within 0.5 ulp of the float64 result but for near-ties (every finite float32 checked: at
-  most 0.5000003 ulp), sin(-0.0) = -0.0, inf and NaN give NaN. No branch: both reductions
-  are computed.
+  Taylor's polynomials to degree 13 / 12 on |r| <= pi / 4 (one Horner chain, each lane
+  taking the coefficients of its quadrant) and one rounding to float32: within 0.500006 ulp
+  of the float64 result (every finite float32 checked), sin(-0.0) = -0.0, inf and NaN give
+  NaN. No branch: both reductions are computed.
 * ``row_max``, ``row_sum`` and their float32 versions in eight lanes ``row_max32``,
   ``row_sum32``: the row passes of nn.py's softmax and cross-entropy kernels (numba and
   Python only: native_nn.py writes the same loops as IR).
@@ -273,16 +273,21 @@ def trig32(x, cosine):
     big = a >= np.float32(8388608.0)
     r = f * 1.5707963267948966 if big else r_small
     q = (np.int64(kb if big else k) + cosine) & 3
-    # |r| <= pi / 4 (and a hair): Taylor's series to r^13 / r^14 (truncation below 1e-13)
+    # |r| <= pi / 4 (and a hair), z = r^2: sin r = r + r z S(z), cos r = 1 + z C(z) (Taylor's
+    # series to r^13 / r^12: truncated below 1e-11) as one Horner chain, each lane taking the
+    # coefficients of its quadrant's parity; the quadrant's sign (and an odd sine's) last
     z = r * r
-    sr = r + r * z * (-0.16666666666666666 + z * (0.008333333333333333 + z * (
-        -0.0001984126984126984 + z * (2.7557319223985893e-06 + z * (
-            -2.505210838544172e-08 + z * 1.6059043836821613e-10)))))
-    cr = 1.0 - 0.5 * z + z * z * (0.041666666666666664 + z * (-0.001388888888888889 + z * (
-        2.48015873015873e-05 + z * (-2.755731922398589e-07 + z * (
-            2.08767569878681e-09 + z * -1.1470745597729725e-11)))))
-    v = sr if q == 0 else cr if q == 1 else -sr if q == 2 else -cr
-    out = np.float32(-v if cosine == 0 and np.float32(x).view(np.int32) < 0 else v)  # -0.0
+    odd = (q & 1) == 1
+    p = 2.08767569878681e-09 if odd else 1.6059043836821613e-10
+    p = (-2.755731922398589e-07 if odd else -2.505210838544172e-08) + z * p
+    p = (2.48015873015873e-05 if odd else 2.7557319223985893e-06) + z * p
+    p = (-0.001388888888888889 if odd else -0.0001984126984126984) + z * p
+    p = (0.041666666666666664 if odd else 0.008333333333333333) + z * p
+    p = (-0.5 if odd else -0.16666666666666666) + z * p
+    u = 1.0 if odd else r
+    v = u + u * z * p
+    flip = (q >= 2) != (cosine == 0 and np.float32(x).view(np.int32) < 0)  # sin(-0.0) = -0.0
+    out = np.float32(-v if flip else v)
     if x != x:
         return x
     if a == np.float32(np.inf):
