@@ -222,6 +222,7 @@ def erf32(x):
     out = small if a < np.float32(1.0) else big
     return x if x != x or x == np.float32(0.0) else out  # NaN; -0.0 keeps its sign
 
+
 def trig_pick(e, v0, v1, v2, v3, v4):
     """``v[j0]`` for the chunk offset j0 = max(0, floor((e - 2) / 24)) of :func:`trig32`."""
     return v4 if e >= 98 else v3 if e >= 74 else v2 if e >= 50 else v1 if e >= 26 else v0
