@@ -184,6 +184,13 @@ def test_suite_ratios_are_medians_over_pairs():
     assert bs.status({"workload": "mlp_predict", "vs_torch_median": 1.3,
                       "vs_floor_median": 1.04}) == "ok"
     assert bs.status({"workload": "cifar_cnn"}) == ""  # --frameworks kiln floor: no torch
+    # predict's PyTorch bar is 1.0x (its floor is only ~1.2x ahead of PyTorch), train's 1.2x
+    assert bs.status({"workload": "mlp_predict", "vs_torch_median": 1.1,
+                      "vs_floor_median": 1.04}) == "ok"
+    assert bs.status({"workload": "mlp_predict", "vs_torch_median": 0.98,
+                      "vs_floor_median": 1.04}) == "<1.0x torch"
+    assert bs.status({"workload": "mlp_train", "vs_torch_median": 1.1,
+                      "vs_floor_median": 1.1}) == "<1.2x torch"
 
 
 def test_table_has_one_row_per_workload(capsys):
