@@ -255,3 +255,42 @@ def test_an_interrupted_caller_returns_only_once_every_part_is_done():
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
 
+
+
+def _on_worker(fn):
+    """Runs ``fn()`` on a pool worker (the caller's own part waits for it, so the caller does
+    not take the queued part itself); returns its result."""
+    ran, out = threading.Event(), []
+
+    def part():
+        out.append(fn())
+        ran.set()
+
+    threads.POOL.run([(ran.wait, (10,)), (part, ())])
+    assert ran.is_set()
+    return out[0]
+
+
+_ALLOWED = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+
+
+@pytest.mark.skipif(len(_ALLOWED) < 2 or threads.current_cpu() < 0,
+                    reason="needs two CPUs and sched_getcpu")
+def test_a_worker_on_its_callers_cpu_moves_off_it():
+    # after the machine idles, a guest kernel may wake a worker on its caller's CPU, and the
+    # parts then take turns on it (threads.KernelPool): the worker moves off that CPU
+    first, second = sorted(_ALLOWED)[:2]
+    worker_mask = _on_worker(lambda: os.sched_getaffinity(0))
+    try:
+        os.sched_setaffinity(0, {first})
+        _on_worker(lambda: os.sched_setaffinity(0, {first}))  # both on one CPU
+        cpu = _on_worker(threads.current_cpu)
+        assert cpu != first and cpu in _ALLOWED
+        assert _on_worker(lambda: os.sched_getaffinity(0)) == worker_mask - {first}
+        # a worker on another CPU than its caller's stays where it is
+        _on_worker(lambda: os.sched_setaffinity(0, {second}))
+        assert _on_worker(threads.current_cpu) == second
+        assert _on_worker(lambda: os.sched_getaffinity(0)) == {second}
+    finally:
+        os.sched_setaffinity(0, _ALLOWED)
+        _on_worker(lambda: os.sched_setaffinity(0, worker_mask))

@@ -184,15 +184,17 @@ def kernel_threads() -> int:
 
 
 class _Done:
-    """Counts the parts of one split call still running; keeps the first error."""
+    """Counts the parts of one split call still running; keeps the first error and the CPU
+    the caller ran on when it handed the parts out (-1: unknown)."""
 
-    __slots__ = ("left", "lock", "event", "error")
+    __slots__ = ("left", "lock", "event", "error", "cpu")
 
-    def __init__(self, left: int):
+    def __init__(self, left: int, cpu: int = -1):
         self.left = left
         self.lock = threading.Lock()
         self.event = threading.Event()
         self.error: BaseException | None = None
+        self.cpu = cpu
 
     def finish(self, error: BaseException | None) -> None:
         with self.lock:
@@ -201,6 +203,20 @@ class _Done:
             self.left -= 1
             if self.left == 0:
                 self.event.set()
+
+
+def _cpu_reader() -> Callable[[], int]:
+    """A function returning the CPU the calling thread runs on (glibc's ``sched_getcpu``, a
+    vDSO read), or -1 where there is none."""
+    try:
+        fn = ctypes.CDLL(None).sched_getcpu
+    except (OSError, AttributeError, TypeError):  # no libc symbol (not glibc), or Windows
+        return lambda: -1
+    fn.restype, fn.argtypes = ctypes.c_int, []
+    return fn
+
+
+current_cpu = _cpu_reader()
 
 
 def _run_part(fn: Callable, args: tuple, done: _Done) -> None:
@@ -214,7 +230,14 @@ def _run_part(fn: Callable, args: tuple, done: _Done) -> None:
 
 class KernelPool:
     """Worker threads that run the parts of split kernel calls (started on first use, again
-    in a forked child: threads do not survive ``fork``)."""
+    in a forked child: threads do not survive ``fork``).
+
+    A worker that finds itself on the CPU its caller was on when it handed the part out moves
+    off it (its affinity becomes the CPUs it started with but that one) before running the
+    part: a Linux guest whose other virtual CPUs have idled a while may wake the worker on the
+    caller's CPU, and the parts then take turns there for tens of milliseconds (measured in
+    docs/architecture.md, "Threads").
+    """
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -222,8 +245,19 @@ class KernelPool:
         self._start_lock = threading.Lock()
 
     def _work(self) -> None:
+        try:
+            allowed = os.sched_getaffinity(0)
+        except (AttributeError, OSError):
+            allowed = set()
         while True:
-            _run_part(*self._queue.get())
+            item = self._queue.get()
+            caller = item[2].cpu
+            if caller >= 0 and len(allowed) > 1 and current_cpu() == caller:
+                try:
+                    os.sched_setaffinity(0, allowed - {caller})
+                except OSError:  # the CPUs allowed changed under us: run where we are
+                    pass
+            _run_part(*item)
 
     def _ensure(self, n: int) -> None:
         if len(self._threads) >= n:
@@ -245,7 +279,7 @@ class KernelPool:
             fn(*args)
             return
         self._ensure(len(calls) - 1)
-        done = _Done(len(calls) - 1)
+        done = _Done(len(calls) - 1, current_cpu())
         for fn, args in calls[1:]:
             self._queue.put((fn, args, done))
         fn, args = calls[0]
