@@ -11,11 +11,13 @@ Measures, on this machine:
    written out), which is the alternative the executor could use;
 3. (``--parallel``) generated elementwise loops serial vs on all threads, by size: a 2-array
    loop (``relu(2x - 1)``) and the merged momentum update (5 arrays: g, v, p in; v, p out), to
-   set ``elementwise.PARALLEL_MIN_BYTES``.
+   set ``elementwise.PARALLEL_MIN_BYTES``;
+4. (``--pool``) split calls of kiln's thread pool right after the machine idled 0.2 s against
+   back to back, and how many ran both parts on one CPU.
 
 Usage::
 
-    python benchmarks/bench_overhead.py [--parallel]
+    python benchmarks/bench_overhead.py [--parallel | --pool]
 """
 
 from __future__ import annotations
@@ -153,7 +155,50 @@ def parallel_threshold() -> dict:
     return res
 
 
+def pool_after_pause(pause: float = 0.2, calls: int = 40, rounds: int = 8) -> dict:
+    """Split calls of two parts (a GIL-free NumPy loop of ~0.5 ms each; the caller runs one,
+    a pool worker the other) right after the machine idled ``pause`` seconds, against back to
+    back: median us per call over ``rounds``, and how many calls ran both parts on one CPU
+    (the pool's workers move off their caller's CPU: kiln/core/backends/cpu/threads.py)."""
+    from kiln.core.backends.cpu import threads
+
+    arrays = [np.random.default_rng(k).random(200_000) for k in range(2)]
+    where: list[int] = [-1, -1]
+
+    def part(k: int) -> None:
+        np.sqrt(arrays[k], out=arrays[k])
+        np.sqrt(arrays[k], out=arrays[k])
+        where[k] = threads.current_cpu()
+
+    split = [(part, (0,)), (part, (1,))]
+    threads.POOL.run(split)
+    out = {}
+    for mode in ("after_pause", "back_to_back"):
+        times = np.zeros((rounds, calls))
+        shared = 0
+        for r in range(rounds):
+            if mode == "after_pause":
+                time.sleep(pause)
+            for i in range(calls):
+                t0 = time.perf_counter()
+                threads.POOL.run(split)
+                times[r, i] = time.perf_counter() - t0
+                shared += where[0] == where[1] >= 0
+                part(0)  # the caller's serial work between split kernels
+        med = np.median(times, axis=0) * 1e6
+        out[mode] = {"first_10_us": round(float(med[:10].mean()), 1),
+                     "rest_us": round(float(med[10:].mean()), 1),
+                     "calls_on_one_cpu": f"{shared}/{rounds * calls}"}
+    return out
+
+
 def main() -> int:
+    if "--pool" in sys.argv:
+        res = pool_after_pause()
+        for mode, row in res.items():
+            print(f"{mode:<14}" + "  ".join(f"{k} {v}" for k, v in row.items()))
+        print("JSON " + json.dumps(res))
+        return 0
     if "--parallel" in sys.argv:
         res = parallel_threshold()
         print(f"{'elements':>10}" + "".join(f"{k:>22}" for k in next(iter(res.values()))))
