@@ -257,16 +257,16 @@ def test_an_interrupted_caller_returns_only_once_every_part_is_done():
 
 
 
-def _on_worker(fn):
-    """Runs ``fn()`` on a pool worker (the caller's own part waits for it, so the caller does
-    not take the queued part itself); returns its result."""
+def _on_worker(pool, fn):
+    """Runs ``fn()`` on ``pool``'s worker (the caller's own part waits for it, so the caller
+    does not take the queued part itself); returns its result."""
     ran, out = threading.Event(), []
 
     def part():
         out.append(fn())
         ran.set()
 
-    threads.POOL.run([(ran.wait, (10,)), (part, ())])
+    pool.run([(ran.wait, (10,)), (part, ())])
     assert ran.is_set()
     return out[0]
 
@@ -278,19 +278,21 @@ _ALLOWED = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(
                     reason="needs two CPUs and sched_getcpu")
 def test_a_worker_on_its_callers_cpu_moves_off_it():
     # after the machine idles, a guest kernel may wake a worker on its caller's CPU, and the
-    # parts then take turns on it (threads.KernelPool): the worker moves off that CPU
+    # parts then take turns on it (threads.KernelPool): the worker moves off that CPU. A pool
+    # of its own: one worker, started with this process's CPUs
+    pool = threads.KernelPool()
+    _on_worker(pool, lambda: None)  # starts the worker (it inherits this thread's CPUs)
     first, second = sorted(_ALLOWED)[:2]
-    worker_mask = _on_worker(lambda: os.sched_getaffinity(0))
     try:
         os.sched_setaffinity(0, {first})
-        _on_worker(lambda: os.sched_setaffinity(0, {first}))  # both on one CPU
-        cpu = _on_worker(threads.current_cpu)
+        _on_worker(pool, lambda: os.sched_setaffinity(0, {first}))  # both on one CPU
+        cpu = _on_worker(pool, threads.current_cpu)
         assert cpu != first and cpu in _ALLOWED
-        assert _on_worker(lambda: os.sched_getaffinity(0)) == worker_mask - {first}
+        assert _on_worker(pool, lambda: os.sched_getaffinity(0)) == _ALLOWED - {first}
         # a worker on another CPU than its caller's stays where it is
-        _on_worker(lambda: os.sched_setaffinity(0, {second}))
-        assert _on_worker(threads.current_cpu) == second
-        assert _on_worker(lambda: os.sched_getaffinity(0)) == {second}
+        _on_worker(pool, lambda: os.sched_setaffinity(0, {second}))
+        assert _on_worker(pool, threads.current_cpu) == second
+        assert _on_worker(pool, lambda: os.sched_getaffinity(0)) == {second}
+        assert len(pool._threads) == 1
     finally:
         os.sched_setaffinity(0, _ALLOWED)
-        _on_worker(lambda: os.sched_setaffinity(0, worker_mask))
