@@ -256,7 +256,6 @@ def test_an_interrupted_caller_returns_only_once_every_part_is_done():
         signal.signal(signal.SIGALRM, old)
 
 
-
 def _on_worker(pool, fn):
     """Runs ``fn()`` on ``pool``'s worker (the caller's own part waits for it, so the caller
     does not take the queued part itself); returns its result."""
