@@ -13,11 +13,16 @@ Measures, on this machine:
    loop (``relu(2x - 1)``) and the merged momentum update (5 arrays: g, v, p in; v, p out), to
    set ``elementwise.PARALLEL_MIN_BYTES``;
 4. (``--pool``) split calls of kiln's thread pool right after the machine idled 0.2 s against
-   back to back, and how many ran both parts on one CPU.
+   back to back, and how many ran both parts on one CPU;
+5. (``--blas``) single float32 GEMMs right after the machine idled 0.2 s: kiln's (a plan
+   step's ``threads.MatmulCall``: the private OpenBLAS whose worker threads kiln places)
+   against NumPy's own OpenBLAS (``np.matmul``), alternated, and how many calls stalled
+   (took over 2 ms more than back to back); then an MLP's ``predict`` and
+   ``train_on_batch`` after a pause, its products on either.
 
 Usage::
 
-    python benchmarks/bench_overhead.py [--parallel | --pool]
+    python benchmarks/bench_overhead.py [--parallel | --pool | --blas]
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -192,7 +198,110 @@ def pool_after_pause(pause: float = 0.2, calls: int = 40, rounds: int = 8) -> di
     return out
 
 
+# (M, K, N): the MLP benchmark's forward products at batch 128 and 1024, a Dense head of a
+# convnet, a deep MLP's layer
+BLAS_SHAPES = ((128, 784, 512), (1024, 784, 512), (128, 512, 256), (64, 128, 128),
+               (64, 1600, 10))
+
+
+def _gemm_pair(m: int, k: int, n: int, rng: np.random.Generator) -> dict:
+    """``{"kiln": f, "numpy": g}``: the same product ``(m x k) @ (k x n)`` by a plan step's
+    GEMM (``threads.MatmulCall``) and by ``np.matmul``, each into its own output."""
+    from kiln.core.backends.cpu import threads
+
+    a = rng.random((m, k), dtype=np.float32)
+    b = rng.random((k, n), dtype=np.float32)
+    outs = {"kiln": np.empty((m, n), np.float32), "numpy": np.empty((m, n), np.float32)}
+    step = threads.MatmulCall()
+    fs = {"kiln": lambda: step(a, b, outs["kiln"]),
+          "numpy": lambda: np.matmul(a, b, out=outs["numpy"])}
+    for f in fs.values():
+        f()
+    np.testing.assert_allclose(outs["kiln"], outs["numpy"], rtol=1e-4, atol=1e-3)
+    return fs
+
+
+def blas_after_pause(pause: float = 0.2, calls: int = 12) -> dict:
+    """Per shape: median us of a GEMM right after ``pause`` s idle, kiln's against NumPy's
+    (alternated, each after its own pause), the back-to-back medians, and the calls after a
+    pause that stalled (took over 2 ms more than their back-to-back median)."""
+    rng = np.random.default_rng(0)
+    out = {}
+    for m, k, n in BLAS_SHAPES:
+        fs = _gemm_pair(m, k, n, rng)
+        row: dict[str, Any] = {}
+        for name, f in fs.items():  # back to back, each side on its own
+            row[f"{name}_back_to_back_us"] = round(per_call_us(f, n=20, repeat=5), 1)
+        after: dict[str, list[float]] = {name: [] for name in fs}
+        for _ in range(calls):
+            for name, f in fs.items():
+                time.sleep(pause)
+                t0 = time.perf_counter()
+                f()
+                after[name].append((time.perf_counter() - t0) * 1e6)
+        for name, ts in after.items():
+            row[f"{name}_after_pause_us"] = round(statistics.median(ts), 1)
+            slow = sum(t > row[f"{name}_back_to_back_us"] + 2000 for t in ts)
+            row[f"{name}_stalls"] = f"{slow}/{calls}"
+        out[f"{m}x{k}x{n}"] = row
+    return out
+
+
+def mlp_calls_after_pause(pause: float = 0.2, calls: int = 20) -> dict:
+    """The MLP 784-512-256-10's ``predict`` on 256 samples and ``train_on_batch`` on 128, each
+    right after ``pause`` s idle: median and 90th-percentile ms with the products on the
+    placed copy (kiln's way), against the same calls of a second model whose products go to
+    NumPy's own instance (``blas.singles`` answering None while it runs)."""
+    import kiln
+    from kiln.core.backends.cpu import blas
+
+    rng = np.random.default_rng(0)
+    x = rng.random((256, 784), dtype=np.float32)
+    y = rng.integers(0, 10, 256).astype(np.int32)
+    placed = blas.singles
+
+    def model(numpys: bool) -> Any:
+        m = kiln.Sequential([kiln.Input((784,)), kiln.layers.Dense(512, activation="relu"),
+                             kiln.layers.Dense(256, activation="relu"),
+                             kiln.layers.Dense(10, activation="softmax")])
+        m.compile(kiln.optimizers.SGD(0.01, momentum=0.9), "sparse_categorical_crossentropy")
+
+        def on(f: Callable[[], Any]) -> Callable[[], Any]:
+            def call() -> Any:
+                blas.singles = (lambda: None) if numpys else placed
+                try:
+                    return f()
+                finally:
+                    blas.singles = placed
+            return call
+
+        fs = {"predict_256": on(lambda: m.predict(x, batch_size=256, verbose=0)),
+              "train_on_batch_128": on(lambda: m.train_on_batch(x[:128], y[:128]))}
+        for f in fs.values():
+            f()
+        return fs
+
+    sides = {"kiln": model(False), "numpy": model(True)}
+    times: dict[str, list[float]] = {f"{c}_{s}": [] for s in sides for c in sides["kiln"]}
+    for _ in range(calls):
+        for side, fs in sides.items():
+            for name, f in fs.items():
+                time.sleep(pause)
+                t0 = time.perf_counter()
+                f()
+                times[f"{name}_{side}"].append((time.perf_counter() - t0) * 1e3)
+    return {k: {"median_ms": round(statistics.median(v), 2),
+                "p90_ms": round(sorted(v)[int(0.9 * len(v))], 2)} for k, v in times.items()}
+
+
 def main() -> int:
+    if "--blas" in sys.argv:
+        res = blas_after_pause()
+        res["mlp"] = mlp_calls_after_pause()
+        for shape, row in res.items():
+            print(f"{shape:<14}" + "  ".join(f"{k} {v}" for k, v in row.items()))
+        print("JSON " + json.dumps(res))
+        return 0
     if "--pool" in sys.argv:
         res = pool_after_pause()
         for mode, row in res.items():

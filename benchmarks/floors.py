@@ -19,17 +19,26 @@ import numpy as np
 # ---- gemm floor ---------------------------------------------------------------------------------
 def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """``out = a @ b`` with the BLAS kiln's own GEMMs run on: NumPy's, or the private OpenBLAS
-    with this CPU's kernels where NumPy's picked slower ones (kiln/core/backends/cpu/blas.py),
-    so that a floor is one for kiln too."""
+    (with this CPU's kernels where NumPy's picked slower ones, and its threads placed:
+    kiln/core/backends/cpu/blas.py), so that a floor is one for kiln too."""
     from kiln.core.backends.cpu import blas
 
     if not blas.matmul(a, b, out):
         np.matmul(a, b, out=out)
 
 
+def step_gemm() -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+    """A GEMM ``f(a, b, out)`` as a plan step of kiln runs one (``threads.MatmulCall``: the
+    BLAS of :func:`blas_matmul`, its call kept for arrays that come back), so that a floor
+    pays no more per product than kiln does."""
+    from kiln.core.backends.cpu import threads
+
+    return threads.MatmulCall()
+
+
 def mlp_step(batch: int, predict: bool) -> tuple[Callable[[Any, Any], Any], dict]:
     """Only the GEMMs of one step of the MLP 784-512-256-10 at ``batch``, float32, into
-    preallocated outputs, with the BLAS kiln's GEMMs use (:func:`blas_matmul`).
+    preallocated outputs, each product a plan step's GEMM (:func:`step_gemm`).
 
     Training: forward x@W1, h1@W2, h2@W3, then backward dW3 = h2.T@d3, dh2 = d3@W3.T,
     dW2 = h1.T@d2, dh1 = d2@W2.T, dW1 = x.T@d1 (no dX); ``predict``: the 3 forward GEMMs.
@@ -39,11 +48,12 @@ def mlp_step(batch: int, predict: bool) -> tuple[Callable[[Any, Any], Any], dict
     ws = [rng.uniform(-1, 1, (a, b)).astype(np.float32) * np.float32(np.sqrt(6 / (a + b)))
           for a, b in zip(sizes[:-1], sizes[1:])]
     hs = [np.empty((batch, b), np.float32) for b in sizes[1:]]  # h1, h2, logits
+    forwards = [step_gemm() for _ in ws]
 
     def forward(xb: np.ndarray) -> np.ndarray:
         h = xb
-        for w, out in zip(ws, hs):
-            blas_matmul(h, w, out)
+        for f, w, out in zip(forwards, ws, hs):
+            f(h, w, out)
             h = out
         return h
 
@@ -52,14 +62,16 @@ def mlp_step(batch: int, predict: bool) -> tuple[Callable[[Any, Any], Any], dict
     ds = [(rng.standard_normal((batch, b)) * 0.01).astype(np.float32)
           for b in sizes[1:]]  # d1, d2, d3 (d1, d2 are overwritten by the backward GEMMs)
     dws = [np.empty_like(w) for w in ws]
+    # the transposed operands as a plan holds them: views made once (the batch's, per batch)
+    h_t, w_t = [None, hs[0].T, hs[1].T], [None, ws[1].T, ws[2].T]
+    kernel_grads, input_grads = [step_gemm() for _ in ws], [step_gemm() for _ in ws]
 
     def step(xb: np.ndarray, yb: np.ndarray) -> None:
         forward(xb)
-        inputs = [xb, hs[0], hs[1]]
         for i in (2, 1, 0):  # dW3, dh2, dW2, dh1, dW1
-            blas_matmul(inputs[i].T, ds[i], dws[i])
+            kernel_grads[i](h_t[i] if i else xb.T, ds[i], dws[i])
             if i:
-                blas_matmul(ds[i], ws[i].T, ds[i - 1])
+                input_grads[i](ds[i], w_t[i], ds[i - 1])
 
     return step, {}
 
@@ -142,8 +154,9 @@ def gemms_of(shape: tuple[int, ...], layers: list[tuple], batch: int) -> list[Ge
 
 def gemm_step(gemms: list[Gemm], train: bool) -> tuple[Callable[[Any, Any], Any], dict]:
     """A floor's step: exactly the GEMMs of ``gemms`` (forward, then for ``train`` the
-    backward ones, last layer first), float32, kiln's BLAS, preallocated operands and
-    outputs (shared between layers of the same shapes), nothing else."""
+    backward ones, last layer first), float32, each a plan step's GEMM (:func:`step_gemm`),
+    preallocated operands and outputs (shared between layers of the same shapes), nothing
+    else."""
     rng = np.random.default_rng(1)
     buffers: dict[tuple, np.ndarray] = {}
 
@@ -171,9 +184,10 @@ def gemm_step(gemms: list[Gemm], train: bool) -> tuple[Callable[[Any, Any], Any]
                              else (y, w.T, buf("dcols", (g.m, g.k))))
             backward = grads + backward
     calls += backward
+    gemms_ = [step_gemm() for _ in calls]
 
     def step(xb: np.ndarray, yb: np.ndarray) -> None:
-        for a, b, out in calls:
-            blas_matmul(a, b, out)
+        for f, (a, b, out) in zip(gemms_, calls):
+            f(a, b, out)
 
     return step, {"gemms": [(a.shape, b.shape) for a, b, _ in calls]}

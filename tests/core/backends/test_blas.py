@@ -5,8 +5,6 @@ the backend passes and every case that must fall back to ``np.matmul``."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 from numpy.lib.stride_tricks import as_strided
@@ -68,19 +66,12 @@ def test_numpy_setting_keeps_numpys_blas(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def copy():
+def copy(numpy_core):
     """A private instance with NumPy's own kernels (every host can run them)."""
+    lib = blas.load_copy(numpy_core)
+    assert lib is not None and lib.core.lower() == numpy_core.lower()
     found = blas._numpy_openblas()
-    if found is None:
-        pytest.skip("NumPy's BLAS is not OpenBLAS")
-    try:  # a sandbox may refuse anonymous memory files: kiln then keeps NumPy's BLAS
-        os.close(os.memfd_create("kiln-test"))
-    except (AttributeError, OSError) as exc:
-        pytest.skip(f"no memory files here ({exc}): the copy cannot load")
-    core = blas._corename(found[1], found[2])
-    lib = blas.load_copy(core)
-    assert lib is not None and lib.core.lower() == core.lower()
-    assert blas._corename(found[1], found[2]) == core  # NumPy's instance is untouched
+    assert blas._corename(found[1], found[2]) == numpy_core  # NumPy's instance is untouched
     return lib
 
 
@@ -95,6 +86,7 @@ def using(copy, monkeypatch):
     """The copy in use, for GEMMs of any size (the layouts are what is tested)."""
     monkeypatch.setattr(blas, "_state", {"lib": copy})
     monkeypatch.setattr(blas, "MIN_WORK", 0)
+    monkeypatch.setattr(blas, "PLACED_MIN_WORK", 0)
     return copy
 
 
@@ -151,11 +143,18 @@ def test_the_copys_gemms_match_the_float64_product(using, case, dtype):
     np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.sqrt(k))
 
 
-def test_with_numpys_own_kernels_only_batches_go_through_the_copy(using, monkeypatch):
+def test_with_numpys_own_kernels_single_products_need_placeable_threads(using, monkeypatch):
+    """Where the copy runs NumPy's own kernels, a single product goes through it only where
+    kiln knows its worker threads (to place them: blas.place); batches always do."""
     monkeypatch.setattr(using, "better", False)
+    monkeypatch.setattr(using, "workers", [])
     rng = np.random.default_rng(2)
     a, b = _rand(rng, (70, 40), np.float32), _rand(rng, (40, 30), np.float32)
     assert blas.matmul(a, b, np.empty((70, 30), np.float32)) is False
+    monkeypatch.setattr(using, "workers", [(-1, frozenset())])  # known (placing does nothing)
+    out2 = np.empty((70, 30), np.float32)
+    assert blas.matmul(a, b, out2) is True
+    np.testing.assert_allclose(out2, np.matmul(a, b), rtol=1e-5, atol=1e-5)
     a3, b3 = _rand(rng, (3, 70, 40), np.float32), _rand(rng, (3, 40, 30), np.float32)
     out = np.empty((3, 70, 30), np.float32)
     assert blas.matmul(a3, b3, out) is True
@@ -194,8 +193,9 @@ def test_what_the_copy_does_not_take_falls_back_to_numpy(using, case, monkeypatc
     f32 = np.float32
     a, b = _rand(rng, (64, 48), f32), _rand(rng, (48, 40), f32)
     out = np.zeros((64, 40), f32)
-    if case == "small":  # 64 x 48 x 40 products: NumPy's is faster
+    if case == "small":  # 64 x 48 x 40 products: NumPy's is faster, and one-threaded
         monkeypatch.setattr(blas, "MIN_WORK", 1 << 21)
+        monkeypatch.setattr(blas, "PLACED_MIN_WORK", 4 * 65536 + 1)
     elif case == "edge":  # one output column: NumPy's gemv
         b, out = b[:, :1], np.zeros((64, 1), f32)
     elif case == "alias":  # the output is the input: BLAS would read what it writes

@@ -19,15 +19,26 @@ their own (docs/architecture.md, "BLAS").
   GFLOPS on the Zen 5 host (whose OpenBLAS 0.3.31 knows it; measured with the test machine's
   ``OPENBLAS_CORETYPE=Haswell`` and ``KILN_BLAS=SkylakeX``). Where the user set
   ``OPENBLAS_CORETYPE``, the copy runs what NumPy's runs.
+* Thread placement: kiln knows the copy's worker threads (those that appear while it loads)
+  and moves them off the CPU of the thread calling a GEMM (:func:`place`), which it cannot do
+  for NumPy's instance. A Linux guest whose other virtual CPUs have idled wakes a sleeping
+  OpenBLAS worker on its waker's CPU, where it waits for the next balancing tick: on the
+  2-core Zen 4 test host, a GEMM right after the process idled 0.2 s took ~10 ms through
+  NumPy's instance in 8-12 calls of 12 ((64 x 128) @ (128 x 128): 11.4 ms against 0.3 ms
+  placed; ``bench_overhead.py --blas``), and ``predict`` on 256 samples after a pause 10.9
+  -> 2.2 ms. So single products go through the copy wherever its threads are known, even
+  with NumPy's own kernels.
 
 The copy is the same library file's bytes in an anonymous memory file (``memfd``: nothing on
 disk to damage), opened with ``OPENBLAS_CORETYPE`` set to its core for the moment of loading
 and ``RTLD_LOCAL | RTLD_DEEPBIND`` (its symbols bind inside itself; NumPy's instance, and the
 user's own NumPy GEMMs, are untouched); it is used only if it reports that core. It loads at
-the first batch of products (or the first GEMM, where its kernels are better): ~30 ms, and
-~25 MB of memory. :func:`matmul` runs a GEMM through it (``cblas_?gemm``, one ctypes call of
-~1.5 us per product) where the operands are BLAS-shaped and the work large enough; single
-products only where its kernels are better than NumPy's; anything else is ``np.matmul``'s.
+the first GEMM (where NumPy's instance runs more than one thread or its kernels are worse;
+else at the first batch of products): ~30 ms, and ~25 MB of memory. :func:`matmul` runs a
+GEMM through it (``cblas_?gemm``, one ctypes call of ~1.5 us per product) where the operands
+are BLAS-shaped and the work large enough; single products where its kernels are better or
+its threads known (:func:`singles`); anything else is ``np.matmul``'s. A plan step keeps the
+call it derived (``threads.MatmulCall``: :func:`prepare`, :func:`run`).
 
 ``KILN_BLAS`` (read once): ``auto`` (default: as above), ``numpy`` (never the copy), or a core
 name of :data:`CORES` (the copy with those kernels whatever NumPy's runs, where the CPU has
@@ -43,6 +54,8 @@ from typing import Any
 
 import numpy as np
 
+from kiln.core.backends.cpu import threads
+
 # Core names whose kernels are AVX2 at most; the cores KILN_BLAS may name, with the CPU
 # features their kernels use (LLVM's names).
 AVX2_CORES = {"haswell", "zen", "sandybridge", "nehalem", "core2", "prescott", "atom",
@@ -56,6 +69,11 @@ CORES = {"SkylakeX": _AVX512, "Cooperlake": (*_AVX512, "avx512bf16"),
 # products of 64^3 186 / 143).
 MIN_WORK = 1 << 21
 MIN_EDGE = 8
+# Where kiln places the copy's threads (:func:`place`), single products above OpenBLAS's own
+# threading threshold (it runs products of at most 4 x 65536 multiply-adds on one thread,
+# GEMM_MULTITHREAD_THRESHOLD) go through the copy: NumPy's instance would wake threads kiln
+# cannot place.
+PLACED_MIN_WORK = 4 * 65536 + 1
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
@@ -143,6 +161,11 @@ class Library:
         self.handle = lib
         self.threads = threads
         self.better = True  # its kernels beat NumPy's: single products go through it too
+        # its worker threads (thread ids, the CPUs each started with) that :func:`place`
+        # moves off the caller's CPU, in the process that loaded it; empty where unknown
+        self.workers: list[tuple[int, frozenset[int]]] = []
+        self.pid = os.getpid()
+        self.placed_for = -1  # the caller CPU the workers were last moved off
         self.gemm = {}
         for dtype, name, scalar in ((np.float32, "sgemm", ctypes.c_float),
                                     (np.float64, "dgemm", ctypes.c_double)):
@@ -185,6 +208,7 @@ def load_copy(core: str) -> Library | None:
             view = view[os.write(fd, view):]
         if os.fstat(fd).st_size != len(data):
             raise OSError("short write")
+        before = _tasks()
         saved = os.environ.get("OPENBLAS_CORETYPE")
         os.environ["OPENBLAS_CORETYPE"] = core
         try:
@@ -206,7 +230,68 @@ def load_copy(core: str) -> Library | None:
         return None
     copy = Library(lib, flavour, got, _threads(found[1], flavour))
     copy.set_threads(copy.threads)
+    copy.workers = _find_workers(copy, before)
     return copy
+
+
+def _tasks() -> set[int]:
+    """The ids of this process's threads (empty where ``/proc`` cannot say)."""
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except (OSError, ValueError):
+        return set()
+
+
+def _find_workers(lib: Library, before: set[int]) -> list[tuple[int, frozenset[int]]]:
+    """The worker threads ``lib`` started (with the CPUs each may run on): the threads that
+    appeared since ``before`` (taken just before it loaded), once a product large enough to
+    run on all of its threads has made sure they exist. Empty (nothing is moved) where
+    their number is not ``lib.threads - 1``: a thread the program started meanwhile is
+    never taken for one of them."""
+    if lib.threads < 2 or not before:
+        return []
+    a = np.ones((256, 256), np.float32)
+    out = np.empty_like(a)
+    call = _call(lib, a, a, out, 0)
+    if call is not None:
+        fn, _, (m, n, k), (ta, tb), (pa, lda, _), (pb, ldb, _), (pc, ldc, _) = call
+        fn(101, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, ldc)
+    new = sorted(_tasks() - before)
+    if len(new) != lib.threads - 1:
+        return []
+    workers = []
+    for tid in new:
+        try:
+            workers.append((tid, frozenset(os.sched_getaffinity(tid))))
+        except OSError:  # gone already: not one of the library's
+            return []
+    return workers
+
+
+def place(lib: Library) -> None:
+    """Moves ``lib``'s worker threads off the CPU the caller runs on (each keeps the CPUs it
+    started with but that one), when the caller is on another CPU than at the last call.
+
+    A Linux guest whose other virtual CPUs have idled a while wakes a sleeping OpenBLAS
+    worker on its waker's CPU, as it does kiln's pool workers (``threads.KernelPool``); the
+    worker then waits there for the scheduler's next balancing tick while the caller spins
+    at OpenBLAS's barrier: the first GEMM after ~0.2 s idle took ~10 ms instead of
+    0.2-4 ms, about one time in two (docs/architecture.md, "BLAS"). Only the copy's own
+    threads are touched: they exist for kiln's GEMMs alone. Nothing moves in a forked child
+    (its thread ids are not these)."""
+    if not lib.workers or lib.pid != os.getpid():
+        return
+    cpu = threads.current_cpu()
+    if cpu < 0 or cpu == lib.placed_for:
+        return
+    lib.placed_for = cpu
+    for tid, allowed in lib.workers:
+        others = allowed - {cpu}
+        if others:
+            try:
+                os.sched_setaffinity(tid, others)
+            except OSError:  # the CPUs allowed changed: the worker stays where it is
+                pass
 
 
 def _threads(numpy_lib: Any, flavour: tuple) -> int:
@@ -252,6 +337,21 @@ def library() -> Library | None:
     return _state["lib"]
 
 
+def singles() -> Library | None:
+    """The private copy where single products, ``gemm`` and ``axpy`` go through it (its
+    kernels are better than NumPy's, or kiln knows its worker threads and so can place them:
+    :func:`place`), loading it on first call; None where they stay with NumPy's instance
+    (the same kernels on one thread: nothing to gain, and no copy is loaded for them)."""
+    lib = _state.get("lib", False)
+    if lib is False:
+        core, better = decide()
+        numpy_lib = numpy_library()
+        if core is None or not (better or (numpy_lib is not None and numpy_lib.threads > 1)):
+            return None
+        lib = library()
+    return lib if lib is not None and (lib.better or lib.workers) else None
+
+
 def _host_features() -> dict[str, bool]:
     try:
         import llvmlite.binding as llvm
@@ -278,14 +378,14 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     it (2-D, or 3-D with equal batch sizes; one dtype, float32 or float64; each matrix with a
     unit-stride axis, ``out`` row-major; no overlap with ``out``; enough work). Returns
     False, doing nothing, otherwise: the caller runs ``np.matmul``."""
-    lib = _state.get("lib", False)
-    if lib is False:
-        if a.ndim == 2 and not decide()[1]:
-            return False  # NumPy's own kernels: nothing to gain for one product
-        lib = library()
-    if lib is None or (a.ndim == 2 and not lib.better):
-        return False
-    call = _call(lib, a, b, out, MIN_WORK)
+    if a.ndim == 2:
+        single = prepare(a, b, out)
+        if single is None:
+            return False  # NumPy's own kernels, threads kiln cannot place: np.matmul
+        run(single)
+        return True
+    lib = library()
+    call = None if lib is None else _call(lib, a, b, out, MIN_WORK)
     if call is None:
         return False
     fn, nb, (m, n, k), (ta, tb), (pa, lda, sa), (pb, ldb, sb), (pc, ldc, sc) = call
@@ -297,11 +397,10 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
 
     parts = min(nb, lib.threads)
     if parts < 2:
+        place(lib)
         products(0, nb)
         return True
     # a batch: each of kiln's threads runs its share of the products on one BLAS thread
-    from kiln.core.backends.cpu import threads
-
     bounds = [nb * j // parts for j in range(parts + 1)]
     lib.set_threads(1)
     try:
@@ -309,6 +408,27 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     finally:
         lib.set_threads(lib.threads)
     return True
+
+
+def prepare(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> tuple | None:
+    """``(library, cblas function, arguments)`` of the single product ``out = a @ b`` (2-D)
+    where it goes through the copy (:func:`singles`; the operands suit it and the work is
+    large enough, :func:`matmul`), for :func:`run`; None where ``np.matmul`` computes it."""
+    lib = singles()
+    if lib is None:
+        return None
+    call = _call(lib, a, b, out, PLACED_MIN_WORK if lib.workers else MIN_WORK)
+    if call is None:
+        return None
+    fn, _, (m, n, k), (ta, tb), (pa, lda, _), (pb, ldb, _), (pc, ldc, _) = call
+    return lib, fn, (101, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, ldc)
+
+
+def run(single: tuple) -> None:
+    """Runs a product :func:`prepare` made (its library's workers placed first)."""
+    lib, fn, args = single
+    place(lib)
+    fn(*args)
 
 
 def _call(lib: Library, a: np.ndarray, b: np.ndarray, out: np.ndarray, min_work: int,
@@ -355,11 +475,12 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, alpha: float, beta: floa
     it (see :func:`matmul`): the caller computes it with NumPy."""
     if a.ndim != 2:
         return False
-    lib = (library() if decide()[1] else None) or numpy_library()
+    lib = singles() or numpy_library()
     call = None if lib is None else _call(lib, a, b, out, 0, 1)
     if call is None:
         return False
     fn, _, (m, n, k), (ta, tb), (pa, lda, _), (pb, ldb, _), (pc, ldc, _) = call
+    place(lib)
     fn(101, ta, tb, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc)
     return True
 
@@ -384,10 +505,11 @@ def axpy(x: np.ndarray, out: np.ndarray) -> bool:
     """``out += x`` (contiguous arrays of one shape and dtype, float32 or float64) by
     ``cblas_?axpy`` of the OpenBLAS :func:`gemm` uses; False, doing nothing, where there is
     none or the arrays do not suit it."""
-    lib = (library() if decide()[1] else None) or numpy_library()
+    lib = singles() or numpy_library()
     fn = None if lib is None else lib.axpy.get(out.dtype)
     if (fn is None or x.dtype != out.dtype or x.shape != out.shape
             or not (x.flags.c_contiguous and out.flags.c_contiguous)):
         return False
+    place(lib)
     fn(out.size, 1.0, x.__array_interface__["data"][0], 1, out.__array_interface__["data"][0], 1)
     return True

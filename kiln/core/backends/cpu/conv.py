@@ -488,7 +488,8 @@ def build_conv2d(b, node: Node) -> None:
         return
     cols = _cols(b, x_node, k, oh, ow, p)
     kk = k[0] * k[1] * w.shape[2]
-    b.add(threads.matmul, (cols.reshape(-1, kk), w.reshape(kk, -1), out.reshape(-1, w.shape[3])),
+    b.add(threads.MatmulCall(),
+          (cols.reshape(-1, kk), w.reshape(kk, -1), out.reshape(-1, w.shape[3])),
           label="conv2d:gemm")
 
 
@@ -532,8 +533,8 @@ def build_conv2d_filter(b, node: Node) -> None:
         _call_summed(b, conv_filter_tn64_kernel, out.reshape(kk, 64), cols.reshape(-1, kk),
                      ct.reshape(-1, 64), TN64_CHUNK, n=-(-rows // TN64_CHUNK), fastmath=True)
         return
-    b.add(threads.matmul, (cols.reshape(-1, kk).T, ct.reshape(-1, ct.shape[3]),
-                      out.reshape(kk, -1)), label="conv2d_backprop_filter:gemm")
+    b.add(threads.MatmulCall(), (cols.reshape(-1, kk).T, ct.reshape(-1, ct.shape[3]),
+                                 out.reshape(kk, -1)), label="conv2d_backprop_filter:gemm")
 
 
 @builder("conv2d_backprop_input")
@@ -553,8 +554,8 @@ def build_conv2d_input(b, node: Node) -> None:
         winograd.input_gradient(b, ct, id(ct_node), w, out, pads, stride)
         return
     if _pointwise(node, k):  # dx (M, Cin) = dy (M, Cout) @ w^T: no im2col-sized buffer
-        b.add(threads.matmul, (ct.reshape(-1, w.shape[3]), w.reshape(w.shape[2], -1).T,
-                               out.reshape(-1, w.shape[2])), label=f"{node.op}:pointwise")
+        b.add(threads.MatmulCall(), (ct.reshape(-1, w.shape[3]), w.reshape(w.shape[2], -1).T,
+                                     out.reshape(-1, w.shape[2])), label=f"{node.op}:pointwise")
         return
     if conv_method(k[0] * k[1] * w.shape[2], node.op, out.dtype.name, ct.shape[3]) == "direct":
         _call(b, conv_input_direct_kernel, out, ct, w, p)
@@ -565,6 +566,7 @@ def build_conv2d_input(b, node: Node) -> None:
     n = ct.shape[0]
     kk = k[0] * k[1] * w.shape[2]
     cols = np.empty((n, oh, ow, k[0], k[1], w.shape[2]), w.dtype)
-    b.add(threads.matmul, (ct.reshape(-1, w.shape[3]), w.reshape(kk, -1).T, cols.reshape(-1, kk)),
+    b.add(threads.MatmulCall(),
+          (ct.reshape(-1, w.shape[3]), w.reshape(kk, -1).T, cols.reshape(-1, kk)),
           label="conv2d_backprop_input:gemm")
     _call(b, col2im_kernel, out, cols, p)

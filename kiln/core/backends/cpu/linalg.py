@@ -37,7 +37,7 @@ def build_matmul(b, node: Node) -> None:
         # batch axes folded into the rows: one GEMM (np.matmul would loop over the batch)
         x = x.reshape(-1, x.shape[-1])
         out = out.reshape(-1, out.shape[-1])
-    b.add(threads.matmul, (x, b.array(yn), out))
+    b.add(threads.MatmulCall(), (x, b.array(yn), out))
 
 
 @builder("gemm")

@@ -236,7 +236,7 @@ def products(b, a: tuple | np.ndarray, bm: tuple | np.ndarray, out: tuple | np.n
         if native_split(b, f"winograd_gemm_l{lanes}r{rows}v{vecs}", make,
                         tuple(fl for fl, _ in pairs), p, nb, label=label):
             return
-    b.add(threads.matmul, (views[1], views[2], views[0]), label=label)
+    b.add(threads.MatmulCall(), (views[1], views[2], views[0]), label=label)
 
 
 # Rows x vectors of a native product block per lane count: 12 accumulators, the two B vectors
