@@ -163,3 +163,60 @@ def test_what_blas_does_not_take_is_numpys(using):
     out3 = np.zeros((3, 20, 10), np.float32)
     step(a3, b2, out3)
     np.testing.assert_allclose(out3, a3.astype(np.float64) @ b2, rtol=1e-5, atol=1e-5)
+
+
+def test_a_step_gemm_follows_a_bound_feed_to_its_new_address(using):
+    """A feed bound in place is a new view (of new data) at each call, the same layout: only
+    its address changes, and the product must be of the new data."""
+    rng = np.random.default_rng(7)
+    step = threads.MatmulCall()
+    b = rng.normal(size=(48, 40)).astype(np.float32)
+    out = np.empty((64, 40), np.float32)
+    data = rng.normal(size=(5, 64, 48)).astype(np.float32)
+    for i in range(5):
+        a = data[i]  # a new view each call
+        step(a, b, out)
+        np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
+    t = rng.normal(size=(48, 64)).astype(np.float32)
+    step(t.T, b, out)  # another layout: derived anew
+    np.testing.assert_allclose(out, t.T.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_a_new_operand_that_overlaps_the_output_is_left_to_numpy(using):
+    rng = np.random.default_rng(8)
+    step = threads.MatmulCall()
+    b = rng.normal(size=(40, 40)).astype(np.float32)
+    out = np.empty((64, 40), np.float32)
+    step(rng.normal(size=(64, 40)).astype(np.float32), b, out)
+    out[...] = rng.normal(size=out.shape)
+    want = out.astype(np.float64) @ b
+    step(out.copy(), b, out)  # the same layout, no overlap: the kept call
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+    want = out.astype(np.float64) @ b
+    step(out[:], b, out)  # a view of the output itself: BLAS would read what it writes
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("alpha, beta", [(-0.01, 0.9), (0.5, 1.0), (0.0, 0.9), (-0.01, 0.0)])
+def test_a_step_gemm_with_alpha_and_beta_reads_them_at_each_call(using, alpha, beta):
+    """``out = alpha * a @ b + beta * out`` in place (SGD momentum's velocity), three calls,
+    the scalars changed between them (a learning rate schedule); 0 goes to NumPy (a NaN in
+    the skipped operand reaches the result: 0 * NaN)."""
+    rng = np.random.default_rng(9)
+    step = threads.GemmCall()
+    a = rng.normal(size=(128, 48)).astype(np.float32).T  # a kernel gradient's h.T
+    b = rng.normal(size=(128, 40)).astype(np.float32)
+    out = rng.normal(size=(48, 40)).astype(np.float32)
+    want = out.astype(np.float64)
+    for k in range(3):
+        al, be = np.array(alpha * (k + 1), np.float32), np.array(beta, np.float32)
+        want = float(al) * (a.astype(np.float64) @ b) + float(be) * want
+        step(a, b, None, al, be, out)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+    c = rng.normal(size=out.shape).astype(np.float32)  # c in a buffer of its own: copied
+    step(a, b, c, np.array(2.0, np.float32), np.array(beta, np.float32), out)
+    np.testing.assert_allclose(out, 2.0 * (a.astype(np.float64) @ b) + beta * c.astype(np.float64),
+                               rtol=1e-5, atol=1e-4)
+    b[0, 0] = np.nan
+    step(a, b, None, np.array(0.0, np.float32), np.array(1.0, np.float32), out)
+    assert np.isnan(out[:, 0]).all() and not np.isnan(out[:, 1:]).any()

@@ -38,7 +38,8 @@ else at the first batch of products): ~30 ms, and ~25 MB of memory. :func:`matmu
 GEMM through it (``cblas_?gemm``, one ctypes call of ~1.5 us per product) where the operands
 are BLAS-shaped and the work large enough; single products where its kernels are better or
 its threads known (:func:`singles`); anything else is ``np.matmul``'s. A plan step keeps the
-call it derived (``threads.MatmulCall``: :func:`prepare`, :func:`run`).
+call it derived (``threads.MatmulCall``: :func:`prepare`, :func:`run`; ``threads.GemmCall``:
+:func:`prepare_gemm`, :func:`run_gemm`).
 
 ``KILN_BLAS`` (read once): ``auto`` (default: as above), ``numpy`` (never the copy), or a core
 name of :data:`CORES` (the copy with those kernels whatever NumPy's runs, where the CPU has
@@ -469,20 +470,35 @@ def _call(lib: Library, a: np.ndarray, b: np.ndarray, out: np.ndarray, min_work:
 
 def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, alpha: float, beta: float) -> bool:
     """``out = alpha * (a @ b) + beta * out`` for matrices, in one BLAS call: through the
-    OpenBLAS :func:`matmul` would use for this product (the private one where its kernels are
-    better, else NumPy's own instance), whatever its size (the NumPy alternative takes several
-    calls). Returns False, doing nothing, where neither is at hand or the operands do not suit
-    it (see :func:`matmul`): the caller computes it with NumPy."""
-    if a.ndim != 2:
+    OpenBLAS :func:`matmul` would use for this product (the private copy where single
+    products go through it, else NumPy's own instance), whatever its size (the NumPy
+    alternative takes several calls). Returns False, doing nothing, where neither is at hand
+    or the operands do not suit it (see :func:`matmul`): the caller computes it with NumPy."""
+    single = prepare_gemm(a, b, out)
+    if single is None:
         return False
+    run_gemm(single, alpha, beta)
+    return True
+
+
+def prepare_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> tuple | None:
+    """As :func:`prepare`, for :func:`gemm` (``alpha`` and ``beta`` given to
+    :func:`run_gemm`); None where :func:`gemm` would return False."""
+    if a.ndim != 2:
+        return None
     lib = singles() or numpy_library()
     call = None if lib is None else _call(lib, a, b, out, 0, 1)
     if call is None:
-        return False
+        return None
     fn, _, (m, n, k), (ta, tb), (pa, lda, _), (pb, ldb, _), (pc, ldc, _) = call
+    return lib, fn, (101, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, ldc)
+
+
+def run_gemm(single: tuple, alpha: float, beta: float) -> None:
+    """Runs a product :func:`prepare_gemm` made, with these ``alpha`` and ``beta``."""
+    lib, fn, args = single
     place(lib)
-    fn(101, ta, tb, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc)
-    return True
+    fn(*args[:6], alpha, *args[7:11], beta, *args[12:])
 
 
 def numpy_library() -> Library | None:

@@ -42,13 +42,13 @@ def build_matmul(b, node: Node) -> None:
 
 @builder("gemm")
 def build_gemm(b, node: Node) -> None:
-    """``alpha * (a @ b) + beta * c`` in one BLAS call (``threads.gemm``); the planner may give
-    the result ``c``'s buffer (an update written in place: kiln/core/memory.py)."""
+    """``alpha * (a @ b) + beta * c`` in one BLAS call (``threads.GemmCall``); the planner may
+    give the result ``c``'s buffer (an update written in place: kiln/core/memory.py)."""
     an, bn, cn, alpha, beta = node.inputs
     c, out = b.array(cn), b.out(node)
     # in place: the result is c's storage, decided here once (a plan is rebuilt when a
     # Variable's array changes; c is never a feed: passes/gemm.py)
     same = (c.__array_interface__["data"][0] == out.__array_interface__["data"][0]
             and c.strides == out.strides)
-    b.add(threads.gemm, (b.array(an), b.array(bn), None if same else c, b.array(alpha),
-                         b.array(beta), out))
+    b.add(threads.GemmCall(), (b.array(an), b.array(bn), None if same else c,
+                                b.array(alpha), b.array(beta), out))

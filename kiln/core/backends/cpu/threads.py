@@ -110,13 +110,10 @@ def matmul(a: Any, b: Any, out: Any) -> None:
             np.matmul(a, b, out=out)
 
 
-class MatmulCall:
-    """``out = a @ b`` as :func:`matmul` computes it, for one plan step (``b.add(MatmulCall(),
-    (a, b, out))``): it keeps the BLAS call it derived for the arrays it last saw and makes
-    it again, without deriving it anew, while the same arrays (the same objects, shapes and
-    strides: a plan's own buffers) come back: ~10 us a product less than :func:`matmul`
-    (docs/architecture.md, "BLAS"). It holds weak references, never the arrays: a feed the
-    step reads is still bound in place (``feeds.closure_arrays``)."""
+class _KeptCall:
+    """A plan step's BLAS call (``blas.prepare`` / ``prepare_gemm``) kept for the arrays it
+    last saw: weak references to them, never the arrays (a feed the step reads is still bound
+    in place: ``feeds.closure_arrays``), with their dtypes, shapes and strides."""
 
     __slots__ = ("_seen", "_single")
 
@@ -124,29 +121,90 @@ class MatmulCall:
         self._seen: tuple | None = None
         self._single: tuple | None = None
 
-    def __call__(self, a: Any, b: Any, out: Any) -> None:
+    def _kept(self, a: Any, b: Any, out: Any) -> tuple | None:
+        """The kept call for these arrays: as kept when they are the ones last seen; with
+        ``a``'s address changed when only ``a`` is another array of the same layout that does
+        not overlap ``out`` (a feed bound in place is a new view at each call); else None."""
+        seen = self._seen
+        if seen is None or seen[1]() is not b or seen[2]() is not out:
+            return None
+        if seen[3] != (a.dtype, a.shape, a.strides, b.shape, b.strides, out.shape,
+                       out.strides):
+            return None
+        if seen[0]() is a:
+            return self._single
         import weakref
 
         import numpy as np
 
+        if np.may_share_memory(a, out):
+            return None
+        lib, fn, args = self._single
+        self._single = (lib, fn, (*args[:7], a.__array_interface__["data"][0], *args[8:]))
+        self._seen = (weakref.ref(a), *seen[1:])
+        return self._single
+
+    def _keep(self, a: Any, b: Any, out: Any, single: tuple | None) -> None:
+        import weakref
+
+        if single is None:
+            self._seen = None
+            return
+        self._seen = (weakref.ref(a), weakref.ref(b), weakref.ref(out),
+                      (a.dtype, a.shape, a.strides, b.shape, b.strides, out.shape, out.strides))
+        self._single = single
+
+
+class MatmulCall(_KeptCall):
+    """``out = a @ b`` as :func:`matmul` computes it, for one plan step (``b.add(MatmulCall(),
+    (a, b, out))``): the BLAS call it derived is made again, without deriving it anew, while
+    the same arrays come back (a plan's own buffers; a bound feed changes only its address):
+    ~10 us a product less than :func:`matmul` (docs/architecture.md, "BLAS")."""
+
+    __slots__ = ()
+
+    def __call__(self, a: Any, b: Any, out: Any) -> None:
+        import numpy as np
+
         from kiln.core.backends.cpu import blas
 
-        geometry = (a.shape, a.strides, b.shape, b.strides, out.shape, out.strides)
         with _GEMM_LOCK:
-            seen = self._seen
-            if (seen is not None and seen[0]() is a and seen[1]() is b and seen[2]() is out
-                    and seen[3] == geometry):
-                blas.run(self._single)
-                return
-            single = blas.prepare(a, b, out) if a.ndim == 2 else None
+            single = self._kept(a, b, out)
             if single is None:
-                self._seen = None
-                if not blas.matmul(a, b, out):
-                    np.matmul(a, b, out=out)
-                return
-            self._seen = (weakref.ref(a), weakref.ref(b), weakref.ref(out), geometry)
-            self._single = single
+                single = blas.prepare(a, b, out) if a.ndim == 2 else None
+                self._keep(a, b, out, single)
+                if single is None:
+                    if not blas.matmul(a, b, out):
+                        np.matmul(a, b, out=out)
+                    return
             blas.run(single)
+
+
+class GemmCall(_KeptCall):
+    """:func:`gemm` for one plan step, its BLAS call kept as :class:`MatmulCall` keeps its
+    own (``alpha`` and ``beta`` read at each call)."""
+
+    __slots__ = ()
+
+    def __call__(self, a: Any, b: Any, c: Any, alpha: Any, beta: Any, out: Any) -> None:
+        import numpy as np
+
+        from kiln.core.backends.cpu import blas
+
+        al, be = alpha.item(), beta.item()
+        if al != 0 and be != 0:
+            if c is not None:
+                np.copyto(out, c)
+                c = None  # out holds it now
+            with _GEMM_LOCK:
+                single = self._kept(a, b, out)
+                if single is None:
+                    single = blas.prepare_gemm(a, b, out)
+                    self._keep(a, b, out, single)
+                if single is not None:
+                    blas.run_gemm(single, al, be)
+                    return
+        gemm(a, b, c, alpha, beta, out)
 
 
 def gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, out: Any) -> None:
