@@ -5,6 +5,8 @@ the backend passes and every case that must fall back to ``np.matmul``."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from numpy.lib.stride_tricks import as_strided
@@ -79,6 +81,25 @@ def test_copies_loaded_one_after_another_are_distinct_instances(copy):
     again = blas.load_copy(copy.core)
     assert again is not None and again.core == copy.core
     assert again.handle._handle != copy.handle._handle
+
+
+@pytest.mark.parametrize("sendfile", [True, False])
+def test_the_library_file_is_copied_byte_for_byte(tmp_path, sendfile, monkeypatch):
+    """The copy's bytes (blas._copy_file): by sendfile, or through Python where it fails."""
+    if not sendfile:
+        def refuse(*args):
+            raise OSError("no sendfile here")
+        monkeypatch.setattr(os, "sendfile", refuse)
+    src = tmp_path / "lib.so"
+    data = np.random.default_rng(0).integers(0, 256, 3 * 2 ** 20 + 17, np.uint8).tobytes()
+    src.write_bytes(data)
+    target = tmp_path / "copy"
+    fd = os.open(target, os.O_RDWR | os.O_CREAT)
+    try:
+        blas._copy_file(str(src), fd)
+    finally:
+        os.close(fd)
+    assert target.read_bytes() == data
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ disk to damage), opened with ``OPENBLAS_CORETYPE`` set to its core for the momen
 and ``RTLD_LOCAL | RTLD_DEEPBIND`` (its symbols bind inside itself; NumPy's instance, and the
 user's own NumPy GEMMs, are untouched); it is used only if it reports that core. It loads at
 the first GEMM (where NumPy's instance runs more than one thread or its kernels are worse;
-else at the first batch of products): ~30 ms, and ~25 MB of memory. :func:`matmul` runs a
+else at the first batch of products): ~18 ms, and ~25 MB of memory. :func:`matmul` runs a
 GEMM through it (``cblas_?gemm``, one ctypes call of ~1.5 us per product) where the operands
 are BLAS-shaped and the work large enough; single products where its kernels are better or
 its threads known (:func:`singles`); anything else is ``np.matmul``'s. A plan step keeps the
@@ -198,17 +198,11 @@ def load_copy(core: str) -> Library | None:
         return None
     path, _, flavour = found
     try:
-        with open(path, "rb") as f:
-            data = f.read()
         fd = os.memfd_create("kiln-openblas")
     except OSError:
         return None
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if os.fstat(fd).st_size != len(data):
-            raise OSError("short write")
+        _copy_file(path, fd)
         before = _tasks()
         saved = os.environ.get("OPENBLAS_CORETYPE")
         os.environ["OPENBLAS_CORETYPE"] = core
@@ -233,6 +227,32 @@ def load_copy(core: str) -> Library | None:
     copy.set_threads(copy.threads)
     copy.workers = _find_workers(copy, before)
     return copy
+
+
+def _copy_file(path: str, fd: int) -> None:
+    """Copies the file at ``path`` into the empty file ``fd``: by ``sendfile`` (in the kernel:
+    13 ms for NumPy's 25 MB OpenBLAS, against 27 ms read and written through Python), else
+    through Python; raises OSError where the copy is short."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        done = 0
+        try:
+            while done < size:
+                sent = os.sendfile(fd, f.fileno(), done, size - done)
+                if sent == 0:
+                    break
+                done += sent
+        except OSError:
+            done = -1
+        if done != size:  # no sendfile for these files: through Python
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            f.seek(0)
+            view = memoryview(f.read())
+            while view:
+                view = view[os.write(fd, view):]
+    if os.fstat(fd).st_size != size:
+        raise OSError("short copy")
 
 
 def _tasks() -> set[int]:
