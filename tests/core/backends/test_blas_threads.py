@@ -86,11 +86,36 @@ def test_place_does_nothing_in_a_forked_child(copy, two_cpus, monkeypatch):
     assert {tid: os.sched_getaffinity(tid) for tid, _ in copy.workers} == before
 
 
+def test_after_a_fork_the_workers_are_found_again(copy, two_cpus, monkeypatch):
+    """OpenBLAS stops its threads before a fork (kiln forks its compile workers) and starts
+    other ones at its next call: those are the ones placed then."""
+    if not copy.workers:
+        pytest.skip("the copy's workers are unknown here")
+    monkeypatch.setattr(blas, "_state", {"lib": copy})
+    old = {tid for tid, _ in copy.workers}
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert copy.stale
+    blas.place(copy)  # found again, started from this thread (on any of its CPUs)
+    tids = {tid for tid, _ in copy.workers}
+    assert len(tids) == copy.threads - 1 and tids <= blas._tasks()
+    assert not tids & old and not copy.stale
+    os.sched_setaffinity(0, {two_cpus[0]})
+    blas.place(copy)
+    for tid, start in copy.workers:
+        assert start == frozenset(two_cpus)
+        assert os.sched_getaffinity(tid) == start - {two_cpus[0]}
+        os.sched_setaffinity(tid, start)
+    copy.placed_for = -1
+
+
 @pytest.fixture
 def using(copy, monkeypatch):
     monkeypatch.setattr(blas, "_state", {"lib": copy})
     monkeypatch.setattr(blas, "PLACED_MIN_WORK", 0)
-    monkeypatch.setattr(copy, "workers", copy.workers or [(-1, frozenset())])
+    monkeypatch.setattr(copy, "placeable", True)
     return copy
 
 

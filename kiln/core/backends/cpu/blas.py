@@ -165,8 +165,16 @@ class Library:
         # its worker threads (thread ids, the CPUs each started with) that :func:`place`
         # moves off the caller's CPU, in the process that loaded it; empty where unknown
         self.workers: list[tuple[int, frozenset[int]]] = []
+        # whether its workers were found when it loaded: then single products go through it,
+        # for the life of the process (GEMMs never switch instances: two instances' threads
+        # spinning against each other cost a training step a third more)
+        self.placeable = False
+        self.stale = False  # OpenBLAS stopped its threads (a fork): find them again
         self.pid = os.getpid()
         self.placed_for = -1  # the caller CPU the workers were last moved off
+        self.shutdown = getattr(lib, "blas_thread_shutdown_", None)
+        if self.shutdown is not None:
+            self.shutdown.restype, self.shutdown.argtypes = ctypes.c_int, []
         self.gemm = {}
         for dtype, name, scalar in ((np.float32, "sgemm", ctypes.c_float),
                                     (np.float64, "dgemm", ctypes.c_double)):
@@ -226,6 +234,7 @@ def load_copy(core: str) -> Library | None:
     copy = Library(lib, flavour, got, _threads(found[1], flavour))
     copy.set_threads(copy.threads)
     copy.workers = _find_workers(copy, before)
+    copy.placeable = bool(copy.workers)
     return copy
 
 
@@ -300,10 +309,12 @@ def place(lib: Library) -> None:
     0.2-4 ms, about one time in two (docs/architecture.md, "BLAS"). Only the copy's own
     threads are touched: they exist for kiln's GEMMs alone. Nothing moves in a forked child
     (its thread ids are not these)."""
-    if not lib.workers or lib.pid != os.getpid():
+    if not lib.placeable or lib.pid != os.getpid():
         return
+    if lib.stale:
+        _find_again(lib)
     cpu = threads.current_cpu()
-    if cpu < 0 or cpu == lib.placed_for:
+    if cpu < 0 or cpu == lib.placed_for or not lib.workers:
         return
     lib.placed_for = cpu
     for tid, allowed in lib.workers:
@@ -311,8 +322,32 @@ def place(lib: Library) -> None:
         if others:
             try:
                 os.sched_setaffinity(tid, others)
+            except ProcessLookupError:  # stopped and started anew: found again next call
+                lib.stale = True
             except OSError:  # the CPUs allowed changed: the worker stays where it is
                 pass
+
+
+def _find_again(lib: Library) -> None:
+    """``lib``'s workers found anew: OpenBLAS stops its threads before a fork (in the parent
+    too) and starts other threads at its next call. Its threads are stopped here, then
+    started again by one product while the process's threads are watched."""
+    lib.stale = False
+    lib.placed_for = -1
+    lib.workers = []
+    if lib.shutdown is not None:
+        lib.shutdown()
+        lib.workers = _find_workers(lib, _tasks())
+
+
+def _after_fork_in_parent() -> None:
+    lib = _state.get("lib")
+    if lib is not None:
+        lib.stale = True
+
+
+if hasattr(os, "register_at_fork"):  # kiln forks its compile workers (compile_batch.py)
+    os.register_at_fork(after_in_parent=_after_fork_in_parent)
 
 
 def _threads(numpy_lib: Any, flavour: tuple) -> int:
@@ -370,7 +405,7 @@ def singles() -> Library | None:
         if core is None or not (better or (numpy_lib is not None and numpy_lib.threads > 1)):
             return None
         lib = library()
-    return lib if lib is not None and (lib.better or lib.workers) else None
+    return lib if lib is not None and (lib.better or lib.placeable) else None
 
 
 def _host_features() -> dict[str, bool]:
@@ -438,7 +473,7 @@ def prepare(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> tuple | None:
     lib = singles()
     if lib is None:
         return None
-    call = _call(lib, a, b, out, PLACED_MIN_WORK if lib.workers else MIN_WORK)
+    call = _call(lib, a, b, out, PLACED_MIN_WORK if lib.placeable else MIN_WORK)
     if call is None:
         return None
     fn, _, (m, n, k), (ta, tb), (pa, lda, _), (pb, ldb, _), (pc, ldc, _) = call
