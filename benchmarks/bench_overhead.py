@@ -294,19 +294,19 @@ def mlp_calls_after_pause(pause: float = 0.2, calls: int = 20) -> dict:
                 "p90_ms": round(sorted(v)[int(0.9 * len(v))], 2)} for k, v in times.items()}
 
 
+def _print_rows(res: dict) -> None:
+    """One line per row of ``res`` (its name, then ``key value`` pairs), then the JSON line."""
+    for name, row in res.items():
+        print(f"{name:<14}" + "  ".join(f"{k} {v}" for k, v in row.items()))
+    print("JSON " + json.dumps(res))
+
+
 def main() -> int:
     if "--blas" in sys.argv:
-        res = blas_after_pause()
-        res["mlp"] = mlp_calls_after_pause()
-        for shape, row in res.items():
-            print(f"{shape:<14}" + "  ".join(f"{k} {v}" for k, v in row.items()))
-        print("JSON " + json.dumps(res))
+        _print_rows({**blas_after_pause(), "mlp": mlp_calls_after_pause()})
         return 0
     if "--pool" in sys.argv:
-        res = pool_after_pause()
-        for mode, row in res.items():
-            print(f"{mode:<14}" + "  ".join(f"{k} {v}" for k, v in row.items()))
-        print("JSON " + json.dumps(res))
+        _print_rows(pool_after_pause())
         return 0
     if "--parallel" in sys.argv:
         res = parallel_threshold()

@@ -245,3 +245,21 @@ def test_a_step_gemm_with_alpha_and_beta_reads_them_at_each_call(using, alpha, b
     b[0, 0] = np.nan
     step(a, b, None, np.array(0.0, np.float32), np.array(1.0, np.float32), out)
     assert np.isnan(out[:, 0]).all() and not np.isnan(out[:, 1:]).any()
+
+
+def test_a_product_too_small_for_blas_threads_stays_numpys(using, monkeypatch):
+    """Under OpenBLAS's threading threshold the step keeps NumPy's product (decided once),
+    right for every new first operand, one that overlaps the output included."""
+    monkeypatch.setattr(blas, "PLACED_MIN_WORK", 4 * 65536 + 1)
+    rng = np.random.default_rng(10)
+    step = threads.MatmulCall()
+    b = rng.normal(size=(32, 32)).astype(np.float32)
+    out = np.empty((40, 32), np.float32)
+    for _ in range(3):
+        a = rng.normal(size=(40, 32)).astype(np.float32)
+        step(a, b, out)
+        assert step._single is threads.NUMPY
+        np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    want = out.astype(np.float64) @ b
+    step(out[:], b, out)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)

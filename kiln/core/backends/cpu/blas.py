@@ -284,8 +284,7 @@ def _find_workers(lib: Library, before: set[int]) -> list[tuple[int, frozenset[i
     out = np.empty_like(a)
     call = _call(lib, a, a, out, 0)
     if call is not None:
-        fn, _, (m, n, k), (ta, tb), (pa, lda, _), (pb, ldb, _), (pc, ldc, _) = call
-        fn(101, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, ldc)
+        call[0](*_single_args(call))
     new = sorted(_tasks() - before)
     if len(new) != lib.threads - 1:
         return []
@@ -474,10 +473,14 @@ def prepare(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> tuple | None:
     if lib is None:
         return None
     call = _call(lib, a, b, out, PLACED_MIN_WORK if lib.placeable else MIN_WORK)
-    if call is None:
-        return None
-    fn, _, (m, n, k), (ta, tb), (pa, lda, _), (pb, ldb, _), (pc, ldc, _) = call
-    return lib, fn, (101, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, ldc)
+    return None if call is None else (lib, call[0], _single_args(call))
+
+
+def _single_args(call: tuple) -> tuple:
+    """The ``cblas_?gemm`` arguments of a single product ``_call`` derived (row-major,
+    ``alpha`` 1, ``beta`` 0: :func:`run_gemm` puts its own at positions 6 and 11)."""
+    _, _, (m, n, k), (ta, tb), (pa, lda, _), (pb, ldb, _), (pc, ldc, _) = call
+    return (101, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, ldc)
 
 
 def run(single: tuple) -> None:
@@ -543,10 +546,7 @@ def prepare_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> tuple | None:
         return None
     lib = singles() or numpy_library()
     call = None if lib is None else _call(lib, a, b, out, 0, 1)
-    if call is None:
-        return None
-    fn, _, (m, n, k), (ta, tb), (pa, lda, _), (pb, ldb, _), (pc, ldc, _) = call
-    return lib, fn, (101, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, ldc)
+    return None if call is None else (lib, call[0], _single_args(call))
 
 
 def run_gemm(single: tuple, alpha: float, beta: float) -> None:

@@ -110,6 +110,11 @@ def matmul(a: Any, b: Any, out: Any) -> None:
             np.matmul(a, b, out=out)
 
 
+# What a kept step call holds where NumPy computes its product (too small for BLAS's threads,
+# or operands BLAS does not take): decided once for the arrays, as a BLAS call is.
+NUMPY = ()
+
+
 class _KeptCall:
     """A plan step's BLAS call (``blas.prepare`` / ``prepare_gemm``) kept for the arrays it
     last saw: weak references to them, never the arrays (a feed the step reads is still bound
@@ -131,7 +136,7 @@ class _KeptCall:
         if seen[3] != (a.dtype, a.shape, a.strides, b.shape, b.strides, out.shape,
                        out.strides):
             return None
-        if seen[0]() is a:
+        if seen[0]() is a or self._single is NUMPY:
             return self._single
         import weakref
 
@@ -145,6 +150,7 @@ class _KeptCall:
         return self._single
 
     def _keep(self, a: Any, b: Any, out: Any, single: tuple | None) -> None:
+        """Keeps ``single`` (a BLAS call, or :data:`NUMPY`) for these arrays; None: nothing."""
         import weakref
 
         if single is None:
@@ -171,13 +177,16 @@ class MatmulCall(_KeptCall):
         with _GEMM_LOCK:
             single = self._kept(a, b, out)
             if single is None:
-                single = blas.prepare(a, b, out) if a.ndim == 2 else None
-                self._keep(a, b, out, single)
-                if single is None:
+                if a.ndim != 2:  # a batch: split over kiln's threads where BLAS takes it
                     if not blas.matmul(a, b, out):
                         np.matmul(a, b, out=out)
                     return
-            blas.run(single)
+                single = blas.prepare(a, b, out) or NUMPY
+                self._keep(a, b, out, single)
+            if single is NUMPY:
+                np.matmul(a, b, out=out)
+            else:
+                blas.run(single)
 
 
 class GemmCall(_KeptCall):
