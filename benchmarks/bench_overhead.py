@@ -165,7 +165,9 @@ def pool_after_pause(pause: float = 0.2, calls: int = 40, rounds: int = 8) -> di
     """Split calls of two parts (a GIL-free NumPy loop of ~0.5 ms each; the caller runs one,
     a pool worker the other) right after the machine idled ``pause`` seconds, against back to
     back: median us per call over ``rounds``, and how many calls ran both parts on one CPU
-    (the pool's workers move off their caller's CPU: kiln/core/backends/cpu/threads.py)."""
+    (the pool's workers move off their caller's CPU: kiln/core/backends/cpu/threads.py);
+    ``after_pause_caller_moved``: the caller also runs on another CPU than before the pause
+    (the CPU a worker placed off the caller's last CPU is confined to, on two CPUs)."""
     from kiln.core.backends.cpu import threads
 
     arrays = [np.random.default_rng(k).random(200_000) for k in range(2)]
@@ -179,12 +181,17 @@ def pool_after_pause(pause: float = 0.2, calls: int = 40, rounds: int = 8) -> di
     split = [(part, (0,)), (part, (1,))]
     threads.POOL.run(split)
     out = {}
-    for mode in ("after_pause", "back_to_back"):
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    for mode in ("after_pause", "after_pause_caller_moved", "back_to_back"):
         times = np.zeros((rounds, calls))
         shared = 0
         for r in range(rounds):
-            if mode == "after_pause":
+            if mode.startswith("after_pause"):
                 time.sleep(pause)
+            if mode == "after_pause_caller_moved" and len(cpus) > 1:
+                # the caller wakes on another CPU than before the pause, as a thread may
+                os.sched_setaffinity(0, {cpus[r % len(cpus)]})
+                os.sched_setaffinity(0, cpus)
             for i in range(calls):
                 t0 = time.perf_counter()
                 threads.POOL.run(split)

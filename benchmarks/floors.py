@@ -5,11 +5,17 @@ outputs, and nothing else (see the two scripts' docstrings for what each floor c
 ``gemm-floor`` of the MLP workloads (:func:`mlp_step`), ``conv-floor`` of the convolutional
 ones and ``gemm-floor`` of the suite's other MLPs (:func:`gemms_of` the layers of
 ``FLOOR_LAYERS``, :func:`gemm_step`).
+
+A floor's products run on what kiln's plans would run them on (:func:`products`: kiln's own
+Dense kernel where a plan's every product takes it, else the BLAS); with the environment
+variable ``KILN_BENCH_FLOOR_GEMM=blas`` on the BLAS always (a stricter floor where kiln's
+kernel beats it).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -36,9 +42,26 @@ def step_gemm() -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
     return threads.MatmulCall()
 
 
+def products(calls: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+             ) -> list[Callable[[np.ndarray, np.ndarray, np.ndarray], None]]:
+    """One GEMM ``f(a, b, out)`` per product ``(a, b, out)`` of a step (arrays laid out as the
+    step's), on what kiln's plans would run them: kiln's own kernel
+    (kiln/core/backends/cpu/native_matmul.py) for every one where each takes it (a plan's
+    Dense products take it only then: ``linalg.products_native``), else a plan step's BLAS
+    GEMM (:func:`step_gemm`) for all (always with ``KILN_BENCH_FLOOR_GEMM=blas``)."""
+    from kiln.core.backends.cpu import native_matmul
+
+    if os.environ.get("KILN_BENCH_FLOOR_GEMM", "kiln") == "blas":
+        return [step_gemm() for _ in calls]
+    native = [native_matmul.prepare(a, b, out) for a, b, out in calls]
+    if all(f is not None for f in native):
+        return native
+    return [step_gemm() for _ in calls]
+
+
 def mlp_step(batch: int, predict: bool) -> tuple[Callable[[Any, Any], Any], dict]:
     """Only the GEMMs of one step of the MLP 784-512-256-10 at ``batch``, float32, into
-    preallocated outputs, each product a plan step's GEMM (:func:`step_gemm`).
+    preallocated outputs, each product on what kiln's plans run it (:func:`products`).
 
     Training: forward x@W1, h1@W2, h2@W3, then backward dW3 = h2.T@d3, dh2 = d3@W3.T,
     dW2 = h1.T@d2, dh1 = d2@W2.T, dW1 = x.T@d1 (no dX); ``predict``: the 3 forward GEMMs.
@@ -48,32 +71,37 @@ def mlp_step(batch: int, predict: bool) -> tuple[Callable[[Any, Any], Any], dict
     ws = [rng.uniform(-1, 1, (a, b)).astype(np.float32) * np.float32(np.sqrt(6 / (a + b)))
           for a, b in zip(sizes[:-1], sizes[1:])]
     hs = [np.empty((batch, b), np.float32) for b in sizes[1:]]  # h1, h2, logits
-    forwards = [step_gemm() for _ in ws]
+    ins = [np.empty((batch, sizes[0]), np.float32)] + hs[:-1]  # a batch's layout, h1, h2
+    calls = list(zip(ins, ws, hs))
+    ds = [(rng.standard_normal((batch, b)) * 0.01).astype(np.float32)
+          for b in sizes[1:]]  # d1, d2, d3 (d1, d2 are overwritten by the backward GEMMs)
+    dws = [np.empty_like(w) for w in ws]
+    if not predict:  # dW1..3 = h.T @ d, then dh1, dh2 = d @ W.T: as a plan holds them, the
+        # transposed operands views made once (the batch's, per batch)
+        calls += list(zip([h.T for h in ins], ds, dws)) + list(zip(ds[1:], [w.T for w in
+                                                                            ws[1:]], ds))
+    fs = products(calls)
+    native = not isinstance(fs[0], type(step_gemm()))
 
     def forward(xb: np.ndarray) -> np.ndarray:
         h = xb
-        for f, w, out in zip(forwards, ws, hs):
+        for f, w, out in zip(fs, ws, hs):
             f(h, w, out)
             h = out
         return h
 
     if predict:
-        return (lambda xb, yb: forward(xb)), {}
-    ds = [(rng.standard_normal((batch, b)) * 0.01).astype(np.float32)
-          for b in sizes[1:]]  # d1, d2, d3 (d1, d2 are overwritten by the backward GEMMs)
-    dws = [np.empty_like(w) for w in ws]
-    # the transposed operands as a plan holds them: views made once (the batch's, per batch)
-    h_t, w_t = [None, hs[0].T, hs[1].T], [None, ws[1].T, ws[2].T]
-    kernel_grads, input_grads = [step_gemm() for _ in ws], [step_gemm() for _ in ws]
+        return (lambda xb, yb: forward(xb)), {"native": native}
+    h_t = [None] + [c[0] for c in calls[4:6]]
 
     def step(xb: np.ndarray, yb: np.ndarray) -> None:
         forward(xb)
         for i in (2, 1, 0):  # dW3, dh2, dW2, dh1, dW1
-            kernel_grads[i](h_t[i] if i else xb.T, ds[i], dws[i])
+            fs[3 + i](h_t[i] if i else xb.T, ds[i], dws[i])
             if i:
-                input_grads[i](ds[i], w_t[i], ds[i - 1])
+                fs[5 + i](ds[i], calls[5 + i][1], ds[i - 1])
 
-    return step, {}
+    return step, {"native": native}
 
 
 # ---- conv-floor and the suite's gemm-floors ------------------------------------------------------
@@ -184,10 +212,11 @@ def gemm_step(gemms: list[Gemm], train: bool) -> tuple[Callable[[Any, Any], Any]
                              else (y, w.T, buf("dcols", (g.m, g.k))))
             backward = grads + backward
     calls += backward
-    gemms_ = [step_gemm() for _ in calls]
+    fs = products(calls)
 
     def step(xb: np.ndarray, yb: np.ndarray) -> None:
-        for f, (a, b, out) in zip(gemms_, calls):
+        for f, (a, b, out) in zip(fs, calls):
             f(a, b, out)
 
-    return step, {"gemms": [(a.shape, b.shape) for a, b, _ in calls]}
+    return step, {"gemms": [(a.shape, b.shape) for a, b, _ in calls],
+                  "native": not isinstance(fs[0], type(step_gemm()))}

@@ -8,27 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from step_recorder import StepRecorder
 
 from kiln.core.backends.cpu import conv, native, threads, winograd
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="needs the native path")
-
-
-class _Builder:
-    """The two things products() uses of a plan builder: ``add`` and ``node.op``."""
-
-    class node:
-        op = "test"
-
-    def __init__(self):
-        self.steps = []
-
-    def add(self, fn, args, label=None):
-        self.steps.append((fn, args, label))
-
-    def run(self):
-        for fn, args, _ in self.steps:
-            fn(*args)
 
 
 def _tiles(rng, blocks, rows, cols):
@@ -53,7 +37,7 @@ def test_products_match_the_float64_product(avx512, parts, blocks, m, k, n, monk
     u = rng.normal(size=(blocks, k, n)).astype(np.float32)
     out = winograd.Tiles(blocks, m, n)
     out.view[...] = np.nan
-    b = _Builder()
+    b = StepRecorder()
     winograd.products(b, (v.flat, v.view), u, (out.flat, out.view))
     assert not isinstance(b.steps[0][0], threads.MatmulCall)  # the native kernel
     b.run()
@@ -69,7 +53,7 @@ def test_the_kernel_gradients_transposed_products(m, monkeypatch):
     v = _tiles(rng, 6, 500, m)
     z = _tiles(rng, 6, 500, 16)
     du = np.full((6, m, 16), np.nan, np.float32)
-    b = _Builder()
+    b = StepRecorder()
     winograd.products(b, (v.flat, v.view.transpose(0, 2, 1)), (z.flat, z.view), du)
     b.run()
     want = np.matmul(v.view.transpose(0, 2, 1).astype(np.float64), z.view.astype(np.float64))
@@ -85,7 +69,7 @@ def test_a_kernel_gradient_into_one_column_runs_transposed(n, native_kernel, mon
     v = _tiles(rng, 4, 300, 32)
     z = _tiles(rng, 4, 300, n)
     du = np.full((4, 32, n), np.nan, np.float32)
-    b = _Builder()
+    b = StepRecorder()
     winograd.products(b, (v.flat, v.view.transpose(0, 2, 1)), (z.flat, z.view), du)
     assert (not isinstance(b.steps[0][0], threads.MatmulCall)) == native_kernel
     b.run()
@@ -104,7 +88,7 @@ def test_a_forward_into_one_column_runs_as_dot_products(k, avx512, monkeypatch):
     u = rng.normal(size=(5, k, 1)).astype(np.float32)
     out = winograd.Tiles(5, 301, 1)
     out.view[...] = np.nan
-    b = _Builder()
+    b = StepRecorder()
     winograd.products(b, (v.flat, v.view), u, (out.flat, out.view))
     assert not isinstance(b.steps[0][0], threads.MatmulCall)
     b.run()
@@ -118,7 +102,7 @@ def test_columns_that_do_not_fill_a_vector_go_to_blas(n):
     v = _tiles(rng, 3, 40, 16)
     u = rng.normal(size=(3, 16, n)).astype(np.float32)
     out = winograd.Tiles(3, 40, n)
-    b = _Builder()
+    b = StepRecorder()
     winograd.products(b, (v.flat, v.view), u, (out.flat, out.view))
     assert isinstance(b.steps[0][0], threads.MatmulCall)
     b.run()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -295,3 +296,59 @@ def test_a_worker_on_its_callers_cpu_moves_off_it():
         assert len(pool._threads) == 1
     finally:
         os.sched_setaffinity(0, _ALLOWED)
+
+
+@pytest.mark.skipif(len(_ALLOWED) < 2 or threads.current_cpu() < 0,
+                    reason="needs two CPUs and sched_getcpu")
+def test_the_caller_moves_the_workers_off_its_cpu_before_handing_parts_out(monkeypatch):
+    # a sleeping worker woken on its caller's CPU would wait there while the caller runs its
+    # own part: the caller narrows the workers' CPUs first, once per CPU it runs on
+    pool = threads.KernelPool()
+    tid = _on_worker(pool, threading.get_native_id)
+    assert [w[0] for w in pool.workers] == [tid]
+    moves = []
+    real = threads.move_off
+    monkeypatch.setattr(threads, "move_off", lambda ws, cpu: moves.append(cpu) or real(ws, cpu))
+    pool.placed_for = -1
+    first, second = sorted(_ALLOWED)[:2]
+    try:
+        for cpu in (first, first, second, second, first):
+            os.sched_setaffinity(0, {cpu})
+            _on_worker(pool, lambda: None)
+            assert os.sched_getaffinity(tid) == _ALLOWED - {cpu}
+        assert moves == [first, second, first]  # only when the caller's CPU changed
+    finally:
+        os.sched_setaffinity(0, _ALLOWED)
+
+
+def test_move_off_narrows_a_threads_cpus_and_reports_a_gone_one():
+    ready, stop = threading.Event(), threading.Event()
+    tids = []
+
+    def sleeper():
+        tids.append(threading.get_native_id())
+        ready.set()
+        stop.wait()
+
+    t = threading.Thread(target=sleeper)
+    t.start()
+    ready.wait()
+    try:
+        if len(_ALLOWED) >= 2:
+            cpu = min(_ALLOWED)
+            assert threads.move_off([(tids[0], frozenset(_ALLOWED))], cpu)
+            assert os.sched_getaffinity(tids[0]) == _ALLOWED - {cpu}
+        # a single CPU allowed: nothing to move to, the thread keeps it
+        one = frozenset(sorted(_ALLOWED)[:1])
+        os.sched_setaffinity(tids[0], one)
+        assert threads.move_off([(tids[0], one)], min(one))
+        assert os.sched_getaffinity(tids[0]) == one
+    finally:
+        stop.set()
+        t.join()
+    for _ in range(500):  # the OS thread outlives join() briefly
+        if not os.path.exists(f"/proc/self/task/{tids[0]}"):
+            break
+        time.sleep(0.01)
+    if len(_ALLOWED) >= 2:  # the thread has ended: reported, so that its owner finds anew
+        assert not threads.move_off([(tids[0], frozenset(_ALLOWED))], min(_ALLOWED))

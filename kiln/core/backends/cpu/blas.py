@@ -316,15 +316,8 @@ def place(lib: Library) -> None:
     if cpu < 0 or cpu == lib.placed_for or not lib.workers:
         return
     lib.placed_for = cpu
-    for tid, allowed in lib.workers:
-        others = allowed - {cpu}
-        if others:
-            try:
-                os.sched_setaffinity(tid, others)
-            except ProcessLookupError:  # stopped and started anew: found again next call
-                lib.stale = True
-            except OSError:  # the CPUs allowed changed: the worker stays where it is
-                pass
+    if not threads.move_off(lib.workers, cpu):  # stopped and started anew: found again next call
+        lib.stale = True
 
 
 def _find_again(lib: Library) -> None:

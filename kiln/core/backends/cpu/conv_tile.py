@@ -93,6 +93,19 @@ def native_forward(b, out: np.ndarray, x: np.ndarray, w2d: np.ndarray, geometry:
                         tail=off, label=label or f"{b.node.op}:conv_tile{tag and '_' + tag}")
 
 
+def epilogue(b, *inputs: np.ndarray) -> tuple:
+    """``(fused node, (bias, relu))`` where the kernel after the current node (a convolution,
+    a Conv2DTranspose's input gradient, a Dense product) is a bias add (and ReLU) the node's
+    kernel can apply as its epilogue (:func:`bias_relu`), its output not overlapping the
+    node's ``inputs``, else ``(None, None)``."""
+    fused = b.epilogue(b.node) if conv.EPILOGUE else None
+    epi = bias_relu(b, b.node, fused) if fused is not None else None
+    target = b.epilogue_target(fused, b.node) if epi is not None else None
+    if target is None or any(np.shares_memory(target, x) for x in inputs):
+        return None, None
+    return fused, epi
+
+
 def bias_relu(b, node: Node, fused: Node) -> tuple | None:
     """``(bias, relu)`` where the fused node (or add) right after ``node`` computes
     ``relu(node + bias)`` (or ``node + bias``) with a float32 bias of one value per output

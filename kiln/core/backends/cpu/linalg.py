@@ -32,12 +32,72 @@ def build_matmul(b, node: Node) -> None:
             y = Operand(b.layout(yn).transpose((1, 0)), yn.shape[::-1], yn.dtype, b.flat(yn))
             emit_loop(b, MATVEC, [x, y], out, "matmul(matvec)")
             return
+    x, y, out = _operands(b, node)
+    if x.ndim == 2 and y.ndim == 2 and products_native(b) and dense(b, node, x, y, out):
+        return
+    b.add(threads.MatmulCall(), (x, y, out))
+
+
+def _operands(b, node: Node) -> tuple:
+    """``(x, y, out)`` of a matmul node as its GEMM takes them: batch axes of ``x`` folded into
+    the rows where ``y`` is a matrix (one GEMM; np.matmul would loop over the batch)."""
+    xn, yn = node.inputs
     x, out = b.array(xn), b.out(node)
     if yn.ndim == 2 and xn.ndim > 2 and x.flags.c_contiguous and out.flags.c_contiguous:
-        # batch axes folded into the rows: one GEMM (np.matmul would loop over the batch)
         x = x.reshape(-1, x.shape[-1])
         out = out.reshape(-1, out.shape[-1])
-    b.add(threads.MatmulCall(), (x, b.array(yn), out))
+    return x, b.array(yn), out
+
+
+# Ops whose kernels may call BLAS (a matmul: decided per node, :func:`products_native`).
+BLAS_OPS = frozenset({"gemm", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter",
+                      "scan"})
+
+
+def products_native(b) -> bool:
+    """Whether every product of the plan being built runs on kiln's own kernel (then its Dense
+    products take it: :func:`dense`); decided once per plan. OpenBLAS's worker threads spin
+    for ~0.3 ms after each of its calls (``threads.BLAS_TIMEOUT``), and a kernel on kiln's
+    threads in that window shares a core with the spin: in the MLP training step (whose
+    input-gradient products ``d @ W.T`` and kernel-gradient ``gemm`` stay BLAS's), the
+    native forward product right after the previous step's BLAS calls took 854 against
+    BLAS's 572 us, the step 1.2x slower. A plan that calls no BLAS (a Dense stack's
+    ``predict``) has no such spin."""
+    known = b.cache.get("products_native")
+    if known is None:
+        known = True
+        for node in b.static.kernels:
+            if node.op in BLAS_OPS:
+                known = False
+            elif node.op == "matmul":
+                xn, yn = node.inputs
+                if xn.ndim == 2 and yn.ndim == 2 and 1 in (xn.shape[1], yn.shape[1]):
+                    continue  # the outer product and matrix-vector loops: no BLAS
+                from kiln.core.backends.cpu import native_matmul
+
+                x, y, out = _operands(b, node)
+                known = x.ndim == 2 and y.ndim == 2 and native_matmul.suits(x, y, out)
+            if not known:
+                break
+        b.cache["products_native"] = known
+    return known
+
+
+def dense(b, node: Node, x, y, out) -> bool:
+    """Adds ``out = x @ y`` on kiln's register-blocked kernel (:mod:`.native_matmul`), with
+    the bias add and ReLU of the kernel right after it as its epilogue where that kernel is
+    one (``conv_tile.epilogue``: the pass over the product is gone); False where the kernel
+    does not take the product."""
+    from kiln.core.backends.cpu import conv_tile, native_matmul
+
+    if not native_matmul.suits(x, y, out):
+        return False
+    fused, epi = conv_tile.epilogue(b, x, y)
+    if fused is not None and native_matmul.add(
+            b, x, y, b.epilogue_target(fused, node).reshape(out.shape), epilogue=epi):
+        b.absorb(fused)
+        return True
+    return native_matmul.add(b, x, y, out)
 
 
 @builder("gemm")

@@ -263,3 +263,19 @@ def _div(f: Func, a: str, b: str) -> str:
 TWINS: dict[str, Callable[[str, str], str]] = {
     "im2col_kernel": im2col_ir, "col2im_kernel": col2im_ir,
     "conv_direct_kernel": conv_direct_ir, "conv_filter_direct_kernel": conv_filter_direct_ir}
+
+
+def bias_relu_ir(f: Func, ty: str, lanes: int, x: str, bias: str | None, relu: bool) -> str:
+    """The epilogue of a product's accumulator ``x`` (a ``ty`` vector of ``lanes`` floats):
+    ``+ bias`` where ``bias`` (a vector) is given, then kiln's ReLU where ``relu`` (``x <= 0 ?
+    0 : x``: NaN stays NaN, -0 becomes 0); the register holding the result."""
+    if bias is not None:
+        y = f.tmp()
+        f.emit(f"{y} = fadd {ty} {x}, {bias}")
+        x = y
+    if relu:
+        neg, y = f.tmp(), f.tmp()
+        f.emit(f"{neg} = fcmp ole {ty} {x}, zeroinitializer")
+        f.emit(f"{y} = select <{lanes} x i1> {neg}, {ty} zeroinitializer, {ty} {x}")
+        x = y
+    return x

@@ -20,15 +20,16 @@ checks); rows in blocks of ``R``, then one by one.
 from __future__ import annotations
 
 from kiln.core.backends.cpu.codegen import CodegenError
-from kiln.core.backends.cpu.native_conv import _div, _Kernel
+from kiln.core.backends.cpu.native_conv import _div, _Kernel, bias_relu_ir
 
 
-def _start(name: str, dtype: str, lanes: int) -> tuple[_Kernel, str, str]:
-    """The kernel (the parameter layout of the module docstring), its vector type and the
-    declared FMA intrinsic of ``lanes`` floats."""
+def _start(name: str, dtype: str, lanes: int, ranks: tuple = (1, 1, 1),
+           n_p: int = 10) -> tuple[_Kernel, str, str]:
+    """The kernel (by default the parameter layout of the module docstring: three flat arrays,
+    ten parameters), its vector type and the declared FMA intrinsic of ``lanes`` floats."""
     if dtype != "float32":
         raise CodegenError(f"native {name}: {dtype} not generated")
-    k = _Kernel((1, 1, 1), 10)
+    k = _Kernel(ranks, n_p)
     vec = f"<{lanes} x float>"
     fma = f"@llvm.fma.v{lanes}f32"
     k.f.declare.add(f"declare {vec} {fma}({vec}, {vec}, {vec})")
@@ -67,9 +68,12 @@ def gemm_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int,
 
 
 def _block(f, vec: str, fma: str, lanes: int, rows: int, nv: int, r0: str, n0: str,
-           base: tuple, geo: tuple, accumulate: bool = False) -> None:
+           base: tuple, geo: tuple, accumulate: bool = False, bias: bool = False,
+           relu: bool = False, mask: str | None = None) -> None:
     """``C[r0:r0+rows, n0:n0+nv*lanes] (+)= A[r0:r0+rows, :] @ B[:, n0:...]`` with the
-    accumulators in registers (allocas that LLVM promotes)."""
+    accumulators in registers (allocas that LLVM promotes); ``bias``: plus ``%bias[n0:...]``
+    (one value per column), ``relu``: then kiln's ReLU, before the store; ``mask`` (a constant
+    ``<lanes x i1>``): the columns of the lanes it sets only (loads and stores masked)."""
     kk, sar, sak, sbk, scr = geo
     a0, b0, c0 = base
     f.labels += 1
@@ -92,10 +96,7 @@ def _block(f, vec: str, fma: str, lanes: int, rows: int, nv: int, r0: str, n0: s
     brow = f.add(f.add(b0, f.mul(t, sbk)), n0)
     bvals = []
     for v in range(nv):
-        g, x = f.tmp(), f.tmp()
-        f.emit(f"{g} = getelementptr inbounds float, ptr %b, i64 {f.add(brow, str(v * lanes))}")
-        f.emit(f"{x} = load {vec}, ptr {g}, align 4")
-        bvals.append(x)
+        bvals.append(_load(f, vec, "%b", f.add(brow, str(v * lanes)), mask))
     for i in range(rows):
         g, s, one, splat = f.tmp(), f.tmp(), f.tmp(), f.tmp()
         f.emit(f"{g} = getelementptr inbounds float, ptr %a, i64 {f.add(arow[i], f.mul(t, sak))}")
@@ -109,14 +110,94 @@ def _block(f, vec: str, fma: str, lanes: int, rows: int, nv: int, r0: str, n0: s
             f.emit(f"{new} = call {vec} {fma}({vec} {splat}, {vec} {bvals[v]}, {vec} {old})")
             f.emit(f"store {vec} {new}, ptr {accs[i][v]}")
     f.end(t, lt)
+    bvals = []
+    for v in range(nv if bias else 0):
+        bvals.append(_load(f, vec, "%bias", f.add(n0, str(v * lanes)), mask))
     for i in range(rows):
         crow = f.add(f.add(c0, f.mul(f.add(r0, str(i)), scr)), n0)
         for v in range(nv):
             x, g = f.tmp(), f.tmp()
             f.emit(f"{x} = load {vec}, ptr {accs[i][v]}")
+            x = bias_relu_ir(f, vec, lanes, x, bvals[v] if bias else None, relu)
             f.emit(f"{g} = getelementptr inbounds float, ptr %c, i64 "
                    f"{f.add(crow, str(v * lanes))}")
-            f.emit(f"store {vec} {x}, ptr {g}, align 4")
+            if mask is None:
+                f.emit(f"store {vec} {x}, ptr {g}, align 4")
+            else:
+                f.emit(f"call void @llvm.masked.store.v{lanes}f32.p0({vec} {x}, ptr {g}, i32 4, "
+                       f"<{lanes} x i1> {mask})")
+
+
+def _load(f, vec: str, arr: str, index: str, mask: str | None) -> str:
+    """The vector at ``arr[index:]``, masked by ``mask`` (None: a plain load)."""
+    g, x = f.tmp(), f.tmp()
+    f.emit(f"{g} = getelementptr inbounds float, ptr {arr}, i64 {index}")
+    if mask is None:
+        f.emit(f"{x} = load {vec}, ptr {g}, align 4")
+    else:
+        lanes = vec.split()[0][1:]
+        f.emit(f"{x} = call {vec} @llvm.masked.load.v{lanes}f32.p0(ptr {g}, i32 4, "
+               f"<{lanes} x i1> {mask}, {vec} zeroinitializer)")
+    return x
+
+
+def _mask(f, vec: str, lanes: int, tail: int) -> str:
+    """The constant mask of the first ``tail`` lanes, with the masked intrinsics declared."""
+    f.declare.add(f"declare {vec} @llvm.masked.load.v{lanes}f32.p0(ptr, i32, <{lanes} x i1>, "
+                  f"{vec})")
+    f.declare.add(f"declare void @llvm.masked.store.v{lanes}f32.p0({vec}, ptr, i32, "
+                  f"<{lanes} x i1>)")
+    return "<" + ", ".join(f"i1 {'true' if e < tail else 'false'}" for e in range(lanes)) + ">"
+
+
+def matmul_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, chunk: int,
+              tail: int = 0, bias: bool = False, relu: bool = False) -> str:
+    """The module of ``@symbol`` for rows ``r0 <= r < r1`` of one product ``C = A @ B``
+    (``native_matmul``: a Dense layer's GEMM, its rows split over kiln's threads), with the
+    optional epilogue ``relu?(C + bias)`` applied before the store.
+
+    Arguments (flat float32 arrays): ``(c, a, b[, bias], p)``; ``p = [c size, a size, b size,
+    (bias size,) M, K, N, a_row, a_inner, b_inner, c_row, r0, r1]`` (strides in elements;
+    ``B`` and ``C`` unit-stride along the columns, ``N % lanes == tail``: the last ``tail``
+    columns are one masked vector). The rows
+    run in chunks of ``chunk`` (``chunk x K`` of ``A`` stays in the L2 cache: read from memory
+    once); per chunk, the columns in blocks of ``V L`` (then of ``L``), whose ``K x (V L)``
+    slice of ``B`` stays in cache while the chunk's rows pass in blocks of ``R`` (then one by
+    one)."""
+    k, vec, fma = _start("matmul", dtype, lanes, (1, 1, 1, 1) if bias else (1, 1, 1), 7)
+    f = k.f
+    f.declare.add("declare i64 @llvm.smin.i64(i64, i64)")
+    _, kk, n, sar, sak, sbk, scr = k.p
+    r0, r1 = k.n0, k.n1
+    base = ("0", "0", "0")
+    geo = (kk, sar, sak, sbk, scr)
+    wide = lanes * vecs
+    n_wide = f.mul(_div(f, n, str(wide)), str(wide))
+    ch, lc = f.begin(_div(f, f.add(k.sub(r1, r0), str(chunk - 1)), str(chunk)))
+    lo, hi = f.add(r0, f.mul(ch, str(chunk))), f.tmp()
+    f.emit(f"{hi} = call i64 @llvm.smin.i64(i64 {f.add(lo, str(chunk))}, i64 {r1})")
+    full = f.add(lo, f.mul(_div(f, k.sub(hi, lo), str(rows)), str(rows)))
+
+    def columns(start: str, stop: str, width: int, nv: int, mask: str | None = None) -> None:
+        q, lq = f.begin(_div(f, k.sub(stop, start), str(width)))
+        n0 = f.add(start, f.mul(q, str(width)))
+        blk, lb = f.begin(_div(f, k.sub(full, lo), str(rows)))
+        _block(f, vec, fma, lanes, rows, nv, f.add(lo, f.mul(blk, str(rows))), n0, base, geo,
+               bias=bias, relu=relu, mask=mask)
+        f.end(blk, lb)
+        one, lo1 = f.begin(hi, full)
+        _block(f, vec, fma, lanes, 1, nv, one, n0, base, geo, bias=bias, relu=relu, mask=mask)
+        f.end(one, lo1)
+        f.end(q, lq)
+
+    n_full = k.sub(n, str(tail))
+    columns("0", n_wide, wide, vecs)
+    columns(n_wide, n_full, lanes, 1)
+    if tail:
+        columns(n_full, f.add(n_full, str(lanes)), lanes, 1, _mask(f, vec, lanes, tail))
+    f.end(ch, lc)
+    return f.function(symbol, ["c", "a", "b", "bias", "p"] if bias else ["c", "a", "b", "p"],
+                      noalias=True)
 
 
 def dot_ir(symbol: str, dtype: str, lanes: int) -> str:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from kiln.core.backends.cpu.codegen import CodegenError
 from kiln.core.backends.cpu.llvm_expr import Val
-from kiln.core.backends.cpu.native_conv import _div, _Kernel
+from kiln.core.backends.cpu.native_conv import _div, _Kernel, bias_relu_ir
 
 # accumulators + the V kernel (or cotangent) vectors + one broadcast, within the registers
 REGISTERS = {16: 30, 8: 15}
@@ -177,16 +177,7 @@ def forward_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, co: in
             for v in range(vecs):
                 x = f.tmp()
                 f.emit(f"{x} = load {vx.ty}, ptr {accs[e][v]}")
-                if bias:
-                    y = f.tmp()
-                    f.emit(f"{y} = fadd {vx.ty} {x}, {bias_vals[v]}")
-                    x = y
-                if relu:  # x <= 0 ? 0 : x, kiln's relu (NaN stays NaN, -0 becomes 0)
-                    neg, y = f.tmp(), f.tmp()
-                    f.emit(f"{neg} = fcmp ole {vx.ty} {x}, zeroinitializer")
-                    f.emit(f"{y} = select <{lanes} x i1> {neg}, {vx.ty} zeroinitializer, "
-                           f"{vx.ty} {x}")
-                    x = y
+                x = bias_relu_ir(f, vx.ty, lanes, x, bias_vals[v] if bias else None, relu)
                 vx.store("%out", at, v, x)
 
     # ceil(OW / R) blocks, the last one shifted back to end at the row's end (it recomputes

@@ -325,6 +325,23 @@ def _cpu_reader() -> Callable[[], int]:
 current_cpu = _cpu_reader()
 
 
+def move_off(workers: Sequence[tuple[int, frozenset[int]]], cpu: int) -> bool:
+    """Sets the affinity of each thread ``(native id, CPUs it started with)`` of ``workers``
+    to those CPUs but ``cpu`` (kept where that leaves none). A sleeping thread is then woken
+    on another CPU than its waker's (kiln's pool here, OpenBLAS's workers in blas.place).
+    False where a thread no longer exists."""
+    for tid, allowed in workers:
+        others = allowed - {cpu}
+        if others:
+            try:
+                os.sched_setaffinity(tid, others)
+            except ProcessLookupError:
+                return False
+            except OSError:  # the CPUs allowed changed: the thread stays where it is
+                pass
+    return True
+
+
 def _run_part(fn: Callable, args: tuple, done: _Done) -> None:
     try:
         fn(*args)
@@ -338,23 +355,30 @@ class KernelPool:
     """Worker threads that run the parts of split kernel calls (started on first use, again
     in a forked child: threads do not survive ``fork``).
 
-    A worker that finds itself on the CPU its caller was on when it handed the part out moves
-    off it (its affinity becomes the CPUs it started with but that one) before running the
-    part: a Linux guest whose other virtual CPUs have idled a while may wake the worker on the
-    caller's CPU, and the parts then take turns there for tens of milliseconds (measured in
-    docs/architecture.md, "Threads").
+    A Linux guest whose other virtual CPUs have idled a while may wake a worker on the
+    caller's CPU, where it waits while the caller runs its own part: the parts then run one
+    after the other (docs/architecture.md, "Threads"). So the caller moves the workers off
+    its CPU before it hands parts out (:func:`move_off`: each worker's affinity becomes the
+    CPUs it started with but that one), whenever it runs on another CPU than at its last
+    split call; and a worker that still finds itself on that CPU when it takes a part (the
+    caller moved meanwhile, or another caller placed it) moves off it itself.
     """
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._start_lock = threading.Lock()
+        self.workers: list[tuple[int, frozenset[int]]] = []  # (native id, CPUs at start)
+        self.placed_for = -1  # the caller's CPU at the last placement
 
-    def _work(self) -> None:
+    def _work(self, started: threading.Event) -> None:
         try:
             allowed = os.sched_getaffinity(0)
         except (AttributeError, OSError):
             allowed = set()
+        if len(allowed) > 1:
+            self.workers.append((threading.get_native_id(), frozenset(allowed)))
+        started.set()
         while True:
             item = self._queue.get()
             caller = item[2].cpu
@@ -370,10 +394,13 @@ class KernelPool:
             return
         with self._start_lock:
             while len(self._threads) < n:
-                t = threading.Thread(target=self._work, name=f"kiln-kernel-{len(self._threads)}",
-                                     daemon=True)
+                started = threading.Event()
+                t = threading.Thread(target=self._work, args=(started,), daemon=True,
+                                     name=f"kiln-kernel-{len(self._threads)}")
                 t.start()
+                started.wait()  # known to run() before it hands a part out
                 self._threads.append(t)
+            self.placed_for = -1
 
     def run(self, calls: Sequence[tuple[Callable, tuple]]) -> None:
         """Runs every ``fn(*args)`` of ``calls`` (independent parts of one kernel call), the
@@ -385,7 +412,11 @@ class KernelPool:
             fn(*args)
             return
         self._ensure(len(calls) - 1)
-        done = _Done(len(calls) - 1, current_cpu())
+        cpu = current_cpu()
+        if cpu >= 0 and cpu != self.placed_for:
+            self.placed_for = cpu
+            move_off(self.workers, cpu)
+        done = _Done(len(calls) - 1, cpu)
         for fn, args in calls[1:]:
             self._queue.put((fn, args, done))
         fn, args = calls[0]
@@ -416,6 +447,8 @@ class KernelPool:
         self._queue = queue.SimpleQueue()
         self._threads = []
         self._start_lock = threading.Lock()
+        self.workers = []
+        self.placed_for = -1
 
 
 POOL = KernelPool()

@@ -34,6 +34,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from kiln.core.backends.cpu import (
+    conv_tile,
     native,
     native_gemm,
     native_winograd,
@@ -298,10 +299,10 @@ def _pipelined(b, x: np.ndarray, w: np.ndarray, out: np.ndarray,
                run: Callable[[np.ndarray, tuple | None], bool]) -> bool:
     """Runs ``run(destination, epilogue)``, a pipelined forward of the current node reading
     ``x`` and ``w``: first into the output of the bias add (and ReLU) after it with that
-    epilogue where there is one (``winograd_pipeline.epilogue``: a convolution's, or a
+    epilogue where there is one (``conv_tile.epilogue``: a convolution's, or a
     Conv2DTranspose's, which is an input gradient), absorbing it; else into ``out``. False
     where neither builds (nothing added)."""
-    fused, epi = winograd_pipeline.epilogue(b, x, w)
+    fused, epi = conv_tile.epilogue(b, x, w)
     if epi is not None and run(b.epilogue_target(fused, b.node), epi):
         b.absorb(fused)
         return True

@@ -16,8 +16,6 @@ from collections.abc import Callable
 import numpy as np
 
 from kiln.core.backends.cpu import (
-    conv,
-    conv_tile,
     native,
     native_gemm,
     native_winograd,
@@ -194,18 +192,6 @@ def adjoint(b, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
         jobs.append(part)
     _add_pipeline(b, jobs, "winograd_adjoint")
     return True
-
-
-def epilogue(b, x: np.ndarray, w: np.ndarray) -> tuple:
-    """``(fused node, (bias, relu))`` where the kernel after this convolution is a bias add
-    (and ReLU) its output transform can apply (``conv_tile.bias_relu``; its output not
-    overlapping the convolution's inputs), else ``(None, None)``."""
-    fused = b.epilogue(b.node) if conv.EPILOGUE else None
-    epi = conv_tile.bias_relu(b, b.node, fused) if fused is not None else None
-    target = b.epilogue_target(fused, b.node) if epi is not None else None
-    if target is None or np.shares_memory(target, x) or np.shares_memory(target, w):
-        return None, None
-    return fused, epi
 
 
 def kernel_gradient(b, geo: winograd.Geometry, x: np.ndarray, key: object, ct: np.ndarray,

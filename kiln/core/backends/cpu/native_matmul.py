@@ -1,0 +1,170 @@
+"""Dense layers' products ``C = A @ B`` on kiln's own register-blocked kernel
+(``native_gemm.matmul_ir``) in plans whose every product it takes (a Dense stack's
+``predict``: ``linalg.products_native``), with the bias add and ReLU after the product as its
+epilogue (docs/architecture.md, "Dense products").
+
+The kernel keeps a block of 4 rows x 4 vectors of ``C`` in registers over the whole inner
+dimension, reads ``A`` in place through its strides (a transposed view is no copy) and a
+``K x 64`` slice of ``B`` from cache while the rows pass; the rows are split over kiln's
+threads in two ranges, each block computed by one thread in one order (the same bits however
+many threads). Back to back it runs the MLP's products as fast as OpenBLAS (2-core Zen 4,
+``benchmarks/bench_dense.py``, median us, kiln / OpenBLAS: (1024 x 784) @ (784 x 512) 4031 /
+4186, (1024 x 512) @ (512 x 256) 1309 / 1406, (1024 x 256) @ (256 x 10) 79 / 70, (128 x 784)
+@ (784 x 512) 559 / 564); what it gains is the epilogue (no pass over the product for the
+bias and ReLU) and a plan without OpenBLAS's threads: ``mlp_predict`` 0.96-1.00x the time of
+its GEMMs on OpenBLAS, against 1.05-1.07x with them (``bench_suite.py``, two runs each). It
+loses where the inner size reaches 2,048 (``B``'s slice leaves the L2 cache: 1.3-1.5x slower),
+with 128 columns (1.1-1.7x) and under 128 rows (the halves are too thin): those stay
+OpenBLAS's, as does everything on hosts without AVX-512 (its kernels were tuned there only)
+and float64.
+
+:func:`suits` decides; :func:`add` puts the kernel into a plan (``linalg.dense``, with the
+epilogue of ``conv_tile.epilogue``); :func:`prepare` makes a runner for one layout (the GEMM
+floors of ``benchmarks/floors.py`` use it, so that a floor stays one for kiln).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from kiln.core.backends.cpu import native, native_gemm, threads
+from kiln.core.backends.cpu.codegen import CodegenError
+
+LANES = 16
+BLOCK = (4, 4)          # rows x vectors: 16 accumulators, 4 B vectors and a broadcast (of 32)
+NARROW_BLOCK = (16, 1)  # under 16 columns: one masked vector, 16 rows (independent FMA chains)
+CHUNK = 64              # rows of A per chunk (64 x 784 floats: 200 KB of the 1 MB L2)
+MIN_ROWS = 128
+MIN_COLUMNS, MAX_COLUMNS = 256, 1024
+MAX_INNER = 1024
+SERIAL_WORK = 1 << 22   # multiply-adds under which one thread runs the product
+ENABLED = True
+
+
+def suits(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """Whether ``out = a @ b`` runs on the native kernel: float32 matrices on an AVX-512 host
+    with the native path on; ``b`` and ``out`` unit-stride along their columns (``out``
+    C-contiguous), ``a`` any positive strides; the shape inside the measured range above; no
+    overlap between ``out`` and an operand."""
+    from kiln.core.backends.cpu import conv
+
+    if not (ENABLED and conv.TILE64 and a.ndim == b.ndim == out.ndim == 2):
+        return False
+    if not (a.dtype == b.dtype == out.dtype == np.float32):
+        return False
+    (m, k), n = a.shape, b.shape[1]
+    wide = MIN_COLUMNS <= n <= MAX_COLUMNS and n % LANES == 0
+    if (b.shape[0] != k or out.shape != (m, n) or m < MIN_ROWS or k > MAX_INNER or k < 1
+            or not (wide or n < LANES)):
+        return False
+    if not out.flags.c_contiguous or b.strides[1] != 4 or b.strides[0] < 4 * n:
+        return False
+    if any(s <= 0 or s % 4 for s in a.strides) or b.strides[0] % 4:
+        return False
+    if np.shares_memory(out, a) or np.shares_memory(out, b):
+        return False
+    return native.enabled()
+
+
+def _flat(a: np.ndarray) -> np.ndarray:
+    """A 1-D unit-stride view from ``a``'s first element to its last (positive strides)."""
+    if a.flags.c_contiguous:
+        return a.reshape(-1)
+    extent = 1 + sum((d - 1) * s for d, s in zip(a.shape, a.strides)) // a.itemsize
+    return np.lib.stride_tricks.as_strided(a, shape=(extent,), strides=(a.itemsize,))
+
+
+def _block(n: int) -> tuple[int, int]:
+    return NARROW_BLOCK if n < LANES else BLOCK
+
+
+def _make(n: int, bias: bool, relu: bool) -> Callable[[str, str], str]:
+    rows, vecs = _block(n)
+    tail = n % LANES
+
+    def make(symbol: str, dtype: str) -> str:
+        return native_gemm.matmul_ir(symbol, dtype, LANES, rows, vecs, CHUNK, tail, bias=bias,
+                                     relu=relu)
+
+    return make
+
+
+def _name(n: int, bias: bool, relu: bool) -> str:
+    rows, vecs = _block(n)
+    return (f"dense_matmul_l{LANES}r{rows}v{vecs}c{CHUNK}t{n % LANES}{'b' if bias else ''}"
+            f"{'r' if relu else ''}")
+
+
+def _ranges(m: int, k: int, n: int) -> list[tuple[int, int]]:
+    """Row ranges, one per kiln thread, split at multiples of the block height (one range
+    where the product is under ``SERIAL_WORK`` multiply-adds: waking a thread would cost
+    more)."""
+    parts = threads.kernel_threads()
+    if m * k * n < SERIAL_WORK or parts == 1:
+        return [(0, m)]
+    rows = _block(n)[0]
+    cuts = [0] + [min(m, -(-m * j // parts) // rows * rows) for j in range(1, parts)] + [m]
+    return [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
+
+
+def _arrays(a: np.ndarray, b: np.ndarray, out: np.ndarray,
+            bias: np.ndarray | None) -> tuple[tuple, list[int]]:
+    """The kernel's arrays and its parameters (``matmul_ir``'s layout, less the sizes and the
+    row range)."""
+    (m, k), n = a.shape, b.shape[1]
+    arrays = (out.reshape(-1), _flat(a), _flat(b)) + ((bias,) if bias is not None else ())
+    p = [m, k, n, a.strides[0] // 4, a.strides[1] // 4, b.strides[0] // 4, n]
+    return arrays, p
+
+
+def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
+        epilogue: tuple[np.ndarray, bool] | None = None) -> bool:
+    """Adds ``out = relu?(a @ bm + bias)`` (``epilogue = (bias, relu)``: a float32 bias of one
+    value per column; None: the plain product) to the plan being built, split over kiln's
+    threads; False where :func:`suits` says no or the kernel does not build."""
+    if not suits(a, bm, out):
+        return False
+    bias, relu = epilogue if epilogue is not None else (None, False)
+    if bias is not None and (bias.shape != (out.shape[1],) or bias.dtype != np.float32
+                             or np.shares_memory(out, bias)):
+        return False
+    arrays, p = _arrays(a, bm, out, bias)
+    tag = ("_bias_relu" if relu else "_bias") if bias is not None else ""
+    n = out.shape[1]
+    return native.native_split(b, _name(n, bias is not None, relu),
+                               _make(n, bias is not None, relu), arrays, p,
+                               ranges=_ranges(*a.shape, out.shape[1]),
+                               label=f"{b.node.op}:dense{tag}")
+
+
+def prepare(a: np.ndarray, bm: np.ndarray,
+            out: np.ndarray) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None:
+    """A function ``run(a, bm, out)`` computing ``out = a @ bm`` on the native kernel split over
+    kiln's threads, for arrays shaped and laid out as these (the choice
+    ``linalg.build_matmul`` makes; the caller keeps to the layouts), or None where
+    :func:`suits` says no or the kernel does not build."""
+    if not suits(a, bm, out):
+        return None
+    arrays, p = _arrays(a, bm, out, None)
+    dims = [d for x in arrays for d in x.shape]
+    n = out.shape[1]
+    try:
+        make = _make(n, False, False)
+        k = native.kernel(f"{_name(n, False, False)} float32", ["float32"] * 3 + ["int64"],
+                          lambda symbol: make(symbol, "float32"))
+    except CodegenError:
+        return None
+    params = [np.array([*dims, *p, lo, hi], np.int64) for lo, hi in _ranges(*a.shape, n)]
+    entry = k.specialize((*arrays, params[0]))
+
+    def run(a: np.ndarray, bm: np.ndarray, out: np.ndarray) -> None:
+        flats = (out.reshape(-1), _flat(a), _flat(bm))
+        if len(params) == 1:
+            entry(*flats, params[0])
+        else:
+            threads.POOL.run([(entry, (*flats, q)) for q in params])
+
+    return run
+

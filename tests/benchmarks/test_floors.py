@@ -1,0 +1,55 @@
+"""benchmarks/floors.py: a floor's products run on what kiln's plans would run them on (kiln's
+Dense kernel where every product of the step takes it, else the BLAS; the BLAS always with
+KILN_BENCH_FLOOR_GEMM=blas), and compute the products they stand for."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from kiln.core.backends.cpu import conv, native, threads
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+try:
+    import floors
+finally:
+    sys.path.pop(0)
+
+NATIVE = native.enabled() and conv.TILE64
+
+
+def _calls(m, k, n, transposed=False):
+    rng = np.random.default_rng(m + k + n)
+    a = rng.normal(size=(k, m) if transposed else (m, k)).astype(np.float32)
+    b = rng.normal(size=(k, n)).astype(np.float32)
+    return (a.T if transposed else a), b, np.full((m, n), np.nan, np.float32)
+
+
+@pytest.mark.parametrize("force_blas", [False, True])
+def test_products_follow_kilns_choice_and_compute_the_product(force_blas, monkeypatch):
+    if force_blas:
+        monkeypatch.setenv("KILN_BENCH_FLOOR_GEMM", "blas")
+    calls = [_calls(256, 100, 512), _calls(256, 512, 10), _calls(300, 64, 256, True)]
+    fs = floors.products(calls)
+    native_run = not isinstance(fs[0], threads.MatmulCall)
+    assert native_run == (NATIVE and not force_blas)
+    for f, (a, b, out) in zip(fs, calls):
+        f(a, b, out)
+        np.testing.assert_allclose(out, a.astype(np.float64) @ b.astype(np.float64),
+                                   rtol=1e-4, atol=1e-3)
+
+
+def test_one_product_the_kernel_does_not_take_puts_all_on_blas():
+    calls = [_calls(256, 100, 512), _calls(64, 100, 512)]  # 64 rows: the kernel's too few
+    assert all(isinstance(f, threads.MatmulCall) for f in floors.products(calls))
+
+
+def test_the_mlp_floors_native_on_predict_only():
+    _, predict = floors.mlp_step(1024, predict=True)
+    _, train = floors.mlp_step(128, predict=False)
+    assert predict["native"] == NATIVE
+    assert not train["native"]  # its d @ W.T products: B by columns, the BLAS's

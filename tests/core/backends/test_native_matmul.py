@@ -1,0 +1,181 @@
+"""Dense layers' products on kiln's register-blocked kernel (native_matmul.py, chosen by
+linalg.dense where every product of a plan takes it) against the float64 product: row tails
+(M not a multiple of the block height or the chunk), column tails (wide blocks, 16-column
+blocks, a masked last vector, the narrow kernel under 16 columns), a transposed ``A``, the
+bias / ReLU epilogue (NaN and infinities as kiln's ReLU treats them), one thread or two
+(the same bits), the products it leaves to BLAS, and whole models: which plans take it and
+what they compute."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from step_recorder import StepRecorder
+
+import kiln
+from kiln.core.backends.cpu import conv, native, native_matmul, threads
+
+pytestmark = pytest.mark.skipif(not (native.enabled() and conv.TILE64),
+                                reason="needs the native path on an AVX-512 host")
+
+
+def _run(a, b, out, epilogue=None):
+    bld = StepRecorder()
+    assert native_matmul.add(bld, a, b, out, epilogue=epilogue)
+    assert not isinstance(bld.steps[0][0], threads.MatmulCall)
+    bld.run()
+    return bld.steps[0][2]
+
+
+def _reference(a, b, bias=None, relu=False):
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    if bias is not None:
+        want = want + bias.astype(np.float64)
+    if relu:
+        want = np.where(want <= 0, 0.0, want)  # NaN stays NaN
+    return want
+
+
+SHAPES = [
+    (128, 784, 512),   # the MLP's first layer at batch 128
+    (131, 100, 272),   # rows: blocks of 4 + 3; columns: 4 wide blocks of 64 + one of 16
+    (200, 37, 1024),   # 200 rows: 3 chunks of 64 + 8
+    (257, 64, 10),     # the narrow kernel: one masked vector of 10 columns, rows 16 x 16 + 1
+    (129, 5, 15),
+    (160, 3, 1),
+    (130, 1, 256),     # an inner dimension of one
+]
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+@pytest.mark.parametrize("m, k, n", SHAPES)
+def test_products_match_the_float64_product(parts, m, k, n, monkeypatch):
+    monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
+    monkeypatch.setattr(native_matmul, "SERIAL_WORK", 0)  # split even the small ones
+    rng = np.random.default_rng(m * n + k)
+    a = rng.normal(size=(m, k)).astype(np.float32)
+    b = rng.normal(size=(k, n)).astype(np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    _run(a, b, out)
+    np.testing.assert_allclose(out, _reference(a, b), rtol=1e-5, atol=1e-4 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("m, k, n", [(131, 100, 272), (257, 64, 10)])
+def test_one_thread_or_two_give_the_same_bits(m, k, n, monkeypatch):
+    monkeypatch.setattr(native_matmul, "SERIAL_WORK", 0)
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(m, k)).astype(np.float32)
+    b = rng.normal(size=(k, n)).astype(np.float32)
+    outs = []
+    for parts in (1, 2):
+        monkeypatch.setattr(threads, "kernel_threads", lambda parts=parts: parts)
+        outs.append(np.empty((m, n), np.float32))
+        _run(a, b, outs[-1])
+    assert np.array_equal(outs[0], outs[1])
+
+
+def test_a_transposed_a_is_read_through_its_strides():
+    # the kernel gradient's x.T: a view, no copy
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(64, 300)).astype(np.float32)
+    d = rng.normal(size=(64, 256)).astype(np.float32)
+    out = np.empty((300, 256), np.float32)
+    _run(x.T, d, out)
+    np.testing.assert_allclose(out, _reference(x.T, d), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("n", [272, 10])
+def test_the_bias_and_relu_epilogue(relu, n):
+    rng = np.random.default_rng(5)
+    a = rng.normal(size=(140, 33)).astype(np.float32)
+    b = rng.normal(size=(33, n)).astype(np.float32)
+    bias = rng.normal(size=n).astype(np.float32)
+    bias[1], bias[2], bias[3] = np.nan, np.inf, -np.inf
+    a[7] = 0.0  # row 7 of the product is 0: the bias alone
+    out = np.empty((140, n), np.float32)
+    label = _run(a, b, out, epilogue=(bias, relu))
+    assert label.endswith("_bias_relu" if relu else "_bias")
+    want = _reference(a, b, bias, relu)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)  # NaN where want is NaN
+    assert np.isnan(out[:, 1]).all()
+    if relu:
+        assert (out[:, 3] == 0).all() and (out[7] == np.where(bias <= 0, 0, bias)).sum() == n - 1
+    else:
+        assert (out[:, 3] == -np.inf).all()
+
+
+def _suits(a, b, out):
+    return native_matmul.suits(a, b, out)
+
+
+def test_the_products_it_leaves_to_blas():
+    rng = np.random.default_rng(6)
+    a = rng.normal(size=(256, 512)).astype(np.float32)
+    w = rng.normal(size=(512, 256)).astype(np.float32)
+    out = np.empty((256, 256), np.float32)
+    assert _suits(a, w, out)
+    assert not _suits(a.astype(np.float64), w.astype(np.float64), np.empty((256, 256)))
+    assert not _suits(a[:127], w, out[:127])                # under 128 rows
+    assert not _suits(a, w[:, :200], np.empty((256, 200), np.float32))  # 16 < N, N % 16
+    big = np.zeros((256, 1025), np.float32)
+    assert not _suits(big, np.zeros((1025, 256), np.float32), out)      # inner over 1024
+    assert not _suits(a[:, :256], np.ascontiguousarray(w[:256]).T, out)  # B by columns
+    assert not _suits(a, w, np.empty((256, 512), np.float32)[:, :256])  # out not contiguous
+    shared = np.zeros((256, 768), np.float32)
+    assert not _suits(shared[:, :512], w, shared[:, 512:])  # out overlaps A
+
+
+# ---- whole models -------------------------------------------------------------------------------
+def _mlp(activation="relu", use_bias=True):
+    kiln.utils.set_random_seed(0)
+    model = kiln.Sequential([kiln.layers.Input((100,)),
+                             kiln.layers.Dense(256, activation=activation, use_bias=use_bias),
+                             kiln.layers.Dense(10)])
+    model.compile("sgd", "mse")
+    return model
+
+
+def _forward(model, x, activation):
+    h = x.astype(np.float64)
+    for i, layer in enumerate(model.layers):
+        ws = [w.numpy().astype(np.float64) for w in layer.weights]
+        h = h @ ws[0] + (ws[1] if len(ws) > 1 else 0.0)
+        if i == 0 and activation == "relu":
+            h = np.maximum(h, 0.0)
+    return h
+
+
+def _labels(fn, feeds):
+    return [s.label for s in fn.program.plan(feeds).steps]
+
+
+@pytest.mark.parametrize("activation, use_bias, first", [
+    ("relu", True, "matmul:dense_bias_relu"),
+    (None, True, "matmul:dense_bias"),
+    ("relu", False, "matmul:dense"),  # no bias add to fuse: the ReLU stays a pass
+])
+def test_a_dense_stacks_predict_runs_on_the_kernel(activation, use_bias, first):
+    model = _mlp(activation, use_bias)
+    x = np.random.default_rng(7).normal(size=(300, 100)).astype(np.float32)
+    got = model.predict(x, batch_size=150, verbose=0)
+    np.testing.assert_allclose(got, _forward(model, x, activation), rtol=1e-4, atol=1e-4)
+    labels = _labels(model.predict_function, [x[:150]])
+    products = [s for s in labels if s.startswith("matmul")]
+    assert products[0] == first and products[1] == "matmul:dense_bias", labels
+    # new inputs in the same (bound) feed: the kernel reads them
+    got = model.predict(x[::-1].copy(), batch_size=150, verbose=0)
+    np.testing.assert_allclose(got[::-1], _forward(model, x, activation), rtol=1e-4, atol=1e-4)
+
+
+def test_a_batch_under_128_rows_and_a_training_step_stay_on_blas():
+    model = _mlp()
+    x = np.random.default_rng(8).normal(size=(256, 100)).astype(np.float32)
+    y = np.zeros((256, 10), np.float32)
+    got = model.predict(x, batch_size=100, verbose=0)  # batches of 100 and 56 rows
+    np.testing.assert_allclose(got, _forward(model, x, "relu"), rtol=1e-4, atol=1e-4)
+    assert not any("dense" in s for s in _labels(model.predict_function, [x[:100]]))
+    model.fit(x, y, batch_size=128, epochs=1, verbose=0)
+    # the training plan calls BLAS (its input gradients' d @ W.T): its products all do
+    labels = _labels(model.train_function, [x[:128], y[:128]])
+    assert any(s == "matmul" for s in labels) and not any("dense" in s for s in labels)
