@@ -18,11 +18,13 @@ Measures, on this machine:
    step's ``threads.MatmulCall``: the private OpenBLAS whose worker threads kiln places)
    against NumPy's own OpenBLAS (``np.matmul``), alternated, and how many calls stalled
    (took over 2 ms more than back to back); then an MLP's ``predict`` and
-   ``train_on_batch`` after a pause, its products on either.
+   ``train_on_batch`` after a pause, its products on either;
+6. (``--phases``) the MLP's training step against its GEMMs alone, round by round (the host's
+   fast and slow phases).
 
 Usage::
 
-    python benchmarks/bench_overhead.py [--parallel | --pool | --blas]
+    python benchmarks/bench_overhead.py [--parallel | --pool | --blas | --phases]
 """
 
 from __future__ import annotations
@@ -258,9 +260,12 @@ def mlp_calls_after_pause(pause: float = 0.2, calls: int = 20) -> dict:
     """The MLP 784-512-256-10's ``predict`` on 256 samples and ``train_on_batch`` on 128, each
     right after ``pause`` s idle: median and 90th-percentile ms with the products on the
     placed copy (kiln's way), against the same calls of a second model whose products go to
-    NumPy's own instance (``blas.singles`` answering None while it runs)."""
+    NumPy's own instance (``blas.singles`` answering None while it runs). Both models' Dense
+    products are BLAS's here (kiln's own kernel off: its ``predict`` would take it)."""
     import kiln
-    from kiln.core.backends.cpu import blas
+    from kiln.core.backends.cpu import blas, native_matmul
+
+    native_matmul.ENABLED = False
 
     rng = np.random.default_rng(0)
     x = rng.random((256, 784), dtype=np.float32)
@@ -297,8 +302,45 @@ def mlp_calls_after_pause(pause: float = 0.2, calls: int = 20) -> dict:
                 t0 = time.perf_counter()
                 f()
                 times[f"{name}_{side}"].append((time.perf_counter() - t0) * 1e3)
+    native_matmul.ENABLED = True
     return {k: {"median_ms": round(statistics.median(v), 2),
                 "p90_ms": round(sorted(v)[int(0.9 * len(v))], 2)} for k, v in times.items()}
+
+
+def train_step_phases(rounds: int = 25, steps: int = 80) -> dict:
+    """The MLP 784-512-256-10's training step (SGD momentum, batch 128: the plan's kernel
+    calls, as ``fit`` runs them) against its GEMMs alone (``floors.mlp_step``), alternated in
+    rounds of ``steps`` steps: us per step and the ratio, round by round. The host's speed
+    swings between phases within seconds; the ratio shows what the step does besides its
+    GEMMs in each (docs/architecture.md, "Dense products")."""
+    import floors
+
+    import kiln
+
+    rng = np.random.default_rng(0)
+    x = rng.random((128, 784), dtype=np.float32)
+    y = rng.integers(0, 10, 128).astype(np.int32)
+    m = kiln.Sequential([kiln.Input((784,)), kiln.layers.Dense(512, activation="relu"),
+                         kiln.layers.Dense(256, activation="relu"),
+                         kiln.layers.Dense(10, activation="softmax")])
+    m.compile(kiln.optimizers.SGD(0.01, momentum=0.9), "sparse_categorical_crossentropy")
+    m.train_on_batch(x, y)
+    calls = m.train_function.program.plan([x, y]).calls
+    floor, _ = floors.mlp_step(128, predict=False)
+    out: dict[str, dict] = {}
+    for r in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            for fn, args in calls:
+                fn(*args)
+        t1 = time.perf_counter()
+        for _ in range(steps):
+            floor(x, y)
+        t2 = time.perf_counter()
+        step, gemms = (t1 - t0) / steps * 1e6, (t2 - t1) / steps * 1e6
+        out[f"round_{r}"] = {"step_us": round(step), "gemms_us": round(gemms),
+                             "ratio": round(step / gemms, 3)}
+    return out
 
 
 def _print_rows(res: dict) -> None:
@@ -314,6 +356,9 @@ def main() -> int:
         return 0
     if "--pool" in sys.argv:
         _print_rows(pool_after_pause())
+        return 0
+    if "--phases" in sys.argv:
+        _print_rows(train_step_phases())
         return 0
     if "--parallel" in sys.argv:
         res = parallel_threshold()

@@ -179,3 +179,29 @@ def test_a_batch_under_128_rows_and_a_training_step_stay_on_blas():
     # the training plan calls BLAS (its input gradients' d @ W.T): its products all do
     labels = _labels(model.train_function, [x[:128], y[:128]])
     assert any(s == "matmul" for s in labels) and not any("dense" in s for s in labels)
+
+
+def test_threads_predicting_at_once_get_the_serial_results():
+    # each call takes a plan of its own (spares: docs/architecture.md "Threads"), its kernel
+    # parts on the shared pool
+    import threading
+
+    model = _mlp()
+    rng = np.random.default_rng(9)
+    xs = [rng.normal(size=(256, 100)).astype(np.float32) for _ in range(4)]
+    wants = [model.predict_on_batch(x) for x in xs]
+    assert any("dense" in s for s in _labels(model.predict_function, [xs[0]]))
+    bad = []
+
+    def work(k):
+        for j in range(15):
+            v = (j + k) % 4
+            if not np.array_equal(model.predict_on_batch(xs[v]), wants[v]):
+                bad.append((k, j))
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not bad
