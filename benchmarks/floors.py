@@ -43,20 +43,19 @@ def step_gemm() -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
 
 
 def products(calls: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
-             ) -> list[Callable[[np.ndarray, np.ndarray, np.ndarray], None]]:
+             ) -> tuple[list[Callable[[np.ndarray, np.ndarray, np.ndarray], None]], bool]:
     """One GEMM ``f(a, b, out)`` per product ``(a, b, out)`` of a step (arrays laid out as the
-    step's), on what kiln's plans would run them: kiln's own kernel
-    (kiln/core/backends/cpu/native_matmul.py) for every one where each takes it (a plan's
-    Dense products take it only then: ``linalg.products_native``), else a plan step's BLAS
-    GEMM (:func:`step_gemm`) for all (always with ``KILN_BENCH_FLOOR_GEMM=blas``)."""
+    step's), on what kiln's plans would run them, and whether that is kiln's kernel: its own
+    kernel (kiln/core/backends/cpu/native_matmul.py) for every one where each takes it (a
+    plan's Dense products take it only then: ``linalg.products_native``), else a plan step's
+    BLAS GEMM (:func:`step_gemm`) for all (always with ``KILN_BENCH_FLOOR_GEMM=blas``)."""
     from kiln.core.backends.cpu import native_matmul
 
-    if os.environ.get("KILN_BENCH_FLOOR_GEMM", "kiln") == "blas":
-        return [step_gemm() for _ in calls]
-    native = [native_matmul.prepare(a, b, out) for a, b, out in calls]
-    if all(f is not None for f in native):
-        return native
-    return [step_gemm() for _ in calls]
+    if os.environ.get("KILN_BENCH_FLOOR_GEMM", "kiln") != "blas":
+        native = [native_matmul.prepare(a, b, out) for a, b, out in calls]
+        if all(f is not None for f in native):
+            return native, True
+    return [step_gemm() for _ in calls], False
 
 
 def mlp_step(batch: int, predict: bool) -> tuple[Callable[[Any, Any], Any], dict]:
@@ -80,8 +79,7 @@ def mlp_step(batch: int, predict: bool) -> tuple[Callable[[Any, Any], Any], dict
         # transposed operands views made once (the batch's, per batch)
         calls += list(zip([h.T for h in ins], ds, dws)) + list(zip(ds[1:], [w.T for w in
                                                                             ws[1:]], ds))
-    fs = products(calls)
-    native = not isinstance(fs[0], type(step_gemm()))
+    fs, native = products(calls)
 
     def forward(xb: np.ndarray) -> np.ndarray:
         h = xb
@@ -182,7 +180,7 @@ def gemms_of(shape: tuple[int, ...], layers: list[tuple], batch: int) -> list[Ge
 
 def gemm_step(gemms: list[Gemm], train: bool) -> tuple[Callable[[Any, Any], Any], dict]:
     """A floor's step: exactly the GEMMs of ``gemms`` (forward, then for ``train`` the
-    backward ones, last layer first), float32, each a plan step's GEMM (:func:`step_gemm`),
+    backward ones, last layer first), float32, on what kiln's plans run them (:func:`products`),
     preallocated operands and outputs (shared between layers of the same shapes), nothing
     else."""
     rng = np.random.default_rng(1)
@@ -212,11 +210,10 @@ def gemm_step(gemms: list[Gemm], train: bool) -> tuple[Callable[[Any, Any], Any]
                              else (y, w.T, buf("dcols", (g.m, g.k))))
             backward = grads + backward
     calls += backward
-    fs = products(calls)
+    fs, native = products(calls)
 
     def step(xb: np.ndarray, yb: np.ndarray) -> None:
         for f, (a, b, out) in zip(fs, calls):
             f(a, b, out)
 
-    return step, {"gemms": [(a.shape, b.shape) for a, b, _ in calls],
-                  "native": not isinstance(fs[0], type(step_gemm()))}
+    return step, {"gemms": [(a.shape, b.shape) for a, b, _ in calls], "native": native}

@@ -34,9 +34,9 @@ def test_products_follow_kilns_choice_and_compute_the_product(force_blas, monkey
     if force_blas:
         monkeypatch.setenv("KILN_BENCH_FLOOR_GEMM", "blas")
     calls = [_calls(256, 100, 512), _calls(256, 512, 10), _calls(300, 64, 256, True)]
-    fs = floors.products(calls)
-    native_run = not isinstance(fs[0], threads.MatmulCall)
+    fs, native_run = floors.products(calls)
     assert native_run == (NATIVE and not force_blas)
+    assert native_run == (not any(isinstance(f, threads.MatmulCall) for f in fs))
     for f, (a, b, out) in zip(fs, calls):
         f(a, b, out)
         np.testing.assert_allclose(out, a.astype(np.float64) @ b.astype(np.float64),
@@ -45,7 +45,8 @@ def test_products_follow_kilns_choice_and_compute_the_product(force_blas, monkey
 
 def test_one_product_the_kernel_does_not_take_puts_all_on_blas():
     calls = [_calls(256, 100, 512), _calls(64, 100, 512)]  # 64 rows: the kernel's too few
-    assert all(isinstance(f, threads.MatmulCall) for f in floors.products(calls))
+    fs, native_run = floors.products(calls)
+    assert not native_run and all(isinstance(f, threads.MatmulCall) for f in fs)
 
 
 def test_the_mlp_floors_native_on_predict_only():

@@ -105,25 +105,22 @@ def test_the_bias_and_relu_epilogue(relu, n):
         assert (out[:, 3] == -np.inf).all()
 
 
-def _suits(a, b, out):
-    return native_matmul.suits(a, b, out)
-
-
 def test_the_products_it_leaves_to_blas():
+    suits = native_matmul.suits
     rng = np.random.default_rng(6)
     a = rng.normal(size=(256, 512)).astype(np.float32)
     w = rng.normal(size=(512, 256)).astype(np.float32)
     out = np.empty((256, 256), np.float32)
-    assert _suits(a, w, out)
-    assert not _suits(a.astype(np.float64), w.astype(np.float64), np.empty((256, 256)))
-    assert not _suits(a[:127], w, out[:127])                # under 128 rows
-    assert not _suits(a, w[:, :200], np.empty((256, 200), np.float32))  # 16 < N, N % 16
+    assert suits(a, w, out)
+    assert not suits(a.astype(np.float64), w.astype(np.float64), np.empty((256, 256)))
+    assert not suits(a[:127], w, out[:127])                # under 128 rows
+    assert not suits(a, w[:, :200], np.empty((256, 200), np.float32))  # 16 < N, N % 16
     big = np.zeros((256, 1025), np.float32)
-    assert not _suits(big, np.zeros((1025, 256), np.float32), out)      # inner over 1024
-    assert not _suits(a[:, :256], np.ascontiguousarray(w[:256]).T, out)  # B by columns
-    assert not _suits(a, w, np.empty((256, 512), np.float32)[:, :256])  # out not contiguous
+    assert not suits(big, np.zeros((1025, 256), np.float32), out)      # inner over 1024
+    assert not suits(a[:, :256], np.ascontiguousarray(w[:256]).T, out)  # B by columns
+    assert not suits(a, w, np.empty((256, 512), np.float32)[:, :256])  # out not contiguous
     shared = np.zeros((256, 768), np.float32)
-    assert not _suits(shared[:, :512], w, shared[:, 512:])  # out overlaps A
+    assert not suits(shared[:, :512], w, shared[:, 512:])  # out overlaps A
 
 
 # ---- whole models -------------------------------------------------------------------------------

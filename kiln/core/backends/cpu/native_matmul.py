@@ -30,7 +30,6 @@ from collections.abc import Callable
 import numpy as np
 
 from kiln.core.backends.cpu import native, native_gemm, threads
-from kiln.core.backends.cpu.codegen import CodegenError
 
 LANES = 16
 BLOCK = (4, 4)          # rows x vectors: 16 accumulators, 4 B vectors and a broadcast (of 32)
@@ -139,32 +138,27 @@ def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
                                label=f"{b.node.op}:dense{tag}")
 
 
+class _Step:
+    """Takes the one step :func:`add` adds (a plan builder's ``add`` and ``node.op``)."""
+
+    class node:
+        op = "matmul"
+
+    def add(self, fn: Callable, args: tuple, label: str | None = None) -> None:
+        self.fn, self.args = fn, args
+
+
 def prepare(a: np.ndarray, bm: np.ndarray,
             out: np.ndarray) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None:
-    """A function ``run(a, bm, out)`` computing ``out = a @ bm`` on the native kernel split over
-    kiln's threads, for arrays shaped and laid out as these (the choice
-    ``linalg.build_matmul`` makes; the caller keeps to the layouts), or None where
-    :func:`suits` says no or the kernel does not build."""
-    if not suits(a, bm, out):
+    """A function ``run(a, bm, out)`` computing ``out = a @ bm`` as the step :func:`add` makes
+    (the native kernel split over kiln's threads), for arrays shaped and laid out as these
+    (the caller keeps to the layouts), or None where :func:`add` makes none."""
+    step = _Step()
+    if not add(step, a, bm, out):
         return None
-    arrays, p = _arrays(a, bm, out, None)
-    dims = [d for x in arrays for d in x.shape]
-    n = out.shape[1]
-    try:
-        make = _make(n, False, False)
-        k = native.kernel(f"{_name(n, False, False)} float32", ["float32"] * 3 + ["int64"],
-                          lambda symbol: make(symbol, "float32"))
-    except CodegenError:
-        return None
-    params = [np.array([*dims, *p, lo, hi], np.int64) for lo, hi in _ranges(*a.shape, n)]
-    entry = k.specialize((*arrays, params[0]))
+    fn, params = step.fn, step.args[-1]
 
     def run(a: np.ndarray, bm: np.ndarray, out: np.ndarray) -> None:
-        flats = (out.reshape(-1), _flat(a), _flat(bm))
-        if len(params) == 1:
-            entry(*flats, params[0])
-        else:
-            threads.POOL.run([(entry, (*flats, q)) for q in params])
+        fn(out.reshape(-1), _flat(a), _flat(bm), params)
 
     return run
-

@@ -33,8 +33,11 @@ import ctypes
 import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 BLAS_TIMEOUT = 20  # 2^20 cycles: ~0.35 ms at 3 GHz
 
@@ -101,8 +104,6 @@ def matmul(a: Any, b: Any, out: Any) -> None:
     """``out = a @ b`` under kiln's process-wide GEMM lock (see above): through
     :func:`kiln.core.backends.cpu.blas.matmul` (kiln's private OpenBLAS: batches split over
     kiln's threads, better kernels where NumPy's picked slower ones), else ``np.matmul``."""
-    import numpy as np
-
     from kiln.core.backends.cpu import blas
 
     with _GEMM_LOCK:
@@ -138,10 +139,6 @@ class _KeptCall:
             return None
         if seen[0]() is a or self._single is NUMPY:
             return self._single
-        import weakref
-
-        import numpy as np
-
         if np.may_share_memory(a, out):
             return None
         lib, fn, args = self._single
@@ -151,8 +148,6 @@ class _KeptCall:
 
     def _keep(self, a: Any, b: Any, out: Any, single: tuple | None) -> None:
         """Keeps ``single`` (a BLAS call, or :data:`NUMPY`) for these arrays; None: nothing."""
-        import weakref
-
         if single is None:
             self._seen = None
             return
@@ -170,8 +165,6 @@ class MatmulCall(_KeptCall):
     __slots__ = ()
 
     def __call__(self, a: Any, b: Any, out: Any) -> None:
-        import numpy as np
-
         from kiln.core.backends.cpu import blas
 
         with _GEMM_LOCK:
@@ -196,8 +189,6 @@ class GemmCall(_KeptCall):
     __slots__ = ()
 
     def __call__(self, a: Any, b: Any, c: Any, alpha: Any, beta: Any, out: Any) -> None:
-        import numpy as np
-
         from kiln.core.backends.cpu import blas
 
         al, be = alpha.item(), beta.item()
@@ -225,8 +216,6 @@ def gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, out: Any) -> None:
     where no BLAS takes it, or ``alpha`` or ``beta`` is 0 (BLAS would skip that operand, and a
     NaN in it would not reach the result as it does in ``0 * NaN``), NumPy in the reference's
     order."""
-    import numpy as np
-
     from kiln.core.backends.cpu import blas
 
     al, be = alpha.item(), beta.item()
@@ -244,8 +233,6 @@ def gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, out: Any) -> None:
 def axpy(x: Any, out: Any) -> None:
     """``out += x`` for two contiguous float arrays of one shape, by BLAS's axpy (alpha 1: the
     same bits as the add) under the GEMM lock; NumPy's add where no OpenBLAS is at hand."""
-    import numpy as np
-
     from kiln.core.backends.cpu import blas
 
     with _GEMM_LOCK:
