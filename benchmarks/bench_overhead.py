@@ -20,11 +20,15 @@ Measures, on this machine:
    (took over 2 ms more than back to back); then an MLP's ``predict`` and
    ``train_on_batch`` after a pause, its products on either;
 6. (``--phases``) the MLP's training step against its GEMMs alone, round by round (the host's
-   fast and slow phases).
+   fast and slow phases);
+7. (``--spin``) split calls of native kernels on the spin pool (workers waiting in native
+   code, kiln/core/backends/cpu/spin_pool.py) against the same calls on the Python pool:
+   kiln's Dense kernel on products of a few microseconds to a few hundred, alternated in
+   blocks, median us a call.
 
 Usage::
 
-    python benchmarks/bench_overhead.py [--parallel | --pool | --blas | --phases]
+    python benchmarks/bench_overhead.py [--parallel | --pool | --blas | --phases | --spin]
 """
 
 from __future__ import annotations
@@ -350,7 +354,62 @@ def _print_rows(res: dict) -> None:
     print("JSON " + json.dumps(res))
 
 
+SPIN_SHAPES = ((128, 128, 256), (256, 128, 256), (512, 128, 256), (128, 784, 512))
+
+
+def spin_split_calls(blocks: int = 40, per_block: int = 25) -> dict:
+    """Median us a call of kiln's Dense kernel split in two parts (``native_matmul.add``: a
+    ``threads.SplitCall``), its parts on the spin pool and on the Python pool
+    (``threads.POOL``), alternated in blocks whose first call is not counted."""
+    from kiln.core.backends.cpu import native_matmul, threads
+
+    class Steps:
+        class node:
+            op = "matmul"
+
+        def add(self, fn: Callable, args: tuple, label: str | None = None) -> None:
+            self.fn, self.args = fn, args
+
+    out = {}
+    for m, k, n in SPIN_SHAPES:
+        rng = np.random.default_rng(m + k + n)
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        c = np.empty((m, n), np.float32)
+        spin, python = Steps(), Steps()
+        saved = native_matmul.SERIAL_WORK
+        native_matmul.SERIAL_WORK = 0  # split even the smallest
+        try:
+            if not (native_matmul.add(spin, a, b, c) and native_matmul.add(python, a, b, c)):
+                out[f"{m}x{k}x{n}"] = {"note": "not taken by the kernel (no AVX-512?)"}
+                continue
+        finally:
+            native_matmul.SERIAL_WORK = saved
+        if not isinstance(python.fn, threads.SplitCall):
+            out[f"{m}x{k}x{n}"] = {"note": "one thread only"}
+            continue
+        spin.fn(*spin.args)
+        bound = spin.fn._native is not None
+        python.fn._for, python.fn._native = python.fn.entry, None  # the Python pool's way
+        times: dict[str, list[float]] = {"spin": [], "python": []}
+        for _ in range(blocks):
+            for name, step in (("spin", spin), ("python", python)):
+                for i in range(per_block):
+                    t0 = time.perf_counter()
+                    step.fn(*step.args)
+                    if i:
+                        times[name].append(time.perf_counter() - t0)
+        row = {k: round(statistics.median(v) * 1e6, 1) for k, v in times.items()}
+        row["python_over_spin"] = round(row["python"] / row["spin"], 2)
+        row["spin_pool_bound"] = bound
+        out[f"{m}x{k}x{n}"] = row
+    return out
+
+
 def main() -> int:
+    if "--spin" in sys.argv:
+        _print_rows(spin_split_calls())
+        return 0
     if "--blas" in sys.argv:
         _print_rows({**blas_after_pause(), "mlp": mlp_calls_after_pause()})
         return 0

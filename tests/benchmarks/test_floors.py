@@ -1,6 +1,7 @@
 """benchmarks/floors.py: a floor's products run on what kiln's plans would run them on (kiln's
-Dense kernel where every product of the step takes it, else the BLAS; the BLAS always with
-KILN_BENCH_FLOOR_GEMM=blas), and compute the products they stand for."""
+Dense kernel where every product of the step takes it, a transposed ``B`` laid out once
+beforehand, else the BLAS; the BLAS always with KILN_BENCH_FLOOR_GEMM=blas), and compute the
+products they stand for."""
 
 from __future__ import annotations
 
@@ -49,8 +50,22 @@ def test_one_product_the_kernel_does_not_take_puts_all_on_blas():
     assert not native_run and all(isinstance(f, threads.MatmulCall) for f in fs)
 
 
-def test_the_mlp_floors_native_on_predict_only():
+def test_the_mlp_floors_follow_kilns_plans():
+    # kiln's training plan takes every product of the MLP step too (d @ W.T after laying W.T
+    # out): so does the floor, with W.T laid out once beforehand (the products alone)
     _, predict = floors.mlp_step(1024, predict=True)
     _, train = floors.mlp_step(128, predict=False)
     assert predict["native"] == NATIVE
-    assert not train["native"]  # its d @ W.T products: B by columns, the BLAS's
+    assert train["native"] == NATIVE
+
+
+def test_a_transposed_b_is_laid_out_once():
+    rng = np.random.default_rng(5)
+    w = rng.normal(size=(512, 256)).astype(np.float32)
+    d = rng.normal(size=(128, 256)).astype(np.float32)
+    out = np.full((128, 512), np.nan, np.float32)
+    fs, native_run = floors.products([(d, w.T, out)])
+    assert native_run == NATIVE
+    fs[0](d, w.T, out)
+    np.testing.assert_allclose(out, d.astype(np.float64) @ w.T.astype(np.float64),
+                               rtol=1e-4, atol=1e-3)

@@ -165,7 +165,7 @@ def test_a_dense_stacks_predict_runs_on_the_kernel(activation, use_bias, first):
     np.testing.assert_allclose(got[::-1], _forward(model, x, activation), rtol=1e-4, atol=1e-4)
 
 
-def test_a_batch_under_128_rows_and_a_training_step_stay_on_blas():
+def test_a_batch_under_128_rows_and_a_training_step_with_a_small_product_stay_on_blas():
     model = _mlp()
     x = np.random.default_rng(8).normal(size=(256, 100)).astype(np.float32)
     y = np.zeros((256, 10), np.float32)
@@ -173,7 +173,8 @@ def test_a_batch_under_128_rows_and_a_training_step_stay_on_blas():
     np.testing.assert_allclose(got, _forward(model, x, "relu"), rtol=1e-4, atol=1e-4)
     assert not any("dense" in s for s in _labels(model.predict_function, [x[:100]]))
     model.fit(x, y, batch_size=128, epochs=1, verbose=0)
-    # the training plan calls BLAS (its input gradients' d @ W.T): its products all do
+    # the kernel gradient x.T @ d has 100 rows (the kernel takes 128 or more): the plan
+    # calls BLAS for it, so its products all do
     labels = _labels(model.train_function, [x[:128], y[:128]])
     assert any(s == "matmul" for s in labels) and not any("dense" in s for s in labels)
 
@@ -202,3 +203,123 @@ def test_threads_predicting_at_once_get_the_serial_results():
     for t in ts:
         t.join()
     assert not bad
+
+
+# ---- training steps: d @ W.T, the gemm update, the weights' update -----------------------------
+@pytest.mark.parametrize("r, c", [(512, 256), (37, 53), (16, 16), (1, 300), (300, 1), (130, 10)])
+@pytest.mark.parametrize("parts", [1, 2])
+def test_the_transpose_kernel(r, c, parts, monkeypatch):
+    monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
+    monkeypatch.setattr(native_matmul, "TRANSPOSE_SPLIT", 0)
+    src = np.random.default_rng(r * c).normal(size=(r, c)).astype(np.float32)
+    dst = np.full((c, r), np.nan, np.float32)
+    bld = StepRecorder()
+    assert native_matmul.add_transpose(bld, src, dst)
+    bld.run()
+    assert np.array_equal(dst, src.T)
+
+
+@pytest.mark.parametrize("m, k, n", [(128, 256, 512), (131, 37, 272), (256, 100, 5),
+                                     (128, 1, 256)])
+def test_a_transposed_b_is_laid_out_first(m, k, n, monkeypatch):
+    # d @ W.T (an input gradient): W.T is copied into the kernel's layout by a step before
+    monkeypatch.setattr(native_matmul, "SERIAL_WORK", 0)
+    rng = np.random.default_rng(m + k + n)
+    w = rng.normal(size=(n, k)).astype(np.float32)
+    d = rng.normal(size=(m, k)).astype(np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    assert not native_matmul.suits(d, w.T, out) and native_matmul.suits(d, w.T, out, True)
+    bld = StepRecorder()
+    assert native_matmul.add(bld, d, w.T, out)
+    assert [s[2] for s in bld.steps] == ["test:transpose", "test:dense"]
+    bld.run()
+    np.testing.assert_allclose(out, _reference(d, w.T), rtol=1e-5, atol=1e-4 * np.sqrt(k))
+    w[:] = rng.normal(size=w.shape)  # a new W (the next step's weights): copied again
+    bld.run()
+    np.testing.assert_allclose(out, _reference(d, w.T), rtol=1e-5, atol=1e-4 * np.sqrt(k))
+
+
+def _gemm_reference(a, b, c, alpha, beta):
+    return float(alpha) * (a.astype(np.float64) @ b.astype(np.float64)) + float(beta) * c
+
+
+@pytest.mark.parametrize("m, k, n", [(784, 128, 512), (256, 128, 10), (131, 7, 272)])
+@pytest.mark.parametrize("apply", [False, True])
+def test_the_gemm_update_epilogue(m, k, n, apply):
+    # v = alpha * (h.T @ d) + beta * v in place, alpha and beta read at each call; with
+    # ``apply`` then w += v (SGD momentum's weights), one rounded add: the same bits as the
+    # add kernel it replaces
+    rng = np.random.default_rng(m * k + n)
+    h = rng.normal(size=(k, m)).astype(np.float32)
+    d = rng.normal(size=(k, n)).astype(np.float32)
+    v = rng.normal(size=(m, n)).astype(np.float32)
+    w = rng.normal(size=(m, n)).astype(np.float32)
+    alpha, beta = np.array(-0.01, np.float32), np.array(0.9, np.float32)
+    bld = StepRecorder()
+    update = (alpha, beta, w) if apply else (alpha, beta)
+    assert native_matmul.add(bld, h.T, d, v, update=update)
+    assert bld.steps[-1][2] == ("test:dense_update_apply" if apply else "test:dense_update")
+    for a_, b_ in ((-0.01, 0.9), (0.5, 1.0), (-1.0, 0.0)):
+        alpha[...], beta[...] = a_, b_
+        want = _gemm_reference(h.T, d, v.astype(np.float64), a_, b_)
+        w0 = w.copy()
+        bld.run()
+        np.testing.assert_allclose(v, want, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+        if apply:
+            assert np.array_equal(w, w0 + v)
+        else:
+            assert np.array_equal(w, w0)
+
+
+def test_the_gemm_update_keeps_nan_and_infinities():
+    # beta * NaN is NaN, 0 * inf is NaN: the reference's order (no term is skipped)
+    rng = np.random.default_rng(12)
+    h = rng.normal(size=(64, 256)).astype(np.float32)
+    d = rng.normal(size=(64, 256)).astype(np.float32)
+    v = np.zeros((256, 256), np.float32)
+    v[0, 0], v[1, 1], v[2, 2] = np.nan, np.inf, -np.inf
+    alpha, beta = np.array(1.0, np.float32), np.array(0.0, np.float32)
+    bld = StepRecorder()
+    assert native_matmul.add(bld, h.T, d, v, update=(alpha, beta))
+    bld.run()
+    assert np.isnan(v[0, 0]) and np.isnan(v[1, 1]) and np.isnan(v[2, 2])
+    assert np.isfinite(v[3:]).all()
+
+
+def _train_mlp(optimizer, native_on, monkeypatch, steps=2):
+    # two steps: the second updates with a velocity (a third may already flip a ReLU whose
+    # input is within rounding of 0, after which any two correct implementations differ)
+    monkeypatch.setattr(native_matmul, "ENABLED", native_on)
+    kiln.utils.set_random_seed(1)
+    model = kiln.Sequential([kiln.layers.Input((160,)),
+                             kiln.layers.Dense(512, activation="relu"),
+                             kiln.layers.Dense(256, activation="relu"),
+                             kiln.layers.Dense(10)])
+    model.compile(optimizer(), "sparse_categorical_crossentropy")
+    rng = np.random.default_rng(13)
+    x = (0.3 * rng.normal(size=(128 * steps, 160))).astype(np.float32)
+    y = rng.integers(0, 10, size=128 * steps).astype(np.int32)
+    model.fit(x, y, batch_size=128, epochs=1, verbose=0, shuffle=False)
+    labels = _labels(model.train_function, [x[:128], y[:128]])
+    return [w.numpy().copy() for w in model.weights], labels
+
+
+@pytest.mark.parametrize("optimizer, fused", [
+    (lambda: kiln.optimizers.SGD(0.001, momentum=0.9), True),
+    (lambda: kiln.optimizers.SGD(0.001), False),
+])
+def test_a_dense_stacks_training_step_runs_on_the_kernel(optimizer, fused, monkeypatch):
+    got, labels = _train_mlp(optimizer, True, monkeypatch)
+    want, blas_labels = _train_mlp(optimizer, False, monkeypatch)
+    assert not any("dense" in s for s in blas_labels)
+    # every product on the kernel: forward with its epilogues, d @ W.T after a transpose,
+    # the kernel gradients as gemm updates; no BLAS call (no axpy) in the plan
+    assert "matmul:dense_bias_relu" in labels and "matmul:transpose" in labels, labels
+    assert not any(s in ("matmul", "gemm", "add(axpy)") for s in labels), labels
+    updates = [s for s in labels if s.startswith("gemm:")]
+    # with momentum the first layer's w += v is the epilogue of its velocity's gemm (nothing
+    # reads W1 after it); W2 is read by d2 @ W2.T after its gemm: its add stays a kernel
+    assert ("gemm:dense_update_apply" in updates) == fused, labels
+    assert len(updates) == 2, labels  # the 256 x 10 kernel's is too small for a gemm
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from kiln.core.backends.cpu import threads
+from kiln.core.backends.cpu import spin_pool, threads
 
 # Core names whose kernels are AVX2 at most; the cores KILN_BLAS may name, with the CPU
 # features their kernels use (LLVM's names).
@@ -308,6 +308,7 @@ def place(lib: Library) -> None:
     0.2-4 ms, about one time in two (docs/architecture.md, "BLAS"). Only the copy's own
     threads are touched: they exist for kiln's GEMMs alone. Nothing moves in a forked child
     (its thread ids are not these)."""
+    spin_pool.POOL.park()
     if not lib.placeable or lib.pid != os.getpid():
         return
     if lib.stale:

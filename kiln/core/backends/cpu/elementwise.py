@@ -52,6 +52,7 @@ MIN_RANK = 1
 # (12 interleaved epochs, one process), and no workload of bench_suite.py slower
 # (convnet, wide MLP, text classifier, Conv1D: 0.96-1.00x, 10 pairs each).
 PARALLEL_MIN_BYTES = 16 << 20
+SPIN_MIN_BYTES = 512 << 10
 _kernels: dict[LoopSpec, jit.Kernel] = {}
 
 
@@ -131,6 +132,10 @@ def _axpy(b, node: Node) -> bool:
     if node.dtype not in ("float32", "float64") or any(d is None for d in node.shape):
         return False
     if int(np.prod(node.shape)) < AXPY_MIN_ELEMENTS:
+        return False
+    from kiln.core.backends.cpu.linalg import products_native
+
+    if products_native(b):  # a plan without BLAS calls: OpenBLAS's threads stay asleep
         return False
     out = b.out(node)
     if not out.flags.c_contiguous:
@@ -241,13 +246,15 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
     p = np.asarray(params, dtype=np.int64)
     args = (out.flat, *[e.flat for _, e in extras], *[r.flat for r in reductions],
             *[i.flat for i in ins], p)
-    entry = loop_kernel(spec).specialize(args)
+    kernel = loop_kernel(spec)
+    entry = kernel.specialize(args)
     n_threads = threads.kernel_threads()
     # threads take the outermost real (not padding) loop; the choice is made on the static
     # shape (unknown dims counted as PLANNER_BATCH), so it does not depend on the batch size
     d = nest.padded
     if (n_threads > 1 and d < nest.rank and nest.sizes[d] > 1
-            and size * _bytes_per_element(out, extras, ins, classes) >= PARALLEL_MIN_BYTES):
+            and size * _bytes_per_element(out, extras, ins, classes) >= _min_bytes(
+                b, kernel, red is None)):
         ranges = threads.chunks(nest.sizes[d], n_threads)
         parts = [_part(p, nest.rank, len(ins), len(extras), d, lo, hi, red is not None,
                        len(reductions)) for lo, hi in ranges]
@@ -259,6 +266,20 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
                              len(extras), params_length(nest.rank, len(ins), len(extras), True))
     else:
         b.add(entry, args, label=name)
+
+
+def _min_bytes(b, kernel, plain: bool) -> int:
+    """The bytes a loop moves from which its threads split it: :data:`SPIN_MIN_BYTES` for a
+    native loop without a reduction in a plan without BLAS calls (its parts go to the spin
+    pool, which hands them over in ~2 us, and no OpenBLAS thread spins on the other core:
+    ``linalg.products_native``), else :data:`PARALLEL_MIN_BYTES`."""
+    from kiln.core.backends.cpu import spin_pool
+    from kiln.core.backends.cpu.linalg import products_native
+
+    if (plain and spin_pool.ENABLED and isinstance(kernel, native.NativeKernel)
+            and products_native(b)):
+        return min(SPIN_MIN_BYTES, PARALLEL_MIN_BYTES)
+    return PARALLEL_MIN_BYTES
 
 
 # The binary ops that combine partial reductions (NaN-propagating like the kernels' max/min).

@@ -9,6 +9,8 @@ matrix-vector product (one output column: a multiply with a sum epilogue).
 
 from __future__ import annotations
 
+import numpy as np
+
 from kiln.core.backends.cpu import threads
 from kiln.core.backends.cpu.elementwise import Operand, emit_loop
 from kiln.core.backends.cpu.registry import builder
@@ -49,6 +51,8 @@ def _operands(b, node: Node) -> tuple:
     return x, b.array(yn), out
 
 
+EARLY_PACK = True
+
 # Ops whose kernels may call BLAS (a matmul: decided per node, :func:`products_native`).
 BLAS_OPS = frozenset({"gemm", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter",
                       "scan"})
@@ -67,7 +71,9 @@ def products_native(b) -> bool:
     if known is None:
         known = True
         for node in b.static.kernels:
-            if node.op in BLAS_OPS:
+            if node.op == "gemm":
+                known = _gemm_native(b, node) is not None
+            elif node.op in BLAS_OPS:
                 known = False
             elif node.op == "matmul":
                 xn, yn = node.inputs
@@ -76,7 +82,8 @@ def products_native(b) -> bool:
                 from kiln.core.backends.cpu import native_matmul
 
                 x, y, out = _operands(b, node)
-                known = x.ndim == 2 and y.ndim == 2 and native_matmul.suits(x, y, out)
+                known = x.ndim == 2 and y.ndim == 2 and native_matmul.suits(x, y, out,
+                                                                           packed=True)
             if not known:
                 break
         b.cache["products_native"] = known
@@ -90,14 +97,39 @@ def dense(b, node: Node, x, y, out) -> bool:
     does not take the product."""
     from kiln.core.backends.cpu import conv_tile, native_matmul
 
-    if not native_matmul.suits(x, y, out):
+    if not native_matmul.suits(x, y, out, packed=True):
         return False
     fused, epi = conv_tile.epilogue(b, x, y)
     if fused is not None and native_matmul.add(
             b, x, y, b.epilogue_target(fused, node).reshape(out.shape), epilogue=epi):
         b.absorb(fused)
         return True
-    return native_matmul.add(b, x, y, out)
+    return native_matmul.add(b, x, y, out, pack_at=_weight_read(b, node.inputs[1], y))
+
+
+def _weight_read(b, yn: Node, y: np.ndarray) -> int | None:
+    """Where a product's transposed ``y`` (``d @ W.T``, an input gradient) is best laid out
+    for the kernel: right after the plan's first step reading ``W`` (the forward product,
+    which just brought it into the cache) where ``W`` is a weight (a ``param``, which no step
+    writes before this product reads it: its update comes after its readers); else None
+    (just before the product)."""
+    from kiln.core.backends.cpu import native_matmul
+    from kiln.core.plan import is_view
+
+    if not (EARLY_PACK and native_matmul.transposed(y)):
+        return None
+    root = yn
+    while root.op != "param" and root.inputs and is_view(root):
+        root = root.inputs[0]
+    if root.op != "param" or id(root) not in b.layouts:
+        return None
+    w = b.array(root)
+    if not np.shares_memory(w, y):
+        return None
+    for k, step in enumerate(b.steps):
+        if any(isinstance(a, np.ndarray) and np.may_share_memory(a, w) for a in step.args):
+            return k + 1
+    return None
 
 
 @builder("gemm")
@@ -106,9 +138,74 @@ def build_gemm(b, node: Node) -> None:
     give the result ``c``'s buffer (an update written in place: kiln/core/memory.py)."""
     an, bn, cn, alpha, beta = node.inputs
     c, out = b.array(cn), b.out(node)
+    if products_native(b):
+        from kiln.core.backends.cpu import native_matmul
+
+        args = _gemm_native(b, node)
+        applied = _applied_update(b, node, out) if args is not None else None
+        if applied is not None and native_matmul.add(b, *args[:3],
+                                                     update=(*args[3:], applied[1])):
+            b.absorb(applied[0])
+            return
+        if args is not None and native_matmul.add(b, *args[:3], update=args[3:]):
+            return
     # in place: the result is c's storage, decided here once (a plan is rebuilt when a
     # Variable's array changes; c is never a feed: passes/gemm.py)
-    same = (c.__array_interface__["data"][0] == out.__array_interface__["data"][0]
-            and c.strides == out.strides)
-    b.add(threads.GemmCall(), (b.array(an), b.array(bn), None if same else c,
+    b.add(threads.GemmCall(), (b.array(an), b.array(bn), None if _in_place(c, out) else c,
                                 b.array(alpha), b.array(beta), out))
+
+
+def _in_place(c: np.ndarray, out: np.ndarray) -> bool:
+    return (c.__array_interface__["data"][0] == out.__array_interface__["data"][0]
+            and c.strides == out.strides)
+
+
+def _applied_update(b, node: Node, out: np.ndarray) -> tuple | None:
+    """``(add node, w)`` where a later kernel adds this ``gemm``'s result into a weight in
+    place (SGD momentum: ``v = momentum * v - lr * g`` is the gemm, then ``w = w + v``), and
+    the gemm's kernel may do that add in its epilogue: ``w`` a float32 array of the result's
+    shape, the add's output in ``w``'s own storage, and no kernel between the two reading or
+    writing ``w`` (it would see the weight updated early). The add is then one kernel less,
+    and ``w`` is read and written while the product's block is in registers."""
+    kernels = b.static.kernels
+    at = next((k for k, n in enumerate(kernels) if n is node), None)
+    if at is None:
+        return None
+    for j in range(at + 1, len(kernels)):
+        add = kernels[j]
+        if any(i is node for i in add.inputs):
+            break
+    else:
+        return None
+    if add.op != "add" or len(add.inputs) != 2 or add.dtype != "float32":
+        return None
+    wn = add.inputs[0] if add.inputs[1] is node else add.inputs[1]
+    if wn is node or id(add) in b.absorbed:
+        return None
+    w, target = b.array(wn), b.out(add)
+    if not (w.shape == out.shape and w.flags.c_contiguous and _in_place(w, target)):
+        return None
+    # a merged loop runs where its group does, not at its nodes' places: none may read w
+    between = kernels[at + 1:j] + [n for n in kernels if id(n) in b.grouped]
+    for k in between:
+        reads = [b.array(i) for i in k.inputs if id(i) in b.layouts]
+        if any(np.shares_memory(r, w) for r in reads) or np.shares_memory(b.out(k), w):
+            return None
+    return add, w
+
+
+def _gemm_native(b, node: Node) -> tuple | None:
+    """``(a, b, out, alpha, beta)`` of a ``gemm`` node that kiln's Dense kernel computes in
+    place (``native_matmul.add``'s ``update``: matrices, the result in ``c``'s storage), or
+    None."""
+    from kiln.core.backends.cpu import native_matmul
+
+    an, bn, cn, alpha, beta = node.inputs
+    a, bm, c, out = b.array(an), b.array(bn), b.array(cn), b.out(node)
+    al, be = b.array(alpha), b.array(beta)
+    if not (a.ndim == 2 and bm.ndim == 2 and _in_place(c, out)
+            and native_matmul.suits(a, bm, out, packed=True)):
+        return None
+    if not all(s.shape == () and s.dtype == np.float32 for s in (al, be)):
+        return None
+    return a, bm, out, al, be

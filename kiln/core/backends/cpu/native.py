@@ -151,6 +151,10 @@ def _init() -> None:
                 llvm.add_symbol(name, addr)
     for name in ("memset", "memcpy", "memmove"):
         _symbol(llvm, name, _address(libc, name))
+    for name in ("syscall", "sched_yield"):  # the spin pool's futex and yield (spin_pool.py)
+        addr = _address(libc, name)
+        if addr:
+            llvm.add_symbol(name, addr)
     cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     target = llvm.Target.from_default_triple()
     tm = target.create_target_machine(cpu=cpu, features=features, opt=3,

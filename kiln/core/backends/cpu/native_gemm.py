@@ -69,11 +69,16 @@ def gemm_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int,
 
 def _block(f, vec: str, fma: str, lanes: int, rows: int, nv: int, r0: str, n0: str,
            base: tuple, geo: tuple, accumulate: bool = False, bias: bool = False,
-           relu: bool = False, mask: str | None = None) -> None:
+           relu: bool = False, mask: str | None = None,
+           update: tuple[str, str] | None = None, apply: bool = False) -> None:
     """``C[r0:r0+rows, n0:n0+nv*lanes] (+)= A[r0:r0+rows, :] @ B[:, n0:...]`` with the
     accumulators in registers (allocas that LLVM promotes); ``bias``: plus ``%bias[n0:...]``
     (one value per column), ``relu``: then kiln's ReLU, before the store; ``mask`` (a constant
-    ``<lanes x i1>``): the columns of the lanes it sets only (loads and stores masked)."""
+    ``<lanes x i1>``): the columns of the lanes it sets only (loads and stores masked);
+    ``update`` (two splat registers ``alpha``, ``beta``): ``C = alpha * (A @ B) + beta * C``,
+    the ``gemm`` op's order (two products, then their sum: no FMA, so a NaN or infinity in
+    ``C`` reaches the result as in the reference); ``apply``: then also ``W += C`` (``%w``,
+    laid out as ``C``: SGD momentum's ``w + v`` after its velocity's update)."""
     kk, sar, sak, sbk, scr = geo
     a0, b0, c0 = base
     f.labels += 1
@@ -121,6 +126,24 @@ def _block(f, vec: str, fma: str, lanes: int, rows: int, nv: int, r0: str, n0: s
             x = bias_relu_ir(f, vec, lanes, x, bvals[v] if bias else None, relu)
             f.emit(f"{g} = getelementptr inbounds float, ptr %c, i64 "
                    f"{f.add(crow, str(v * lanes))}")
+            if update is not None:
+                old = _load(f, vec, g, "0", mask)
+                ax, bc, y = f.tmp(), f.tmp(), f.tmp()
+                f.emit(f"{ax} = fmul {vec} {update[0]}, {x}")
+                f.emit(f"{bc} = fmul {vec} {update[1]}, {old}")
+                f.emit(f"{y} = fadd {vec} {ax}, {bc}")
+                x = y
+                if apply:
+                    gw, w1 = f.tmp(), f.tmp()
+                    f.emit(f"{gw} = getelementptr inbounds float, ptr %w, i64 "
+                           f"{f.add(crow, str(v * lanes))}")
+                    w0 = _load(f, vec, gw, "0", mask)
+                    f.emit(f"{w1} = fadd {vec} {w0}, {x}")
+                    if mask is None:
+                        f.emit(f"store {vec} {w1}, ptr {gw}, align 4")
+                    else:
+                        f.emit(f"call void @llvm.masked.store.v{lanes}f32.p0({vec} {w1}, "
+                               f"ptr {gw}, i32 4, <{lanes} x i1> {mask})")
             if mask is None:
                 f.emit(f"store {vec} {x}, ptr {g}, align 4")
             else:
@@ -151,22 +174,41 @@ def _mask(f, vec: str, lanes: int, tail: int) -> str:
 
 
 def matmul_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, chunk: int,
-              tail: int = 0, bias: bool = False, relu: bool = False) -> str:
+              tail: int = 0, bias: bool = False, relu: bool = False,
+              update: bool = False, apply: bool = False) -> str:
     """The module of ``@symbol`` for rows ``r0 <= r < r1`` of one product ``C = A @ B``
     (``native_matmul``: a Dense layer's GEMM, its rows split over kiln's threads), with the
-    optional epilogue ``relu?(C + bias)`` applied before the store.
+    optional epilogue ``relu?(C + bias)`` applied before the store, or (``update``) the
+    ``gemm`` op's ``C = alpha * (A @ B) + beta * C`` (an optimizer's update of its velocity
+    by the kernel gradient), and with ``apply`` ``W += C`` after it (the update of the
+    weights by that velocity).
 
-    Arguments (flat float32 arrays): ``(c, a, b[, bias], p)``; ``p = [c size, a size, b size,
-    (bias size,) M, K, N, a_row, a_inner, b_inner, c_row, r0, r1]`` (strides in elements;
+    Arguments (flat float32 arrays): ``(c, a, b[, bias][, alpha, beta[, w]], p)``; ``p = [c
+    size, a size, b size, (bias size,) (1, 1, (w size,)) M, K, N, a_row, a_inner, b_inner,
+    c_row, r0, r1]``
+    (strides in elements;
     ``B`` and ``C`` unit-stride along the columns, ``N % lanes == tail``: the last ``tail``
     columns are one masked vector). The rows
     run in chunks of ``chunk`` (``chunk x K`` of ``A`` stays in the L2 cache: read from memory
     once); per chunk, the columns in blocks of ``V L`` (then of ``L``), whose ``K x (V L)``
     slice of ``B`` stays in cache while the chunk's rows pass in blocks of ``R`` (then one by
     one)."""
-    k, vec, fma = _start("matmul", dtype, lanes, (1, 1, 1, 1) if bias else (1, 1, 1), 7)
+    ranks = (1, 1, 1) + ((1,) if bias else ()) + ((1, 1) if update else ()) + (
+        (1,) if apply else ())
+    k, vec, fma = _start("matmul", dtype, lanes, ranks, 7)
     f = k.f
     f.declare.add("declare i64 @llvm.smin.i64(i64, i64)")
+    scales = None
+    if update:
+        scales = []
+        for arr in ("%alpha", "%beta"):
+            s, one, splat = f.tmp(), f.tmp(), f.tmp()
+            f.emit(f"{s} = load float, ptr {arr}, align 4")
+            f.emit(f"{one} = insertelement {vec} poison, float {s}, i64 0")
+            f.emit(f"{splat} = shufflevector {vec} {one}, {vec} poison, "
+                   f"<{lanes} x i32> zeroinitializer")
+            scales.append(splat)
+        scales = tuple(scales)
     _, kk, n, sar, sak, sbk, scr = k.p
     r0, r1 = k.n0, k.n1
     base = ("0", "0", "0")
@@ -183,10 +225,11 @@ def matmul_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, chunk: 
         n0 = f.add(start, f.mul(q, str(width)))
         blk, lb = f.begin(_div(f, k.sub(full, lo), str(rows)))
         _block(f, vec, fma, lanes, rows, nv, f.add(lo, f.mul(blk, str(rows))), n0, base, geo,
-               bias=bias, relu=relu, mask=mask)
+               bias=bias, relu=relu, mask=mask, update=scales, apply=apply)
         f.end(blk, lb)
         one, lo1 = f.begin(hi, full)
-        _block(f, vec, fma, lanes, 1, nv, one, n0, base, geo, bias=bias, relu=relu, mask=mask)
+        _block(f, vec, fma, lanes, 1, nv, one, n0, base, geo, bias=bias, relu=relu, mask=mask,
+               update=scales, apply=apply)
         f.end(one, lo1)
         f.end(q, lq)
 
@@ -196,8 +239,68 @@ def matmul_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, chunk: 
     if tail:
         columns(n_full, f.add(n_full, str(lanes)), lanes, 1, _mask(f, vec, lanes, tail))
     f.end(ch, lc)
-    return f.function(symbol, ["c", "a", "b", "bias", "p"] if bias else ["c", "a", "b", "p"],
-                      noalias=True)
+    names = (["c", "a", "b"] + (["bias"] if bias else []) + (["alpha", "beta"] if update else [])
+             + (["w"] if apply else []))
+    return f.function(symbol, names + ["p"], noalias=True)
+
+
+def transpose_ir(symbol: str, dtype: str, lanes: int = 16) -> str:
+    """The module of ``@symbol`` for ``D = S.T`` over source rows ``r0 <= r < r1`` (a
+    ``d @ W.T`` product's ``W.T`` laid out for :func:`matmul_ir`, whose ``B`` is unit-stride
+    along its columns). Arguments: ``(d, s, p)``, ``p = [d size, s size, R, C, r0, r1]``
+    (``S`` is ``R x C`` and ``D`` ``C x R``, both C-contiguous). Tiles of ``lanes x lanes``
+    are read as ``lanes`` row vectors and transposed in registers (log2(lanes) rounds of
+    two-source shuffles: round ``b`` swaps the row and column bits ``b``); the rest of the
+    columns, and of the rows, one element at a time."""
+    if dtype != "float32":
+        raise CodegenError(f"native transpose: {dtype} not generated")
+    k = _Kernel((1, 1), 2)
+    f = k.f
+    vec = f"<{lanes} x float>"
+    big, c = k.p
+    r0, r1 = k.n0, k.n1
+    tiles = _div(f, k.sub(r1, r0), str(lanes))
+    cols = f.mul(_div(f, c, str(lanes)), str(lanes))
+    ti, lti = f.begin(tiles)
+    rb = f.add(r0, f.mul(ti, str(lanes)))
+    tj, ltj = f.begin(_div(f, c, str(lanes)))
+    cb = f.mul(tj, str(lanes))
+    rows = [_load(f, vec, "%s", f.add(f.mul(f.add(rb, str(i)), c), cb), None)
+            for i in range(lanes)]
+    b = 1
+    while b < lanes:
+        lo = [j if j & b == 0 else lanes + j - b for j in range(lanes)]
+        hi = [j + b if j & b == 0 else lanes + j for j in range(lanes)]
+        new = list(rows)
+        for i in range(lanes):
+            if i & b == 0:
+                for target, mask in ((i, lo), (i + b, hi)):
+                    v = f.tmp()
+                    f.emit(f"{v} = shufflevector {vec} {rows[i]}, {vec} {rows[i + b]}, "
+                           f"<{lanes} x i32> <" + ", ".join(f"i32 {m}" for m in mask) + ">")
+                    new[target] = v
+        rows = new
+        b *= 2
+    for j in range(lanes):
+        g = f.tmp()
+        f.emit(f"{g} = getelementptr inbounds float, ptr %d, i64 "
+               f"{f.add(f.mul(f.add(cb, str(j)), big), rb)}")
+        f.emit(f"store {vec} {rows[j]}, ptr {g}, align 4")
+    f.end(tj, ltj)
+    ct, lct = f.begin(c, cols)
+    for i in range(lanes):
+        r = f.add(rb, str(i))
+        x = f.load("%s", "float32", f.add(f.mul(r, c), ct))
+        f.store("%d", "float32", f.add(f.mul(ct, big), r), x)
+    f.end(ct, lct)
+    f.end(ti, lti)
+    r, lr = f.begin(r1, f.add(r0, f.mul(tiles, str(lanes))))
+    cc, lcc = f.begin(c)
+    x = f.load("%s", "float32", f.add(f.mul(r, c), cc))
+    f.store("%d", "float32", f.add(f.mul(cc, big), r), x)
+    f.end(cc, lcc)
+    f.end(r, lr)
+    return f.function(symbol, ["d", "s", "p"], noalias=True)
 
 
 def dot_ir(symbol: str, dtype: str, lanes: int) -> str:

@@ -39,14 +39,22 @@ MIN_ROWS = 128
 MIN_COLUMNS, MAX_COLUMNS = 256, 1024
 MAX_INNER = 1024
 SERIAL_WORK = 1 << 22   # multiply-adds under which one thread runs the product
+TRANSPOSE_SPLIT = 1 << 16  # elements from which a transpose is split over the threads
 ENABLED = True
 
 
-def suits(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+def transposed(b: np.ndarray) -> bool:
+    """Whether ``b`` is the transposed view of a C-contiguous matrix (a ``d @ W.T``
+    product's ``W.T``): :func:`add` lays it out for the kernel first."""
+    return b.ndim == 2 and b.shape[1] > 1 and b.T.flags.c_contiguous
+
+
+def suits(a: np.ndarray, b: np.ndarray, out: np.ndarray, packed: bool = False) -> bool:
     """Whether ``out = a @ b`` runs on the native kernel: float32 matrices on an AVX-512 host
     with the native path on; ``b`` and ``out`` unit-stride along their columns (``out``
-    C-contiguous), ``a`` any positive strides; the shape inside the measured range above; no
-    overlap between ``out`` and an operand."""
+    C-contiguous; ``packed``: ``b`` may instead be :func:`transposed`), ``a`` any positive
+    strides; the shape inside the measured range above; no overlap between ``out`` and an
+    operand."""
     from kiln.core.backends.cpu import conv
 
     if not (ENABLED and conv.TILE64 and a.ndim == b.ndim == out.ndim == 2):
@@ -58,7 +66,8 @@ def suits(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     if (b.shape[0] != k or out.shape != (m, n) or m < MIN_ROWS or k > MAX_INNER or k < 1
             or not (wide or n < LANES)):
         return False
-    if not out.flags.c_contiguous or b.strides[1] != 4 or b.strides[0] < 4 * n:
+    unit = b.strides[1] == 4 and b.strides[0] >= 4 * n
+    if not out.flags.c_contiguous or not (unit or (packed and transposed(b))):
         return False
     if any(s <= 0 or s % 4 for s in a.strides) or b.strides[0] % 4:
         return False
@@ -79,21 +88,22 @@ def _block(n: int) -> tuple[int, int]:
     return NARROW_BLOCK if n < LANES else BLOCK
 
 
-def _make(n: int, bias: bool, relu: bool) -> Callable[[str, str], str]:
+def _make(n: int, bias: bool, relu: bool, update: bool,
+          apply: bool) -> Callable[[str, str], str]:
     rows, vecs = _block(n)
     tail = n % LANES
 
     def make(symbol: str, dtype: str) -> str:
         return native_gemm.matmul_ir(symbol, dtype, LANES, rows, vecs, CHUNK, tail, bias=bias,
-                                     relu=relu)
+                                     relu=relu, update=update, apply=apply)
 
     return make
 
 
-def _name(n: int, bias: bool, relu: bool) -> str:
+def _name(n: int, bias: bool, relu: bool, update: bool, apply: bool) -> str:
     rows, vecs = _block(n)
     return (f"dense_matmul_l{LANES}r{rows}v{vecs}c{CHUNK}t{n % LANES}{'b' if bias else ''}"
-            f"{'r' if relu else ''}")
+            f"{'r' if relu else ''}{'u' if update else ''}{'w' if apply else ''}")
 
 
 def _ranges(m: int, k: int, n: int) -> list[tuple[int, int]]:
@@ -108,34 +118,78 @@ def _ranges(m: int, k: int, n: int) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
 
 
-def _arrays(a: np.ndarray, b: np.ndarray, out: np.ndarray,
-            bias: np.ndarray | None) -> tuple[tuple, list[int]]:
+def _arrays(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray | None,
+            update: tuple | None) -> tuple[tuple, list[int]]:
     """The kernel's arrays and its parameters (``matmul_ir``'s layout, less the sizes and the
     row range)."""
     (m, k), n = a.shape, b.shape[1]
     arrays = (out.reshape(-1), _flat(a), _flat(b)) + ((bias,) if bias is not None else ())
+    arrays += tuple(s.reshape(-1) for s in update) if update is not None else ()
     p = [m, k, n, a.strides[0] // 4, a.strides[1] // 4, b.strides[0] // 4, n]
     return arrays, p
 
 
+def _scalar(s: np.ndarray) -> bool:
+    return s.shape == () and s.dtype == np.float32
+
+
 def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
-        epilogue: tuple[np.ndarray, bool] | None = None) -> bool:
+        epilogue: tuple[np.ndarray, bool] | None = None,
+        update: tuple | None = None, pack_at: int | None = None) -> bool:
     """Adds ``out = relu?(a @ bm + bias)`` (``epilogue = (bias, relu)``: a float32 bias of one
-    value per column; None: the plain product) to the plan being built, split over kiln's
-    threads; False where :func:`suits` says no or the kernel does not build."""
-    if not suits(a, bm, out):
+    value per column; None: the plain product), or ``out = alpha * (a @ bm) + beta * out``
+    (``update = (alpha, beta)``: float32 0-d arrays read at each call, the ``gemm`` op in
+    place; ``(alpha, beta, w)``: then ``w += out``, ``w`` a float32 array of ``out``'s shape,
+    C-contiguous) to the plan being built, split over kiln's threads; a :func:`transposed`
+    ``bm`` is first laid out for the kernel (:func:`add_transpose`; ``pack_at``: that step
+    goes to this index of the plan's steps, where the caller knows ``bm`` is already what the
+    product will read). False where :func:`suits` says no or the kernel does not build."""
+    if not suits(a, bm, out, packed=True):
         return False
     bias, relu = epilogue if epilogue is not None else (None, False)
     if bias is not None and (bias.shape != (out.shape[1],) or bias.dtype != np.float32
                              or np.shares_memory(out, bias)):
         return False
-    arrays, p = _arrays(a, bm, out, bias)
+    if update is not None and (bias is not None or not all(_scalar(s) for s in update[:2])
+                               or any(np.shares_memory(out, s) for s in update)):
+        return False
+    apply = update is not None and len(update) == 3
+    if apply and not (update[2].shape == out.shape and update[2].dtype == np.float32
+                      and update[2].flags.c_contiguous
+                      and not any(np.shares_memory(update[2], x) for x in (a, bm))):
+        return False
+    if not (bm.strides[1] == 4 and bm.strides[0] >= 4 * bm.shape[1]):
+        packed = np.empty(bm.shape, np.float32)
+        if not add_transpose(b, bm.T, packed):
+            return False
+        if pack_at is not None:
+            b.steps.insert(pack_at, b.steps.pop())
+        bm = packed
+    arrays, p = _arrays(a, bm, out, bias, update)
     tag = ("_bias_relu" if relu else "_bias") if bias is not None else ""
+    tag += ("_update_apply" if apply else "_update") if update is not None else ""
     n = out.shape[1]
-    return native.native_split(b, _name(n, bias is not None, relu),
-                               _make(n, bias is not None, relu), arrays, p,
+    flags = (bias is not None, relu, update is not None, apply)
+    return native.native_split(b, _name(n, *flags), _make(n, *flags), arrays, p,
                                ranges=_ranges(*a.shape, out.shape[1]),
                                label=f"{b.node.op}:dense{tag}")
+
+
+def add_transpose(b, src: np.ndarray, dst: np.ndarray) -> bool:
+    """Adds ``dst = src.T`` (``src`` C-contiguous ``R x C`` float32, ``dst`` C-contiguous
+    ``C x R``) on ``native_gemm.transpose_ir``, its source rows split over kiln's threads in
+    whole tiles where it is large enough to pay; False where it does not build."""
+    rows, cols = src.shape
+    if not (src.flags.c_contiguous and dst.flags.c_contiguous and dst.shape == (cols, rows)):
+        return False
+    parts = threads.kernel_threads() if rows * cols >= TRANSPOSE_SPLIT else 1
+    cuts = [0] + [min(rows, -(-rows * j // parts) // LANES * LANES)
+                  for j in range(1, parts)] + [rows]
+    ranges = [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
+    return native.native_split(b, f"dense_transpose_l{LANES}",
+                               lambda s, d: native_gemm.transpose_ir(s, d, LANES),
+                               (dst.reshape(-1), src.reshape(-1)), [rows, cols],
+                               ranges=ranges, label=f"{b.node.op}:transpose")
 
 
 class _Step:
@@ -154,7 +208,7 @@ def prepare(a: np.ndarray, bm: np.ndarray,
     (the native kernel split over kiln's threads), for arrays shaped and laid out as these
     (the caller keeps to the layouts), or None where :func:`add` makes none."""
     step = _Step()
-    if not add(step, a, bm, out):
+    if not suits(a, bm, out) or not add(step, a, bm, out):
         return None
     fn, params = step.fn, step.args[-1]
 

@@ -448,16 +448,45 @@ class SplitCall:
     with the step's arguments, it calls ``entry`` once per part with those arguments changed
     by ``part(args, k)`` (e.g. another parameter array: a range of the outer loop)."""
 
-    __slots__ = ("entry", "parts", "change")
+    __slots__ = ("entry", "parts", "change", "_native", "_for")
 
     def __init__(self, entry: Callable, parts: int, change: Callable[[tuple, int], tuple]):
         self.entry = entry
         self.parts = parts
         self.change = change
+        self._native: Any = None  # (spin pool entry, header, generation) for ``_for``
+        self._for: Any = None
 
     def __call__(self, *args: Any) -> None:
+        from kiln.core.backends.cpu import spin_pool
+
         entry, change = self.entry, self.change
-        POOL.run([(entry, change(args, k)) for k in range(self.parts)])
+        calls = [change(args, k) for k in range(self.parts)]
+        found = self._native
+        if self._for is not entry or (found is not None
+                                      and found[2] != spin_pool.POOL.generation):
+            found = self._bind(entry, calls)
+        if found is not None:
+            spin_pool.POOL.place()
+            found[0](found[1], *[a for c in calls for a in c])
+            return
+        POOL.run([(entry, c) for c in calls])
+
+    def _bind(self, entry: Callable, calls: list) -> Any:
+        """The spin pool's entry and header where ``entry`` is a native kernel's entry point
+        taking these parts' arrays (kiln/core/backends/cpu/spin_pool.py), else None (the parts
+        go to :data:`POOL`)."""
+        from kiln.core.backends.cpu import spin_pool
+
+        self._for, self._native = entry, None
+        kernel = spin_pool.kernel_of(entry)
+        if kernel is None or any(len(c) != kernel[1] for c in calls) or not all(
+                isinstance(a, np.ndarray) for c in calls for a in c):
+            return None
+        made = spin_pool.POOL.header(self.parts, kernel[0], kernel[1])
+        if made is not None:
+            self._native = (*made, spin_pool.POOL.generation)
+        return self._native
 
 
 def chunks(n: int, parts: int) -> list[tuple[int, int]]:

@@ -1,0 +1,184 @@
+"""The spin pool (kiln/core/backends/cpu/spin_pool.py): native kernels' split calls on workers
+that wait in native code. Oracles: the float64 product, the same kernel's parts run one after
+the other (the same bits), and specific errors."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from kiln.core.backends.cpu import native, native_matmul, spin_pool, threads
+
+pytestmark = pytest.mark.skipif(
+    not (native.enabled() and native_matmul.suits(
+        np.zeros((128, 64), np.float32), np.zeros((64, 256), np.float32),
+        np.zeros((128, 256), np.float32))),
+    reason="needs the native path and kiln's Dense kernel (AVX-512)")
+
+
+def _product(m: int = 256, k: int = 96, n: int = 256, seed: int = 0):
+    """A split Dense product step (``native_matmul.add``): (SplitCall, args, a, b, out)."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    step = native_matmul._Step()
+    assert native_matmul.add(step, a, b, out)
+    fn, args = step.fn, step.args
+    assert isinstance(fn, threads.SplitCall) and fn.parts >= 2
+    return fn, args, a, b, out
+
+
+def _serial(fn: threads.SplitCall, args: tuple) -> None:
+    """The step's parts one after the other on the caller: the reference bits."""
+    for k in range(fn.parts):
+        fn.entry(*fn.change(args, k))
+
+
+@pytest.fixture(autouse=True)
+def _two_threads(monkeypatch):
+    monkeypatch.setenv("KILN_NUM_THREADS", "2")
+
+
+def test_split_call_runs_on_the_spin_pool_with_the_serial_bits():
+    fn, args, a, b, out = _product()
+    fn(*args)
+    assert fn._native is not None, "a native kernel's split call should bind the spin pool"
+    assert spin_pool.POOL.count >= 1
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    got = out.copy()
+    out[:] = np.nan
+    _serial(fn, args)
+    np.testing.assert_array_equal(got, out)
+
+
+def test_many_calls_and_new_inputs_between_them():
+    fn, args, a, b, out = _product(m=384, k=200, n=512, seed=1)
+    rng = np.random.default_rng(2)
+    for _ in range(50):
+        a[:] = rng.standard_normal(a.shape).astype(np.float32)
+        fn(*args)
+        np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=2e-4)
+
+
+def test_parked_and_sleeping_workers_are_woken():
+    """A BLAS call parks the workers (they sleep in futex at once); a worker whose spin has
+    run out sleeps too: the next split call wakes them, and nothing is lost."""
+    fn, args, a, b, out = _product(seed=3)
+    fn(*args)
+    mem = spin_pool.POOL.memory
+    spins = [mem[k * spin_pool.SLOT + spin_pool._SPIN:][:8].view(np.int64)
+             for k in range(1, spin_pool.POOL.count + 1)]
+    saved = [int(s[0]) for s in spins]
+    ref = a.astype(np.float64) @ b
+    bad: list[int] = []
+
+    def calls() -> None:
+        for i in range(200):
+            if i % 3 == 0:
+                spin_pool.POOL.park()
+            out[:] = np.nan
+            fn(*args)
+            if not np.allclose(out, ref, rtol=1e-4, atol=1e-4):
+                bad.append(i)
+
+    try:
+        for s in spins:
+            s[0] = 0  # no spin: every part after the first finds the worker asleep
+        t = threading.Thread(target=calls, daemon=True)
+        t.start()
+        t.join(60)
+        assert not t.is_alive(), "a split call waited for a worker that was never woken"
+        assert not bad, f"wrong results at calls {bad[:5]}"
+    finally:
+        for s, v in zip(spins, saved):
+            s[0] = v
+
+
+def test_concurrent_callers_get_their_own_results():
+    """Threads splitting their own products at once: one takes the pool, the others run
+    their parts themselves; every result is the serial one."""
+    steps = [_product(m=256, k=64 + 16 * t, n=256, seed=10 + t) for t in range(4)]
+    refs = []
+    for fn, args, _, _, out in steps:
+        _serial(fn, args)
+        refs.append(out.copy())
+    errors: list[str] = []
+
+    def work(t: int) -> None:
+        fn, args, a, b, out = steps[t]
+        for i in range(100):
+            out[:] = np.nan
+            fn(*args)
+            if not np.array_equal(out, refs[t]):
+                errors.append(f"thread {t}, call {i}")
+                return
+
+    ts = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not any(t.is_alive() for t in ts), "a split call hung"
+    assert not errors, errors
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_forked_child_starts_its_own_workers():
+    fn, args, a, b, out = _product(seed=4)
+    fn(*args)  # the parent's workers run
+    generation = spin_pool.POOL.generation
+    ref = a.astype(np.float64) @ b
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no worker survived the fork
+        code = 1
+        try:
+            ok = spin_pool.POOL.generation == generation + 1 and spin_pool.POOL.count == 0
+            out[:] = np.nan
+            fn(*args)
+            ok = ok and spin_pool.POOL.count >= 1 and np.allclose(out, ref, rtol=1e-4,
+                                                                  atol=1e-4)
+            code = 0 if ok else 2
+        finally:
+            os.write(w, bytes([code]))
+            os._exit(code)
+    os.close(w)
+    try:
+        import select
+
+        ready, _, _ = select.select([r], [], [], 120)
+        assert ready, "the forked child's split call hung"
+        assert os.read(r, 1) == b"\x00"
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    out[:] = np.nan
+    fn(*args)  # the parent's pool still works
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_entry_checks_its_argument_count():
+    fn, args, a, b, out = _product(seed=5)
+    fn(*args)
+    entry, header, _ = fn._native
+    parts = [fn.change(args, k) for k in range(fn.parts)]
+    flat = [x for p in parts for x in p]
+    with pytest.raises(TypeError, match="spin pool: wrong number of arrays"):
+        entry(header, *flat[:-1])
+
+
+def test_python_entries_stay_on_the_python_pool():
+    seen = []
+
+    def part(k: int) -> None:
+        seen.append(k)
+
+    call = threads.SplitCall(part, 2, lambda a, k: (k,))
+    call()
+    assert sorted(seen) == [0, 1] and call._native is None
+    assert spin_pool.kernel_of(part) is None
+    assert spin_pool.kernel_of(np.add) is None
