@@ -286,6 +286,38 @@ def test_the_gemm_update_keeps_nan_and_infinities():
     assert np.isfinite(v[3:]).all()
 
 
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("m, k, n", [(128, 256, 512), (131, 10, 272), (257, 64, 10)])
+def test_the_relu_gradient_epilogue(m, k, n, in_place):
+    # out = (d @ W.T) * float(g > t): the ReLU's output g may be out's own storage (the
+    # gradient written over it); x * 0 keeps NaN and infinities NaN, as the separate kernel
+    rng = np.random.default_rng(m + n)
+    d = rng.normal(size=(m, k)).astype(np.float32)
+    w = rng.normal(size=(n, k)).astype(np.float32)
+    g = np.maximum(rng.normal(size=(m, n)), 0).astype(np.float32)
+    d[0, :] = np.inf  # row 0 of the product: +-inf or NaN
+    t = np.array(0.0, np.float32)
+    with np.errstate(invalid="ignore"):
+        want = (d.astype(np.float64) @ w.T.astype(np.float64)) * (g > 0)
+    out = g if in_place else np.full((m, n), np.nan, np.float32)
+    bld = StepRecorder()
+    assert native_matmul.add(bld, d, w.T, out, gate=(g, t))
+    assert bld.steps[-1][2] == "test:dense_gate"
+    with np.errstate(invalid="ignore"):
+        bld.run()
+    np.testing.assert_array_equal(np.isnan(out[0]), np.isnan(want[0]))
+    np.testing.assert_allclose(out[1:], want[1:], rtol=1e-5, atol=1e-4 * np.sqrt(k))
+
+
+def test_the_relu_gradient_epilogue_refuses_partial_overlaps():
+    rng = np.random.default_rng(14)
+    d = rng.normal(size=(128, 64)).astype(np.float32)
+    w = rng.normal(size=(64, 256)).astype(np.float32)
+    big = np.zeros((129, 256), np.float32)
+    out, g = big[1:], big[:-1]  # g overlaps out one row off: not the same storage
+    assert not native_matmul.add(StepRecorder(), d, w, out, gate=(g, np.array(0, np.float32)))
+
+
 def _train_mlp(optimizer, native_on, monkeypatch, steps=2):
     # two steps: the second updates with a velocity (a third may already flip a ReLU whose
     # input is within rounding of 0, after which any two correct implementations differ)
@@ -321,5 +353,11 @@ def test_a_dense_stacks_training_step_runs_on_the_kernel(optimizer, fused, monke
     # reads W1 after it); W2 is read by d2 @ W2.T after its gemm: its add stays a kernel
     assert ("gemm:dense_update_apply" in updates) == fused, labels
     assert len(updates) == 2, labels  # the 256 x 10 kernel's is too small for a gemm
+    # the ReLU gradients are the input gradients' epilogues (with momentum W2's w += v sits
+    # between d2 @ W2.T and its ReLU gradient: it touches neither); plain SGD's W2 gemm
+    # reads h1 there, which that gradient overwrites: it stays a kernel of its own
+    gates = labels.count("matmul:dense_gate")
+    relus = sum(s.startswith("fused[greater") for s in labels)
+    assert (gates, relus) == ((2, 0) if fused else (1, 1)), labels
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

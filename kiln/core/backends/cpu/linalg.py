@@ -104,8 +104,50 @@ def dense(b, node: Node, x, y, out) -> bool:
             b, x, y, b.epilogue_target(fused, node).reshape(out.shape), epilogue=epi):
         b.absorb(fused)
         return True
-    return native_matmul.add(b, x, y, out, pack_at=_weight_read(b, node.inputs[1], y))
+    pack_at = _weight_read(b, node.inputs[1], y)
+    gated = _relu_gradient(b, node, out)
+    if gated is not None and native_matmul.add(b, x, y, gated[1], pack_at=pack_at,
+                                               gate=gated[2:]):
+        b.absorb(gated[0])
+        return True
+    return native_matmul.add(b, x, y, out, pack_at=pack_at)
 
+
+# A ReLU's gradient as the fused kernel computes it: dy * float(relu_output > threshold)
+RELU_GRADIENT = (("greater", (-1, -2), ()), ("cast", (0,), (("dtype", "float32"),)),
+                 ("mul", (-3, 1), ()))
+
+
+def _relu_gradient(b, node: Node, out: np.ndarray) -> tuple | None:
+    """``(kernel, target, g, t)`` where a later kernel multiplies this product (its only
+    reader) by a ReLU's gradient mask, ``float(g > t)`` (:data:`RELU_GRADIENT`), writing
+    ``target``, and the product's kernel may do it in its epilogue: no kernel between the two
+    reads or writes ``target``, ``g`` or ``t``, or the product (the result is written early,
+    the product never). In the MLP's step the weight's update sits between the input
+    gradient ``d @ W.T`` and that kernel."""
+    kernels = b.static.kernels
+    at = next((k for k, n in enumerate(kernels) if n is node), None)
+    if at is None or b._readers.get(id(node)) != 1:
+        return None
+    j = next((k for k in range(at + 1, len(kernels))
+              if any(i is node for i in kernels[k].inputs)), None)
+    if j is None:
+        return None
+    nxt = kernels[j]
+    if (nxt.op != "fused" or nxt.attrs.get("program") != RELU_GRADIENT
+            or nxt.inputs[2] is not node or id(nxt) in b.grouped or id(nxt) in b.absorbed
+            or any(id(i) not in b.layouts for i in nxt.inputs)):
+        return None
+    g, t, target = b.array(nxt.inputs[0]), b.array(nxt.inputs[1]), b.out(nxt)
+    if (target.shape != out.shape or not target.flags.c_contiguous or t.shape != ()
+            or t.dtype != np.float32):
+        return None
+    watched = (target, g, t, out)
+    for k in _run_between(b, at, j):
+        touched = [b.array(i) for i in k.inputs if id(i) in b.layouts] + [b.out(k)]
+        if any(np.shares_memory(x, w) for x in touched for w in watched):
+            return None
+    return nxt, target, g, t
 
 def _weight_read(b, yn: Node, y: np.ndarray) -> int | None:
     """Where a product's transposed ``y`` (``d @ W.T``, an input gradient) is best laid out
@@ -185,13 +227,24 @@ def _applied_update(b, node: Node, out: np.ndarray) -> tuple | None:
     w, target = b.array(wn), b.out(add)
     if not (w.shape == out.shape and w.flags.c_contiguous and _in_place(w, target)):
         return None
-    # a merged loop runs where its group does, not at its nodes' places: none may read w
-    between = kernels[at + 1:j] + [n for n in kernels if id(n) in b.grouped]
-    for k in between:
+    for k in _run_between(b, at, j):
         reads = [b.array(i) for i in k.inputs if id(i) in b.layouts]
         if any(np.shares_memory(r, w) for r in reads) or np.shares_memory(b.out(k), w):
             return None
     return add, w
+
+
+def _run_between(b, at: int, j: int) -> list[Node]:
+    """The kernels that run between the plan's kernels ``at`` and ``j`` (positions in
+    ``b.static.kernels``): a merged group's members run where its head is (the planner's
+    loop builds the group there), not at their own places."""
+    out: list[Node] = []
+    for n in b.static.kernels[at + 1:j]:
+        if id(n) in b.active:
+            out += [n, *b.active[id(n)]]
+        elif id(n) not in b.grouped:
+            out.append(n)
+    return out
 
 
 def _gemm_native(b, node: Node) -> tuple | None:

@@ -88,22 +88,23 @@ def _block(n: int) -> tuple[int, int]:
     return NARROW_BLOCK if n < LANES else BLOCK
 
 
-def _make(n: int, bias: bool, relu: bool, update: bool,
-          apply: bool) -> Callable[[str, str], str]:
+def _make(n: int, bias: bool, relu: bool, update: bool, apply: bool,
+          gate: bool) -> Callable[[str, str], str]:
     rows, vecs = _block(n)
     tail = n % LANES
 
     def make(symbol: str, dtype: str) -> str:
         return native_gemm.matmul_ir(symbol, dtype, LANES, rows, vecs, CHUNK, tail, bias=bias,
-                                     relu=relu, update=update, apply=apply)
+                                     relu=relu, update=update, apply=apply, gate=gate)
 
     return make
 
 
-def _name(n: int, bias: bool, relu: bool, update: bool, apply: bool) -> str:
+def _name(n: int, bias: bool, relu: bool, update: bool, apply: bool, gate: bool) -> str:
     rows, vecs = _block(n)
     return (f"dense_matmul_l{LANES}r{rows}v{vecs}c{CHUNK}t{n % LANES}{'b' if bias else ''}"
-            f"{'r' if relu else ''}{'u' if update else ''}{'w' if apply else ''}")
+            f"{'r' if relu else ''}{'u' if update else ''}{'w' if apply else ''}"
+            f"{'g' if gate else ''}")
 
 
 def _ranges(m: int, k: int, n: int) -> list[tuple[int, int]]:
@@ -119,12 +120,13 @@ def _ranges(m: int, k: int, n: int) -> list[tuple[int, int]]:
 
 
 def _arrays(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray | None,
-            update: tuple | None) -> tuple[tuple, list[int]]:
+            update: tuple | None, gate: tuple | None = None) -> tuple[tuple, list[int]]:
     """The kernel's arrays and its parameters (``matmul_ir``'s layout, less the sizes and the
     row range)."""
     (m, k), n = a.shape, b.shape[1]
     arrays = (out.reshape(-1), _flat(a), _flat(b)) + ((bias,) if bias is not None else ())
     arrays += tuple(s.reshape(-1) for s in update) if update is not None else ()
+    arrays += tuple(s.reshape(-1) for s in gate) if gate is not None else ()
     p = [m, k, n, a.strides[0] // 4, a.strides[1] // 4, b.strides[0] // 4, n]
     return arrays, p
 
@@ -135,12 +137,16 @@ def _scalar(s: np.ndarray) -> bool:
 
 def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
         epilogue: tuple[np.ndarray, bool] | None = None,
-        update: tuple | None = None, pack_at: int | None = None) -> bool:
+        update: tuple | None = None, pack_at: int | None = None,
+        gate: tuple[np.ndarray, np.ndarray] | None = None) -> bool:
     """Adds ``out = relu?(a @ bm + bias)`` (``epilogue = (bias, relu)``: a float32 bias of one
     value per column; None: the plain product), or ``out = alpha * (a @ bm) + beta * out``
     (``update = (alpha, beta)``: float32 0-d arrays read at each call, the ``gemm`` op in
     place; ``(alpha, beta, w)``: then ``w += out``, ``w`` a float32 array of ``out``'s shape,
-    C-contiguous) to the plan being built, split over kiln's threads; a :func:`transposed`
+    C-contiguous), or ``out = (a @ bm) * float(g > t)`` (``gate = (g, t)``: ``g`` float32 of
+    ``out``'s shape, C-contiguous, ``out``'s own storage or apart from it; ``t`` a float32
+    0-d array: a ReLU's gradient) to the plan being built, split over kiln's threads; a
+    :func:`transposed`
     ``bm`` is first laid out for the kernel (:func:`add_transpose`; ``pack_at``: that step
     goes to this index of the plan's steps, where the caller knows ``bm`` is already what the
     product will read). False where :func:`suits` says no or the kernel does not build."""
@@ -158,6 +164,14 @@ def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
                       and update[2].flags.c_contiguous
                       and not any(np.shares_memory(update[2], x) for x in (a, bm))):
         return False
+    if gate is not None:
+        g, t = gate
+        same = g.__array_interface__["data"][0] == out.__array_interface__["data"][0]
+        if (bias is not None or update is not None or not _scalar(t) or g.shape != out.shape
+                or g.dtype != np.float32 or not g.flags.c_contiguous
+                or (np.shares_memory(g, out) and not same)
+                or any(np.shares_memory(x, y) for x in (g, t) for y in (a, bm))):
+            return False
     if not (bm.strides[1] == 4 and bm.strides[0] >= 4 * bm.shape[1]):
         packed = np.empty(bm.shape, np.float32)
         if not add_transpose(b, bm.T, packed):
@@ -165,11 +179,12 @@ def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
         if pack_at is not None:
             b.steps.insert(pack_at, b.steps.pop())
         bm = packed
-    arrays, p = _arrays(a, bm, out, bias, update)
+    arrays, p = _arrays(a, bm, out, bias, update, gate)
     tag = ("_bias_relu" if relu else "_bias") if bias is not None else ""
     tag += ("_update_apply" if apply else "_update") if update is not None else ""
+    tag += "_gate" if gate is not None else ""
     n = out.shape[1]
-    flags = (bias is not None, relu, update is not None, apply)
+    flags = (bias is not None, relu, update is not None, apply, gate is not None)
     return native.native_split(b, _name(n, *flags), _make(n, *flags), arrays, p,
                                ranges=_ranges(*a.shape, out.shape[1]),
                                label=f"{b.node.op}:dense{tag}")
