@@ -343,15 +343,19 @@ def _train_mlp(optimizer, native_on, monkeypatch, steps=2):
 def test_a_dense_stacks_training_step_runs_on_the_kernel(optimizer, fused, monkeypatch):
     got, labels = _train_mlp(optimizer, True, monkeypatch)
     want, blas_labels = _train_mlp(optimizer, False, monkeypatch)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
     assert not any("dense" in s for s in blas_labels)
     # every product on the kernel: forward with its epilogues, d @ W.T after a transpose,
     # the kernel gradients as gemm updates; no BLAS call (no axpy) in the plan
     assert "matmul:dense_bias_relu" in labels and "matmul:transpose" in labels, labels
     assert not any(s in ("matmul", "gemm", "add(axpy)") for s in labels), labels
-    updates = [s for s in labels if s.startswith("gemm:")]
-    # with momentum the first layer's w += v is the epilogue of its velocity's gemm (nothing
-    # reads W1 after it); W2 is read by d2 @ W2.T after its gemm: its add stays a kernel
-    assert ("gemm:dense_update_apply" in updates) == fused, labels
+    updates = [s for s in labels if s.startswith("gemm:dense")]
+    # with momentum each w += v is the epilogue of its velocity's gemm: nothing reads W1
+    # after it; d2 @ W2.T after W2's gemm reads the copy of W2.T laid out before that gemm
+    # (right after the forward product read W2)
+    assert updates.count("gemm:dense_update_apply") == (2 if fused else 0), labels
+    assert ("gemm:transpose" in labels) == fused, labels
     assert len(updates) == 2, labels  # the 256 x 10 kernel's is too small for a gemm
     # the ReLU gradients are the input gradients' epilogues (with momentum W2's w += v sits
     # between d2 @ W2.T and its ReLU gradient: it touches neither); plain SGD's W2 gemm
@@ -359,5 +363,3 @@ def test_a_dense_stacks_training_step_runs_on_the_kernel(optimizer, fused, monke
     gates = labels.count("matmul:dense_gate")
     relus = sum(s.startswith("fused[greater") for s in labels)
     assert (gates, relus) == ((2, 0) if fused else (1, 1)), labels
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

@@ -35,6 +35,8 @@ def build_matmul(b, node: Node) -> None:
             emit_loop(b, MATVEC, [x, y], out, "matmul(matvec)")
             return
     x, y, out = _operands(b, node)
+    # w.T laid out before w's update was fused into an earlier gemm (_pack_early): read that
+    y = b.cache.get("packed", {}).get(id(yn), y)
     if x.ndim == 2 and y.ndim == 2 and products_native(b) and dense(b, node, x, y, out):
         return
     b.add(threads.MatmulCall(), (x, y, out))
@@ -227,11 +229,52 @@ def _applied_update(b, node: Node, out: np.ndarray) -> tuple | None:
     w, target = b.array(wn), b.out(add)
     if not (w.shape == out.shape and w.flags.c_contiguous and _in_place(w, target)):
         return None
+    readers = []
     for k in _run_between(b, at, j):
         reads = [b.array(i) for i in k.inputs if id(i) in b.layouts]
-        if any(np.shares_memory(r, w) for r in reads) or np.shares_memory(b.out(k), w):
+        if np.shares_memory(b.out(k), w):
             return None
+        if any(np.shares_memory(r, w) for r in reads):
+            if not _reads_transposed(b, k, w):
+                return None
+            readers.append(k)
+    if readers and not _pack_early(b, readers, w):
+        return None
     return add, w
+
+
+def _reads_transposed(b, node: Node, w: np.ndarray) -> bool:
+    """Whether ``node`` is a product ``d @ w.T`` (an input gradient through ``w``) that reads
+    ``w`` only as that ``w.T``."""
+    if node.op != "matmul" or len(node.inputs) != 2 or any(
+            id(i) not in b.layouts for i in node.inputs):
+        return False
+    x, y = b.array(node.inputs[0]), b.array(node.inputs[1])
+    return (not np.shares_memory(x, w) and y.shape == w.shape[::-1]
+            and y.strides == w.strides[::-1]
+            and y.__array_interface__["data"][0] == w.__array_interface__["data"][0])
+
+
+def _pack_early(b, readers: list[Node], w: np.ndarray) -> bool:
+    """Lays ``w.T`` out for the kernel (``native_matmul.add_transpose``) right after the
+    plan's first step reading ``w`` (before the gemm that will update ``w`` in its epilogue),
+    and hands that copy to the products ``readers`` (``d @ w.T``: built later, they read it,
+    on the kernel or on BLAS alike: ``b.cache["packed"]``); False where there is no such step
+    or the transpose does not build (the update is then not fused)."""
+    from kiln.core.backends.cpu import native_matmul
+
+    at = next((k + 1 for k, step in enumerate(b.steps) if any(
+        isinstance(a, np.ndarray) and np.may_share_memory(a, w) for a in step.args)), None)
+    if at is None:
+        return False
+    packed = np.empty(w.shape[::-1], w.dtype)
+    if not native_matmul.add_transpose(b, w, packed):
+        return False
+    b.steps.insert(at, b.steps.pop())
+    table = b.cache.setdefault("packed", {})
+    for k in readers:
+        table[id(k.inputs[1])] = packed
+    return True
 
 
 def _run_between(b, at: int, j: int) -> list[Node]:
