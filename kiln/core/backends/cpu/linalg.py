@@ -62,13 +62,13 @@ BLAS_OPS = frozenset({"gemm", "conv2d", "conv2d_backprop_input", "conv2d_backpro
 
 def products_native(b) -> bool:
     """Whether every product of the plan being built runs on kiln's own kernel (then its Dense
-    products take it: :func:`dense`); decided once per plan. OpenBLAS's worker threads spin
-    for ~0.3 ms after each of its calls (``threads.BLAS_TIMEOUT``), and a kernel on kiln's
-    threads in that window shares a core with the spin: in the MLP training step (whose
-    input-gradient products ``d @ W.T`` and kernel-gradient ``gemm`` stay BLAS's), the
-    native forward product right after the previous step's BLAS calls took 854 against
-    BLAS's 572 us, the step 1.2x slower. A plan that calls no BLAS (a Dense stack's
-    ``predict``) has no such spin."""
+    products and in-place ``gemm`` updates take it: :func:`dense`, :func:`build_gemm`);
+    decided once per plan. OpenBLAS's worker threads spin for ~0.3 ms after each of its calls
+    (``threads.BLAS_TIMEOUT``), and a kernel on kiln's threads in that window shares a core
+    with the spin: in an MLP training step whose input gradients and updates stayed
+    OpenBLAS's, running only the forward products on the kernel made the step 1.2x slower.
+    A plan that calls no BLAS (a Dense stack's ``predict`` and training step) has no such
+    spin (docs/architecture.md, "Dense products")."""
     known = b.cache.get("products_native")
     if known is None:
         known = True

@@ -1,26 +1,27 @@
 """Dense layers' products ``C = A @ B`` on kiln's own register-blocked kernel
 (``native_gemm.matmul_ir``) in plans whose every product it takes (a Dense stack's
-``predict``: ``linalg.products_native``), with the bias add and ReLU after the product as its
-epilogue (docs/architecture.md, "Dense products").
+``predict`` and training step: ``linalg.products_native``), with epilogues for what follows
+a product there (docs/architecture.md, "Dense products"): the bias add and ReLU, a ReLU's
+gradient (``gate``), the ``gemm`` op's ``alpha * (A @ B) + beta * C`` in place and SGD
+momentum's ``w += v`` after it (``update``); a ``d @ W.T`` product's ``W.T`` is laid out for
+the kernel first (:func:`add_transpose`).
 
 The kernel keeps a block of 4 rows x 4 vectors of ``C`` in registers over the whole inner
 dimension, reads ``A`` in place through its strides (a transposed view is no copy) and a
 ``K x 64`` slice of ``B`` from cache while the rows pass; the rows are split over kiln's
-threads in two ranges, each block computed by one thread in one order (the same bits however
-many threads). Back to back it runs the MLP's products as fast as OpenBLAS (2-core Zen 4,
-``benchmarks/bench_dense.py``, median us, kiln / OpenBLAS: (1024 x 784) @ (784 x 512) 4031 /
-4186, (1024 x 512) @ (512 x 256) 1309 / 1406, (1024 x 256) @ (256 x 10) 79 / 70, (128 x 784)
-@ (784 x 512) 559 / 564); what it gains is the epilogue (no pass over the product for the
-bias and ReLU) and a plan without OpenBLAS's threads: ``mlp_predict`` 0.96-1.00x the time of
-its GEMMs on OpenBLAS, against 1.05-1.07x with them (``bench_suite.py``, two runs each). It
-loses where the inner size reaches 2,048 (``B``'s slice leaves the L2 cache: 1.3-1.5x slower),
-with 128 columns (1.1-1.7x) and under 128 rows (the halves are too thin): those stay
-OpenBLAS's, as does everything on hosts without AVX-512 (its kernels were tuned there only)
-and float64.
+threads in two ranges (their parts on the spin pool: kiln/core/backends/cpu/spin_pool.py),
+each block computed by one thread in one order (the same bits however many threads). On the
+MLP's products it beats OpenBLAS (2-core Zen 4, median us kiln / OpenBLAS: (128 x 784) @ (784
+x 512) 454 / 551, (128 x 512) @ (512 x 256) 149 / 192, (512 x 128) @ (128 x 256) 157 / 189,
+(784 x 128) @ (128 x 512) 463 / 542) but the 10-column ones; what it gains besides is the
+epilogues and a plan without OpenBLAS's threads. It loses where the inner size reaches
+2,048 (``B``'s slice leaves the L2 cache: 1.3-1.5x slower), with 128 columns (1.1-1.7x) and
+under 128 rows (the halves are too thin): those stay OpenBLAS's, as does everything on hosts
+without AVX-512 (its kernels were tuned there only) and float64.
 
-:func:`suits` decides; :func:`add` puts the kernel into a plan (``linalg.dense``, with the
-epilogue of ``conv_tile.epilogue``); :func:`prepare` makes a runner for one layout (the GEMM
-floors of ``benchmarks/floors.py`` use it, so that a floor stays one for kiln).
+:func:`suits` decides; :func:`add` puts the kernel into a plan (``linalg.dense`` and
+``linalg.build_gemm``); :func:`prepare` makes a runner for one layout (the GEMM floors of
+``benchmarks/floors.py`` use it, so that a floor stays one for kiln).
 """
 
 from __future__ import annotations
