@@ -147,10 +147,13 @@ def test_forked_child_starts_its_own_workers():
             os.write(w, bytes([code]))
             os._exit(code)
     os.close(w)
-    try:
-        import select
+    import select
+    import signal
 
-        ready, _, _ = select.select([r], [], [], 120)
+    try:
+        ready, _, _ = select.select([r], [], [], 60)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)  # so that the test fails instead of waiting on it
         assert ready, "the forked child's split call hung"
         assert os.read(r, 1) == b"\x00"
     finally:
@@ -159,6 +162,78 @@ def test_forked_child_starts_its_own_workers():
     out[:] = np.nan
     fn(*args)  # the parent's pool still works
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_part_published_before_a_new_worker_runs_is_not_lost():
+    # a forked child's first split call starts a worker and publishes its part at once,
+    # often before the new thread first reads its slot: it must still run that part
+    import select
+    import signal
+
+    fn, args, a, b, out = _product(seed=6)
+    fn(*args)
+    ref = a.astype(np.float64) @ b
+    for _ in range(20):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                out[:] = np.nan
+                fn(*args)
+                code = 0 if np.allclose(out, ref, rtol=1e-4, atol=1e-4) else 2
+            finally:
+                os.write(w, bytes([code]))
+                os._exit(code)
+        os.close(w)
+        try:
+            ready, _, _ = select.select([r], [], [], 30)
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+            assert ready, "a new worker missed the part published before it ran"
+            assert os.read(r, 1) == b"\x00"
+        finally:
+            os.close(r)
+            os.waitpid(pid, 0)
+
+
+def test_a_worker_runs_a_part_published_before_it_started():
+    # the race itself, made certain: part 1 is published in a fresh slot before its worker
+    # thread exists; the worker must take it (it starts from ``done``, not from the sequence)
+    import ctypes
+    import time
+
+    fn, args, a, b, out = _product(seed=7)
+    fn(*args)  # the module loaded
+    module = spin_pool.POOL.module
+    addr, n = spin_pool.kernel_of(fn.entry)
+    part = fn.change(args, 1)
+    raw = np.zeros(3 * spin_pool.SLOT, np.uint8)
+    slot = raw.ctypes.data + (-raw.ctypes.data) % spin_pool.SLOT
+    argv = (ctypes.c_void_p * (n + 1))(addr, *[x.ctypes.data for x in part])
+    fields = ctypes.c_int32 * 3  # seq, done, sleeping
+    c_int64 = ctypes.c_int64
+    c_int64.from_address(slot + spin_pool._FN).value = module["addr"][f"call{n}"]
+    c_int64.from_address(slot + spin_pool._ARG).value = ctypes.addressof(argv)
+    c_int64.from_address(slot + spin_pool._SPIN).value = 1 << 16
+    c_int64.from_address(slot + spin_pool._POOL).value = slot  # its park word: 0
+    state = fields.from_address(slot)
+    out[:] = np.nan
+    state[0] = 1  # published: sequence 1, done 0
+    threading.Thread(target=module["worker"], args=(slot,), daemon=True).start()
+    deadline = time.monotonic() + 30
+    while state[1] != 1 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert state[1] == 1, "the worker never ran the part published before it started"
+    rows = slice(*[int(v) for v in part[-1][-2:]])  # the part's row range
+    np.testing.assert_allclose(out[rows], (a.astype(np.float64) @ b)[rows], rtol=1e-4,
+                               atol=1e-4)
+    keep = (raw, argv)  # the worker keeps reading its slot: never freed while it may run
+    _LEAKED.append(keep)
+
+
+_LEAKED: list = []
 
 
 def test_entry_checks_its_argument_count():

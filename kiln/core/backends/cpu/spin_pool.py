@@ -9,7 +9,8 @@ are small (``benchmarks/bench_overhead.py --pool``). Here one LLVM module (compi
 as any native kernel) holds:
 
 * ``@<sym>_worker(slot)``: a worker's whole life, entered once through ctypes (so without the
-  GIL) from a daemon thread. It spins on its slot's sequence number for
+  GIL) from a daemon thread. It starts from the slot's ``done`` count (a part published
+  before the thread runs is still new to it) and spins on its slot's sequence number for
   :data:`SPIN_CYCLES` (``pause`` between reads, the time read from the cycle counter),
   runs each part published there (a trampoline and its argument vector) and publishes the
   part's number as done; after the spin it sleeps in ``futex(FUTEX_WAIT)`` on the sequence
@@ -80,7 +81,11 @@ def _ir(sym: str) -> str:
         f"  %ppool = getelementptr inbounds i8, ptr %slot, i64 {_POOL}",
         "  %pool = load ptr, ptr %ppool, align 8",
         f"  %ppark = getelementptr inbounds i8, ptr %pool, i64 {PARK_OFFSET}",
-        "  %first = load atomic i32, ptr %slot acquire, align 4",
+        # the parts already run: ``done`` (equal to the sequence number while no part is in
+        # flight, as when a worker starts). Not the sequence number itself: a caller may
+        # publish the first part before this thread gets here, and that part must not count
+        # as seen
+        "  %first = load atomic i32, ptr %pdone acquire, align 4",
         "  br label %wait",
         "wait:",
         "  %last = phi i32 [ %first, %entry ], [ %s, %run ], [ %last, %woke ]",
@@ -322,7 +327,7 @@ class SpinPool:
         if not native.enabled():
             return None
         try:
-            k = native.kernel(f"spin_pool v1 spin{SPIN_CYCLES} arrays{MAX_ARRAYS}", [], _ir)
+            k = native.kernel(f"spin_pool v2 spin{SPIN_CYCLES} arrays{MAX_ARRAYS}", [], _ir)
             entry = k.compile(())
             engine = native._state["engine"]
             addr = {n: engine.get_function_address(f"{k.name}_{n}")
