@@ -126,39 +126,49 @@ def test_concurrent_callers_get_their_own_results():
     assert not errors, errors
 
 
+def _in_child(check, timeout: float, hung: str) -> None:
+    """Runs ``check()`` (True: passed) in a forked child; fails where it returns False,
+    raises, or takes over ``timeout`` seconds (the child is then killed, so that the test
+    fails instead of waiting on it)."""
+    import select
+    import signal
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if check() else 2
+        finally:
+            os.write(w, bytes([code]))
+            os._exit(code)
+    os.close(w)
+    try:
+        ready, _, _ = select.select([r], [], [], timeout)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        assert ready, hung
+        assert os.read(r, 1) == b"\x00", "the child's result was wrong"
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
 def test_forked_child_starts_its_own_workers():
     fn, args, a, b, out = _product(seed=4)
     fn(*args)  # the parent's workers run
     generation = spin_pool.POOL.generation
     ref = a.astype(np.float64) @ b
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: no worker survived the fork
-        code = 1
-        try:
-            ok = spin_pool.POOL.generation == generation + 1 and spin_pool.POOL.count == 0
-            out[:] = np.nan
-            fn(*args)
-            ok = ok and spin_pool.POOL.count >= 1 and np.allclose(out, ref, rtol=1e-4,
-                                                                  atol=1e-4)
-            code = 0 if ok else 2
-        finally:
-            os.write(w, bytes([code]))
-            os._exit(code)
-    os.close(w)
-    import select
-    import signal
 
-    try:
-        ready, _, _ = select.select([r], [], [], 60)
-        if not ready:
-            os.kill(pid, signal.SIGKILL)  # so that the test fails instead of waiting on it
-        assert ready, "the forked child's split call hung"
-        assert os.read(r, 1) == b"\x00"
-    finally:
-        os.close(r)
-        os.waitpid(pid, 0)
+    def child() -> bool:  # no worker survived the fork
+        fresh = spin_pool.POOL.generation == generation + 1 and spin_pool.POOL.count == 0
+        out[:] = np.nan
+        fn(*args)
+        return fresh and spin_pool.POOL.count >= 1 and np.allclose(out, ref, rtol=1e-4,
+                                                                   atol=1e-4)
+
+    _in_child(child, 60, "the forked child's split call hung")
     out[:] = np.nan
     fn(*args)  # the parent's pool still works
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
@@ -168,34 +178,17 @@ def test_forked_child_starts_its_own_workers():
 def test_a_part_published_before_a_new_worker_runs_is_not_lost():
     # a forked child's first split call starts a worker and publishes its part at once,
     # often before the new thread first reads its slot: it must still run that part
-    import select
-    import signal
-
     fn, args, a, b, out = _product(seed=6)
     fn(*args)
     ref = a.astype(np.float64) @ b
+
+    def child() -> bool:
+        out[:] = np.nan
+        fn(*args)
+        return np.allclose(out, ref, rtol=1e-4, atol=1e-4)
+
     for _ in range(20):
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                out[:] = np.nan
-                fn(*args)
-                code = 0 if np.allclose(out, ref, rtol=1e-4, atol=1e-4) else 2
-            finally:
-                os.write(w, bytes([code]))
-                os._exit(code)
-        os.close(w)
-        try:
-            ready, _, _ = select.select([r], [], [], 30)
-            if not ready:
-                os.kill(pid, signal.SIGKILL)
-            assert ready, "a new worker missed the part published before it ran"
-            assert os.read(r, 1) == b"\x00"
-        finally:
-            os.close(r)
-            os.waitpid(pid, 0)
+        _in_child(child, 30, "a new worker missed the part published before it ran")
 
 
 def test_a_worker_runs_a_part_published_before_it_started():
