@@ -173,10 +173,14 @@ def _weight_read(b, yn: Node, y: np.ndarray) -> int | None:
     w = b.array(root)
     if not np.shares_memory(w, y):
         return None
-    for k, step in enumerate(b.steps):
-        if any(isinstance(a, np.ndarray) and np.may_share_memory(a, w) for a in step.args):
-            return k + 1
-    return None
+    return _after_first_read(b, w)
+
+
+def _after_first_read(b, w: np.ndarray) -> int | None:
+    """The index right after the first step built so far whose arguments may touch ``w``,
+    or None."""
+    return next((k + 1 for k, step in enumerate(b.steps) if any(
+        isinstance(a, np.ndarray) and np.may_share_memory(a, w) for a in step.args)), None)
 
 
 @builder("gemm")
@@ -266,8 +270,7 @@ def _pack_early(b, readers: list[Node], w: np.ndarray) -> bool:
     or the transpose does not build (the update is then not fused)."""
     from kiln.core.backends.cpu import native_matmul
 
-    at = next((k + 1 for k, step in enumerate(b.steps) if any(
-        isinstance(a, np.ndarray) and np.may_share_memory(a, w) for a in step.args)), None)
+    at = _after_first_read(b, w)
     if at is None:
         return False
     packed = np.empty(w.shape[::-1], w.dtype)

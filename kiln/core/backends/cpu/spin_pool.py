@@ -36,11 +36,13 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import warnings
 from typing import Any
 
 import numpy as np
 
 from kiln.core.backends.cpu import threads
+from kiln.core.backends.cpu.codegen import CodegenError
 
 SPIN_CYCLES = 1 << 20  # a worker's spin before it sleeps: ~0.3 ms at 3.5 GHz (threads.BLAS_TIMEOUT)
 MAX_ARRAYS = 16        # arrays per part a trampoline passes on
@@ -332,9 +334,15 @@ class SpinPool:
             engine = native._state["engine"]
             addr = {n: engine.get_function_address(f"{k.name}_{n}")
                     for n in ["worker"] + [f"call{i}" for i in range(1, MAX_ARRAYS + 1)]}
-        except Exception:  # noqa: BLE001 - no native pool: the Python pool runs the parts
+        except (CodegenError, RuntimeError, OSError) as exc:  # LLVM's errors: RuntimeError
+            warnings.warn(f"kiln: the spin pool did not build ({exc}); native kernels' split "
+                          "calls run on the Python pool (slower, the same results)",
+                          RuntimeWarning, stacklevel=2)
             return None
         if not all(addr.values()):
+            warnings.warn("kiln: the spin pool's functions were not found after loading; "
+                          "native kernels' split calls run on the Python pool",
+                          RuntimeWarning, stacklevel=2)
             return None
         return {"entry": entry, "addr": addr,
                 "worker": ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addr["worker"])}

@@ -454,20 +454,18 @@ class SplitCall:
         self.entry = entry
         self.parts = parts
         self.change = change
-        self._native: Any = None  # (spin pool entry, header, generation) for ``_for``
+        self._native: Any = None  # (entry, header, generation, spin pool) for ``_for``
         self._for: Any = None
 
     def __call__(self, *args: Any) -> None:
-        from kiln.core.backends.cpu import spin_pool
-
         entry, change = self.entry, self.change
         calls = [change(args, k) for k in range(self.parts)]
         found = self._native
         if self._for is not entry or (found is not None
-                                      and found[2] != spin_pool.POOL.generation):
+                                      and found[2] != found[3].generation):
             found = self._bind(entry, calls)
         if found is not None:
-            spin_pool.POOL.place()
+            found[3].place()
             found[0](found[1], *[a for c in calls for a in c])
             return
         POOL.run([(entry, c) for c in calls])
@@ -485,7 +483,7 @@ class SplitCall:
             return None
         made = spin_pool.POOL.header(self.parts, kernel[0], kernel[1])
         if made is not None:
-            self._native = (*made, spin_pool.POOL.generation)
+            self._native = (*made, spin_pool.POOL.generation, spin_pool.POOL)
         return self._native
 
 
