@@ -101,20 +101,24 @@ def _block(f, vec: str, fma: str, lanes: int, rows: int, nv: int, r0: str, n0: s
             else:
                 f.emit(f"store {vec} zeroinitializer, ptr {name}")
     arow = [f.add(a0, f.mul(f.add(r0, str(i)), sar)) for i in range(rows)]
-    # what the epilogue reads besides the accumulators, asked for now: its cache lines arrive
-    # while the block's products run (the velocity and weights of an update leave the
-    # caches between steps: the MLP's 784 x 512 update with both evicted, 670-737 against
-    # 710-806 us without; the same warm)
+    # what the next block's epilogue reads besides its accumulators (the block of the rows
+    # below, which the loops run next), asked for now: its cache lines arrive while this
+    # block's products run (the velocity and weights of an update leave the caches between
+    # steps). The MLP's training step (784 x 512 and 512 x 256 updates, 512 x 128 gate),
+    # median us in two A/B runs: 1,570 and 1,649 against 1,612 and 1,675 with this block's
+    # own lines asked for at its start; the 784 x 512 update alone with both arrays evicted:
+    # 626 against 664 (and 710-806 with none asked for). A row past the end is only a
+    # hint: its address is computed without ``inbounds``, and a prefetch never faults.
     early = ([("%c", 1)] if update is not None else []) + ([("%w", 1)] if apply else []) + (
         [("%g", 0)] if gate is not None else [])
     if early:
         f.declare.add("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
     for arr, write in early:
         for i in range(rows):
-            row = f.add(f.add(c0, f.mul(f.add(r0, str(i)), scr)), n0)
+            row = f.add(f.add(c0, f.mul(f.add(r0, str(rows + i)), scr)), n0)
             for v in range(nv):
                 g = f.tmp()
-                f.emit(f"{g} = getelementptr inbounds float, ptr {arr}, i64 "
+                f.emit(f"{g} = getelementptr float, ptr {arr}, i64 "
                        f"{f.add(row, str(v * lanes))}")
                 f.emit(f"call void @llvm.prefetch.p0(ptr {g}, i32 {write}, i32 3, i32 1)")
     t, lt = f.begin(kk)
