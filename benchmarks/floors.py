@@ -60,7 +60,8 @@ def products(calls: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 def _native_product(a: np.ndarray, b: np.ndarray, out: np.ndarray
                     ) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None:
-    """kiln's kernel for ``out = a @ b`` (``native_matmul.prepare``), or None. A transposed
+    """kiln's kernel for ``out = a @ b`` (``native_matmul.prepare``: split by rows, as fast
+    as a plan's split or faster for a product alone), or None. A transposed
     ``b`` (``d @ W.T``), which a plan lays out for the kernel at each step, is laid out here
     once, beforehand: the floor counts the product alone."""
     from kiln.core.backends.cpu import native_matmul

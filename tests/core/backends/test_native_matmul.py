@@ -49,7 +49,7 @@ SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("parts", [1, 2])
+@pytest.mark.parametrize("parts", [1, 2, 3])
 @pytest.mark.parametrize("m, k, n", SHAPES)
 def test_products_match_the_float64_product(parts, m, k, n, monkeypatch):
     monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
@@ -60,6 +60,29 @@ def test_products_match_the_float64_product(parts, m, k, n, monkeypatch):
     out = np.full((m, n), np.nan, np.float32)
     _run(a, b, out)
     np.testing.assert_allclose(out, _reference(a, b), rtol=1e-5, atol=1e-4 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("n, parts, by_columns, cuts", [
+    (512, 2, True, [0, 256, 512]),
+    (272, 2, True, [0, 128, 272]),            # at a multiple of the 64-column block
+    (272, 3, True, [0, 64, 192, 272]),
+    (272, 5, True, [0, 48, 112, 160, 224, 272]),  # parts under 64 columns: multiples of 16
+    (10, 2, False, [0, 128, 257]),            # the narrow kernel: rows, in blocks of 16
+])
+def test_how_a_product_is_split(n, parts, by_columns, cuts, monkeypatch):
+    monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
+    got, ranges = native_matmul._ranges(257, 2000, n)
+    assert got == by_columns
+    assert [lo for lo, _ in ranges] + [ranges[-1][1]] == cuts
+
+
+def test_a_small_product_is_one_part_and_a_tall_one_is_split_by_rows(monkeypatch):
+    monkeypatch.setattr(threads, "kernel_threads", lambda: 2)
+    assert native_matmul._ranges(128, 10, 256) == (False, [(0, 128)])
+    tall = native_matmul.COLUMN_ROWS
+    assert native_matmul._ranges(tall, 784, 512) == (False, [(0, tall // 2), (tall // 2, tall)])
+    # an update (a weight's velocity, and the weight) keeps its columns with one thread
+    assert native_matmul._ranges(tall, 784, 512, update=True) == (True, [(0, 256), (256, 512)])
 
 
 @pytest.mark.parametrize("m, k, n", [(131, 100, 272), (257, 64, 10)])
@@ -88,7 +111,10 @@ def test_a_transposed_a_is_read_through_its_strides():
 
 @pytest.mark.parametrize("relu", [False, True])
 @pytest.mark.parametrize("n", [272, 10])
-def test_the_bias_and_relu_epilogue(relu, n):
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_the_bias_and_relu_epilogue(relu, n, parts, monkeypatch):
+    monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
+    monkeypatch.setattr(native_matmul, "SERIAL_WORK", 0)
     rng = np.random.default_rng(5)
     a = rng.normal(size=(140, 33)).astype(np.float32)
     b = rng.normal(size=(33, n)).astype(np.float32)
@@ -245,12 +271,15 @@ def _gemm_reference(a, b, c, alpha, beta):
     return float(alpha) * (a.astype(np.float64) @ b.astype(np.float64)) + float(beta) * c
 
 
-@pytest.mark.parametrize("m, k, n", [(784, 128, 512), (256, 128, 10), (131, 7, 272)])
+@pytest.mark.parametrize("m, k, n, parts", [(784, 128, 512, 2), (256, 128, 10, 2),
+                                            (131, 7, 272, 2), (131, 7, 272, 3)])
 @pytest.mark.parametrize("apply", [False, True])
-def test_the_gemm_update_epilogue(m, k, n, apply):
+def test_the_gemm_update_epilogue(m, k, n, parts, apply, monkeypatch):
     # v = alpha * (h.T @ d) + beta * v in place, alpha and beta read at each call; with
     # ``apply`` then w += v (SGD momentum's weights), one rounded add: the same bits as the
-    # add kernel it replaces
+    # add kernel it replaces; split over the threads by the columns (by the rows under 16)
+    monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
+    monkeypatch.setattr(native_matmul, "SERIAL_WORK", 0)
     rng = np.random.default_rng(m * k + n)
     h = rng.normal(size=(k, m)).astype(np.float32)
     d = rng.normal(size=(k, n)).astype(np.float32)
@@ -289,10 +318,13 @@ def test_the_gemm_update_keeps_nan_and_infinities():
 
 
 @pytest.mark.parametrize("in_place", [False, True])
-@pytest.mark.parametrize("m, k, n", [(128, 256, 512), (131, 10, 272), (257, 64, 10)])
-def test_the_relu_gradient_epilogue(m, k, n, in_place):
+@pytest.mark.parametrize("m, k, n, parts", [(128, 256, 512, 2), (131, 10, 272, 2),
+                                            (131, 10, 272, 3), (257, 64, 10, 2)])
+def test_the_relu_gradient_epilogue(m, k, n, parts, in_place, monkeypatch):
     # out = (d @ W.T) * float(g > t): the ReLU's output g may be out's own storage (the
     # gradient written over it); x * 0 keeps NaN and infinities NaN, as the separate kernel
+    monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
+    monkeypatch.setattr(native_matmul, "SERIAL_WORK", 0)
     rng = np.random.default_rng(m + n)
     d = rng.normal(size=(m, k)).astype(np.float32)
     w = rng.normal(size=(n, k)).astype(np.float32)

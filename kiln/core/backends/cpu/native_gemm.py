@@ -208,9 +208,12 @@ def _mask(f, vec: str, lanes: int, tail: int) -> str:
 
 def matmul_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, chunk: int,
               tail: int = 0, bias: bool = False, relu: bool = False,
-              update: bool = False, apply: bool = False, gate: bool = False) -> str:
-    """The module of ``@symbol`` for rows ``r0 <= r < r1`` of one product ``C = A @ B``
-    (``native_matmul``: a Dense layer's GEMM, its rows split over kiln's threads), with the
+              update: bool = False, apply: bool = False, gate: bool = False,
+              by_columns: bool = False) -> str:
+    """The module of ``@symbol`` for rows ``r0 <= r < r1`` and columns ``c0 <= c < c1`` of
+    one product ``C = A @ B`` (``native_matmul``: a Dense layer's GEMM, its rows or, with
+    ``by_columns``, its columns split over kiln's threads: the split range is the kernel's
+    outer range, the other one two parameters), with the
     optional epilogue ``relu?(C + bias)`` applied before the store, or (``update``) the
     ``gemm`` op's ``C = alpha * (A @ B) + beta * C`` (an optimizer's update of its velocity
     by the kernel gradient), and with ``apply`` ``W += C`` after it (the update of the
@@ -220,17 +223,18 @@ def matmul_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, chunk: 
 
     Arguments (flat float32 arrays): ``(c, a, b[, bias][, alpha, beta[, w]][, g, t], p)``;
     ``p = [c size, a size, b size, (bias size,) (1, 1, (w size,)) (g size, 1,) M, K, N,
-    a_row, a_inner, b_inner, c_row, r0, r1]``
-    (strides in elements;
+    a_row, a_inner, b_inner, c_row, o0, o1, n0, n1]``: ``(n0, n1)`` the split range (rows,
+    or columns ``by_columns``), ``(o0, o1)`` the other (strides in elements;
     ``B`` and ``C`` unit-stride along the columns, ``N % lanes == tail``: the last ``tail``
-    columns are one masked vector). The rows
+    columns are one masked vector, in a column range that ends at ``N``; a column range
+    starts at a multiple of ``lanes``). The rows
     run in chunks of ``chunk`` (``chunk x K`` of ``A`` stays in the L2 cache: read from memory
     once); per chunk, the columns in blocks of ``V L`` (then of ``L``), whose ``K x (V L)``
     slice of ``B`` stays in cache while the chunk's rows pass in blocks of ``R`` (then one by
     one)."""
     ranks = (1, 1, 1) + ((1,) if bias else ()) + ((1, 1) if update else ()) + (
         (1,) if apply else ()) + ((1, 1) if gate else ())
-    k, vec, fma = _start("matmul", dtype, lanes, ranks, 7)
+    k, vec, fma = _start("matmul", dtype, lanes, ranks, 9)
     f = k.f
     f.declare.add("declare i64 @llvm.smin.i64(i64, i64)")
     scales = None
@@ -251,12 +255,12 @@ def matmul_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, chunk: 
         f.emit(f"{one} = insertelement {vec} poison, float {s}, i64 0")
         f.emit(f"{threshold} = shufflevector {vec} {one}, {vec} poison, "
                f"<{lanes} x i32> zeroinitializer")
-    _, kk, n, sar, sak, sbk, scr = k.p
-    r0, r1 = k.n0, k.n1
+    _, kk, _, sar, sak, sbk, scr, o0, o1 = k.p
+    r0, r1, c0, c1 = (o0, o1, k.n0, k.n1) if by_columns else (k.n0, k.n1, o0, o1)
     base = ("0", "0", "0")
     geo = (kk, sar, sak, sbk, scr)
     wide = lanes * vecs
-    n_wide = f.mul(_div(f, n, str(wide)), str(wide))
+    n_wide = f.add(c0, f.mul(_div(f, k.sub(c1, c0), str(wide)), str(wide)))
     ch, lc = f.begin(_div(f, f.add(k.sub(r1, r0), str(chunk - 1)), str(chunk)))
     lo, hi = f.add(r0, f.mul(ch, str(chunk))), f.tmp()
     f.emit(f"{hi} = call i64 @llvm.smin.i64(i64 {f.add(lo, str(chunk))}, i64 {r1})")
@@ -275,8 +279,8 @@ def matmul_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, chunk: 
         f.end(one, lo1)
         f.end(q, lq)
 
-    n_full = k.sub(n, str(tail))
-    columns("0", n_wide, wide, vecs)
+    n_full = k.sub(c1, str(tail))
+    columns(c0, n_wide, wide, vecs)
     columns(n_wide, n_full, lanes, 1)
     if tail:
         columns(n_full, f.add(n_full, str(lanes)), lanes, 1, _mask(f, vec, lanes, tail))

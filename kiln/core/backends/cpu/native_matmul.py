@@ -8,9 +8,10 @@ the kernel first (:func:`add_transpose`).
 
 The kernel keeps a block of 4 rows x 4 vectors of ``C`` in registers over the whole inner
 dimension, reads ``A`` in place through its strides (a transposed view is no copy) and a
-``K x 64`` slice of ``B`` from cache while the rows pass; the rows are split over kiln's
-threads in two ranges (their parts on the spin pool: kiln/core/backends/cpu/spin_pool.py),
-each block computed by one thread in one order (the same bits however many threads). On the
+``K x 64`` slice of ``B`` from cache while the rows pass; the columns (a Dense layer's units:
+:func:`_ranges`), or the rows, are split over kiln's threads (their parts on the spin pool:
+kiln/core/backends/cpu/spin_pool.py), each block computed by one thread in one order (the
+same bits however many threads). On the
 MLP's products it beats OpenBLAS (2-core Zen 4, median us kiln / OpenBLAS: (128 x 784) @ (784
 x 512) 454 / 551, (128 x 512) @ (512 x 256) 149 / 192, (512 x 128) @ (128 x 256) 157 / 189,
 (784 x 128) @ (128 x 512) 463 / 542) but the 10-column ones; what it gains besides is the
@@ -40,6 +41,7 @@ MIN_ROWS = 128
 MIN_COLUMNS, MAX_COLUMNS = 256, 1024
 MAX_INNER = 1024
 SERIAL_WORK = 1 << 22   # multiply-adds under which one thread runs the product
+COLUMN_ROWS = 512       # products of fewer rows are split by their columns (_ranges)
 TRANSPOSE_SPLIT = 1 << 16  # elements from which a transpose is split over the threads
 ENABLED = True
 
@@ -89,46 +91,62 @@ def _block(n: int) -> tuple[int, int]:
     return NARROW_BLOCK if n < LANES else BLOCK
 
 
-def _make(n: int, bias: bool, relu: bool, update: bool, apply: bool,
-          gate: bool) -> Callable[[str, str], str]:
+def _make(n: int, bias: bool, relu: bool, update: bool, apply: bool, gate: bool,
+          by_columns: bool) -> Callable[[str, str], str]:
     rows, vecs = _block(n)
     tail = n % LANES
 
     def make(symbol: str, dtype: str) -> str:
         return native_gemm.matmul_ir(symbol, dtype, LANES, rows, vecs, CHUNK, tail, bias=bias,
-                                     relu=relu, update=update, apply=apply, gate=gate)
+                                     relu=relu, update=update, apply=apply, gate=gate,
+                                     by_columns=by_columns)
 
     return make
 
 
-def _name(n: int, bias: bool, relu: bool, update: bool, apply: bool, gate: bool) -> str:
+def _name(n: int, bias: bool, relu: bool, update: bool, apply: bool, gate: bool,
+          by_columns: bool) -> str:
     rows, vecs = _block(n)
     return (f"dense_matmul_l{LANES}r{rows}v{vecs}c{CHUNK}t{n % LANES}{'b' if bias else ''}"
             f"{'r' if relu else ''}{'u' if update else ''}{'w' if apply else ''}"
-            f"{'g' if gate else ''}")
+            f"{'g' if gate else ''}_{'cols' if by_columns else 'rows'}")
 
 
-def _ranges(m: int, k: int, n: int) -> list[tuple[int, int]]:
-    """Row ranges, one per kiln thread, split at multiples of the block height (one range
-    where the product is under ``SERIAL_WORK`` multiply-adds: waking a thread would cost
-    more)."""
+def _ranges(m: int, k: int, n: int, update: bool = False,
+            columns: bool = True) -> tuple[bool, list[tuple[int, int]]]:
+    """``(by_columns, ranges)``: the product's parts, one per kiln thread (one part where it
+    is under ``SERIAL_WORK`` multiply-adds: waking a thread would cost more). An update
+    (``update``: ``C`` a weight's velocity, and the weight) or a product of under
+    ``COLUMN_ROWS`` rows, of whole vectors (``n % LANES == 0``, 256 columns and more), is
+    split by its columns, at multiples of the block width where each part gets one: each
+    thread then reads only its columns of ``B`` and writes its columns of ``C``, so a
+    weight's columns and its velocity's stay with one core from the forward product to the
+    update (docs/architecture.md, "Dense products"); other products (every one where
+    ``columns`` is False) by their rows, at multiples of the block height."""
     parts = threads.kernel_threads()
     if m * k * n < SERIAL_WORK or parts == 1:
-        return [(0, m)]
+        return False, [(0, m)]
+    if columns and n % LANES == 0 and n >= MIN_COLUMNS and (update or m < COLUMN_ROWS):
+        unit = LANES * BLOCK[1] if n // parts >= LANES * BLOCK[1] else LANES
+        cuts = [0] + [min(n, round(n * j / parts / unit) * unit) for j in range(1, parts)]
+        cuts.append(n)
+        return True, [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
     rows = _block(n)[0]
     cuts = [0] + [min(m, -(-m * j // parts) // rows * rows) for j in range(1, parts)] + [m]
-    return [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
+    return False, [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
 
 
 def _arrays(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray | None,
-            update: tuple | None, gate: tuple | None = None) -> tuple[tuple, list[int]]:
+            update: tuple | None, gate: tuple | None = None,
+            by_columns: bool = False) -> tuple[tuple, list[int]]:
     """The kernel's arrays and its parameters (``matmul_ir``'s layout, less the sizes and the
-    row range)."""
+    split range: the other range is all the rows, or all the columns)."""
     (m, k), n = a.shape, b.shape[1]
     arrays = (out.reshape(-1), _flat(a), _flat(b)) + ((bias,) if bias is not None else ())
     arrays += tuple(s.reshape(-1) for s in update) if update is not None else ()
     arrays += tuple(s.reshape(-1) for s in gate) if gate is not None else ()
-    p = [m, k, n, a.strides[0] // 4, a.strides[1] // 4, b.strides[0] // 4, n]
+    p = [m, k, n, a.strides[0] // 4, a.strides[1] // 4, b.strides[0] // 4, n, 0,
+         m if by_columns else n]
     return arrays, p
 
 
@@ -139,7 +157,7 @@ def _scalar(s: np.ndarray) -> bool:
 def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
         epilogue: tuple[np.ndarray, bool] | None = None,
         update: tuple | None = None, pack_at: int | None = None,
-        gate: tuple[np.ndarray, np.ndarray] | None = None) -> bool:
+        gate: tuple[np.ndarray, np.ndarray] | None = None, columns: bool = True) -> bool:
     """Adds ``out = relu?(a @ bm + bias)`` (``epilogue = (bias, relu)``: a float32 bias of one
     value per column; None: the plain product), or ``out = alpha * (a @ bm) + beta * out``
     (``update = (alpha, beta)``: float32 0-d arrays read at each call, the ``gemm`` op in
@@ -150,7 +168,8 @@ def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
     :func:`transposed`
     ``bm`` is first laid out for the kernel (:func:`add_transpose`; ``pack_at``: that step
     goes to this index of the plan's steps, where the caller knows ``bm`` is already what the
-    product will read). False where :func:`suits` says no or the kernel does not build."""
+    product will read); ``columns``: whether it may be split by its columns (:func:`_ranges`).
+    False where :func:`suits` says no or the kernel does not build."""
     if not suits(a, bm, out, packed=True):
         return False
     bias, relu = epilogue if epilogue is not None else (None, False)
@@ -180,15 +199,15 @@ def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
         if pack_at is not None:
             b.steps.insert(pack_at, b.steps.pop())
         bm = packed
-    arrays, p = _arrays(a, bm, out, bias, update, gate)
+    by_columns, ranges = _ranges(*a.shape, out.shape[1], update is not None, columns)
+    arrays, p = _arrays(a, bm, out, bias, update, gate, by_columns)
     tag = ("_bias_relu" if relu else "_bias") if bias is not None else ""
     tag += ("_update_apply" if apply else "_update") if update is not None else ""
     tag += "_gate" if gate is not None else ""
     n = out.shape[1]
-    flags = (bias is not None, relu, update is not None, apply, gate is not None)
+    flags = (bias is not None, relu, update is not None, apply, gate is not None, by_columns)
     return native.native_split(b, _name(n, *flags), _make(n, *flags), arrays, p,
-                               ranges=_ranges(*a.shape, out.shape[1]),
-                               label=f"{b.node.op}:dense{tag}")
+                               ranges=ranges, label=f"{b.node.op}:dense{tag}")
 
 
 def add_transpose(b, src: np.ndarray, dst: np.ndarray) -> bool:
@@ -222,9 +241,12 @@ def prepare(a: np.ndarray, bm: np.ndarray,
             out: np.ndarray) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None:
     """A function ``run(a, bm, out)`` computing ``out = a @ bm`` as the step :func:`add` makes
     (the native kernel split over kiln's threads), for arrays shaped and laid out as these
-    (the caller keeps to the layouts), or None where :func:`add` makes none."""
+    (the caller keeps to the layouts), or None where :func:`add` makes none. Its parts are
+    rows (the GEMM floors': ``benchmarks/floors.py``): a product alone, whose ``B`` no
+    update writes, runs as fast or faster so (the MLP step's GEMMs: 1,462 against 1,480 us
+    split as a plan splits them, and 1,634 against 1,726 when the host is slow)."""
     step = _Step()
-    if not suits(a, bm, out) or not add(step, a, bm, out):
+    if not suits(a, bm, out) or not add(step, a, bm, out, columns=False):
         return None
     fn, params = step.fn, step.args[-1]
 
