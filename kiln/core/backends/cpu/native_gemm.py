@@ -208,12 +208,11 @@ def _mask(f, vec: str, lanes: int, tail: int) -> str:
 
 def matmul_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, chunk: int,
               tail: int = 0, bias: bool = False, relu: bool = False,
-              update: bool = False, apply: bool = False, gate: bool = False,
-              by_columns: bool = False) -> str:
+              update: bool = False, apply: bool = False, gate: bool = False) -> str:
     """The module of ``@symbol`` for rows ``r0 <= r < r1`` and columns ``c0 <= c < c1`` of
-    one product ``C = A @ B`` (``native_matmul``: a Dense layer's GEMM, its rows or, with
-    ``by_columns``, its columns split over kiln's threads: the split range is the kernel's
-    outer range, the other one two parameters), with the
+    one product ``C = A @ B`` (``native_matmul``: a Dense layer's GEMM, its rows or its
+    columns split over kiln's threads: the split range is the kernel's outer range, the
+    other one two parameters, and a parameter says which is which), with the
     optional epilogue ``relu?(C + bias)`` applied before the store, or (``update``) the
     ``gemm`` op's ``C = alpha * (A @ B) + beta * C`` (an optimizer's update of its velocity
     by the kernel gradient), and with ``apply`` ``W += C`` after it (the update of the
@@ -223,8 +222,9 @@ def matmul_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, chunk: 
 
     Arguments (flat float32 arrays): ``(c, a, b[, bias][, alpha, beta[, w]][, g, t], p)``;
     ``p = [c size, a size, b size, (bias size,) (1, 1, (w size,)) (g size, 1,) M, K, N,
-    a_row, a_inner, b_inner, c_row, o0, o1, n0, n1]``: ``(n0, n1)`` the split range (rows,
-    or columns ``by_columns``), ``(o0, o1)`` the other (strides in elements;
+    a_row, a_inner, b_inner, c_row, by_columns, o0, o1, n0, n1]``: ``(n0, n1)`` the split
+    range (rows; columns where ``by_columns`` is 1), ``(o0, o1)`` the other (strides in
+    elements;
     ``B`` and ``C`` unit-stride along the columns, ``N % lanes == tail``: the last ``tail``
     columns are one masked vector, in a column range that ends at ``N``; a column range
     starts at a multiple of ``lanes``). The rows
@@ -234,7 +234,7 @@ def matmul_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, chunk: 
     one)."""
     ranks = (1, 1, 1) + ((1,) if bias else ()) + ((1, 1) if update else ()) + (
         (1,) if apply else ()) + ((1, 1) if gate else ())
-    k, vec, fma = _start("matmul", dtype, lanes, ranks, 9)
+    k, vec, fma = _start("matmul", dtype, lanes, ranks, 10)
     f = k.f
     f.declare.add("declare i64 @llvm.smin.i64(i64, i64)")
     scales = None
@@ -255,8 +255,11 @@ def matmul_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, chunk: 
         f.emit(f"{one} = insertelement {vec} poison, float {s}, i64 0")
         f.emit(f"{threshold} = shufflevector {vec} {one}, {vec} poison, "
                f"<{lanes} x i32> zeroinitializer")
-    _, kk, _, sar, sak, sbk, scr, o0, o1 = k.p
-    r0, r1, c0, c1 = (o0, o1, k.n0, k.n1) if by_columns else (k.n0, k.n1, o0, o1)
+    _, kk, _, sar, sak, sbk, scr, by_columns, o0, o1 = k.p
+    cols = f.tmp()
+    f.emit(f"{cols} = icmp ne i64 {by_columns}, 0")
+    r0, r1, c0, c1 = (_select(f, cols, x, y) for x, y in ((o0, k.n0), (o1, k.n1), (k.n0, o0),
+                                                          (k.n1, o1)))
     base = ("0", "0", "0")
     geo = (kk, sar, sak, sbk, scr)
     wide = lanes * vecs
@@ -291,6 +294,12 @@ def matmul_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, chunk: 
     # neither is noalias then, so each block's gate is read before its result is stored
     only = frozenset(n for n in names if not (gate and n in ("c", "g")))
     return f.function(symbol, names + ["p"], noalias=only)
+
+
+def _select(f, cond: str, yes: str, no: str) -> str:
+    v = f.tmp()
+    f.emit(f"{v} = select i1 {cond}, i64 {yes}, i64 {no}")
+    return v
 
 
 def transpose_ir(symbol: str, dtype: str, lanes: int = 16) -> str:

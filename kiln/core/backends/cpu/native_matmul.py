@@ -91,25 +91,23 @@ def _block(n: int) -> tuple[int, int]:
     return NARROW_BLOCK if n < LANES else BLOCK
 
 
-def _make(n: int, bias: bool, relu: bool, update: bool, apply: bool, gate: bool,
-          by_columns: bool) -> Callable[[str, str], str]:
+def _make(n: int, bias: bool, relu: bool, update: bool, apply: bool,
+          gate: bool) -> Callable[[str, str], str]:
     rows, vecs = _block(n)
     tail = n % LANES
 
     def make(symbol: str, dtype: str) -> str:
         return native_gemm.matmul_ir(symbol, dtype, LANES, rows, vecs, CHUNK, tail, bias=bias,
-                                     relu=relu, update=update, apply=apply, gate=gate,
-                                     by_columns=by_columns)
+                                     relu=relu, update=update, apply=apply, gate=gate)
 
     return make
 
 
-def _name(n: int, bias: bool, relu: bool, update: bool, apply: bool, gate: bool,
-          by_columns: bool) -> str:
+def _name(n: int, bias: bool, relu: bool, update: bool, apply: bool, gate: bool) -> str:
     rows, vecs = _block(n)
     return (f"dense_matmul_l{LANES}r{rows}v{vecs}c{CHUNK}t{n % LANES}{'b' if bias else ''}"
             f"{'r' if relu else ''}{'u' if update else ''}{'w' if apply else ''}"
-            f"{'g' if gate else ''}_{'cols' if by_columns else 'rows'}")
+            f"{'g' if gate else ''}")
 
 
 def _ranges(m: int, k: int, n: int, update: bool = False,
@@ -145,8 +143,8 @@ def _arrays(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray | No
     arrays = (out.reshape(-1), _flat(a), _flat(b)) + ((bias,) if bias is not None else ())
     arrays += tuple(s.reshape(-1) for s in update) if update is not None else ()
     arrays += tuple(s.reshape(-1) for s in gate) if gate is not None else ()
-    p = [m, k, n, a.strides[0] // 4, a.strides[1] // 4, b.strides[0] // 4, n, 0,
-         m if by_columns else n]
+    p = [m, k, n, a.strides[0] // 4, a.strides[1] // 4, b.strides[0] // 4, n, int(by_columns),
+         0, m if by_columns else n]
     return arrays, p
 
 
@@ -205,7 +203,7 @@ def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
     tag += ("_update_apply" if apply else "_update") if update is not None else ""
     tag += "_gate" if gate is not None else ""
     n = out.shape[1]
-    flags = (bias is not None, relu, update is not None, apply, gate is not None, by_columns)
+    flags = (bias is not None, relu, update is not None, apply, gate is not None)
     return native.native_split(b, _name(n, *flags), _make(n, *flags), arrays, p,
                                ranges=ranges, label=f"{b.node.op}:dense{tag}")
 
