@@ -24,11 +24,15 @@ Measures, on this machine:
 7. (``--spin``) split calls of native kernels on the spin pool (workers waiting in native
    code, kiln/core/backends/cpu/spin_pool.py) against the same calls on the Python pool:
    kiln's Dense kernel on products of a few microseconds to a few hundred, alternated in
-   blocks, median us a call.
+   blocks, median us a call;
+8. (``--split``) the MLP's training step with its Dense products split over the threads as
+   kiln splits them (by columns where that keeps a layer's units with one core) and all by
+   rows, against its GEMMs alone, round by round, with the large kernels timed in place.
 
 Usage::
 
-    python benchmarks/bench_overhead.py [--parallel | --pool | --blas | --phases | --spin]
+    python benchmarks/bench_overhead.py [--parallel | --pool | --blas | --phases | --spin |
+                                         --split]
 """
 
 from __future__ import annotations
@@ -319,17 +323,8 @@ def train_step_phases(rounds: int = 25, steps: int = 80) -> dict:
     GEMMs in each (docs/architecture.md, "Dense products")."""
     import floors
 
-    import kiln
-
-    rng = np.random.default_rng(0)
-    x = rng.random((128, 784), dtype=np.float32)
-    y = rng.integers(0, 10, 128).astype(np.int32)
-    m = kiln.Sequential([kiln.Input((784,)), kiln.layers.Dense(512, activation="relu"),
-                         kiln.layers.Dense(256, activation="relu"),
-                         kiln.layers.Dense(10, activation="softmax")])
-    m.compile(kiln.optimizers.SGD(0.01, momentum=0.9), "sparse_categorical_crossentropy")
-    m.train_on_batch(x, y)
-    calls = m.train_function.program.plan([x, y]).calls
+    x, y, plan = _mlp_step_plan()
+    calls = plan.calls
     floor, _ = floors.mlp_step(128, predict=False)
     out: dict[str, dict] = {}
     for r in range(rounds):
@@ -344,6 +339,66 @@ def train_step_phases(rounds: int = 25, steps: int = 80) -> dict:
         step, gemms = (t1 - t0) / steps * 1e6, (t2 - t1) / steps * 1e6
         out[f"round_{r}"] = {"step_us": round(step), "gemms_us": round(gemms),
                              "ratio": round(step / gemms, 3)}
+    return out
+
+
+def _mlp_step_plan() -> tuple:
+    """``(x, y, plan)``: a batch and the training plan of the MLP 784-512-256-10 (SGD
+    momentum, batch 128), as ``fit`` runs it."""
+    import kiln
+
+    rng = np.random.default_rng(0)
+    x = rng.random((128, 784), dtype=np.float32)
+    y = rng.integers(0, 10, 128).astype(np.int32)
+    m = kiln.Sequential([kiln.Input((784,)), kiln.layers.Dense(512, activation="relu"),
+                         kiln.layers.Dense(256, activation="relu"),
+                         kiln.layers.Dense(10, activation="softmax")])
+    m.compile(kiln.optimizers.SGD(0.01, momentum=0.9), "sparse_categorical_crossentropy")
+    m.train_on_batch(x, y)
+    return x, y, m.train_function.program.plan([x, y])
+
+
+def train_step_splits(rounds: int = 10, steps: int = 30) -> dict:
+    """The MLP's training step (``_mlp_step_plan``) with its Dense products split over the
+    threads as kiln splits them (an update, and a product under ``COLUMN_ROWS`` rows, by its
+    columns: ``native_matmul._ranges``) and with every one split by its rows, against its
+    GEMMs alone (``floors.mlp_step``, split by rows), alternated round by round: us per step,
+    the ratios, and each side's kernels over 50 us, timed in place (median per kernel)."""
+    import floors
+
+    from kiln.core.backends.cpu import native_matmul
+
+    kilns = native_matmul._ranges
+    sides = {"columns": _mlp_step_plan()[2]}
+    native_matmul._ranges = lambda m, k, n, update=False, columns=True: kilns(m, k, n, update,
+                                                                              False)
+    try:
+        sides["rows"] = _mlp_step_plan()[2]
+    finally:
+        native_matmul._ranges = kilns
+    x, y, _ = _mlp_step_plan()
+    floor, _ = floors.mlp_step(128, predict=False)
+    out: dict[str, dict] = {}
+    for r in range(rounds):
+        row: dict = {}
+        for name, plan in sides.items():
+            per = [[] for _ in plan.calls]
+            for _ in range(steps):
+                for k, (fn, args) in enumerate(plan.calls):
+                    t0 = time.perf_counter()
+                    fn(*args)
+                    per[k].append(time.perf_counter() - t0)
+            med = [statistics.median(p) * 1e6 for p in per]
+            row[f"{name}_us"] = round(sum(med))
+            row[f"{name}_kernels"] = {f"{k}:{plan.steps[k].label}": round(v)
+                                      for k, v in enumerate(med) if v > 50}
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            floor(x, y)
+        row["floor_us"] = round((time.perf_counter() - t0) / steps * 1e6)
+        for name in sides:
+            row[f"{name}_over_floor"] = round(row[f"{name}_us"] / row["floor_us"], 3)
+        out[f"round_{r}"] = row
     return out
 
 
@@ -418,6 +473,9 @@ def main() -> int:
         return 0
     if "--phases" in sys.argv:
         _print_rows(train_step_phases())
+        return 0
+    if "--split" in sys.argv:
+        _print_rows(train_step_splits())
         return 0
     if "--parallel" in sys.argv:
         res = parallel_threshold()

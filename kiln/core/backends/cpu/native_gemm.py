@@ -20,6 +20,7 @@ checks); rows in blocks of ``R``, then one by one.
 from __future__ import annotations
 
 from kiln.core.backends.cpu.codegen import CodegenError
+from kiln.core.backends.cpu.llvm_expr import Val
 from kiln.core.backends.cpu.native_conv import _div, _Kernel, bias_relu_ir
 
 
@@ -256,10 +257,9 @@ def matmul_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, chunk: 
         f.emit(f"{threshold} = shufflevector {vec} {one}, {vec} poison, "
                f"<{lanes} x i32> zeroinitializer")
     _, kk, _, sar, sak, sbk, scr, by_columns, o0, o1 = k.p
-    cols = f.tmp()
-    f.emit(f"{cols} = icmp ne i64 {by_columns}, 0")
-    r0, r1, c0, c1 = (_select(f, cols, x, y) for x, y in ((o0, k.n0), (o1, k.n1), (k.n0, o0),
-                                                          (k.n1, o1)))
+    cols = Val(by_columns, "i64")
+    r0, r1, c0, c1 = (f.expr.select(cols, Val(x, "i64"), Val(y, "i64")).ref
+                      for x, y in ((o0, k.n0), (o1, k.n1), (k.n0, o0), (k.n1, o1)))
     base = ("0", "0", "0")
     geo = (kk, sar, sak, sbk, scr)
     wide = lanes * vecs
@@ -294,12 +294,6 @@ def matmul_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, chunk: 
     # neither is noalias then, so each block's gate is read before its result is stored
     only = frozenset(n for n in names if not (gate and n in ("c", "g")))
     return f.function(symbol, names + ["p"], noalias=only)
-
-
-def _select(f, cond: str, yes: str, no: str) -> str:
-    v = f.tmp()
-    f.emit(f"{v} = select i1 {cond}, i64 {yes}, i64 {no}")
-    return v
 
 
 def transpose_ir(symbol: str, dtype: str, lanes: int = 16) -> str:
