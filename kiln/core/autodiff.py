@@ -100,8 +100,8 @@ def vjp_graph(ys: Sequence[Node], cts: Sequence[Node], xs: Sequence[Node]) -> li
 
     parts_of: dict[int, list[Node]] = {}
     picked: dict[int, dict[int, list[Node]]] = {}  # id(multi-output node) -> index -> cts
-    for y, ct in zip(ys, cts):
-        parts_of.setdefault(id(y), []).append(ct)
+    for y, ct0 in zip(ys, cts):
+        parts_of.setdefault(id(y), []).append(ct0)
     result: dict[int, Node] = {}
 
     for node in reversed(order):
@@ -119,13 +119,15 @@ def vjp_graph(ys: Sequence[Node], cts: Sequence[Node], xs: Sequence[Node]) -> li
             if not get_op(parent.op).multi_output:
                 raise NotImplementedError(f"autodiff: cannot differentiate {node.op} of a "
                                           f"{parent.op} node (a second derivative of a loop)")
-            picked.setdefault(id(parent), {}).setdefault(node.attrs["index"], []).append(ct)
+            if ct is not None:
+                picked.setdefault(id(parent), {}).setdefault(node.attrs["index"], []).append(ct)
             parts_of.setdefault(id(parent), [])
             continue
         if op.multi_output:
+            assert op.vjp is not None  # OpDef checks that differentiable ops have one
             per = {k: _sum(v) for k, v in picked.pop(id(node), {}).items()}
             grads = op.vjp((ct, per), node, *node.inputs, **node.attrs)
-        elif not op.differentiable or ct is None:
+        elif not op.differentiable or ct is None or op.vjp is None:
             continue  # zero gradient (explicitly non-differentiable op)
         else:
             grads = op.vjp(ct, node, *node.inputs, **node.attrs)

@@ -68,7 +68,18 @@ class TensorType:
         """Number of elements, or None when a dimension is unknown."""
         if not self.is_static:
             return None
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(np.prod(self.dims, dtype=np.int64))
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        """The shape of a static type as ints (kernels and plans see only static shapes).
+
+        Raises:
+            ValueError: a dimension is unknown (``None``).
+        """
+        if not self.is_static:
+            raise ValueError(f"TensorType {self}: a static shape is needed here")
+        return tuple(int(d) for d in self.shape if d is not None)
 
     def __str__(self) -> str:
         dims = ", ".join("?" if d is None else str(d) for d in self.shape)

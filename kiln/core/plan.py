@@ -169,6 +169,7 @@ class StaticPlan:
     def _resolve_shapes(self, feed_shapes: list[tuple[int, ...]]) -> None:
         fed = {id(p): s for p, s in zip(self.graph.inputs, feed_shapes)}
         for n in self.order:
+            shape: tuple[int | None, ...]
             if n.op == "placeholder":
                 if id(n) not in fed:
                     raise ValueError(f"no value fed for placeholder {n.name or ''} {n.type}")
@@ -183,7 +184,7 @@ class StaticPlan:
                 if any(d is None for d in shape):
                     raise ValueError(f"{self.backend} backend: cannot infer a static shape for "
                                      f"{n.op} from inputs {[t.shape for t in types]}")
-            self.shapes[id(n)] = tuple(int(d) for d in shape)
+            self.shapes[id(n)] = tuple(int(d) for d in shape if d is not None)  # all known
 
     def _assign_layouts(self) -> None:
         for n in self.order:

@@ -156,7 +156,7 @@ class CheckedCache(caching.Cache):
         stamp: the sha256 of the text the function was built from.
     """
 
-    _impl_class = _Impl
+    _impl_class = _Impl  # type: ignore[assignment]  # numba types the base attribute as None
 
     def __init__(self, py_func: Any, stamp: bytes):  # noqa: D107 - numba's, with the stamp
         self._name = repr(py_func)

@@ -52,7 +52,7 @@ def same_dtype(op: str, *types: TensorType) -> str:
     return types[0].dtype
 
 
-def require_float(op: str, *types: TensorType) -> None:
+def require_float(op: str, *types: TensorType | Node) -> None:
     for t in types:
         if t.dtype not in FLOAT_DTYPES:
             raise TypeError(f"{op}: expected a float tensor, received {t.dtype}{fmt(t.shape)}")
@@ -133,6 +133,7 @@ def as_nodes(op: str, *xs: Any) -> list[Node]:
 
 
 def static_prod(dims: Sequence[Dim]) -> int | None:
-    if any(d is None for d in dims):
+    known = [d for d in dims if d is not None]
+    if len(known) < len(dims):
         return None
-    return int(np.prod(dims, dtype=np.int64))
+    return int(np.prod(known, dtype=np.int64))

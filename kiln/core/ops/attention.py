@@ -112,9 +112,9 @@ def dot_product_attention(query: Any, key: Any, value: Any, bias: Any = None, ma
     logits = matmul(qt, kt) * constant(np.asarray(scale, q.dtype))   # (B, N, T, S)
     want = tuple(logits.shape)
     if bias is not None:
-        b = as_node(bias, q.dtype)
-        _check("dot_product_attention", tuple(b.shape), want, "bias")
-        logits = logits + cast(b, q.dtype)
+        bias_t = as_node(bias, q.dtype)
+        _check("dot_product_attention", tuple(bias_t.shape), want, "bias")
+        logits = logits + cast(bias_t, q.dtype)
     keep = None
     if mask is not None:
         keep = as_bool_mask(mask)
@@ -142,4 +142,5 @@ def _repeat_heads(x: Node, g: int) -> Node:
         y = y * constant(np.ones((g, 1), x.dtype))
     else:
         y = broadcast_to(y, full)
-    return reshape(y, [-1 if d is None else d for d in (b, s, kh * g, h)])
+    heads = None if kh is None else kh * g
+    return reshape(y, [-1 if d is None else d for d in (b, s, heads, h)])

@@ -33,6 +33,8 @@ from kiln.core.ops.registry import NN, Example, OpDef, apply, register
 from kiln.core.ops.window import (
     PADDINGS,
     Pair,
+    dim_pair,
+    int_pair,
     check_attrs,
     check_rank,
     col2im,
@@ -80,7 +82,8 @@ def _conv_infer(x: TensorType, w: TensorType, *, strides: Pair, padding: str,
         raise ValueError(f"{op}: the kernel's spatial size must be static, received "
                          f"{fmt(w.shape)}")
     try:
-        (oh, ow), _ = window2d(x.shape[1:3], w.shape[:2], strides, dilation, padding, op=op)
+        (oh, ow), _ = window2d(dim_pair(x.shape[1:3]), int_pair(w.shape[:2], op), strides,
+                               dilation, padding, op=op)
     except ValueError as exc:
         raise ValueError(f"{exc}; input {fmt(x.shape)}, kernel {fmt(w.shape)}") from None
     return TensorType((x.shape[0], oh, ow, w.shape[3]), dtype)
@@ -157,7 +160,8 @@ def _bpi_infer(ct: TensorType, w: TensorType, *, input_shape: tuple[int, int, in
                          f"but the kernel of shape {fmt(w.shape)} has {w.shape[3]} output "
                          "channels")
     try:
-        (oh, ow), _ = window2d(input_shape[:2], w.shape[:2], strides, dilation, padding, op=op)
+        (oh, ow), _ = window2d(input_shape[:2], int_pair(w.shape[:2], op), strides, dilation,
+                               padding, op=op)
     except ValueError as exc:
         raise ValueError(f"{exc}; input_shape {input_shape}, kernel {fmt(w.shape)}") from None
     if not (same(ct.shape[1], oh) and same(ct.shape[2], ow)):
@@ -212,7 +216,8 @@ def _bpf_infer(x: TensorType, ct: TensorType, *, kernel_size: Pair, strides: Pai
         raise ValueError(f"{op}: the input of shape {fmt(x.shape)} has {x.shape[3]} channels, "
                          f"not a multiple of groups={groups}")
     try:
-        (oh, ow), _ = window2d(x.shape[1:3], kernel_size, strides, dilation, padding, op=op)
+        (oh, ow), _ = window2d(dim_pair(x.shape[1:3]), kernel_size, strides, dilation, padding,
+                               op=op)
     except ValueError as exc:
         raise ValueError(f"{exc}; input {fmt(x.shape)}, kernel_size {kernel_size}") from None
     if not (same(ct.shape[1], oh) and same(ct.shape[2], ow)):
@@ -421,9 +426,10 @@ def conv2d_transpose(x: Any, kernel: Any, strides: Any = 1, padding: str = "vali
     if output_padding is None:
         opad: tuple[int | None, ...] = (None, None)
     else:
-        opad = (int(output_padding),) * 2 if isinstance(output_padding, int | np.integer) \
+        given = (int(output_padding),) * 2 if isinstance(output_padding, int | np.integer) \
             else tuple(int(v) for v in output_padding)
-        if len(opad) != 2 or any(o < 0 or o >= s for o, s in zip(opad, st)):
+        opad = given
+        if len(given) != 2 or any(o < 0 or o >= s for o, s in zip(given, st)):
             raise ValueError(f"{op}: output_padding {output_padding!r} must be non-negative "
                              f"and smaller than the strides {st}")
     if x.shape[1] is None or x.shape[2] is None or None in k.shape:
@@ -433,10 +439,11 @@ def conv2d_transpose(x: Any, kernel: Any, strides: Any = 1, padding: str = "vali
         raise ValueError(f"{op}: input of shape {fmt(x.shape)} has {x.shape[3]} channels but the "
                          f"kernel of shape {fmt(k.shape)} expects {k.shape[3]} (the kernel is "
                          "(kh, kw, out_channels, in_channels))")
-    out_hw = tuple(_transpose_length(op, x.shape[1 + i], k.shape[i], st[i], dil[i], p, opad[i])
+    in_hw, k_hw = int_pair(x.shape[1:3], op), int_pair(k.shape[:2], op)
+    out_hw = tuple(_transpose_length(op, in_hw[i], k_hw[i], st[i], dil[i], p, opad[i])
                    for i in range(2))
     for i in range(2):
-        back, _, _ = window(out_hw[i], k.shape[i], st[i], dil[i], p, op=op)
+        back, _, _ = window(out_hw[i], k_hw[i], st[i], dil[i], p, op=op)
         if back != x.shape[1 + i]:
             raise ValueError(f"{op}: output size {out_hw} from input {fmt(x.shape)}, kernel "
                              f"{fmt(k.shape)}, strides {st}, padding {p!r} and output_padding "

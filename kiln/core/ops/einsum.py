@@ -212,7 +212,7 @@ def _contract(a: Node, la: list[int], b: Node, lb: list[int], keep: set[int]
         at = _permute(a, la, batch + m + summed)
         bt = _permute(b, lb, batch + summed + n)
         a_shape, b_shape = list(at.shape), list(bt.shape)
-        out_dims = (list(broadcast_shapes("einsum", a_shape[:nb], b_shape[:nb])) +
+        out_dims = (list(broadcast_shapes("einsum", tuple(a_shape[:nb]), tuple(b_shape[:nb]))) +
                     a_shape[nb:nb + nm] + b_shape[nb + nk:])
         if (_can_merge(a_shape, nb, nm, nk) and _can_merge(b_shape, nb, nk, nn_) and
                 (nm <= 1 and nn_ <= 1 or _reshape_target(out_dims) is not None)):

@@ -241,7 +241,8 @@ def _where_examples(rng, dtype):
                      rng.normal(size=(4,)).astype(dtype)), wrt=(1, 2))]
 
 
-register(OpDef("where", ELEMENTWISE, _where_infer, lambda c, x, y: np.where(c, x, y),
+register(OpDef("where", ELEMENTWISE, _where_infer,
+               lambda c, x, y: np.asarray(np.where(c, x, y)),
                _where_vjp, scalar="({1} if {0} else {2})", examples=_where_examples))
 
 

@@ -35,7 +35,7 @@ def _reshape_infer(x: TensorType, *, shape: tuple) -> TensorType:
     known = static_prod([d for d in shape if d != -1])
     if size is not None:
         if -1 in shape:
-            if known == 0 or size % known:
+            if not known or size % known:
                 raise ValueError(f"reshape: cannot reshape {fmt(x.shape)} ({size} elements) "
                                  f"into {shape}")
             shape = tuple(size // known if d == -1 else d for d in shape)
@@ -180,7 +180,7 @@ def _concat_infer(*xs: TensorType, axis: int) -> TensorType:
     for i in range(nd):
         dims = [x.shape[i] for x in xs]
         if i == axis:
-            out.append(None if None in dims else sum(dims))
+            out.append(None if None in dims else sum(d for d in dims if d is not None))
         else:
             known = {d for d in dims if d is not None}
             if len(known) > 1:
@@ -220,7 +220,7 @@ def _slice_infer(x: TensorType, *, spec: tuple) -> TensorType:
     if len(spec) != x.ndim:
         raise ValueError(f"slice: spec has {len(spec)} entries for a tensor of shape "
                          f"{fmt(x.shape)}")
-    shape = []
+    shape: list[int | None] = []
     for d, s in zip(x.shape, spec):
         if s[2] == 0:
             raise ValueError("slice: step cannot be zero")
@@ -432,7 +432,7 @@ def split(x: Any, num_or_sizes: Any, axis: int = 0) -> list[Node]:
                              f"{fmt(x.shape)})")
     out, start = [], 0
     for s in sizes:
-        spec = [(None, None, 1)] * x.ndim
+        spec: list[tuple[int | None, int | None, int]] = [(None, None, 1)] * x.ndim
         spec[axis] = (start, start + s, 1)
         out.append(apply("slice", x, spec=tuple(spec)))
         start += s

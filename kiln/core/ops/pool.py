@@ -75,8 +75,11 @@ def _max_pool_ref(x, *, pool_size, strides, padding):
 def _counts(hw: Pair, pool_size: Pair, strides: Pair, padding: str) -> np.ndarray:
     """(OH, OW, 1): the number of real (unpadded) input elements in each window."""
     (oh, ow), pads = window2d(hw, pool_size, strides, (1, 1), padding)
+    assert oh is not None and ow is not None  # hw is static
     ones = pad_hw(np.ones((1, hw[0], hw[1], 1)), pads)
-    total = sum(ones[s] for s in slices(oh, ow, pool_size, strides, (1, 1)))
+    total = np.zeros((1, oh, ow, 1))
+    for s in slices(oh, ow, pool_size, strides, (1, 1)):
+        total += ones[s]
     return total[0]
 
 

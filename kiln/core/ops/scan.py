@@ -260,7 +260,7 @@ def _examples(rng: np.random.Generator, dtype: str) -> list[Example]:
     out = []
     for kind in ("rnn", "nested"):
         body, ins = _example_body(dtype, kind)
-        arrays = tuple((rng.normal(size=i.shape) * 0.5).astype(dtype) for i in ins)
+        arrays = tuple((rng.normal(size=i.type.dims) * 0.5).astype(dtype) for i in ins)
         attrs = {"body": body, "length": None, "reverse": kind == "nested"}
         out.append(Example(arrays, attrs))
     return out

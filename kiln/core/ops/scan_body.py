@@ -148,7 +148,7 @@ def offsets(types: Sequence[TensorType]) -> list[int]:
     result, acc = [], 0
     for t in types:
         result.append(acc)
-        acc += prod(t.shape)
+        acc += prod(t.dims)
     return result
 
 
@@ -169,11 +169,11 @@ def evaluate(graph: Graph, values: Sequence[np.ndarray]) -> list[np.ndarray]:
 def _scan_ref(*arrays: np.ndarray, body: Body, length: int | None, reverse: bool) -> np.ndarray:
     types = [TensorType(np.shape(a), np.asarray(a).dtype.name) for a in arrays]
     outs = output_types(types, body, length)
-    T = outs[body.n_carry].shape[0] if body.n_y else _steps(types, body, length)
+    T = outs[body.n_carry].dims[0] if body.n_y else _steps(types, body, length)
     nc, nx = body.n_carry, body.n_x
     carry = [np.asarray(a) for a in arrays[:nc]]
     xs, consts = arrays[nc:nc + nx], list(arrays[nc + nx:])
-    ys = [np.zeros(t.shape, t.dtype) for t in outs[nc:]]
+    ys = [np.zeros(t.dims, t.dtype) for t in outs[nc:]]
     with np.errstate(all="ignore"):
         for t in (range(T - 1, -1, -1) if reverse else range(T)):
             res = evaluate(body.graph, carry + [x[t] for x in xs] + consts)
@@ -204,7 +204,7 @@ def _out_ref(packed: np.ndarray, *scan_in: np.ndarray, body: Body, length: int |
     types = [TensorType(np.shape(a), np.asarray(a).dtype.name) for a in scan_in]
     outs = output_types(types, body, length)
     off = offsets(outs)[index]
-    shape = outs[index].shape
+    shape = outs[index].dims
     return np.asarray(packed).reshape(-1)[off:off + prod(shape)].reshape(shape)
 
 

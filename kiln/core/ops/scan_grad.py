@@ -8,10 +8,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from kiln.core.ir import FLOAT_DTYPES, Node, substitute, toposort
+from kiln.core.ops.elementwise import zeros_like
 from kiln.core.ops.registry import get_op
 from kiln.core.ops.scan_body import Body, _pick, _scan_node, scan_output
 from kiln.core.ops.source import placeholder
 
+
+def _or_zeros(ct: Node | None, like: Node) -> Node:
+    """``ct``, or zeros shaped like ``like`` where there is no cotangent."""
+    return zeros_like(like) if ct is None else ct
 
 def make_body(carries: Sequence[Node], xs: Sequence[Node], consts: Sequence[Node],
               new_carries: Sequence[Node], ys: Sequence[Node], name: str = "scan") -> Body:
@@ -80,7 +85,6 @@ class GradInfo:
         read = {id(n) for n in toposort(grads_sub)}
         self.const_float = [j for j in range(len(body.consts))
                             if body.consts[j].dtype in FLOAT_DTYPES]
-        from kiln.core.ops.elementwise import zeros_like
 
         self.x_float = [k for k in range(nx) if body.xs[k].dtype in FLOAT_DTYPES]
         self.xs_read = [k for k in range(nx) if id(body.xs[k]) in read]
@@ -88,12 +92,10 @@ class GradInfo:
         bwd_xs = self.ct_phs[nc:] + res_phs + [body.xs[k] for k in self.xs_read]
         new_carries = []
         for k in range(nc):
-            g = g_by_input.get(k)
-            new_carries.append(zeros_like(self.ct_phs[k]) if g is None else g)
+            new_carries.append(_or_zeros(g_by_input.get(k), self.ct_phs[k]))
         ys_out = []
         for k in self.x_float:
-            g = g_by_input.get(nc + k)
-            ys_out.append(zeros_like(body.xs[k]) if g is None else g)
+            ys_out.append(_or_zeros(g_by_input.get(nc + k), body.xs[k]))
         # a const's gradient is a sum over the steps. Its terms x_t^T @ b_t, with x_t a step
         # input of the backward loop (a residual: the previous state), leave the loop: b_t
         # becomes a per-step output and the sum is ONE GEMM over all steps after it (an RNN's
@@ -101,7 +103,7 @@ class GradInfo:
         position = {id(x): k for k, x in enumerate(bwd_xs)}
         self.acc_of: dict[int, int] = {}      # m (index in const_float) -> bwd carry index
         self.hoisted: list[tuple[int, int, int]] = []  # (m, bwd xs index, bwd ys index)
-        acc_phs = []
+        acc_phs: list[Node] = []
         for m, j in enumerate(self.const_float):
             kept = []
             for term in _terms(g_by_input.get(nc + nx + j)):
@@ -166,7 +168,6 @@ def _scan_vjp(ct: Any, out: Node, *inputs: Node, body: Body, length: int | None,
               reverse: bool) -> list[Node | None]:
     """``ct`` is ``(ct of the packed buffer or None, {output index: ct})`` (autodiff collects
     the cotangents of the ``scan_output`` views; see ``kiln.core.autodiff``)."""
-    from kiln.core.ops.elementwise import zeros_like
 
     direct, per_output = ct if isinstance(ct, tuple) else (ct, {})
     info = grad_info(body)
@@ -181,9 +182,8 @@ def _scan_vjp(ct: Any, out: Node, *inputs: Node, body: Body, length: int | None,
     fwd = _scan_node(info.augmented, inputs, length, reverse)
     outs = [scan_output(fwd, k) for k in range(n_out)]
     residuals = [scan_output(fwd, n_out + r) for r in range(len(info.residuals))]
-    ct_carry = [cts.get(k) if cts.get(k) is not None else zeros_like(outs[k]) for k in range(nc)]
-    ct_ys = [cts.get(k) if cts.get(k) is not None else zeros_like(outs[k])
-             for k in range(nc, n_out)]
+    ct_carry = [_or_zeros(cts.get(k), outs[k]) for k in range(nc)]
+    ct_ys = [_or_zeros(cts.get(k), outs[k]) for k in range(nc, n_out)]
     consts = list(inputs[nc + nx:])
     acc0 = [zeros_like(consts[info.const_float[m]]) for m in sorted(info.acc_of)]
     xs = list(inputs[nc:nc + nx])

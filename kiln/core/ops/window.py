@@ -26,6 +26,19 @@ Pair = tuple[int, int]
 PADDINGS = ("valid", "same")
 
 
+def dim_pair(dims: tuple[Dim, ...]) -> tuple[Dim, Dim]:
+    """The first two of ``dims`` (e.g. ``shape[1:3]``, a tensor's H and W) as a pair."""
+    return dims[0], dims[1]
+
+
+def int_pair(dims: tuple[Dim, ...], op: str = "conv2d") -> Pair:
+    """The first two of ``dims`` as ints; a clear error where one is unknown."""
+    a, b = dims[0], dims[1]
+    if a is None or b is None:
+        raise ValueError(f"{op}: needs static sizes here, received {fmt(dims)}")
+    return a, b
+
+
 def window(size: Dim, k: int, stride: int, dilation: int, padding: str, *, op: str = "conv2d",
            what: str = "kernel") -> tuple[Dim, int, int]:
     """Output length and padding of one spatial axis.

@@ -68,9 +68,9 @@ def rule(node: Node, max_elements: int = MAX_ELEMENTS) -> Node | None:
     try:
         with np.errstate(all="ignore"):
             if op == "broadcast_like":
-                value = np.broadcast_to(arrays[0], node.shape).copy()
+                value = np.broadcast_to(arrays[0], node.type.dims).copy()
             elif op == "reshape_like":
-                value = np.reshape(arrays[0], node.shape)
+                value = np.reshape(arrays[0], node.type.dims)
             else:
                 value = get_op(op).ref(*arrays, **node.attrs)
     except (ValueError, IndexError, ArithmeticError):

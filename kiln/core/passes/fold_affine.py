@@ -38,7 +38,7 @@ from kiln.core.passes._util import build, rebuild, with_outputs
 DTYPES = ("float32", "float64")
 MIN_RATIO = 4
 
-def _per_channel(node: Node, channels: int, dtype: str) -> bool:
+def _per_channel(node: Node, channels: int | None, dtype: str) -> bool:
     shape = node.shape
     return (node.dtype == dtype and len(shape) >= 1 and shape[-1] == channels
             and all(d == 1 for d in shape[:-1]))
@@ -94,6 +94,7 @@ def _fold(conv: Node, links: list[tuple[str, Node, int]], new: dict[int, Node]) 
             a = o if a is None else build("mul", [a, o])
             c = None if c is None else build("mul", [c, o])
     x, w = (new[id(i)] for i in conv.inputs)
+    assert a is not None  # _chain keeps only chains with a mul
     kernel = build("mul", [w, a])
     out = build("conv2d", [x, kernel], **conv.attrs)
     return out if c is None else build("add", [out, c])

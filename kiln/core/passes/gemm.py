@@ -91,7 +91,8 @@ def _product(node: Node, single: set[int], dtype: str) -> tuple[Node, Node | Non
     return None
 
 
-def _match(node: Node, single: set[int]) -> tuple[Node, Node, int, Node | None, int] | None:
+def _match(node: Node, single: set[int]
+           ) -> tuple[Node, Node, int, Node | None, int, Node | None] | None:
     """(matmul, c, sign of s, s, sign of t, t) for a sum the pass rewrites, else None."""
     if node.op not in ("add", "sub") or node.dtype not in DTYPES or node.ndim != 2:
         return None

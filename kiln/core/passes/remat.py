@@ -195,7 +195,8 @@ def _barriered(node: Node, tag: int) -> Node:
                 return a + 1
             return 0 if a == -1 else a
 
-        new_program = [("remat_barrier", (-1, -(n_in + 1)), ())]
+        new_program: list[tuple[str, tuple[int, ...], tuple]] = [
+            ("remat_barrier", (-1, -(n_in + 1)), ())]
         new_program += [(op, tuple(shift(a) for a in args), attrs)
                         for op, args, attrs in program]
         return fused(inputs + [tag_node(tag)], new_program)

@@ -376,7 +376,7 @@ def slice_grads(node: Node) -> Node | None:
     if any(g.inputs[1] is not x for g in leaves):
         return None
     pieces = []
-    axis = None
+    axis: int | None = None
     for g in leaves:
         spec = g.attrs["spec"]
         cut = [k for k, (lo, hi, st) in enumerate(spec) if (lo, hi, st) != (None, None, 1)]
@@ -395,7 +395,7 @@ def slice_grads(node: Node) -> Node | None:
         if lo != pos or hi <= lo:
             return None
         pos = hi
-    if pos != x.shape[axis]:
+    if axis is None or pos != x.shape[axis]:
         return None
     new = try_build("concatenate", [p[2] for p in pieces], axis=axis)
     return new if same_type(new, node) else None

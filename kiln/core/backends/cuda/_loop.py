@@ -49,8 +49,8 @@ def op_scan(self, node: Node, ins: list[Layout], t: TensorType) -> Layout:
     if plan.params:
         raise cg.Untranslatable("a loop body that reads Variables")
     feed_of = {k: (arr, off, n) for k, arr, off, n in plan.feeds}
-    sizes = [prod(o.shape) for o in outs]
-    x_sizes = [prod(tt.shape[1:]) for tt in in_types[nc:nc + nx]]
+    sizes = [prod(o.dims) for o in outs]
+    x_sizes = [prod(tt.dims[1:]) for tt in in_types[nc:nc + nx]]
     order = list(range(steps - 1, -1, -1) if node.attrs["reverse"] else range(steps))
 
     def bind(arr):

@@ -7,6 +7,7 @@ arena) mixes it in; see docs/architecture.md, "Backends".
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ import numpy as np
 from kiln.core.backends.cuda import _codegen as cg
 from kiln.core.backends.cuda import _kernels as kn
 from kiln.core.backends.cuda._cublas import BLAS
-from kiln.core.backends.cuda._device import blocks_for
+from kiln.core.backends.cuda._device import LaunchConfig, blocks_for
 from kiln.core.backends.cuda._jit import load
 from kiln.core.backends.lowering import KernelTable, warn_fallback
 from kiln.core.ir import Node, TensorType
@@ -37,10 +38,10 @@ CONV_SPLIT_K = -1
 def geom_co(kind: str, geom: tuple, t: TensorType, node: Node, pl: Lowering) -> int:
     """The CO argument of the convolution kernels: output channels of the conv2d."""
     if kind == "fwd":
-        return t.shape[3]
+        return t.dims[3]
     if kind == "bpi":
         return pl.shape(node.inputs[0])[3]
-    return t.shape[3]
+    return t.dims[3]
 
 
 def _no_groups(node: Node) -> None:
@@ -52,6 +53,31 @@ def _no_groups(node: Node) -> None:
 class Lowering:
     """The kernels of each op, as methods of the planner (``self``: a ``_Planner``, which
     provides ``fresh``, ``emit``, ``launch1``, ``types``, ``cfg``, ``roots``)."""
+
+    # ---- what the planner provides (declared here for the type checker) ----------------------
+    cfg: LaunchConfig
+    types: dict[int, TensorType]
+    keep: list[Node]
+
+    def fresh(self, dtype: str, shape: tuple) -> Layout:
+        raise NotImplementedError
+
+    def emit(self, label: str, reads: Sequence[Layout], writes: Sequence[Layout],
+             bind: Callable[[Callable[[int], Any]], Callable[[], None]]) -> None:
+        raise NotImplementedError
+
+    def dtype(self, node: Node) -> str:
+        raise NotImplementedError
+
+    def shape(self, node: Node) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def launch1(self, label: str, kernel: Any, n: int, reads: Sequence[Layout],
+                out: Layout, args: Callable[[Callable[[int], Any]], tuple]) -> None:
+        raise NotImplementedError
+
+    def rows(self, n: int) -> int:
+        raise NotImplementedError
 
     # ---- copies ---------------------------------------------------------------------------
     def copy_into(self, dst: Layout, src: Layout, dtype: str, label: str = "copy") -> None:
@@ -92,7 +118,7 @@ class Lowering:
         """Emits the launches computing ``node``; returns the layout holding its value."""
         op = get_op(node.op)
         if op.view is not None:  # its view rule declined (a reshape of strided data): copy
-            out = self.fresh(t.dtype, t.shape)
+            out = self.fresh(t.dtype, t.dims)
             self.copy_into(Layout.fresh(out.root, ins[0].shape), ins[0], t.dtype,
                            "materialize")
             return out
@@ -117,9 +143,9 @@ class Lowering:
         if red is not None:
             # iteration space: the shape of the reduction's operand
             iter_t = self._operand_type(node, in_types)
-            return self.reduction(node, red[0], red[1], ins, iter_t.shape, lines, value,
+            return self.reduction(node, red[0], red[1], ins, iter_t.dims, lines, value,
                                   vdtype, t)
-        shape = t.shape
+        shape = t.dims
         bst = [x.broadcast(shape).strides for x in ins]
         shp, sts = coalesce(shape, [contiguous_strides(shape)] + bst)
         kinds = [cg.input_kind(shp, s) for s in sts[1:]]
@@ -176,7 +202,7 @@ class Lowering:
         src = cg.reduce_source(op, mode, self.cfg.tree, len(kshape), len(rshape), kinds, lines,
                                value, vdtype, t.dtype)
         kernel = load(src, "k_red")
-        out = self.fresh(t.dtype, t.shape)
+        out = self.fresh(t.dtype, t.dims)
         if mode == "block":
             grid, block = self.rows(nrow), self.cfg.tree
         else:
@@ -199,10 +225,10 @@ class Lowering:
     def op_matmul(self, node: Node, ins: list[Layout], t: TensorType) -> Layout:
         a, b = ins
         dtype = t.dtype
-        out = self.fresh(dtype, t.shape)
-        *batch, m, n = t.shape
+        out = self.fresh(dtype, t.dims)
+        *batch_dims, m, n = t.dims
         k = self.shape(node.inputs[0])[-1]
-        batch = tuple(batch)
+        batch = tuple(batch_dims)
         al = a.broadcast(batch + tuple(a.shape[-2:]))
         bl = b.broadcast(batch + tuple(b.shape[-2:]))
         bshape, (abst, bbst, _) = coalesce(batch, [al.strides[:-2], bl.strides[:-2],
@@ -220,10 +246,10 @@ class Lowering:
             args = (m, n, k, nb, *bshape, arr(out.root), out.offset, arr(a.root), a.offset,
                     al.strides[-2], al.strides[-1], *abst, arr(b.root), b.offset,
                     bl.strides[-2], bl.strides[-1], *bbst)
-            if prod(t.shape) == 0:
+            if prod(t.dims) == 0:
                 return lambda: None
             if k == 0:
-                size = prod(t.shape)
+                size = prod(t.dims)
                 return kn.fill(dtype).bind(blocks_for(size, self.cfg), self.cfg.threads,
                                            (size, arr(out.root), out.offset, 0))
 
@@ -288,24 +314,24 @@ class Lowering:
 
     @KERNELS.register("softmax")
     def op_softmax(self, node, ins, t):
-        return self._row("softmax", "softmax", ins[0], None, t.shape, node.attrs["axis"],
-                         t.shape, t.dtype, None)
+        return self._row("softmax", "softmax", ins[0], None, t.dims, node.attrs["axis"],
+                         t.dims, t.dtype, None)
 
     @KERNELS.register("log_softmax")
     def op_log_softmax(self, node, ins, t):
-        return self._row("log_softmax", "log_softmax", ins[0], None, t.shape,
-                         node.attrs["axis"], t.shape, t.dtype, None)
+        return self._row("log_softmax", "log_softmax", ins[0], None, t.dims,
+                         node.attrs["axis"], t.dims, t.dtype, None)
 
     @KERNELS.register("sparse_softmax_cross_entropy")
     def op_sparse_softmax_cross_entropy(self, node, ins, t):
         shape = self.shape(node.inputs[0])
-        return self._row("sparse_ce", node.op, ins[0], ins[1], shape, len(shape) - 1, t.shape,
+        return self._row("sparse_ce", node.op, ins[0], ins[1], shape, len(shape) - 1, t.dims,
                          t.dtype, self.dtype(node.inputs[1]))
 
     @KERNELS.register("softmax_cross_entropy")
     def op_softmax_cross_entropy(self, node, ins, t):
         shape = self.shape(node.inputs[0])
-        return self._row("dense_ce", node.op, ins[0], ins[1], shape, len(shape) - 1, t.shape,
+        return self._row("dense_ce", node.op, ins[0], ins[1], shape, len(shape) - 1, t.dims,
                          t.dtype, t.dtype)
 
     # ---- convolution and pooling ----------------------------------------------------------
@@ -344,7 +370,7 @@ class Lowering:
         kchunk = -(-kchunk // T) * T
         splits = -(-kk // kchunk)
         kernel = kn.conv_gemm(kind, t.dtype, T, R, splits > 1)
-        out = self.fresh(t.dtype, t.shape)
+        out = self.fresh(t.dtype, t.dims)
         if splits > 1:
             self.fill(out, t.dtype, 0)
 
@@ -366,9 +392,9 @@ class Lowering:
         x, w = (self.contig(v, t.dtype) for v in ins)
         ws = self.shape(node.inputs[1])
         a = node.attrs
-        geom = self._geom(self.shape(node.inputs[0]), t.shape[1:3], ws[:2], a["strides"],
+        geom = self._geom(self.shape(node.inputs[0]), t.dims[1:3], ws[:2], a["strides"],
                           a["padding"], a["dilation"])
-        return self._conv("fwd", node, x, w, t, geom, prod(t.shape[:3]), ws[3],
+        return self._conv("fwd", node, x, w, t, geom, prod(t.dims[:3]), ws[3],
                           ws[0] * ws[1] * ws[2])
 
     @KERNELS.register("conv2d_backprop_input")
@@ -377,9 +403,9 @@ class Lowering:
         ct, w = (self.contig(v, t.dtype) for v in ins)
         ws = self.shape(node.inputs[1])
         a = node.attrs
-        geom = self._geom(t.shape, self.shape(node.inputs[0])[1:3], ws[:2], a["strides"],
+        geom = self._geom(t.dims, self.shape(node.inputs[0])[1:3], ws[:2], a["strides"],
                           a["padding"], a["dilation"])
-        return self._conv("bpi", node, ct, w, t, geom, prod(t.shape[:3]), t.shape[3],
+        return self._conv("bpi", node, ct, w, t, geom, prod(t.dims[:3]), t.dims[3],
                           ws[0] * ws[1] * ws[3])
 
     @KERNELS.register("conv2d_backprop_filter")
@@ -390,7 +416,7 @@ class Lowering:
         a = node.attrs
         geom = self._geom(self.shape(node.inputs[0]), cs[1:3], a["kernel_size"], a["strides"],
                           a["padding"], a["dilation"])
-        return self._conv("bpf", node, x, ct, t, geom, prod(t.shape[:3]), t.shape[3],
+        return self._conv("bpf", node, x, ct, t, geom, prod(t.dims[:3]), t.dims[3],
                           prod(cs[:3]))
 
     def _pool_geom(self, x_shape, out_shape, a):
@@ -399,9 +425,9 @@ class Lowering:
 
     def _pool(self, kind, node, ins, t):
         x = self.contig(ins[0], t.dtype)
-        geom = self._pool_geom(self.shape(node.inputs[0]), t.shape, node.attrs)
-        out = self.fresh(t.dtype, t.shape)
-        n = prod(t.shape)
+        geom = self._pool_geom(self.shape(node.inputs[0]), t.dims, node.attrs)
+        out = self.fresh(t.dtype, t.dims)
+        n = prod(t.dims)
         self.launch1(node.op, kn.pool(kind, t.dtype), n, [x], out,
                      lambda arr: (n, *geom, arr(out.root), out.offset, arr(x.root), x.offset))
         return out
@@ -417,9 +443,9 @@ class Lowering:
     @KERNELS.register("max_pool2d_grad")
     def op_max_pool2d_grad(self, node, ins, t):
         x, y, ct = (self.contig(v, t.dtype) for v in ins)
-        geom = self._pool_geom(t.shape, self.shape(node.inputs[1]), node.attrs)
-        out = self.fresh(t.dtype, t.shape)
-        n = prod(t.shape)
+        geom = self._pool_geom(t.dims, self.shape(node.inputs[1]), node.attrs)
+        out = self.fresh(t.dtype, t.dims)
+        n = prod(t.dims)
         self.launch1(node.op, kn.max_pool_grad(t.dtype), n, [x, y, ct], out,
                      lambda arr: (n, *geom, arr(out.root), out.offset, arr(x.root), x.offset,
                                   arr(y.root), y.offset, arr(ct.root), ct.offset))
@@ -428,9 +454,9 @@ class Lowering:
     @KERNELS.register("avg_pool2d_grad")
     def op_avg_pool2d_grad(self, node, ins, t):
         ct = self.contig(ins[0], t.dtype)
-        geom = self._pool_geom(t.shape, self.shape(node.inputs[0]), node.attrs)
-        out = self.fresh(t.dtype, t.shape)
-        n = prod(t.shape)
+        geom = self._pool_geom(t.dims, self.shape(node.inputs[0]), node.attrs)
+        out = self.fresh(t.dtype, t.dims)
+        n = prod(t.dims)
         self.launch1(node.op, kn.avg_pool_grad(t.dtype), n, [ct], out,
                      lambda arr: (n, *geom, arr(out.root), out.offset, arr(ct.root),
                                   ct.offset))
@@ -447,7 +473,7 @@ class Lowering:
         idx = self.contig(ins[1], self.dtype(node.inputs[1]))
         x_shape, idx_shape = self.shape(node.inputs[0]), self.shape(node.inputs[1])
         p, A, J, S = self._gather_geometry(node, x_shape, idx_shape)
-        out = self.fresh(t.dtype, t.shape)
+        out = self.fresh(t.dtype, t.dims)
         n = p * J * S
         check = kn.IndexCheck(self.prog.cuda, node.op)
         self.checks.append(check)
@@ -460,8 +486,8 @@ class Lowering:
     def op_take_grad(self, node, ins, t):
         ct = self.contig(ins[0], t.dtype)
         idx = self.contig(ins[1], self.dtype(node.inputs[1]))
-        p, A, J, S = self._gather_geometry(node, t.shape, self.shape(node.inputs[1]))
-        out = self.fresh(t.dtype, t.shape)
+        p, A, J, S = self._gather_geometry(node, t.dims, self.shape(node.inputs[1]))
+        out = self.fresh(t.dtype, t.dims)
         self.fill(out, t.dtype, 0)
         n = p * J * S
         check = kn.IndexCheck(self.prog.cuda, node.op)
@@ -490,8 +516,8 @@ class Lowering:
     def op_one_hot(self, node, ins, t):
         idx = self.contig(ins[0], self.dtype(node.inputs[0]))
         depth = node.attrs["depth"]
-        out = self.fresh(t.dtype, t.shape)
-        n = prod(t.shape)
+        out = self.fresh(t.dtype, t.dims)
+        n = prod(t.dims)
         self.launch1("one_hot", kn.one_hot(t.dtype), n, [idx], out,
                      lambda arr: (n, depth, arr(out.root), out.offset, arr(idx.root),
                                   idx.offset))
@@ -500,19 +526,19 @@ class Lowering:
     @KERNELS.register("concatenate")
     def op_concatenate(self, node, ins, t):
         axis = node.attrs["axis"]
-        out = self.fresh(t.dtype, t.shape)
+        out = self.fresh(t.dtype, t.dims)
         start = 0
         for x in ins:
             size = x.shape[axis]
             spec = tuple((start, start + size, 1) if d == axis else (None, None, 1)
-                         for d in range(len(t.shape)))
+                         for d in range(len(t.dims)))
             self.copy_into(out.slice(spec), x, t.dtype, "concatenate")
             start += size
         return out
 
     @KERNELS.register("pad")
     def op_pad(self, node, ins, t):
-        out = self.fresh(t.dtype, t.shape)
+        out = self.fresh(t.dtype, t.dims)
         self.fill(out, t.dtype, node.attrs["value"])
         spec = tuple((lo, lo + d, 1) for (lo, _), d in zip(node.attrs["pads"], ins[0].shape))
         self.copy_into(out.slice(spec), ins[0], t.dtype, "pad")
@@ -520,15 +546,15 @@ class Lowering:
 
     @KERNELS.register("slice_grad")
     def op_slice_grad(self, node, ins, t):
-        out = self.fresh(t.dtype, t.shape)
+        out = self.fresh(t.dtype, t.dims)
         self.fill(out, t.dtype, 0)
         self.copy_into(out.slice(node.attrs["spec"]), ins[0], t.dtype, "slice_grad")
         return out
 
     def _random(self, kind, node, ins, t):
         key = self.contig(ins[0], "int64")
-        out = self.fresh(t.dtype, t.shape)
-        n = prod(t.shape)
+        out = self.fresh(t.dtype, t.dims)
+        n = prod(t.dims)
         salt = int(node.attrs["salt"])
         self.launch1(node.op, kn.random(kind, t.dtype), n, [key], out,
                      lambda arr: (n, arr(out.root), out.offset, arr(key.root), key.offset,
@@ -546,7 +572,7 @@ class Lowering:
     # ---- host fallback --------------------------------------------------------------------
     def fallback(self, node: Node, ins: list[Layout], t: TensorType) -> Layout:
         op = get_op(node.op)
-        out = self.fresh(t.dtype, t.shape)
+        out = self.fresh(t.dtype, t.dims)
         dtypes = [self.dtype(i) for i in node.inputs]
         attrs = dict(node.attrs)
 

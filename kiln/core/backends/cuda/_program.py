@@ -113,8 +113,8 @@ class _Planner(Lowering):
     def dtype(self, node: Node) -> str:
         return self.types[id(node)].dtype
 
-    def shape(self, node: Node) -> tuple:
-        return self.types[id(node)].shape
+    def shape(self, node: Node) -> tuple[int, ...]:
+        return self.types[id(node)].dims
 
     def launch1(self, label: str, kernel: Any, n: int, reads: Sequence[Layout],
                 out: Layout, args: Callable[[Callable[[int], Any]], tuple]) -> None:
@@ -144,19 +144,19 @@ class _Planner(Lowering):
             lay = st.layouts[key]
             kind = st.storage[key]
             if kind == "feed":
-                self.roots[key] = _Root("temp", t.dtype, prod(t.shape), first=-1)
+                self.roots[key] = _Root("temp", t.dtype, prod(t.dims), first=-1)
                 self.feed_roots.append((feeds[key], lay))
             elif kind == "param":
                 var = node.attrs["var"]
                 shared = self.param_roots.setdefault(id(var), key)
                 self.roots[key] = self.roots[shared] if shared != key else _Root(
-                    "param", t.dtype, prod(t.shape), var=var)
+                    "param", t.dtype, prod(t.dims), var=var)
             elif kind == "const":
                 host = st.consts[key] if key in st.consts else node.attrs["value"].array
-                self.roots[key] = _Root("const", t.dtype, prod(t.shape), host=host)
+                self.roots[key] = _Root("const", t.dtype, prod(t.dims), host=host)
             elif kind == "buffer":
                 out = self.kernel(node, [self.layouts[id(i)] for i in node.inputs], t)
-                if out != Layout.fresh(out.root, t.shape) or self.roots[out.root].kind != "temp":
+                if out != Layout.fresh(out.root, t.dims) or self.roots[out.root].kind != "temp":
                     copy = self.fresh(t.dtype, t.shape)
                     self.copy_into(copy, out, t.dtype, "result")
                     out = copy
@@ -324,10 +324,10 @@ class CudaProgram:
                 caps[(dtype, slot)] = size
         cuda = self.cuda
         grown = False
-        for key, cap in caps.items():
-            have = self._pool.get(key)
+        for pool_key, cap in caps.items():
+            have = self._pool.get(pool_key)
             if have is None or have.size < cap:
-                self._pool[key] = cuda.device_array(cap, dtype=np.dtype(key[0]))
+                self._pool[pool_key] = cuda.device_array(cap, dtype=np.dtype(pool_key[0]))
                 grown = grown or have is not None
         if grown:
             self._generation += 1
