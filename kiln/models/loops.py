@@ -50,6 +50,8 @@ def _one_at_a_time(method: Any) -> Any:
     one model at once would mix their numbers. predict needs no lock (docs/architecture.md,
     "Threads")."""
 
+    method = distributed.fault_guard(method)
+
     @functools.wraps(method)
     def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
         holder = self.__dict__.get("_state_lock")
@@ -192,9 +194,10 @@ class LoopsMixin:
                 val = val[0]
         # Several ranks: same model and data everywhere, then rank 0's state (before a backup
         # is restored in on_train_begin, which every rank reads alike).
-        distributed.start(self, "fit", {"samples": getattr(train, "n", None),
-                                        "steps": train.steps, "batch_size": batch_size,
-                                        "epochs": int(epochs), "feeds": _specs(first)})
+        if distributed.start(self, "fit", {"samples": getattr(train, "n", None),
+                                           "steps": train.steps, "batch_size": batch_size,
+                                           "epochs": int(epochs), "feeds": _specs(first)}):
+            step = self._train_step(y_specs, sw_specs)  # rank 0's random streams
         callbacks = self._callback_list(callbacks, verbose, epochs, train.steps,
                                         add_history=True)
         for cb in getattr(callbacks, "callbacks", []):
@@ -341,8 +344,10 @@ class LoopsMixin:
             step = self._custom_step("test", first, structure)
         else:
             step = None if first is None else self._test_step(*self._split_specs(first))
-        distributed.start(self, "evaluate", {"samples": getattr(adapter, "n", None),
-                                             "steps": adapter.steps, "feeds": _specs(first)})
+        if distributed.start(self, "evaluate", {"samples": getattr(adapter, "n", None),
+                                                "steps": adapter.steps, "feeds": _specs(first)}) \
+                and structure is None and first is not None:
+            step = self._test_step(*self._split_specs(first))  # rank 0's random streams
         callbacks = self._callback_list(callbacks, verbose, 1, adapter.steps)
         self.reset_metrics()
         metrics = self.metrics
@@ -381,6 +386,7 @@ class LoopsMixin:
         values = list(logs.values())
         return values[0] if len(values) == 1 else values
 
+    @distributed.fault_guard
     def predict(self, x: Any, batch_size: int | None = None, verbose: Any = "auto",
                 steps: int | None = None, callbacks: Any = None) -> Any:
         """The model's outputs on ``x`` (inference mode), batch by batch.
@@ -407,8 +413,10 @@ class LoopsMixin:
         else:
             adapter, first = self._make_adapter(x, None, None, batch_size, steps, False, False)
             fn = self._predict_fn()
-        distributed.start(self, "predict", {"samples": getattr(adapter, "n", None),
-                                            "steps": adapter.steps, "feeds": _specs(first)})
+        if distributed.start(self, "predict", {"samples": getattr(adapter, "n", None),
+                                               "steps": adapter.steps, "feeds": _specs(first)}) \
+                and not custom:
+            fn = self._predict_fn()  # rank 0's random streams
         callbacks = self._callback_list(callbacks, verbose, 1, adapter.steps)
         batch_begin, batch_end = _batch_hooks(callbacks, "predict")
         callbacks.on_predict_begin()
@@ -466,6 +474,7 @@ class LoopsMixin:
         self._accumulate(step, outs, len(feeds[0]))
         return self._on_batch_result(return_dict)
 
+    @distributed.fault_guard
     def predict_on_batch(self, x: Any) -> Any:
         """The model's outputs on one batch."""
         fn, feeds = self._batch_step("predict", x, None, None, None)
