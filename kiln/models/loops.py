@@ -17,7 +17,7 @@ import numpy as np
 
 from kiln import callbacks as callbacks_module
 from kiln import distribution as dist_module
-from kiln.models import distributed
+from kiln.models import distributed, snapshot
 from kiln.models.compile_utils import positive_int, resolve_verbose
 from kiln.models.data import (
     ArrayAdapter,
@@ -235,6 +235,7 @@ class LoopsMixin:
         uses_key = step.uses_key
         before_step = self.optimizer.before_step
         accumulate = self._accumulate
+        weights_lock = snapshot.weights_lock(self)  # readers see one step's weights
         metrics = self.metrics
         logs_of = step.logs or (lambda: {m.name: m.result() for m in metrics})
         training_logs = None
@@ -259,10 +260,11 @@ class LoopsMixin:
                     callbacks.on_train_batch_begin(steps_done)
                 rng_key[1] = self._rng_counter
                 self._rng_counter += 1
-                before_step()
                 if uses_key:
                     feeds.append(rng_key)
-                outs = fn(*feeds)
+                with weights_lock:
+                    before_step()
+                    outs = fn(*feeds)
                 accumulate(step, outs, len(feeds[0]))
                 steps_done += 1
                 in_execution += 1
@@ -451,25 +453,30 @@ class LoopsMixin:
     # ---- on_batch ----------------------------------------------------------------------------
     @_one_at_a_time
     def train_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,
-                       class_weight: Any = None, return_dict: bool = False) -> Any:
-        """One training step on one batch; returns the loss (and metrics) so far."""
+                       class_weight: Any = None, return_dict: bool = False, *,
+                       check_finite: bool = True) -> Any:
+        """One training step on one batch; returns the loss (and metrics) so far.
+        ``check_finite`` (kiln's, default True): refuse NaN or inf in the batch, as fit."""
         self._assert_compiled("train_on_batch")
-        step, feeds = self._batch_step("train", x, y, sample_weight, class_weight)
+        step, feeds = self._batch_step("train", x, y, sample_weight, class_weight,
+                                       check=check_finite)
         self.train_function = step.fn
         if step.uses_key:
             feeds.append(np.array([self._rng_seed or 0, self._rng_counter], dtype=np.int64))
         self._rng_counter += 1
-        self.optimizer.before_step()
-        outs = step.fn(*feeds)
+        with snapshot.weights_lock(self):
+            self.optimizer.before_step()
+            outs = step.fn(*feeds)
         self._accumulate(step, outs, len(feeds[0]))
         return self._on_batch_result(return_dict)
 
     @_one_at_a_time
     def test_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,
-                      return_dict: bool = False) -> Any:
-        """Loss and metrics on one batch (inference mode), accumulated like Keras 3."""
+                      return_dict: bool = False, *, check_finite: bool = True) -> Any:
+        """Loss and metrics on one batch (inference mode), accumulated like Keras 3.
+        ``check_finite`` (kiln's, default True): refuse NaN or inf in the batch."""
         self._assert_compiled("test_on_batch")
-        step, feeds = self._batch_step("test", x, y, sample_weight, None)
+        step, feeds = self._batch_step("test", x, y, sample_weight, None, check=check_finite)
         outs = step.fn(*feeds)
         self._accumulate(step, outs, len(feeds[0]))
         return self._on_batch_result(return_dict)
