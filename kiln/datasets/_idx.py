@@ -19,10 +19,14 @@ from typing import BinaryIO
 
 import numpy as np
 
+from kiln.datasets import _npz
+
 Split = tuple[np.ndarray, np.ndarray]
 Splits = tuple[Split, Split]
 
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
+# mnist.npz's largest member (x_train, 60,000 28x28 bytes) is 47 MB uncompressed.
+MAX_MEMBER_BYTES = 256 * _npz.MiB
 _GZIP_MAGIC = b"\x1f\x8b"
 _UBYTE = 0x08
 
@@ -141,14 +145,10 @@ def read_npz(path: str | os.PathLike[str]) -> Splits:
     """
     path = Path(path)
     try:
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise ValueError("a single .npy array, not an .npz archive")
-        with loaded as archive:
-            missing = [key for key in NPZ_KEYS if key not in archive.files]
-            if missing:
-                raise ValueError(f"missing arrays {missing}; expected keys {list(NPZ_KEYS)}")
-            x_train, y_train, x_test, y_test = (archive[key] for key in NPZ_KEYS)
+        if not zipfile.is_zipfile(path):
+            raise ValueError("not an .npz archive")
+        arrays = _npz.read_all(path, NPZ_KEYS, MAX_MEMBER_BYTES)
+        x_train, y_train, x_test, y_test = (arrays[key] for key in NPZ_KEYS)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, io.UnsupportedOperation) as exc:
         raise ValueError(f"{path}: not a usable dataset .npz file ({exc})") from exc
     return (x_train, y_train), (x_test, y_test)

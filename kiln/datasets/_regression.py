@@ -9,7 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from kiln.datasets import _keras_file
+from kiln.datasets import _keras_file, _npz
+
+# boston_housing.npz and california_housing.npz are under 2 MB uncompressed.
+MAX_MEMBER_BYTES = 32 * _npz.MiB
 
 
 def read_xy(path: Path, title: str) -> tuple[np.ndarray, np.ndarray]:
@@ -20,11 +23,8 @@ def read_xy(path: Path, title: str) -> tuple[np.ndarray, np.ndarray]:
             different lengths; names the file.
     """
     try:
-        with np.load(path, allow_pickle=False) as f:
-            missing = [k for k in ("x", "y") if k not in f.files]
-            if missing:
-                raise ValueError(f"missing arrays {missing}; expected keys ['x', 'y']")
-            x, y = f["x"], f["y"]
+        arrays = _npz.read_all(path, ("x", "y"), MAX_MEMBER_BYTES)
+        x, y = arrays["x"], arrays["y"]
     except (OSError, EOFError, zipfile.BadZipFile) as exc:
         raise ValueError(f"{path}: not a usable {title} .npz file ({exc})") from exc
     except ValueError as exc:

@@ -39,7 +39,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from kiln.datasets import _fetch, _source
+from kiln.datasets import _fetch, _npz, _source
 
 # Keras' URL (keras/src/datasets/imdb.py). Overridden by $KILN_DATASETS_MIRROR/imdb/.
 BASE_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
@@ -49,6 +49,8 @@ WORD_INDEX_NAME = "imdb_word_index.json"
 NPZ_SHA256 = "69664113be75683a8fe16e3ed0ab59fda8886cb3cd7ada244f7d9544e4676b9f"
 WORD_INDEX_MD5 = "bfafd718b763782e994055a2d397834f"
 KEYS = ("x_train", "y_train", "x_test", "y_test")
+# The largest member of Keras' imdb.npz (x_train's pickle) is about 20 MB; reuters.npz's ~6 MB.
+MAX_MEMBER_BYTES = 128 * _npz.MiB
 HOW_TO_GET = (
     f"no Debian or PyPI package ships it: on a machine with internet, download {BASE_URL}"
     f"{NPZ_NAME} (sha256 {NPZ_SHA256}) and {BASE_URL}{WORD_INDEX_NAME} (md5 "
@@ -252,24 +254,34 @@ def read_npz(path: str | os.PathLike[str]) -> tuple[tuple[list, np.ndarray], ...
 
 
 def _read_member(archive: zipfile.ZipFile, key: str) -> Any:
-    with archive.open(f"{key}.npy") as stream:
-        version = np.lib.format.read_magic(stream)
-        if version == (1, 0):
-            _, _, dtype = np.lib.format.read_array_header_1_0(stream)
-        elif version == (2, 0):
-            _, _, dtype = np.lib.format.read_array_header_2_0(stream)
-        else:
-            dtype = None  # numeric arrays only: read_array below knows the newer versions
+    """Member ``key``: an object array's restricted unpickle, or a numeric array; both bounded
+    (``_npz``: the member at most :data:`MAX_MEMBER_BYTES`, a numeric header no larger than
+    its member)."""
+    name = f"{key}.npy"
+    with _npz.open_member(archive, name, MAX_MEMBER_BYTES) as stream:
+        try:
+            _, dtype, _ = _npz.declared_nbytes(stream)
+        except ValueError:
+            dtype = None  # a newer format: numeric arrays only, read_numeric says which
         if dtype is not None and dtype.hasobject:
             if dtype != np.dtype(object):
                 raise ValueError(f"{key}: unsupported dtype {dtype}")
-            return _safe_unpickle(stream, key)
-    with archive.open(f"{key}.npy") as stream:
-        return np.lib.format.read_array(stream, allow_pickle=False)
+            stub = _safe_unpickle(stream, key)
+            stub.budget = archive.getinfo(name).file_size
+            return stub
+    return _npz.read_numeric(archive, key, MAX_MEMBER_BYTES)
 
 
 def _reviews(key: str, x: Any) -> list[list[int]]:
+    budget = getattr(x, "budget", None)
     items = _to_list(key, x)
+    if budget is not None:
+        # a pickle spends at least one byte on each int it holds; more words than that means
+        # rows aliasing one another (memo references), which would multiply in memory below
+        words = sum(len(item) for item in items if isinstance(item, list | tuple))
+        if words > budget:
+            raise ValueError(f"{key}: its rows hold {words:,} word indices, more than its "
+                             f"{budget:,} bytes can spell (rows that alias one another)")
     rows = []
     for i, item in enumerate(items):
         if isinstance(item, _ArrayStub):

@@ -4,10 +4,18 @@ Every wait is bounded: collectives are started non-blocking and polled against a
 a rank whose peer died or hangs raises :class:`DistributionError` instead of waiting forever;
 an uncaught exception on any rank aborts the whole job (``MPI_Abort``), so the others do not
 sit in a collective that will never complete.
+
+Faults travel on a second communicator: a rank that leaves a distributed fit/evaluate/predict
+by any exception (``SystemExit`` included), or whose interpreter exits, sends a short notice
+to every other rank (:meth:`MpiGroup.poison`). Every wait also polls for such a notice, so a
+peer blocked in a collective raises at once instead of at the timeout, and a group that sent
+or received one is *poisoned*: each later collective on it raises before it starts, so a rank
+that caught the error cannot pair its next collectives with the wrong ones.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import sys
 import time
@@ -16,6 +24,9 @@ from typing import Any
 import numpy as np
 
 _ABORT_HOOK: dict[str, Any] = {"installed": False}
+_FAULT = 77  # the tag of fault notices (on the group's own fault communicator)
+_EXITED = "exited"  # the notice of a rank whose interpreter exits
+_EXIT_GRACE = 2.0  # seconds a collective may still complete after its peer's exit notice
 
 
 def _import_mpi() -> Any:
@@ -37,8 +48,72 @@ class MpiGroup:
         self.rank = int(self.comm.Get_rank())
         self.size = int(self.comm.Get_size())
         self.timeout = timeout
+        self.poisoned: str | None = None  # why the group is unusable, once it is
+        self._faults = self.comm.Dup()  # notices only: never mixed with the collectives
+        self._notice = np.zeros(512, np.uint8)
+        self._listen = self._faults.Irecv(self._notice, source=mpi.ANY_SOURCE, tag=_FAULT)
+        self._received: tuple[int, str, float] | None = None  # (rank, notice, when)
+        self._notified = False
+        self._sent: list[Any] = []
+        if self.size > 1:
+            atexit.register(self._at_exit)
+
+    # ---- faults between ranks ------------------------------------------------------------------
+    def _error(self, message: str) -> Exception:
+        from kiln.distribution import DistributionError
+        return DistributionError(message)
+
+    def _check_notice(self, in_collective: bool = False) -> None:
+        """Raises (and poisons the group) when another rank has sent a fault notice. A peer
+        that *exited* may have done its part of the collective this rank is finishing: inside
+        a collective that notice raises only after ``_EXIT_GRACE`` seconds."""
+        if self.poisoned is not None:
+            raise self._error(self.poisoned)
+        if self._received is None:
+            status = self.MPI.Status()
+            if not self._listen.Test(status):
+                return
+            text = bytes(self._notice[:status.Get_count(self.MPI.BYTE)]).decode("utf-8",
+                                                                                 "replace")
+            self._received = (status.Get_source(), text, time.monotonic())
+        source, text, when = self._received
+        if in_collective and text == _EXITED and time.monotonic() - when < _EXIT_GRACE:
+            return
+        self.poisoned = (f"rank {source} of {self.size} {text}; this distribution is unusable "
+                         "(every later collective raises on every rank)")
+        raise self._error(self.poisoned)
+
+    def poison(self, reason: str) -> None:
+        """Marks the group unusable and tells every other rank why (once; never waits)."""
+        if self.size == 1 or self._notified:
+            return
+        self._notified = True
+        if self.poisoned is None:
+            self.poisoned = (f"rank {self.rank} of {self.size} {reason}; this distribution is "
+                             "unusable (every later collective raises on every rank)")
+        data = np.frombuffer(reason.encode("utf-8")[:self._notice.size], np.uint8).copy()
+        for r in range(self.size):
+            if r != self.rank:
+                self._sent.append((self._faults.Isend(data, dest=r, tag=_FAULT), data))
+
+    def _at_exit(self) -> None:
+        # The interpreter is exiting (sys.exit, the end of the script): a peer still inside a
+        # collective must not wait for this rank until the timeout.
+        self.poison(_EXITED)
+        deadline = time.monotonic() + 0.5  # let the notices leave (their peers may be gone)
+        while self._sent and time.monotonic() < deadline:
+            if all(req.Test() for req, _ in self._sent):
+                break
+            time.sleep(0.005)
+        if self._received is None and not self._listen.Test():
+            self._listen.Cancel()
 
     # ---- bounded waits -------------------------------------------------------------------------
+    def _start(self) -> None:
+        """Called before each collective starts: a poisoned group refuses it."""
+        if self.size > 1:
+            self._check_notice()
+
     def _wait(self, request: Any, what: str) -> None:
         deadline = time.monotonic() + self.timeout
         spins = 0
@@ -46,29 +121,35 @@ class MpiGroup:
             spins += 1
             if spins > 2000:  # past the first microseconds: poll gently
                 time.sleep(0.0002)
+                if spins % 64 == 0:
+                    self._check_notice(in_collective=True)
                 if time.monotonic() > deadline:
-                    from kiln.distribution import DistributionError
-                    raise DistributionError(
+                    self.poison(f"timed out in {what}")
+                    raise self._error(
                         f"rank {self.rank} of {self.size}: {what} did not complete within "
                         f"{self.timeout:g} s: another rank died, raised or is stuck "
                         "(KILN_DIST_TIMEOUT sets the limit)")
 
     def allreduce_sum(self, buffer: np.ndarray) -> None:
         """Sums ``buffer`` (C-contiguous float) over the ranks, in place."""
+        self._start()
         req = self.comm.Iallreduce(self.MPI.IN_PLACE, buffer, op=self.MPI.SUM)
         self._wait(req, f"allreduce of {buffer.size} {buffer.dtype} values")
 
     def broadcast(self, buffer: np.ndarray, root: int = 0) -> None:
         """Overwrites ``buffer`` (C-contiguous) with rank ``root``'s, in place."""
+        self._start()
         req = self.comm.Ibcast(buffer, root=root)
         self._wait(req, f"broadcast of {buffer.size} {buffer.dtype} values")
 
     def barrier(self) -> None:
+        self._start()
         self._wait(self.comm.Ibarrier(), "barrier")
 
     def allgather_json(self, value: Any) -> list[Any]:
         """Every rank's ``value`` (JSON-serializable), in rank order. Sizes first, then the
         UTF-8 bytes: nothing is pickled."""
+        self._start()
         data = np.frombuffer(json.dumps(value, sort_keys=True).encode(), np.uint8)
         sizes = np.zeros(self.size, np.int64)
         req = self.comm.Iallgather(np.array([data.size], np.int64), sizes)
@@ -83,6 +164,7 @@ class MpiGroup:
     def allgather_rows(self, local: np.ndarray) -> np.ndarray:
         """The ranks' arrays (same trailing shape and dtype) stacked along axis 0, in rank
         order."""
+        self._start()
         local = np.ascontiguousarray(local)
         rows = np.zeros(self.size, np.int64)
         req = self.comm.Iallgather(np.array([local.shape[0]], np.int64), rows)

@@ -224,7 +224,8 @@ def check_finite(arrays: list[np.ndarray], labels: list[str], model_name: str,
             f"{model_name}: {label}{where} holds {count} non-finite value"
             f"{'s' if count > 1 else ''} (the first, {value}, at index {index} of an array of "
             f"shape {format_shape(a.shape)}); training on NaN or inf makes the weights NaN. "
-            "Clean the data, or pass check_finite=False to fit/evaluate to use it as it is")
+            "Clean the data, or pass check_finite=False to fit/evaluate (or *_on_batch) to use "
+            "it as it is")
 
 
 def train_validation_split(arrays: list[np.ndarray], validation_split: float

@@ -13,6 +13,9 @@ appends the weight and makes the random key rank-specific (dropout masks differ 
 
 from __future__ import annotations
 
+import functools
+import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -152,15 +155,50 @@ def _rank_key(feed: Any, rank: int) -> Any:
     return feed
 
 
-def start(model: Any, what: str, signature: dict) -> None:
-    """At the start of fit/evaluate/predict: checks that every rank runs the same model on
-    the same data shapes (a clear error naming the ranks otherwise), then makes rank 0's
-    weights, optimizer state and random state everyone's."""
+def fault_guard(method: Callable) -> Callable:
+    """Wraps fit/evaluate/predict and the batch methods: under an active distribution, any
+    exception leaving them (``SystemExit`` and ``KeyboardInterrupt`` included) poisons the
+    distribution and tells every other rank at once (``MpiGroup.poison``), so no rank waits
+    for this one and none pairs its next collectives with the wrong ones."""
+
+    @functools.wraps(method)
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except BaseException as exc:
+            dist = dist_module.active()
+            if dist is not None:
+                dist.group.poison(_describe(exc, method.__name__))
+            raise
+
+    return guarded
+
+
+def _describe(exc: BaseException, where: str) -> str:
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r}) in {where}()"
+    text = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return f"raised {type(exc).__name__} in {where}(): {text}"
+
+
+def start(model: Any, what: str, signature: dict) -> bool:
+    """At the start of fit/evaluate/predict: makes rank 0's layer random streams everyone's,
+    checks that every rank runs the same model (its config), compiled alike (loss, metrics,
+    optimizer) on the same data shapes (a clear error naming the first difference
+    otherwise), then makes rank 0's weights, optimizer state and random state everyone's.
+
+    Returns:
+        True when this rank's layer streams changed: its compiled steps were dropped and the
+        caller must build its step again.
+    """
     dist = dist_module.active()
     if dist is None:
-        return
+        return False
+    changed = _share_layer_streams(model, dist)
     mine = dict(signature)
     mine["what"] = what
+    mine["model"] = _jsonable_config(model.get_config)
+    mine["compile"] = _jsonable_config(getattr(model, "get_compile_config", lambda: None))
     mine["variables"] = [[v.name, list(v.value.shape), str(v.value.dtype)]
                          for v in _state_variables(model)]
     everyone = dist.group.allgather_json(mine)
@@ -188,13 +226,67 @@ def start(model: Any, what: str, signature: dict) -> None:
         [_jsonable(rng.bit_generator.state), model._rng_seed, model._rng_counter])[0]
     rng.bit_generator.state = state[0]
     model._rng_seed, model._rng_counter = state[1], int(state[2])
+    return changed
+
+
+def _jsonable_config(get: Callable[[], Any]) -> Any:
+    """A config as plain JSON values (anything else by its repr), for comparing the ranks."""
+    try:
+        config = get()
+    except NotImplementedError:  # a subclassed model without get_config: its variables
+        return None              # and data shapes are still compared
+    return json.loads(json.dumps(config, sort_keys=True, default=repr))
+
+
+def _random_layers(model: Any) -> list:
+    """The layers (nested ones included, in a fixed order) that drew their own random stream
+    because the user gave no seed."""
+    out, stack, seen = [], [model], set()
+    while stack:
+        layer = stack.pop(0)
+        if id(layer) in seen:
+            continue
+        seen.add(id(layer))
+        if getattr(layer, "_stream", None) is not None and getattr(layer, "seed", 0) is None:
+            out.append(layer)
+        sub = getattr(layer, "_sublayers", None)
+        stack.extend(sub() if callable(sub) else [])
+    return out
+
+
+def _share_layer_streams(model: Any, dist: Any) -> bool:
+    """Rank 0's drawn layer streams (Dropout's and other random layers' masks) for every
+    rank, so the ranks' masks derive from rank 0's seed whatever seed each rank set."""
+    layers = _random_layers(model)
+    streams = dist.group.allgather_json([int(layer._stream) for layer in layers])
+    ref = streams[0]
+    if len(ref) != len(layers):
+        return False  # the models differ: the config comparison names how
+    changed = False
+    for layer, stream in zip(layers, ref):
+        if layer._stream != stream:
+            layer._stream = stream
+            changed = True
+    if changed:  # the streams are attributes of the traced graphs: trace again
+        model._train_fns, model._test_fns, model._predict_fns = {}, {}, {}
+        model._batch_cache = {}
+    return changed
 
 
 def _first_difference(key: str, a: Any, b: Any) -> str:
-    """``key``'s first differing entry (lists compared item by item), as ``other != rank 0``."""
+    """``key``'s first differing entry (lists and dicts compared item by item, recursively),
+    as ``other != rank 0``."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            if a.get(k) != b.get(k):
+                if k not in a or k not in b:
+                    return f"{key}.{k} {b.get(k)!r} != {a.get(k)!r}"
+                return _first_difference(f"{key}.{k}", a[k], b[k])
     if isinstance(a, list) and isinstance(b, list):
         for i, (x, y) in enumerate(zip(a, b)):
             if x != y:
+                if isinstance(x, dict) and isinstance(y, dict):  # a layer's config
+                    return _first_difference(f"{key}[{i}]", x, y)
                 return f"{key}[{i}] {y!r} != {x!r}"
         return f"{key} has {len(b)} entries != {len(a)}"
     return f"{key} {b!r} != {a!r}"
@@ -214,4 +306,5 @@ def _jsonable(state: dict) -> dict:
                 int(v) if isinstance(v, np.integer | int) else v) for k, v in state.items()}
 
 
-__all__ = ["ShardedFunction", "active", "key", "reduce_values", "start", "weight_placeholder"]
+__all__ = ["ShardedFunction", "active", "fault_guard", "key", "reduce_values", "start",
+           "weight_placeholder"]

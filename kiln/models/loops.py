@@ -17,7 +17,7 @@ import numpy as np
 
 from kiln import callbacks as callbacks_module
 from kiln import distribution as dist_module
-from kiln.models import distributed
+from kiln.models import distributed, snapshot
 from kiln.models.compile_utils import positive_int, resolve_verbose
 from kiln.models.data import (
     ArrayAdapter,
@@ -49,6 +49,8 @@ def _one_at_a_time(method: Any) -> Any:
     methods reset, accumulate and read the model's metrics, so two threads running them on
     one model at once would mix their numbers. predict needs no lock (docs/architecture.md,
     "Threads")."""
+
+    method = distributed.fault_guard(method)
 
     @functools.wraps(method)
     def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -192,9 +194,10 @@ class LoopsMixin:
                 val = val[0]
         # Several ranks: same model and data everywhere, then rank 0's state (before a backup
         # is restored in on_train_begin, which every rank reads alike).
-        distributed.start(self, "fit", {"samples": getattr(train, "n", None),
-                                        "steps": train.steps, "batch_size": batch_size,
-                                        "epochs": int(epochs), "feeds": _specs(first)})
+        if distributed.start(self, "fit", {"samples": getattr(train, "n", None),
+                                           "steps": train.steps, "batch_size": batch_size,
+                                           "epochs": int(epochs), "feeds": _specs(first)}):
+            step = self._train_step(y_specs, sw_specs)  # rank 0's random streams
         callbacks = self._callback_list(callbacks, verbose, epochs, train.steps,
                                         add_history=True)
         for cb in getattr(callbacks, "callbacks", []):
@@ -232,6 +235,7 @@ class LoopsMixin:
         uses_key = step.uses_key
         before_step = self.optimizer.before_step
         accumulate = self._accumulate
+        weights_lock = snapshot.weights_lock(self)  # readers see one step's weights
         metrics = self.metrics
         logs_of = step.logs or (lambda: {m.name: m.result() for m in metrics})
         training_logs = None
@@ -256,10 +260,11 @@ class LoopsMixin:
                     callbacks.on_train_batch_begin(steps_done)
                 rng_key[1] = self._rng_counter
                 self._rng_counter += 1
-                before_step()
                 if uses_key:
                     feeds.append(rng_key)
-                outs = fn(*feeds)
+                with weights_lock:
+                    before_step()
+                    outs = fn(*feeds)
                 accumulate(step, outs, len(feeds[0]))
                 steps_done += 1
                 in_execution += 1
@@ -341,8 +346,10 @@ class LoopsMixin:
             step = self._custom_step("test", first, structure)
         else:
             step = None if first is None else self._test_step(*self._split_specs(first))
-        distributed.start(self, "evaluate", {"samples": getattr(adapter, "n", None),
-                                             "steps": adapter.steps, "feeds": _specs(first)})
+        if distributed.start(self, "evaluate", {"samples": getattr(adapter, "n", None),
+                                                "steps": adapter.steps, "feeds": _specs(first)}) \
+                and structure is None and first is not None:
+            step = self._test_step(*self._split_specs(first))  # rank 0's random streams
         callbacks = self._callback_list(callbacks, verbose, 1, adapter.steps)
         self.reset_metrics()
         metrics = self.metrics
@@ -381,6 +388,7 @@ class LoopsMixin:
         values = list(logs.values())
         return values[0] if len(values) == 1 else values
 
+    @distributed.fault_guard
     def predict(self, x: Any, batch_size: int | None = None, verbose: Any = "auto",
                 steps: int | None = None, callbacks: Any = None) -> Any:
         """The model's outputs on ``x`` (inference mode), batch by batch.
@@ -407,8 +415,10 @@ class LoopsMixin:
         else:
             adapter, first = self._make_adapter(x, None, None, batch_size, steps, False, False)
             fn = self._predict_fn()
-        distributed.start(self, "predict", {"samples": getattr(adapter, "n", None),
-                                            "steps": adapter.steps, "feeds": _specs(first)})
+        if distributed.start(self, "predict", {"samples": getattr(adapter, "n", None),
+                                               "steps": adapter.steps, "feeds": _specs(first)}) \
+                and not custom:
+            fn = self._predict_fn()  # rank 0's random streams
         callbacks = self._callback_list(callbacks, verbose, 1, adapter.steps)
         batch_begin, batch_end = _batch_hooks(callbacks, "predict")
         callbacks.on_predict_begin()
@@ -443,29 +453,35 @@ class LoopsMixin:
     # ---- on_batch ----------------------------------------------------------------------------
     @_one_at_a_time
     def train_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,
-                       class_weight: Any = None, return_dict: bool = False) -> Any:
-        """One training step on one batch; returns the loss (and metrics) so far."""
+                       class_weight: Any = None, return_dict: bool = False, *,
+                       check_finite: bool = True) -> Any:
+        """One training step on one batch; returns the loss (and metrics) so far.
+        ``check_finite`` (kiln's, default True): refuse NaN or inf in the batch, as fit."""
         self._assert_compiled("train_on_batch")
-        step, feeds = self._batch_step("train", x, y, sample_weight, class_weight)
+        step, feeds = self._batch_step("train", x, y, sample_weight, class_weight,
+                                       check=check_finite)
         self.train_function = step.fn
         if step.uses_key:
             feeds.append(np.array([self._rng_seed or 0, self._rng_counter], dtype=np.int64))
         self._rng_counter += 1
-        self.optimizer.before_step()
-        outs = step.fn(*feeds)
+        with snapshot.weights_lock(self):
+            self.optimizer.before_step()
+            outs = step.fn(*feeds)
         self._accumulate(step, outs, len(feeds[0]))
         return self._on_batch_result(return_dict)
 
     @_one_at_a_time
     def test_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,
-                      return_dict: bool = False) -> Any:
-        """Loss and metrics on one batch (inference mode), accumulated like Keras 3."""
+                      return_dict: bool = False, *, check_finite: bool = True) -> Any:
+        """Loss and metrics on one batch (inference mode), accumulated like Keras 3.
+        ``check_finite`` (kiln's, default True): refuse NaN or inf in the batch."""
         self._assert_compiled("test_on_batch")
-        step, feeds = self._batch_step("test", x, y, sample_weight, None)
+        step, feeds = self._batch_step("test", x, y, sample_weight, None, check=check_finite)
         outs = step.fn(*feeds)
         self._accumulate(step, outs, len(feeds[0]))
         return self._on_batch_result(return_dict)
 
+    @distributed.fault_guard
     def predict_on_batch(self, x: Any) -> Any:
         """The model's outputs on one batch."""
         fn, feeds = self._batch_step("predict", x, None, None, None)

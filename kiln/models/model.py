@@ -26,6 +26,7 @@ from kiln.layers import serialization as layer_serialization
 from kiln.layers.base import Layer, flatten, map_structure
 from kiln.layers.context import trace
 from kiln.layers.serialization import jsonable
+from kiln.models import snapshot
 from kiln.models.data import TensorSpec, spec_from_shapes, structure_of
 from kiln.models.summary import print_summary
 from kiln.models.trainer import Trainer
@@ -297,7 +298,21 @@ class Model(Trainer, Layer):
                            else "Functional", "config": jsonable(self.get_config())},
                           **kwargs)
 
+    # ---- weights: one step's, never a mix (kiln/models/snapshot.py) ----------------------
+    @snapshot.consistent
+    def get_weights(self) -> list[np.ndarray]:
+        """Copies of the weights' values, in ``weights`` order; during ``fit`` in another
+        thread, all of them after the same step."""
+        return super().get_weights()
+
+    @snapshot.consistent
+    def set_weights(self, weights: Any) -> None:
+        """Sets all weights from a list of arrays (checked completely before any change);
+        during ``fit`` in another thread, between two steps."""
+        super().set_weights(weights)
+
     # ---- saving (implemented by kiln.saving) ----------------------------------------------
+    @snapshot.consistent
     def save(self, filepath: Any, *args: Any, **kwargs: Any) -> Any:
         """Saves the model (``.keras``, ``.h5``): see ``kiln.saving``. With several ranks
         (``kiln.distribution``) only rank 0 writes; call ``kiln.distribution.barrier()``
@@ -306,6 +321,7 @@ class Model(Trainer, Layer):
             return None
         return saving.save_model(self, filepath, *args, **kwargs)
 
+    @snapshot.consistent
     def save_weights(self, filepath: Any, *args: Any, **kwargs: Any) -> Any:
         """Saves the weights (``.weights.h5``, ``.h5``): see ``kiln.saving``. With several
         ranks only rank 0 writes (as :meth:`save`)."""

@@ -32,7 +32,7 @@ from kiln.core import (
 from kiln.layers.base import flatten
 from kiln.layers.context import trace
 from kiln.models import distributed
-from kiln.models.data import TensorSpec
+from kiln.models.data import TensorSpec, check_finite
 
 
 class _Step:
@@ -250,9 +250,10 @@ class StepGraphsMixin:
         if step.logs is not None:
             step.last = outs
 
-    def _batch_step(self, mode: str, x: Any, y: Any, sample_weight: Any, class_weight: Any
-                    ) -> tuple[Any, list]:
-        """The step (or predict function) and the feeds for one ``*_on_batch`` call.
+    def _batch_step(self, mode: str, x: Any, y: Any, sample_weight: Any, class_weight: Any,
+                    check: bool = False) -> tuple[Any, list]:
+        """The step (or predict function) and the feeds for one ``*_on_batch`` call;
+        ``check``: refuse NaN/inf in the batch (``check_finite`` of train/test_on_batch).
 
         A single array ``x`` (and ``y``) whose signature was seen before skips the general
         standardization: only the dtype conversion and the label-range check remain, so a
@@ -275,6 +276,8 @@ class StepGraphsMixin:
                     if n_classes is not None and (y.min() < 0 or y.max() >= n_classes):
                         entry = None  # the general path raises the error
                 if entry is not None:
+                    if check:
+                        _check_batch(self.name, mode, feeds)
                     return step, feeds
         if mode == "predict":
             xs, ys, sws = self._standardize_x(x), [], []
@@ -292,6 +295,8 @@ class StepGraphsMixin:
                 n_classes = self._model_output_specs()[0].shape[-1]
             self._batch_cache[key] = (step, xs[0].dtype, ys[0].dtype if ys else None,
                                       n_classes)
+        if check:
+            _check_batch(self.name, mode, xs + ys + sws, len(xs), len(ys))
         return step, xs + ys + sws
 
     def compile_report(self) -> Any:
@@ -326,6 +331,14 @@ def _scalar(term: Any) -> Node:
     """A loss term (a layer loss or regularization penalty) as a scalar node."""
     node = convert_to_tensor(term)
     return ops.sum(node) if node.ndim else node
+
+
+def _check_batch(model_name: str, mode: str, feeds: list, n_x: int = 1, n_y: int = 1) -> None:
+    """NaN/inf in one ``*_on_batch`` batch: the same error as ``fit`` (data.check_finite)."""
+    labels = ([f"x[{i}]" if n_x > 1 else "x" for i in range(n_x)]
+              + [f"y[{i}]" if n_y > 1 else "y" for i in range(n_y)])
+    labels += [f"sample_weight[{i}]" for i in range(len(feeds) - len(labels))]
+    check_finite(feeds, labels, model_name, f" ({mode}_on_batch)")
 
 
 __all__ = ["StepGraphsMixin"]

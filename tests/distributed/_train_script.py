@@ -26,6 +26,10 @@ p.add_argument("--float64", action="store_true")
 p.add_argument("--generator", action="store_true")  # batches from a generator, not arrays
 p.add_argument("--backup", default=None)  # a BackupAndRestore folder (save_freq=4 steps)
 p.add_argument("--kill-at-step", type=int, default=-1)  # every rank SIGKILLs itself there
+p.add_argument("--differ", default=None)  # rank 1's model or compile differs: what
+p.add_argument("--dropout", type=float, default=0.0)  # a Dropout layer in the MLP
+p.add_argument("--rank-seeds", action="store_true")  # each rank sets its own random seed
+p.add_argument("--catch", action="store_true")  # the failing rank catches fit's error
 args = p.parse_args()
 if args.float64:  # round-off out of the way: the distributed sums match to ~1e-14
     kiln.config.set_floatx("float64")
@@ -34,14 +38,18 @@ if args.distributed:
     kiln.distribution.set_distribution(kiln.distribution.DataParallel(timeout=60))
 rank = kiln.distribution.rank()
 
-kiln.utils.set_random_seed(1234)
+kiln.utils.set_random_seed(1234 + (1000 * rank if args.rank_seeds else 0))
+differ = args.differ if rank == 1 else None
 rng = np.random.default_rng(0)
 if args.model == "mlp":
     x = rng.standard_normal((args.n, 12)).astype("float32")
     y = (x[:, :3].sum(1) > 0).astype("int32") + (x[:, 3] > 1).astype("int32")
     width = 16 if not (args.mismatch and rank == 1) else 17
+    rate = args.dropout + (0.1 if differ == "dropout" else 0.0)
     model = kiln.Sequential([kiln.layers.Input((12,)),
-                             kiln.layers.Dense(width, activation="relu"),
+                             kiln.layers.Dense(width, activation="tanh" if differ == "activation"
+                                               else "relu"),
+                             *([kiln.layers.Dropout(rate)] if rate else []),
                              kiln.layers.Dense(3, activation="softmax")])
 else:  # a small convnet; "bn"/"syncbn": with BatchNormalization (per-replica / synchronized)
     x = rng.standard_normal((args.n, 10, 10, 1)).astype("float32")
@@ -54,7 +62,8 @@ else:  # a small convnet; "bn"/"syncbn": with BatchNormalization (per-replica / 
                              kiln.layers.Flatten(),
                              kiln.layers.Dense(2, activation="softmax")])
 model.compile(optimizer=kiln.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy",
-              metrics=["accuracy"])
+              metrics=["accuracy"] + (["sparse_top_k_categorical_accuracy"]
+                                      if differ == "metric" else []))
 
 
 class Fail(kiln.callbacks.Callback):
@@ -62,6 +71,10 @@ class Fail(kiln.callbacks.Callback):
         if rank == args.fail_rank and batch == 3:
             if args.fail_how == "kill":
                 os.kill(os.getpid(), 9)
+            if args.fail_how == "exit":
+                sys.exit(0)
+            if args.fail_how == "os_exit":
+                os._exit(0)
             raise RuntimeError("rank failed on purpose")
 
 
@@ -88,8 +101,13 @@ class KillAll(kiln.callbacks.Callback):
 callbacks = [Fail(), KillAll()]
 if args.backup:
     callbacks.insert(0, kiln.callbacks.BackupAndRestore(args.backup, save_freq=4))
-hist = model.fit(**fit_data, epochs=args.epochs, verbose=0, shuffle=not args.generator,
-                 validation_data=(x[:50], y[:50]), callbacks=callbacks)
+try:
+    hist = model.fit(**fit_data, epochs=args.epochs, verbose=0, shuffle=not args.generator,
+                     validation_data=(x[:50], y[:50]), callbacks=callbacks)
+except RuntimeError:
+    if not args.catch:
+        raise
+    print("caught; going on to evaluate", file=sys.stderr)
 ev = model.evaluate(x, y, batch_size=48, verbose=0)
 pred = model.predict(x, batch_size=40, verbose=0)
 out = {f"w{i}": w for i, w in enumerate(model.get_weights())}
