@@ -43,7 +43,7 @@ def _shape(op, x):
     return x.shape
 
 
-# ---- arrays ---------------------------------------------------------------------------------------
+# ---- arrays -------------------------------------------------------------------------------------
 def _array(x, dtype=None):
     x = _N(x)
     return _G.identity(x) if dtype is None or dtype == x.dtype else _G.cast(x, dtype)
@@ -116,7 +116,7 @@ _export(_get_item, "get_item", "``x[key]``: ints, slices, None, Ellipsis, or an 
         "array (a gather along axis 0).")
 
 
-# ---- joining and splitting ------------------------------------------------------------------------
+# ---- joining and splitting ----------------------------------------------------------------------
 def _append(x1, x2, axis=None):
     a, b = _N(x1), _N(x2, _N(x1).dtype)
     if axis is None:
@@ -184,7 +184,7 @@ _export(lambda xs: _G.concatenate([_atleast(x, 3) for x in xs], axis=2), "dstack
         "Tensors joined along axis 2 (after ``atleast_3d``).", "tensors")
 
 
-# ---- axes -----------------------------------------------------------------------------------------
+# ---- axes ---------------------------------------------------------------------------------------
 def _moveaxis(x, source, destination):
     x = _N(x)
     src = [source] if isinstance(source, int | np.integer) else list(source)
@@ -257,7 +257,7 @@ _export(_rot90, "rot90", "``x`` rotated by 90 degrees ``k`` times in the plane `
 _export(_roll, "roll", "``x`` shifted cyclically by ``shift`` along ``axis`` (flat when None).")
 
 
-# ---- diagonals ------------------------------------------------------------------------------------
+# ---- diagonals ----------------------------------------------------------------------------------
 def _diagonal(x, offset=0, axis1=0, axis2=1):
     x = _N(x)
     if x.ndim < 2:
@@ -316,7 +316,7 @@ def tri(N, M=None, k=0, dtype=None):
 __all__ += ["tri"]
 
 
-# ---- products -------------------------------------------------------------------------------------
+# ---- products -----------------------------------------------------------------------------------
 def _promote2(x1, x2):
     from kiln.ops.numpy_math import _promote
     return _promote(x1, x2)
@@ -408,7 +408,7 @@ _export(_kron, "kron", "Kronecker product (static shapes).")
 _export(_cross, "cross", "Cross product of 3-vectors (2-vectors: the z component).")
 
 
-# ---- differences, grids, polynomials --------------------------------------------------------------
+# ---- differences, grids, polynomials ------------------------------------------------------------
 def _diff(a, n=1, axis=-1):
     x = _N(a)
     axis = _ax("diff", axis, x.ndim)
@@ -521,7 +521,7 @@ _export(_unravel_index, "unravel_index", "Flat indices as a tuple of coordinate 
         "``shape``.")
 
 
-# ---- creation -------------------------------------------------------------------------------------
+# ---- creation -----------------------------------------------------------------------------------
 def logspace(start, stop, num=50, endpoint=True, base=10, dtype=None, axis=0):
     """``base ** linspace(start, stop)`` (a NumPy array, floatx)."""
     out = np.logspace(start, stop, int(num), endpoint=endpoint, base=base, axis=axis)

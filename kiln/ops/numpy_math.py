@@ -71,7 +71,7 @@ def _psign(x):
     return _G.where(_G.less(x, _c(0, x)), _c(-1, x), _c(1, x))
 
 
-# ---- trigonometric --------------------------------------------------------------------------------
+# ---- trigonometric ------------------------------------------------------------------------------
 # Cephes atan: atan(x) = x + x z P(z) / Q(z), z = x*x, on |x| <= 0.66 after range reduction
 _ATAN_P = (-8.750608600031904122785e-1, -1.615753718733365076637e1,
            -7.500855792314704667340e1, -1.228866684490136173410e2,
@@ -191,7 +191,7 @@ sinc = _dual(_sinc, "sinc")
 sinc.__doc__ = "``sin(pi x) / (pi x)``, 1 at 0."
 
 
-# ---- hyperbolic -----------------------------------------------------------------------------------
+# ---- hyperbolic ---------------------------------------------------------------------------------
 def _sinh(x):
     x = _f(x)
     return (_G.expm1(x) - _G.expm1(-x)) * _c(0.5, x)
@@ -245,7 +245,7 @@ arccosh.__doc__ = "Inverse hyperbolic cosine (NaN below 1)."
 arctanh.__doc__ = "Inverse hyperbolic tangent (+-inf at +-1, NaN outside)."
 
 
-# ---- exponents and logarithms ---------------------------------------------------------------------
+# ---- exponents and logarithms -------------------------------------------------------------------
 def _exp2(x):
     x = _f(x)
     return _G.exp(x * _c(math.log(2), x))
@@ -301,7 +301,7 @@ logaddexp2.__doc__ = "``log2(2 ** x1 + 2 ** x2)``, stable."
 ldexp.__doc__ = "``x1 * 2 ** x2`` for integer exponents ``x2``."
 
 
-# ---- rounding and division ------------------------------------------------------------------------
+# ---- rounding and division ----------------------------------------------------------------------
 def _trunc(x):
     x = _N(x)
     if x.dtype not in _FLOATS:
@@ -407,7 +407,7 @@ gcd.__doc__ = "Greatest common divisor of integers (non-negative; exact below 2*
 lcm.__doc__ = "Least common multiple of integers (non-negative)."
 
 
-# ---- comparisons and selections -------------------------------------------------------------------
+# ---- comparisons and selections -----------------------------------------------------------------
 def _hypot(x1, x2):
     a, b = _fpair(x1, x2)
     a, b = _G.abs(a), _G.abs(b)
@@ -501,7 +501,7 @@ isposinf.__doc__ = "Whether x is +inf."
 isneginf.__doc__ = "Whether x is -inf."
 
 
-# ---- complex parts of real tensors ----------------------------------------------------------------
+# ---- complex parts of real tensors --------------------------------------------------------------
 def _real(x):
     return _G.identity(_N(x))
 

@@ -5,9 +5,12 @@ products (:mod:`kiln.ops.numpy_array`), statistics, counting and searching
 symbolic on tensors, with the primitives' gradients."""
 
 # ruff: noqa: F401, F403
-from kiln.ops.numpy_math import *
-from kiln.ops.numpy_math import __all__ as _math_all
 from kiln.ops.numpy_array import *
 from kiln.ops.numpy_array import __all__ as _array_all
+from kiln.ops.numpy_math import *
+from kiln.ops.numpy_math import __all__ as _math_all
 
-__all__ = list(_math_all) + list(_array_all)
+from kiln.ops.numpy_stats import *
+from kiln.ops.numpy_stats import __all__ as _stats_all
+
+__all__ = list(_math_all) + list(_array_all) + list(_stats_all)
