@@ -9,8 +9,9 @@ from kiln.ops.numpy_array import *
 from kiln.ops.numpy_array import __all__ as _array_all
 from kiln.ops.numpy_math import *
 from kiln.ops.numpy_math import __all__ as _math_all
-
+from kiln.ops.numpy_special import *
+from kiln.ops.numpy_special import __all__ as _special_all
 from kiln.ops.numpy_stats import *
 from kiln.ops.numpy_stats import __all__ as _stats_all
 
-__all__ = list(_math_all) + list(_array_all) + list(_stats_all)
+__all__ = list(_math_all) + list(_array_all) + list(_stats_all) + list(_special_all)

@@ -19,7 +19,7 @@ import numpy as np
 import kiln.config
 from kiln.ops import _G, _dual
 from kiln.ops._numpy_shape import _ax, _sl, _static
-from kiln.ops.numpy_math import _f, _FLOATS, _int_floordiv, _is_node, _promote
+from kiln.ops.numpy_math import _FLOATS, _f, _is_node, _promote
 
 _N = _G.as_node
 __all__: list[str] = []
@@ -52,7 +52,7 @@ def _count(mask, axis=None, keepdims=False, dtype="int32"):
     return _G.sum(_G.cast(mask, dtype), axis=axis, keepdims=keepdims)
 
 
-# ---- simple reductions ----------------------------------------------------------------------------
+# ---- simple reductions --------------------------------------------------------------------------
 def _count_nonzero(x, axis=None):
     x = _N(x)
     nz = x if x.dtype == "bool" else _G.not_equal(x, _c(0, x))
@@ -87,7 +87,7 @@ _export(_average, "average", "Weighted mean over ``axis`` (``weights`` of x's sh
         "along an int axis).")
 
 
-# ---- NaN-ignoring reductions ----------------------------------------------------------------------
+# ---- NaN-ignoring reductions --------------------------------------------------------------------
 def _nanfill(x, value):
     x = _N(x)
     if x.dtype not in _FLOATS:
@@ -177,7 +177,7 @@ _export(_nancum("nancumsum"), "nancumsum", "Cumulative sum treating NaN as 0.")
 _export(_nancum("nancumprod"), "nancumprod", "Cumulative product treating NaN as 1.")
 
 
-# ---- quantiles ------------------------------------------------------------------------------------
+# ---- quantiles ----------------------------------------------------------------------------------
 _METHODS = ("linear", "lower", "higher", "midpoint", "nearest")
 
 
@@ -263,7 +263,7 @@ _export(_median(False), "median", "The median over ``axis`` (NaN if a NaN is pre
 _export(_median(True), "nanmedian", "The median of the non-NaN entries over ``axis``.")
 
 
-# ---- correlation and integration ------------------------------------------------------------------
+# ---- correlation and integration ----------------------------------------------------------------
 def _corrcoef(x):
     x = _N(x)
     dtype = "float64" if x.dtype in ("int64", "float64") else kiln.config.floatx()
@@ -303,7 +303,7 @@ _export(_trapezoid, "trapezoid", "Integral of ``y`` along ``axis`` by the trapez
         "(sample points ``x`` or spacing ``dx``).")
 
 
-# ---- counting and searching -----------------------------------------------------------------------
+# ---- counting and searching ---------------------------------------------------------------------
 def _searchsorted(sorted_sequence, values, side="left"):
     a, v = _promote(sorted_sequence, values)
     if a.ndim != 1:
@@ -419,7 +419,7 @@ _export(_histogram, "histogram", "Counts (int32) of ``x`` in ``bins`` equal bins
         "``range`` (default: min to max) and the bin edges.")
 
 
-# ---- data-dependent shapes ------------------------------------------------------------------------
+# ---- data-dependent shapes ----------------------------------------------------------------------
 def nonzero(x):
     """The indices (int32) of the nonzero entries, one array per axis. Their number depends
     on the values: NumPy arrays only."""
