@@ -133,7 +133,8 @@ def _arctan2(x1, x2):
     yzero = _G.equal(y, _c(0, y))
     at_x0 = _G.where(yzero, _G.where(xneg, ysign * pi, ysign * _c(0, x)),
                      ysign * _c(math.pi / 2, x))
-    return _G.where(xzero, at_x0, base)
+    out = _G.where(xzero, at_x0, base)
+    return _G.where(_G.logical_or(_G.not_equal(x, x), _G.not_equal(y, y)), x + y, out)
 
 
 def _one_minus_sq(x):
@@ -421,8 +422,9 @@ def _hypot(x1, x2):
 
 def _heaviside(x1, x2):
     a, b = _fpair(x1, x2)
-    return _G.where(_G.less(a, _c(0, a)), _c(0, a),
-                    _G.where(_G.greater(a, _c(0, a)), _c(1, a), b))
+    out = _G.where(_G.less(a, _c(0, a)), _c(0, a),
+                   _G.where(_G.greater(a, _c(0, a)), _c(1, a), b))
+    return _G.where(_G.not_equal(a, a), a, out)
 
 
 def _fextreme(name):
