@@ -114,7 +114,7 @@ def _pad(x, pad_width, mode="constant", constant_values=None):
     pw = np.asarray(pad_width, dtype=np.int64)
     pw = np.broadcast_to(pw.reshape(-1, 2) if pw.ndim else pw, (x.ndim, 2))
     if mode != "constant":
-        from kiln.ops.numpy_array import pad_by_mode
+        from kiln.ops.numpy_special import pad_by_mode
         return pad_by_mode(x, pw, mode)
     value = 0.0 if constant_values is None else float(constant_values)
     return _G.pad(x, tuple((int(a), int(b)) for a, b in pw), value)

@@ -8,6 +8,8 @@
   corrected to the exact power of two).
 * ``unique`` on a tensor needs ``size`` (a static output): it sorts, marks the first of each
   run and finds the j-th mark by counting; on arrays without ``size`` it is NumPy's.
+* ``pad``'s modes other than "constant" (``pad_by_mode``): a gather of constant indices per
+  padded axis, or copies of a statistic of the axis.
 * ``slogdet`` is Gaussian elimination with partial pivoting, unrolled over the (static)
   matrix size: O(n) steps of O(n^2) elementwise work; the gradient flows through it.
 """
@@ -299,3 +301,52 @@ def vectorize(pyfunc, *, excluded=None, signature=None):
 
 
 __all__ += ["vectorize"]
+
+
+# ---- pad modes (kiln.ops.pad's modes other than "constant") ---------------------------------
+_PAD_MODES = ("edge", "wrap", "reflect", "symmetric", "maximum", "minimum", "mean", "median")
+
+
+def _pad_index(n, lo, hi, mode):
+    i = np.arange(-lo, n + hi)
+    if mode == "edge":
+        return np.clip(i, 0, n - 1)
+    if mode == "wrap":
+        return np.mod(i, n)
+    if mode == "reflect":
+        if n == 1:
+            return np.zeros_like(i)
+        j = np.mod(i, 2 * n - 2)
+        return np.where(j >= n, 2 * n - 2 - j, j)
+    j = np.mod(i, 2 * n)  # symmetric: the edge repeated
+    return np.where(j >= n, 2 * n - 1 - j, j)
+
+
+def pad_by_mode(x, pad_width, mode):
+    """``np.pad`` with an indexed mode (edge, wrap, reflect, symmetric: one gather of constant
+    indices per padded axis) or a statistic of the whole axis (maximum, minimum, mean,
+    median); ``pad_width`` is one (before, after) pair per axis."""
+    if mode not in _PAD_MODES:
+        raise NotImplementedError(f"pad: mode {mode!r} is not supported; kiln has 'constant', "
+                                  f"{', '.join(repr(m) for m in _PAD_MODES)}")
+    for axis, (lo, hi) in enumerate(pad_width):
+        lo, hi = int(lo), int(hi)
+        if lo == hi == 0:
+            continue
+        n = _static("pad", x, axis)
+        if n == 0:
+            raise ValueError(f"pad: mode {mode!r} cannot pad the empty axis {axis} of {x.shape}")
+        if mode in ("edge", "wrap", "reflect", "symmetric"):
+            x = _G.take(x, _pad_index(n, lo, hi, mode).astype(np.int32), axis=axis)
+            continue
+        if mode == "median":
+            from kiln.ops.numpy_stats import _median
+            stat = _median(False)(x, axis=axis, keepdims=True)
+            stat = stat if stat.dtype == x.dtype else _G.cast(stat, x.dtype)
+        else:
+            red = {"maximum": _G.max, "minimum": _G.min, "mean": _G.mean}[mode]
+            stat = red(x, axis=axis, keepdims=True)
+        parts = ([_G.concatenate([stat] * lo, axis=axis)] if lo else []) + [x] + (
+            [_G.concatenate([stat] * hi, axis=axis)] if hi else [])
+        x = _G.concatenate(parts, axis=axis)
+    return x

@@ -75,7 +75,8 @@ def _f32(fn):
 CASES = {
     # ---- elementwise math (numpy_math.py)
     "arctan": (K.arctan, np.arctan, [BIG]), "arctan_f32": (K.arctan, np.arctan, [X * 3]),
-    "arctan2": (K.arctan2, np.arctan2, [A, B]), "arctan2_rand": (K.arctan2, np.arctan2, [X, X[::-1]]),
+    "arctan2": (K.arctan2, np.arctan2, [A, B]),
+    "arctan2_rand": (K.arctan2, np.arctan2, [X, X[::-1]]),
     "arcsin": (K.arcsin, np.arcsin, [U]), "arccos": (K.arccos, np.arccos, [U]),
     "arcsin_out": (K.arcsin, np.arcsin, [np.array([1.0, -1.0, 1.5])]),
     "tan": (K.tan, np.tan, [X]), "sinh": (K.sinh, np.sinh, [BIG[1:-2]]),
