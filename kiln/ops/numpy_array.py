@@ -118,7 +118,7 @@ _export(_get_item, "get_item", "``x[key]``: ints, slices, None, Ellipsis, or an 
 
 # ---- joining and splitting ----------------------------------------------------------------------
 def _append(x1, x2, axis=None):
-    a, b = _N(x1), _N(x2, _N(x1).dtype)
+    a, b = _promote2(x1, x2)
     if axis is None:
         return _G.concatenate([_G.reshape(a, (-1,)), _G.reshape(b, (-1,))], axis=0)
     return _G.concatenate([a, b], axis=axis)
@@ -475,7 +475,8 @@ def _select(condlist, choicelist, default=0):
 
 
 def _correlate(x1, x2, mode="valid"):
-    a, v = _promote2(x1, x2)
+    from kiln.ops.numpy_math import _fpair
+    a, v = _fpair(x1, x2)  # Keras: floats (ints in floatx)
     if a.ndim != 1 or v.ndim != 1:
         raise ValueError(f"correlate: needs 1-D tensors, received {a.shape} and {v.shape}")
     na, nv = _static("correlate", a, 0), _static("correlate", v, 0)
@@ -493,8 +494,6 @@ def _correlate(x1, x2, mode="valid"):
         start = (nv - 1) // 2 if na >= nv else nfull - ((na - 1) // 2 + nv)
     idx = np.arange(start, start + length)[:, None] + np.arange(nv)[None, :]
     windows = _G.take(padded, idx.astype(np.int32), axis=0)
-    if a.dtype == "bool":
-        windows, v = _G.cast(windows, "int32"), _G.cast(v, "int32")
     return _G.sum(windows * v, axis=-1)
 
 

@@ -406,7 +406,7 @@ def _histogram(x, bins=10, range=None):
     inside = _G.logical_and(_G.greater_equal(xf, _sl(edges, 0, 0, 1)),
                             _G.less_equal(xf, _sl(edges, 0, bins, bins + 1)))
     hot = _G.one_hot(idx, bins, "float64") * _G.expand_dims(_G.cast(inside, "float64"), -1)
-    return _G.cast(_G.sum(hot, axis=0), "int32"), edges
+    return _G.cast(_G.sum(hot, axis=0), "int64"), edges
 
 
 __all__ += ["bincount"]
@@ -415,7 +415,7 @@ _export(_searchsorted, "searchsorted", "Insertion indices (int32) of ``values`` 
 _export(_digitize, "digitize", "The bin (int32) of each value (``np.digitize``, increasing or "
         "decreasing bins).")
 _export(_isin, "isin", "Whether each element of ``x1`` is in ``x2``.")
-_export(_histogram, "histogram", "Counts (int32) of ``x`` in ``bins`` equal bins over "
+_export(_histogram, "histogram", "Counts (int64, as NumPy) of ``x`` in ``bins`` equal bins over "
         "``range`` (default: min to max) and the bin edges.")
 
 

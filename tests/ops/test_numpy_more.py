@@ -170,6 +170,8 @@ CASES = {
                              lambda a, v: np.correlate(a, v, "same"), [X[0, :2], Y[0]]),
     "correlate_full": (lambda a, v: K.correlate(a, v, "full"),
                        lambda a, v: np.correlate(a, v, "full"), [Y[0], X[0, :3]]),
+    "correlate_int": (K.correlate, lambda a, v: np.correlate(a, v).astype("float32"),
+                      [XI[0], XI[1, :2]]),
     "unravel_index": (lambda i: K.unravel_index(i, (3, 4)),
                       lambda i: tuple(a.astype("int32") for a in np.unravel_index(i, (3, 4))),
                       [np.array([0, 5, 11, 7], "int32")]),
