@@ -195,12 +195,26 @@ sinc.__doc__ = "``sin(pi x) / (pi x)``, 1 at 0."
 # ---- hyperbolic ---------------------------------------------------------------------------------
 def _sinh(x):
     x = _f(x)
-    return (_G.expm1(x) - _G.expm1(-x)) * _c(0.5, x)
+    u = _pabs(x)
+    cut = _c(20.0, x)  # beyond, exp(-u) is below the precision of exp(u)
+    us = _G.minimum(u, cut)
+    small = (_G.expm1(us) - _G.expm1(-us)) * _c(0.5, x)
+    return _psign(x) * _G.where(_G.greater(u, cut), _half_exp(_G.maximum(u, cut)), small)
+
+
+def _half_exp(u):
+    """exp(u) / 2 without overflowing before the result does: exp(u/2) * (exp(u/2) / 2)."""
+    h = _G.exp(u * _c(0.5, u))
+    return h * (h * _c(0.5, u))
 
 
 def _cosh(x):
     x = _f(x)
-    return (_G.exp(x) + _G.exp(-x)) * _c(0.5, x)
+    u = _pabs(x)
+    cut = _c(20.0, x)
+    us = _G.minimum(u, cut)
+    small = (_G.exp(us) + _G.exp(-us)) * _c(0.5, x)
+    return _G.where(_G.greater(u, cut), _half_exp(_G.maximum(u, cut)), small)
 
 
 def _big(x):
@@ -232,14 +246,14 @@ def _arccosh(x):
 
 def _arctanh(x):
     x = _f(x)
-    one = _c(1, x)
-    return _c(0.5, x) * _G.log1p(_c(2, x) * x / (one - x))
+    u = _pabs(x)  # odd: log1p near -1 would lose the precision of 2x / (1 - x)
+    return _psign(x) * _c(0.5, x) * _G.log1p(_c(2, x) * u / (_c(1, x) - u))
 
 
 sinh, cosh = _dual(_sinh, "sinh"), _dual(_cosh, "cosh")
 arcsinh, arccosh, arctanh = (_dual(_arcsinh, "arcsinh"), _dual(_arccosh, "arccosh"),
                              _dual(_arctanh, "arctanh"))
-sinh.__doc__ = "Hyperbolic sine, ``(expm1(x) - expm1(-x)) / 2`` (precise near 0)."
+sinh.__doc__ = "Hyperbolic sine, ``(expm1(x) - expm1(-x)) / 2`` (precise near 0; no early overflow)."
 cosh.__doc__ = "Hyperbolic cosine."
 arcsinh.__doc__ = "Inverse hyperbolic sine (log1p form; log(2|x|) for large |x|)."
 arccosh.__doc__ = "Inverse hyperbolic cosine (NaN below 1)."

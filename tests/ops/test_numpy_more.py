@@ -258,3 +258,32 @@ def test_errors_name_the_op_and_what_was_received():
         K.get_item(X, X > 0)
     with pytest.raises(NotImplementedError, match="view: reinterpreting float32"):
         K.view(kiln.placeholder((3,)), "int32")
+
+
+def _ulps(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    assert np.array_equal(np.isfinite(got), np.isfinite(want))
+    ok = np.isfinite(want)
+    spacing = np.spacing(np.abs(want[ok])).astype("float64")
+    return np.max(np.abs(got[ok].astype("float64") - want[ok].astype("float64")) / spacing)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_composite_math_is_within_a_few_ulps_of_numpy(dtype):
+    r = np.random.default_rng(3)
+    wide = np.concatenate([r.normal(size=3000) * np.exp(r.uniform(-20, 20, 3000)),
+                           r.uniform(-3, 3, 3000)]).astype(dtype)
+    unit = r.uniform(-1, 1, 6000).astype(dtype)
+    above1 = (1 + np.exp(r.uniform(-30, 20, 6000))).astype(dtype)
+    near = np.linspace(-720, 720, 2001).astype(dtype)  # sinh/cosh up to their overflow
+    cases = [("arctan", wide, 2), ("arcsin", unit, 3), ("arccos", unit, 3), ("tan", unit, 3),
+             ("arcsinh", wide, 2), ("arccosh", above1, 3), ("arctanh", unit, 3),
+             ("sinh", near, 3), ("cosh", near, 3), ("cbrt", wide, 6), ("log2", np.abs(wide), 2),
+             ("i0", wide / 1000, 16)]
+    with np.errstate(all="ignore"):
+        for name, x, tol in cases:
+            # the float64 result rounded (np.i0 of float32 overflows early)
+            want = getattr(np, name)(x.astype("float64")).astype(dtype)
+            assert _ulps(getattr(K, name)(x), want) <= tol, name
+        assert _ulps(K.arctan2(wide, wide[::-1]), np.arctan2(wide, wide[::-1])) <= 2
+        assert _ulps(K.hypot(wide, wide[::-1]), np.hypot(wide, wide[::-1])) <= 2
