@@ -253,7 +253,7 @@ def _arctanh(x):
 sinh, cosh = _dual(_sinh, "sinh"), _dual(_cosh, "cosh")
 arcsinh, arccosh, arctanh = (_dual(_arcsinh, "arcsinh"), _dual(_arccosh, "arccosh"),
                              _dual(_arctanh, "arctanh"))
-sinh.__doc__ = "Hyperbolic sine, ``(expm1(x) - expm1(-x)) / 2`` (precise near 0; no early overflow)."
+sinh.__doc__ = "Hyperbolic sine, ``(expm1(x) - expm1(-x)) / 2`` (precise near 0)."
 cosh.__doc__ = "Hyperbolic cosine."
 arcsinh.__doc__ = "Inverse hyperbolic sine (log1p form; log(2|x|) for large |x|)."
 arccosh.__doc__ = "Inverse hyperbolic cosine (NaN below 1)."
