@@ -165,10 +165,12 @@ _export(_append, "append", "``x1`` and ``x2`` joined along ``axis`` (flattened w
 _export(_array_split, "array_split", "``np.array_split``: like ``split``, sections may differ "
         "by one.")
 _export(_hsplit, "hsplit", "Split along axis 1 (axis 0 for 1-D).")
-_export(lambda x, ios: _array_split_exact(_N(x), ios, 0, "vsplit"), "vsplit",
-        "Split along axis 0 (rank >= 2).")
-_export(lambda x, ios: _array_split_exact(_N(x), ios, 2, "dsplit"), "dsplit",
-        "Split along axis 2 (rank >= 3).")
+_export(lambda x, indices_or_sections: _array_split_exact(_N(x), indices_or_sections, 0,
+                                                         "vsplit"),
+        "vsplit", "Split along axis 0 (rank >= 2).")
+_export(lambda x, indices_or_sections: _array_split_exact(_N(x), indices_or_sections, 2,
+                                                         "dsplit"),
+        "dsplit", "Split along axis 2 (rank >= 3).")
 
 
 def _atleast1(x):

@@ -251,3 +251,20 @@ def test_results_and_dtypes_match_keras_numpy_backend(name):
         assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, w.dtype, g.shape, w.shape)
         np.testing.assert_allclose(g.astype("float64"), w.astype("float64"), rtol=1e-5,
                                    atol=1e-6, equal_nan=True)
+
+
+def test_every_keras_numpy_name_exists_with_keras_signature():
+    import inspect
+
+    import kiln.ops.numpy as kn
+    from kiln.ops.numpy_more import __all__ as new_names
+
+    keras_numpy = pytest.importorskip("keras.src.ops.numpy")
+    public = pytest.importorskip("keras").ops.numpy
+    missing = [n for n in dir(public) if not n.startswith("_") and not hasattr(kn, n)]
+    assert not missing
+    for name in new_names:
+        want = inspect.signature(getattr(keras_numpy, name))
+        got = inspect.signature(getattr(kn, name))
+        assert [(p.name, p.default, p.kind) for p in got.parameters.values()] == [
+            (p.name, p.default, p.kind) for p in want.parameters.values()], name
