@@ -278,7 +278,12 @@ def _log10(x):
 
 def _cbrt(x):
     x = _f(x)
-    return _psign(x) * _G.pow(_pabs(x), _c(1 / 3, x))
+    u = _pabs(x)
+    ok = _G.logical_and(_G.greater(u, _c(0, x)), _G.less(u, _c(np.inf, x)))
+    us = _G.where(ok, u, _c(1, x))
+    y = _G.pow(us, _c(1 / 3, x))  # pow's 1/3 is inexact: one Newton step to within an ulp
+    y = y - (y * y * y - us) / (_c(3, x) * y * y)
+    return _psign(x) * _G.where(ok, y, u)
 
 
 def _logaddexp(x1, x2):
