@@ -268,3 +268,19 @@ def test_every_keras_numpy_name_exists_with_keras_signature():
         got = inspect.signature(getattr(kn, name))
         assert [(p.name, p.default, p.kind) for p in got.parameters.values()] == [
             (p.name, p.default, p.kind) for p in want.parameters.values()], name
+
+
+def test_gradients_at_zero_and_at_selected_branches_are_finite_and_exact():
+    # odd functions written as sign * g(|x|) keep their derivative at 0 (abs' is 0 there),
+    # and a `where` never lets an unselected branch's inf or NaN into the gradient
+    p = kiln.placeholder((3,), "float64")
+    x = np.array([0.0, 1e-3, -0.5])
+    for fn, deriv in [(K.arctan, lambda v: 1 / (1 + v * v)),
+                      (K.arcsinh, lambda v: 1 / np.sqrt(1 + v * v)),
+                      (K.arcsin, lambda v: 1 / np.sqrt(1 - v * v)),
+                      (K.arctanh, lambda v: 1 / (1 - v * v)), (K.sinh, np.cosh)]:
+        (g,) = kiln.grad(K.sum(fn(p)), [p])
+        np.testing.assert_allclose(kiln.function([p], g)(x), deriv(x), rtol=1e-12)
+    for fn in (K.divide_no_nan, K.arctan2, K.hypot):
+        (g,) = kiln.grad(K.sum(fn(p, p * 0.0)), [p])
+        assert np.all(np.isfinite(kiln.function([p], g)(np.array([1.0, -2.0, 3.0]))))
