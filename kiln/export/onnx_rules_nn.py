@@ -49,6 +49,11 @@ NOT_EXPORTABLE: dict[str, str] = {
                         "wrap and mirror fill modes and rounds differently); the random "
                         "augmentation layers that use it are the identity at inference",
 }
+NOT_EXPORTABLE.update({  # kiln/core/ops/bitwise.py
+    name: "ONNX's bitwise ops need opset 18 (kiln exports 17 by default) and its BitShift "
+          "takes unsigned integers only, where kiln's are signed int32/int64"
+    for name in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_invert", "left_shift",
+                 "right_shift")})
 
 
 # ---- sources -------------------------------------------------------------------------------

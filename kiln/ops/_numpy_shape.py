@@ -111,11 +111,11 @@ def _pad(x, pad_width, mode="constant", constant_values=None):
     x = _N(x)
     if not isinstance(mode, str):  # kiln's older pad(x, pads, value)
         mode, constant_values = "constant", mode
-    if mode != "constant":
-        raise NotImplementedError(f"pad: mode {mode!r} is not supported (kiln pads with a "
-                                  "constant)")
     pw = np.asarray(pad_width, dtype=np.int64)
     pw = np.broadcast_to(pw.reshape(-1, 2) if pw.ndim else pw, (x.ndim, 2))
+    if mode != "constant":
+        from kiln.ops.numpy_special import pad_by_mode
+        return pad_by_mode(x, pw, mode)
     value = 0.0 if constant_values is None else float(constant_values)
     return _G.pad(x, tuple((int(a), int(b)) for a, b in pw), value)
 

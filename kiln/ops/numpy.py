@@ -331,6 +331,8 @@ norm.__doc__ = ("Vector (one axis) or matrix (two axes) norm, ``np.linalg.norm``
 
 from kiln.ops._numpy_shape import *  # noqa: E402, F403
 from kiln.ops._numpy_shape import __all__ as _shape_all  # noqa: E402
+from kiln.ops.numpy_more import *  # noqa: E402, F403
+from kiln.ops.numpy_more import __all__ as _more_all  # noqa: E402
 
 __all__ = [n for n in list(globals()) if not n.startswith("_") and n not in (
-    "annotations", "builtins", "math", "np", "kiln")] + list(_shape_all)
+    "annotations", "builtins", "math", "np", "kiln")] + list(_shape_all) + list(_more_all)

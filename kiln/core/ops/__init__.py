@@ -2,6 +2,7 @@
 
 from kiln.core.ops import (  # noqa: F401  (registration side effects)
     _overloads,  # noqa: F401
+    bitwise,
     collective,
     conv,
     elementwise,
