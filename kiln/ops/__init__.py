@@ -182,6 +182,8 @@ from kiln.ops._shapes import SymbolicDim, full, like_shape, ones, shape, zeros  
 from kiln.ops.image import affine_transform, resize  # noqa: E402
 from kiln.ops.nn import *  # noqa: E402, F403
 from kiln.ops.numpy import *  # noqa: E402, F403
+from kiln.ops import _more  # noqa: E402  (issue 44: nn / image / linalg / math / core names)
+from kiln.ops._more import *  # noqa: E402, F403
 
 
 def _eager_random(kind, key, shape_, salt, dtype):

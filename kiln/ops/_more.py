@@ -1,0 +1,19 @@
+"""The names of issue 44 (``keras.ops.nn``, ``image``, ``linalg``, ``math`` and ``core`` beyond
+kiln's first ops), gathered here so ``kiln/ops/__init__.py`` imports them in one line; each is
+also added to its Keras namespace module (``kiln.ops.nn``, ``kiln.ops.image``) and the new
+namespaces ``kiln.ops.linalg``, ``kiln.ops.math`` and ``kiln.ops.core``."""
+
+from __future__ import annotations
+
+# ruff: noqa: F401, F403
+from kiln.ops import nn as _nn
+from kiln.ops import nn_conv, nn_more
+
+__all__: list[str] = []
+for _mod, _ns in [(nn_more, _nn), (nn_conv, _nn)]:
+    for _name in _mod.__all__:
+        globals()[_name] = getattr(_mod, _name)
+        setattr(_ns, _name, getattr(_mod, _name))
+        if _name not in _ns.__all__:
+            _ns.__all__.append(_name)
+    __all__ += _mod.__all__
