@@ -8,6 +8,7 @@ from kiln.core.ops import (  # noqa: F401  (registration side effects)
     fused,
     image,
     linalg,
+    linalg_host,
     movement,
     nn,
     pool,
