@@ -7,10 +7,12 @@ from __future__ import annotations
 
 # ruff: noqa: F401, F403
 from kiln.ops import nn as _nn
-from kiln.ops import linalg, nn_conv, nn_more
+from kiln.ops import image as _image
+from kiln.ops import image_more, linalg, nn_conv, nn_more
 
 __all__: list[str] = []
-for _mod, _ns in [(nn_more, _nn), (nn_conv, _nn), (linalg, linalg)]:
+for _mod, _ns in [(nn_more, _nn), (nn_conv, _nn), (linalg, linalg),
+                   (image_more, _image)]:
     for _name in _mod.__all__:
         globals()[_name] = getattr(_mod, _name)
         setattr(_ns, _name, getattr(_mod, _name))
