@@ -5,10 +5,11 @@ namespaces ``kiln.ops.linalg``, ``kiln.ops.math`` and ``kiln.ops.core``."""
 
 from __future__ import annotations
 
-# ruff: noqa: F401, F403
-from kiln.ops import nn as _nn
 from kiln.ops import image as _image
 from kiln.ops import image_more, linalg, nn_conv, nn_more
+
+# ruff: noqa: F401, F403
+from kiln.ops import nn as _nn
 
 __all__: list[str] = []
 for _mod, _ns in [(nn_more, _nn), (nn_conv, _nn), (linalg, linalg),

@@ -57,7 +57,7 @@ def _spec(ndim, axis, lo, hi, step=1):
     return spec
 
 
-# ---- colors ---------------------------------------------------------------------------------------
+# ---- colors --------------------------------------------------------------------------------------
 def _rgb_to_grayscale(images, data_format=None):
     x, ax = _channels("rgb_to_grayscale", images, data_format)
     if x.shape[ax] not in (1, 3):
@@ -110,7 +110,7 @@ def _hsv_to_rgb(images, data_format=None):
     return _G.stack([v * (rest + s * dr), v * (rest + s * dg), v * (rest + s * db)], ax)
 
 
-# ---- filters --------------------------------------------------------------------------------------
+# ---- filters -------------------------------------------------------------------------------------
 def _nhwc(op, images, data_format):
     """Batched channels-last float images and the function restoring the input's layout."""
     x = _N(images)
@@ -211,7 +211,7 @@ def _ssim(image1, image2, max_val=1.0, filter_size=11, filter_sigma=1.5, k1=0.01
     return _G.squeeze(out, 0) if single else out
 
 
-# ---- crop, pad, patches ---------------------------------------------------------------------------
+# ---- crop, pad, patches --------------------------------------------------------------------------
 def _exactly_two(op, names, values):
     if list(values).count(None) != 1:
         raise ValueError(f"{op}: must specify exactly two of {', '.join(names)}. Received: "
@@ -333,7 +333,7 @@ def _extract_patches_3d(volumes, size, strides=None, dilation_rate=1, padding="v
     return _G.squeeze(y, 0) if single else y
 
 
-# ---- map_coordinates ------------------------------------------------------------------------------
+# ---- map_coordinates -----------------------------------------------------------------------------
 _FILL_MODES = ("constant", "nearest", "wrap", "mirror", "reflect")
 
 
@@ -377,7 +377,7 @@ def _map_coordinates(inputs, coordinates, order, fill_mode="constant", fill_valu
     flat = _G.reshape(xf, (-1,))
     strides = np.cumprod((1,) + x.shape[::-1][:-1])[::-1]
     per_axis = []
-    for k, n in enumerate(x.shape):
+    for k in range(x.ndim):
         ck = _G.squeeze(_G.slice(coords, _spec(coords.ndim, 0, k, k + 1)), 0)
         if order == 0:
             per_axis.append([(_G.round(ck), None)])
