@@ -5,15 +5,16 @@ namespaces ``kiln.ops.linalg``, ``kiln.ops.math`` and ``kiln.ops.core``."""
 
 from __future__ import annotations
 
+from kiln.ops import control, image_more, linalg, math, nn_conv, nn_more
 from kiln.ops import image as _image
-from kiln.ops import image_more, linalg, math, nn_conv, nn_more
 
 # ruff: noqa: F401, F403
 from kiln.ops import nn as _nn
 
 __all__: list[str] = []
 for _mod, _ns in [(nn_more, _nn), (nn_conv, _nn), (linalg, linalg),
-                   (image_more, _image), (math, math)]:
+                   (image_more, _image), (math, math),
+                   (control, control)]:
     for _name in _mod.__all__:
         globals()[_name] = getattr(_mod, _name)
         setattr(_ns, _name, getattr(_mod, _name))

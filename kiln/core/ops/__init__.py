@@ -4,6 +4,7 @@ from kiln.core.ops import (  # noqa: F401  (registration side effects)
     _overloads,  # noqa: F401
     collective,
     conv,
+    custom,
     elementwise,
     fused,
     image,
