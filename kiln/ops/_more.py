@@ -5,7 +5,7 @@ namespaces ``kiln.ops.linalg``, ``kiln.ops.math`` and ``kiln.ops.core``."""
 
 from __future__ import annotations
 
-from kiln.ops import control, image_more, linalg, math, nn_conv, nn_ctc, nn_more
+from kiln.ops import control, image_more, image_warp, linalg, math, nn_conv, nn_ctc, nn_more
 from kiln.ops import image as _image
 
 # ruff: noqa: F401, F403
@@ -13,7 +13,7 @@ from kiln.ops import nn as _nn
 
 __all__: list[str] = []
 for _mod, _ns in [(nn_more, _nn), (nn_conv, _nn), (nn_ctc, _nn), (linalg, linalg),
-                   (image_more, _image), (math, math),
+                   (image_more, _image), (image_warp, _image), (math, math),
                    (control, control)]:
     for _name in _mod.__all__:
         globals()[_name] = getattr(_mod, _name)
