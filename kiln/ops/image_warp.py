@@ -151,8 +151,87 @@ def elastic_transform(images, alpha=20.0, sigma=5.0, interpolation="bilinear",
                     fill_mode=fill_mode, fill_value=fill_value, data_format=data_format)
 
 
+# ---- scale_and_translate (JAX's, as Keras' backends compute it) ----------------------------------
+_METHODS = {"linear": "linear", "bilinear": "linear", "trilinear": "linear", "triangle": "linear",
+            "cubic": "cubic", "bicubic": "cubic", "tricubic": "cubic", "lanczos3": "lanczos3",
+            "lanczos5": "lanczos5"}
+
+
+def _kernel(method, x):
+    c = _im._c
+    zero, one = c(0.0, x), c(1.0, x)
+    if method == "linear":
+        return _G.maximum(zero, one - _G.abs(x))
+    if method == "cubic":
+        out = (c(1.5, x) * x - c(2.5, x)) * x * x + one
+        far = ((c(-0.5, x) * x + c(2.5, x)) * x - c(4.0, x)) * x + c(2.0, x)
+        out = _G.where(_G.greater_equal(x, one), far, out)
+        return _G.where(_G.greater_equal(x, c(2.0, x)), zero, out)
+    radius = 3.0 if method == "lanczos3" else 5.0
+    y = c(radius, x) * _G.sin(c(np.pi, x) * x) * _G.sin(c(np.pi / radius, x) * x)
+    small = _G.less_equal(x, c(1e-3, x))
+    safe = _G.where(small, one, x)
+    out = _G.where(small, one, y / (c(np.pi ** 2, x) * safe * safe))
+    return _G.where(_G.greater(x, c(radius, x)), zero, out)
+
+
+def _weights(m, n, scale, translation, method, antialias):
+    """The (m, n) matrix taking an axis of length ``m`` to ``n`` samples (graph nodes: scale and
+    translation may be symbolic, and are differentiable)."""
+    c = _im._c
+    inv = c(1.0, scale) / scale
+    ks = _G.maximum(inv, c(1.0, inv)) if antialias else c(1.0, inv)
+    sample = (_G.constant(np.arange(n, dtype=scale.dtype) + 0.5) * inv - translation * inv
+              - c(0.5, inv))
+    grid = _G.constant(np.arange(m, dtype=scale.dtype)[:, None])
+    w = _kernel(method, _G.abs(_G.expand_dims(sample, 0) - grid) / ks)
+    total = _G.sum(w, axis=0, keepdims=True)
+    ok = _G.greater(_G.abs(total), c(1000.0 * np.finfo(np.float32).eps, total))
+    w = _G.where(ok, w / _G.where(_G.equal(total, c(0.0, total)), c(1.0, total), total),
+                 c(0.0, w))
+    inside = _G.logical_and(_G.greater_equal(sample, c(-0.5, sample)),
+                            _G.less_equal(sample, c(m - 0.5, sample)))
+    return _G.where(_G.expand_dims(inside, 0), w, c(0.0, w))
+
+
+def _scale_and_translate(images, output_shape, scale, translation, spatial_dims, method,
+                         antialias=True):
+    op = "scale_and_translate"
+    if method not in _METHODS:
+        raise ValueError(f"{op}: method must be one of {sorted(_METHODS)}, received "
+                         f"{method!r}")
+    x = _N(images)
+    integer = x.dtype not in ("float32", "float64")
+    out = _G.cast(x, "float32") if integer else x
+    sc = _N(scale)
+    tr = _N(translation)
+    dtype = "float64" if "float64" in (sc.dtype, tr.dtype) else "float32"
+    sc, tr = _G.cast(sc, dtype), _G.cast(tr, dtype)
+    for i, d in enumerate(spatial_dims):
+        d = d % x.ndim
+        m, n = x.shape[d], int(output_shape[d])
+        if m is None:
+            raise ValueError(f"{op}: spatial dim {d} of {x.shape} must be static")
+        pick = ((i, i + 1, 1),)
+        w = _weights(m, n, _G.squeeze(_G.slice(sc, pick), 0),
+                     _G.squeeze(_G.slice(tr, pick), 0), _METHODS[method], antialias)
+        w = _G.cast(w, out.dtype)
+        perm = [a for a in range(out.ndim) if a != d] + [d]
+        moved = _G.matmul(_G.transpose(out, perm), w)
+        out = _G.transpose(moved, [int(v) for v in np.argsort(perm)])
+    if integer:
+        lo = _G.cast(_G.min(x), "float32")
+        hi = _G.cast(_G.max(x), "float32")
+        out = _G.cast(_G.minimum(_G.maximum(_G.round(out), lo), hi), x.dtype)
+    return out
+
+
+scale_and_translate = _dual(_scale_and_translate, "scale_and_translate")
+scale_and_translate.__doc__ = ("Resamples ``spatial_dims`` to ``output_shape`` with a "
+                               "``scale`` and ``translation`` per dim (JAX's kernels and "
+                               "antialiasing); scale and translation may be tensors.")
 perspective_transform = _dual(_perspective_transform, "perspective_transform")
 perspective_transform.__doc__ = ("Warps images so that ``start_points`` move to ``end_points`` "
                                  "(four (x, y) corners per image), zero fill.")
 
-__all__ = ["perspective_transform", "elastic_transform"]
+__all__ = ["perspective_transform", "elastic_transform", "scale_and_translate"]

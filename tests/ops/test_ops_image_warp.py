@@ -62,3 +62,32 @@ def test_warp_errors():
         K.image.elastic_transform(IMG, fill_mode="edge", seed=1)
     with pytest.raises(TypeError, match="elastic_transform: seed must be an int or None"):
         K.image.elastic_transform(IMG, seed=1.5)
+
+
+@pytest.mark.parametrize("method", ["linear", "cubic", "lanczos3", "lanczos5"])
+@pytest.mark.parametrize("antialias", [True, False])
+def test_scale_and_translate_matches_keras(method, antialias):
+    ko = keras_ops()
+    scale = np.array([0.6, 1.7], "float32")
+    shift = np.array([0.5, -1.25], "float32")
+    check_keras(lambda x, s, t: K.image.scale_and_translate(x, (2, 5, 14, 3), s, t, (1, 2),
+                                                            method, antialias),
+                lambda x, s, t: ko.image.scale_and_translate(x, (2, 5, 14, 3), s, t, (1, 2),
+                                                             method, antialias),
+                IMG, scale, shift, rtol=1e-4, atol=1e-5)
+
+
+def test_scale_and_translate_integers_and_gradient():
+    ko = keras_ops()
+    ints = (IMG * 255).astype("int32")
+    check_keras(lambda x: K.image.scale_and_translate(x, (2, 4, 6, 3), np.array([0.5, 0.7]),
+                                                      np.zeros(2), (1, 2), "cubic"),
+                lambda x: ko.image.scale_and_translate(x, (2, 4, 6, 3), np.array([0.5, 0.7]),
+                                                       np.zeros(2), (1, 2), "cubic"), ints)
+    check_grad(lambda x: K.image.scale_and_translate(x, (1, 5, 11, 3), np.array([0.6, 1.3]),
+                                                     np.array([0.2, 0.0]), (1, 2), "linear"),
+               IMG[:1])
+    # the scale is a tensor too: its gradient flows
+    check_grad(lambda s, x: K.image.scale_and_translate(x, (1, 5, 11, 3), s, np.zeros(2),
+                                                        (1, 2), "cubic"),
+               np.array([0.63, 1.31]), IMG[:1])
