@@ -16,10 +16,52 @@ import kiln.ops as K
 
 
 def keras_ops():
-    """``keras.ops``, or a skip when Keras is absent."""
+    """``keras.ops`` computed by Keras' NumPy backend (the readable reference), or a skip when
+    Keras is absent. When another test module loaded Keras with another backend first
+    (tests/saving/test_keras_export.py: torch), the NumPy backend's functions are called
+    directly."""
     os.environ.setdefault("KERAS_BACKEND", "numpy")
     keras = pytest.importorskip("keras")
-    return keras.ops
+    if keras.backend.backend() == "numpy":
+        return keras.ops
+    return _NumpyBackendOps()
+
+
+class _NumpyBackendOps:
+    """``keras.ops``-like access to ``keras.src.backend.numpy``'s modules."""
+
+    def __init__(self, only=None):
+        import importlib
+
+        import keras.src.backend as kb
+
+        self._space = only[0] if only else None
+        names = only or ("nn", "math", "core", "numpy", "linalg", "image")
+        # importing keras.src.backend.numpy rebinds keras.src.backend.numpy (the active
+        # backend's numpy module, which Keras' own ops call): put it back afterwards
+        saved = kb.__dict__.get("numpy")
+        try:
+            self._mods = [importlib.import_module(f"keras.src.backend.numpy.{n}")
+                          for n in names]
+        finally:
+            if saved is not None:
+                kb.numpy = saved
+        if only is None:
+            self.image = _NumpyBackendOps(("image",))
+            self.linalg = _NumpyBackendOps(("linalg",))
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        for m in self._mods:
+            fn = getattr(m, name, None)
+            if fn is not None and getattr(fn, "__module__", "").startswith(
+                    "keras.src.backend.numpy"):
+                return fn
+        import keras
+
+        space = getattr(keras.ops, self._space) if self._space else keras.ops
+        return getattr(space, name)  # ops written once for every backend (ssim ...)
 
 
 def to_numpy(v):

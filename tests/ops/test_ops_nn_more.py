@@ -68,7 +68,8 @@ CASES = {
                             [X, rng.normal(size=6).astype("float32"),
                              rng.normal(size=6).astype("float32")], True),
     "layer_normalization_axes": (lambda x: K.layer_normalization(x, axis=(1, 2)),
-                                 lambda ko: lambda x: ko.layer_normalization(x, axis=(1, 2)),
+                                 lambda ko: lambda x: (x - x.mean((1, 2), keepdims=True)) / (
+                                     np.sqrt(x.var((1, 2), keepdims=True) + 1e-7)),
                                  [IMG[..., :3]], True),
     "batch_normalization": (
         lambda x, m, v, o, s: K.batch_normalization(x, m, v, axis=1, offset=o, scale=s),
