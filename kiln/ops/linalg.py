@@ -4,10 +4,11 @@ The decompositions and solvers are primitives whose kernels call LAPACK through 
 host (``kiln/core/ops/linalg_host.py``); the rest are composites of them. Matrices are the
 last two axes (leading axes are a batch); integer inputs compute in float32.
 
-Not here: ``eig`` (complex eigenvalues; kiln has no complex dtype). Gradients: every op but
-``lu_factor`` and ``matrix_rank`` (piecewise constant) and the singular vectors of ``svd``
-(only the singular values are differentiable); ``cholesky`` and ``eigh`` read the lower
-triangle only (LAPACK's convention), so their gradients live there.
+``norm`` adds the matrix norms of singular values (``ord`` 2, -2, "nuc") to
+``kiln.ops.norm``. Not here: ``eig`` (complex eigenvalues; kiln has no complex dtype).
+Gradients: every op but ``lu_factor`` and ``matrix_rank`` (piecewise constant) and the
+singular vectors of ``svd`` (only the singular values are differentiable); ``cholesky`` and
+``eigh`` read the lower triangle only (LAPACK's convention), so their gradients live there.
 """
 
 from __future__ import annotations
@@ -170,7 +171,25 @@ lstsq = _dual(_lstsq, "lstsq")
 lstsq.__doc__ = _lstsq.__doc__
 matrix_rank = _dual(_matrix_rank, "matrix_rank")
 matrix_rank.__doc__ = "The number of singular values above ``tol`` (NumPy's default cut-off)."
-norm = _knp.norm
+def _norm(x, ord=None, axis=None, keepdims=False):
+    """``kiln.ops.norm`` plus the matrix norms of singular values (``ord`` 2, -2, "nuc")."""
+    x = _N(x)
+    if ord in (2, -2, "nuc") and (isinstance(axis, list | tuple) and len(axis) == 2
+                                  or axis is None and x.ndim == 2):
+        ax = tuple(a % x.ndim for a in (axis if axis is not None else (0, 1)))
+        if ax[0] == ax[1]:
+            raise ValueError(f"norm: the two matrix axes must differ, received axis={axis}")
+        perm = [a for a in range(x.ndim) if a not in ax] + list(ax)
+        s = _G.apply("svd", _G.transpose(_float(x), perm), part="s", full=False)
+        red = {2: _G.max, -2: _G.min, "nuc": _G.sum}[ord](s, axis=-1)
+        if keepdims:
+            red = _G.expand_dims(red, tuple(sorted(ax)))
+        return red
+    return _knp.norm(x, ord=ord, axis=axis, keepdims=keepdims)
+
+
+norm = _dual(_norm, "linalg_norm")
+norm.__doc__ = _norm.__doc__
 
 
 def jvp(fun, primals, tangents, has_aux=False):

@@ -89,6 +89,18 @@ def test_graph_mode_tuple_outputs():
     np.testing.assert_allclose(got[0], np.linalg.eigh(SPD)[0], rtol=1e-5)
 
 
+@pytest.mark.parametrize("ord_", [2, -2, "nuc", "fro", 1, None])
+def test_matrix_norms(ord_):
+    check(lambda x: K.linalg.norm(x, ord_, axis=(0, 2)),
+          lambda x: np.linalg.norm(x.transpose(1, 0, 2), ord_, axis=(1, 2)).astype("f4"), A,
+          rtol=1e-5, atol=1e-5)
+    check(lambda x: K.linalg.norm(x, ord_, axis=(-2, -1), keepdims=True),
+          lambda x: np.linalg.norm(x, ord_, axis=(-2, -1), keepdims=True).astype("f4"), A,
+          rtol=1e-5, atol=1e-5)
+    if ord_ is not None:
+        check_grad(lambda x: K.linalg.norm(x, ord_), R)
+
+
 GRADS = {
     "cholesky_upper": (lambda x: K.cholesky(x, upper=True), [SPD[0]]),
     "cholesky_inverse": (K.cholesky_inverse, [np.linalg.cholesky(SPD[0])]),
