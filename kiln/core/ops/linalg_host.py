@@ -8,7 +8,9 @@ a ``part`` attribute (``qr`` -> "q" / "r", ``eigh`` -> "w" / "v", ``svd`` -> "u"
 ``lu_factor`` -> "lu" / "piv"): equal nodes are shared, and as each part's VJP is linear in
 its cotangent, autodiff's sum of the parts' gradients is the decomposition's gradient.
 
-``cholesky`` and ``eigh`` read only the lower triangle (as LAPACK and NumPy do): their
+A matrix LAPACK cannot factor (singular for ``solve``/``inv``, not positive definite for
+``cholesky``) gives NaN in its place, as in JAX, rather than an exception from the compiled
+function. ``cholesky`` and ``eigh`` read only the lower triangle (as LAPACK and NumPy do): their
 gradients are with respect to that triangle (zero above the diagonal).
 """
 
@@ -93,6 +95,31 @@ def _lu_infer(x: TensorType, *, part: str) -> TensorType:
 
 
 # ---- references ------------------------------------------------------------------------------
+def _nan_on_failure(fn):
+    """``fn`` on each matrix of the batch, NaN for those LAPACK cannot factor (singular, not
+    positive definite), as JAX does: a compiled graph gets a value, not an exception."""
+    def ref(x, *rest, **attrs):
+        try:
+            return np.asarray(fn(x, *rest, **attrs))
+        except np.linalg.LinAlgError:
+            pass
+        first = np.asarray(fn(*_spd_like(x, rest), **attrs))  # the result's shape and dtype
+        out = np.empty(x.shape[:-2] + first.shape[x.ndim - 2:], first.dtype)
+        for idx in np.ndindex(x.shape[:-2]):
+            try:
+                out[idx] = fn(x[idx], *[r[idx] for r in rest], **attrs)
+            except np.linalg.LinAlgError:
+                out[idx] = np.nan
+        return out
+    return ref
+
+
+def _spd_like(x, rest):
+    n = x.shape[-1]
+    eye = np.broadcast_to(np.eye(n, dtype=x.dtype), x.shape)
+    return [eye] + [np.asarray(r) for r in rest]
+
+
 def _tri(a: np.ndarray, lower: bool) -> np.ndarray:
     return np.tril(a) if lower else np.triu(a)
 
@@ -350,13 +377,15 @@ def _lu_examples(rng, dt):
 
 
 register(OpDef("cholesky", LINALG, _same_infer("cholesky"),
-               lambda x: np.linalg.cholesky(x), _cholesky_vjp, examples=_chol_examples))
-register(OpDef("solve_triangular", LINALG, _solve_infer("solve_triangular"), _solve_tri_ref,
-               _solve_tri_vjp, examples=_solve_tri_examples))
-register(OpDef("solve", LINALG, _solve_infer("solve"), lambda a, b: np.linalg.solve(a, b),
-               _solve_vjp, examples=_solve_examples))
-register(OpDef("inv", LINALG, _same_infer("inv"), lambda x: np.linalg.inv(x), _inv_vjp,
-               examples=_square_examples))
+               _nan_on_failure(lambda x: np.linalg.cholesky(x)), _cholesky_vjp,
+               examples=_chol_examples))
+register(OpDef("solve_triangular", LINALG, _solve_infer("solve_triangular"),
+               _nan_on_failure(_solve_tri_ref), _solve_tri_vjp, examples=_solve_tri_examples))
+register(OpDef("solve", LINALG, _solve_infer("solve"),
+               _nan_on_failure(lambda a, b: np.linalg.solve(a, b)), _solve_vjp,
+               examples=_solve_examples))
+register(OpDef("inv", LINALG, _same_infer("inv"), _nan_on_failure(lambda x: np.linalg.inv(x)),
+               _inv_vjp, examples=_square_examples))
 register(OpDef("det", LINALG, _det_infer, lambda x: np.asarray(np.linalg.det(x), x.dtype),
                _det_vjp, examples=_square_examples))
 register(OpDef("eigh", LINALG, _eigh_infer, _eigh_ref, _eigh_vjp, examples=_eigh_examples))
