@@ -145,3 +145,16 @@ def test_errors():
     with pytest.raises(ValueError, match="svd: only the singular values are differentiable"):
         x = kiln.placeholder((3, 3))
         kiln.grad(K.sum(K.svd(x)[0]), [x])
+
+
+def test_unfactorable_matrices_give_nan_and_ints_compute_in_float():
+    """A matrix LAPACK cannot factor gives NaN in its place (JAX's convention), the others of
+    the batch their values; integer matrices compute in float32 (Keras: floatx)."""
+    a = np.stack([np.eye(3), np.ones((3, 3))]).astype("float32")
+    inv = K.inv(a)
+    np.testing.assert_array_equal(inv[0], np.eye(3))
+    assert np.isnan(inv[1]).all()
+    assert np.isnan(K.cholesky(a)[1]).all() and not np.isnan(K.cholesky(a)[0]).any()
+    d = K.det(np.array([[1, 2], [3, 4]], "int32"))
+    assert d.dtype == np.float32
+    np.testing.assert_allclose(d, -2.0, rtol=1e-6)
