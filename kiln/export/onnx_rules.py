@@ -43,9 +43,10 @@ def _direct(onnx_op: str) -> Rule:
 
 for _kiln, _onnx in (_UNARY | _NARY).items():
     RULES[_kiln] = _direct(_onnx)
+RULES["det"] = _direct("Det")  # kiln.ops.linalg.det (opset 11)
 
 
-@rule("identity", "stop_gradient", "remat_barrier")
+@rule("identity", "stop_gradient", "remat_barrier", "custom_vjp")
 def _alias(ctx: Emitter, c: Call) -> str:
     return c.inputs[0]  # the value itself: a copy in kiln, nothing in a dataflow graph
 

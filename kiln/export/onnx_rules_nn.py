@@ -45,6 +45,9 @@ NOT_EXPORTABLE: dict[str, str] = {
                  "inference graph runs in one process",
     "resize_grad": "a gradient op: it appears only in training graphs",
     "affine_transform_grad": "a gradient op: it appears only in training graphs",
+    **{op: "a LAPACK factorization or solve (kiln.ops.linalg) with no ONNX operator"
+       for op in ("cholesky", "solve_triangular", "solve", "inv", "eigh", "qr", "svd", "pinv",
+                  "lu_factor")},
     "affine_transform": "ONNX has no exact equivalent of its sampling (GridSample lacks the "
                         "wrap and mirror fill modes and rounds differently); the random "
                         "augmentation layers that use it are the identity at inference",

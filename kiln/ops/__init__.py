@@ -188,3 +188,8 @@ def _eager_random(kind, key, shape_, salt, dtype):
     """NumPy draws of the counter-based generator (what the compiled op computes)."""
     ref = _random._normal_ref if kind == "normal" else _random._uniform_ref
     return ref(np.asarray(key, np.int64), np.zeros(shape_, dtype), salt=int(salt), dtype=dtype)
+
+
+# ---- issue 44: more keras.ops.nn / image / linalg / math / core names (kiln/ops/_more.py)
+from kiln.ops import _more  # noqa: E402
+from kiln.ops._more import *  # noqa: E402, F403

@@ -44,6 +44,9 @@ HOST_ONLY = {
     "affine_transform": "augmentation (training-time input transform): no CUDA kernel yet",
     "affine_transform_grad": "augmentation: no CUDA kernel yet",
     "argsort": "sorting: no CUDA kernel yet (NumPy's stable sort on the host)",
+    **{op: "kiln.ops.linalg: LAPACK through NumPy on the host (no cuSOLVER path yet)"
+       for op in ("cholesky", "solve_triangular", "solve", "inv", "det", "eigh", "qr", "svd",
+                  "pinv", "lu_factor")},
 }
 
 

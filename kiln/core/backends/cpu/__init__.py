@@ -30,6 +30,7 @@ from kiln.core.backends.cpu import (  # noqa: E402,F401  (registration side effe
     gather,
     image,
     linalg,
+    linalg_host,
     loop,
     movement,
     nn,
