@@ -129,12 +129,19 @@ class Layer:
         ...         return x * self.s
     """
 
-    def __init__(self, name: str | None = None, trainable: bool = True, dtype: Any = None,
+    def __init__(self, *, activity_regularizer: Any = None, trainable: bool = True,
+                 dtype: Any = None, autocast: bool = True, name: str | None = None,
                  input_shape: Any = None, input_dim: int | None = None, **kwargs: Any):
         batch_input_shape = kwargs.pop("batch_input_shape", None)
         if batch_input_shape is not None and input_shape is None:
             input_shape = tuple(batch_input_shape)[1:]
-        kwargs.pop("autocast", None)
+        # applied by __call__ to the outputs; layers with their own argument (Dense ...)
+        # apply theirs in ``call`` and never pass it here
+        self._base_activity_regularizer = None
+        if activity_regularizer is not None:
+            from kiln import regularizers
+
+            self._base_activity_regularizer = regularizers.get(activity_regularizer)
         if kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected keyword argument(s) "
                             f"{sorted(kwargs)}")
@@ -154,27 +161,72 @@ class Layer:
         self.build_input_shape: Any = None
 
     # ---- weights -------------------------------------------------------------------------
-    def add_weight(self, name: str | None = None, shape: Sequence[int] = (),
-                   initializer: Any = "glorot_uniform", regularizer: Any = None,
-                   trainable: bool = True, dtype: Any = None, constraint: Any = None) -> Variable:
-        """Creates a weight Variable owned by this layer.
+    def add_weight(self, *args: Any, shape: Sequence[int] | None = None, initializer: Any = None,
+                   dtype: Any = None, trainable: bool = True, autocast: bool = True,
+                   regularizer: Any = None, constraint: Any = None, aggregation: Any = "none",
+                   overwrite_with_gradient: bool = False, name: str | None = None) -> Variable:
+        """Creates a weight Variable owned by this layer (Keras 3's arguments).
 
         Args:
-            name: the weight's name (``kernel``, ``bias`` ...).
-            shape: its shape.
+            *args: Keras' positional form ``(shape, initializer, dtype)``, or kiln's older one
+                that starts with the name: ``(name, shape, initializer, regularizer,
+                trainable, dtype, constraint)`` (a string first argument cannot be a shape).
+            shape: its shape (default ``()``).
             initializer: a name (``"glorot_uniform"``), an Initializer or a callable
-                ``(shape, dtype) -> array``.
+                ``(shape, dtype) -> array``; default glorot_uniform for floats, else zeros.
+            dtype: default the layer's dtype.
+            trainable: whether optimizers update it.
+            autocast: accepted for Keras (kiln has no mixed precision: no effect).
             regularizer: a name, Regularizer or callable ``w -> scalar tensor``; its penalty
                 joins the loss inside the training graph.
-            trainable: whether optimizers update it.
             constraint: a name, Constraint or callable ``w -> w`` the optimizer applies to
                 the weight after each update (stored as ``Variable.constraint``); by default
                 the layer's ``<name>_constraint`` attribute (``kernel_constraint`` ...,
                 ``recurrent_constraint`` for ``recurrent_kernel``), when it has one.
+            aggregation: how replicas combine it (``"none"``, ``"mean"``, ``"sum"``,
+                ``"only_first_replica"``); stored as ``Variable.aggregation``.
+            overwrite_with_gradient: not supported (True raises).
+            name: the weight's name (``kernel``, ``bias`` ...).
 
         Returns:
             The new :class:`kiln.Variable`.
         """
+        if args and isinstance(args[0], str):
+            legacy = ("name", "shape", "initializer", "regularizer", "trainable", "dtype",
+                      "constraint")
+            if len(args) > len(legacy):
+                raise TypeError(f"{self.name}: add_weight() takes at most {len(legacy)} "
+                                f"positional arguments, received {len(args)}")
+            given = dict(zip(legacy, args))
+            name = given.get("name", name)
+            shape = given.get("shape", shape)
+            initializer = given.get("initializer", initializer)
+            regularizer = given.get("regularizer", regularizer)
+            trainable = given.get("trainable", trainable)
+            dtype = given.get("dtype", dtype)
+            constraint = given.get("constraint", constraint)
+        elif args:
+            if len(args) > 3:
+                raise TypeError(f"{self.name}: add_weight() takes at most 3 positional "
+                                f"arguments (shape, initializer, dtype), received {len(args)}")
+            given = {"shape": shape, "initializer": initializer, "dtype": dtype}
+            for key in list(given)[:len(args)]:
+                if given[key] is not None:
+                    raise ValueError(f"{self.name}: add_weight() received `{key}` both "
+                                     "positionally and as a keyword argument")
+            shape = args[0]
+            initializer = args[1] if len(args) > 1 else initializer
+            dtype = args[2] if len(args) > 2 else dtype
+        if aggregation not in (None, "none", "mean", "sum", "only_first_replica"):
+            raise ValueError(f"{self.name}: add_weight(aggregation={aggregation!r}): expected "
+                             "one of 'none', 'mean', 'sum', 'only_first_replica'")
+        if overwrite_with_gradient:
+            raise NotImplementedError(f"{self.name}: add_weight(overwrite_with_gradient=True) "
+                                      "is not supported by kiln")
+        shape = () if shape is None else shape
+        if initializer is None:
+            initializer = ("glorot_uniform" if "float" in str(dtype or self.dtype)
+                           else "zeros")
         from kiln import constraints, initializers, regularizers
 
         shape = tuple(int(d) for d in shape)
@@ -190,6 +242,7 @@ class Layer:
         var = Variable(value, name=f"{self.name}/{name or 'weight'}", trainable=trainable,
                        dtype=dtype)
         var.short_name = name or "weight"
+        var.aggregation = aggregation or "none"
         if constraint is None and name:
             constraint = getattr(self, _CONSTRAINT_ATTRS.get(name, f"{name}_constraint"), None)
         var.constraint = constraints.get(constraint)
@@ -377,6 +430,11 @@ class Layer:
                     "mask" in inspect.signature(self.call).parameters:
                 kwargs["mask"] = mask
         outputs = self.call(inputs, *args, **kwargs)
+        if getattr(self, "_base_activity_regularizer", None) is not None and isinstance(
+                outputs, Node):
+            from kiln.layers._utils import add_activity_loss
+
+            add_activity_loss(self, self._base_activity_regularizer, outputs)
         out_mask = self.compute_mask(inputs, mask)
         if current() is not None:
             # Inside a model trace (training step, eager call): nothing to record; recording
@@ -500,6 +558,11 @@ class Layer:
     def get_config(self) -> dict:
         """The constructor arguments (JSON-serializable) that recreate this layer."""
         config = {"name": self.name, "trainable": self.trainable, "dtype": self.dtype}
+        if getattr(self, "_base_activity_regularizer", None) is not None:
+            from kiln import regularizers
+
+            config["activity_regularizer"] = regularizers.serialize(
+                self._base_activity_regularizer)
         if self._input_shape_arg is not None:
             config["input_shape"] = self._input_shape_arg
         return config

@@ -16,10 +16,11 @@ BinaryCrossentropy = wrapper_class("BinaryCrossentropy", _losses.binary_crossent
                                    "Binary cross-entropy as a metric.")
 CategoricalCrossentropy = wrapper_class(
     "CategoricalCrossentropy", _losses.categorical_crossentropy, "categorical_crossentropy",
-    {"from_logits": False, "label_smoothing": 0.0}, "Categorical cross-entropy as a metric.")
+    {"from_logits": False, "label_smoothing": 0.0, "axis": -1},
+    "Categorical cross-entropy as a metric.")
 SparseCategoricalCrossentropy = wrapper_class(
     "SparseCategoricalCrossentropy", _losses.sparse_categorical_crossentropy,
-    "sparse_categorical_crossentropy", {"from_logits": False},
+    "sparse_categorical_crossentropy", {"from_logits": False, "ignore_class": None, "axis": -1},
     "Sparse categorical cross-entropy as a metric.")
 Hinge = wrapper_class("Hinge", _hinge.hinge, "hinge", {}, "Hinge loss as a metric.")
 SquaredHinge = wrapper_class("SquaredHinge", _hinge.squared_hinge, "squared_hinge", {},
