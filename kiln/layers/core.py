@@ -198,7 +198,7 @@ class Dropout(Layer):
         # A mask of noise_shape: slice the input down to size 1 on the broadcast axes.
         spec = [(0, 1, 1) if n == 1 and d != 1 else (None, None, 1)
                 for n, d in zip(self.noise_shape, inputs.shape)]
-        like = K.slice(inputs, spec)
+        like = K.slice(inputs, spec, None)
         keep = K.greater_equal(K.random_uniform(ctx.rng_key, like, self.salt),
                                K.constant(self.rate, inputs.dtype))
         scaled = inputs * K.constant(1.0 / (1.0 - self.rate), inputs.dtype)
