@@ -28,7 +28,13 @@ from kiln import eager as eager_path
 from kiln.core import Node
 from kiln.layers import context as trace_context
 from kiln.losses.base import (
-    _bind, _builtin, _float, _signature, _symbolic, squeeze_or_expand_to_same_rank)
+    _bind,
+    _builtin,
+    _float,
+    _signature,
+    _symbolic,
+    squeeze_or_expand_to_same_rank,
+)
 from kiln.metrics import stateful
 
 
