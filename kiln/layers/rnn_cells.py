@@ -17,7 +17,13 @@ import numpy as np
 import kiln.ops as K
 from kiln import activations, initializers, regularizers
 from kiln.core import Node, format_shape
-from kiln.layers._utils import constraint_config, positive_int, random_stream, set_constraints
+from kiln.layers._utils import (
+    constraint_config,
+    keras_args,
+    positive_int,
+    random_stream,
+    set_constraints,
+)
 from kiln.layers.base import Layer
 from kiln.layers.context import current, in_training
 
@@ -29,12 +35,6 @@ def _rate(cls: str, name: str, value: Any) -> float:
 
 
 
-def keras_args(local: dict, own: tuple[str, ...] = ()) -> dict:
-    """A subclass's ``locals()`` as keyword arguments for its parent (``**kwargs`` merged in,
-    ``self``, ``__class__`` and the subclass's ``own`` arguments left out)."""
-    out = {k: v for k, v in local.items() if k not in ("self", "__class__", "kwargs", *own)}
-    out.update(local.get("kwargs", {}))
-    return out
 
 class DropoutCell(Layer):
     """What the cells share: units, initializers, regularizers and per-sequence dropout."""

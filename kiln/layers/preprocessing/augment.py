@@ -314,8 +314,8 @@ class RandomCrop(RandomLayer):
     """
 
     def __init__(self, height: int, width: int, seed: int | None = None,
-                 data_format: Any = None, **kwargs: Any):
-        super().__init__(seed=seed, data_format=data_format, **kwargs)
+                 data_format: Any = None, name: str | None = None, **kwargs: Any):
+        super().__init__(seed=seed, data_format=data_format, name=name, **kwargs)
         self.height = check_size("RandomCrop", "height", height)
         self.width = check_size("RandomCrop", "width", width)
 
