@@ -135,8 +135,7 @@ class Layer:
         batch_input_shape = kwargs.pop("batch_input_shape", None)
         if batch_input_shape is not None and input_shape is None:
             input_shape = tuple(batch_input_shape)[1:]
-        # applied by __call__ to the outputs; layers with their own argument (Dense ...)
-        # apply theirs in ``call`` and never pass it here
+        # applied by __call__ (layers with their own argument, Dense ..., apply it in call)
         self._base_activity_regularizer = None
         if activity_regularizer is not None:
             from kiln import regularizers
@@ -168,65 +167,35 @@ class Layer:
         """Creates a weight Variable owned by this layer (Keras 3's arguments).
 
         Args:
-            *args: Keras' positional form ``(shape, initializer, dtype)``, or kiln's older one
-                that starts with the name: ``(name, shape, initializer, regularizer,
-                trainable, dtype, constraint)`` (a string first argument cannot be a shape).
+            *args: Keras' positional ``(shape, initializer, dtype)``, or kiln's older form
+                ``(name, shape, initializer, regularizer, trainable, dtype, constraint)``.
             shape: its shape (default ``()``).
             initializer: a name (``"glorot_uniform"``), an Initializer or a callable
                 ``(shape, dtype) -> array``; default glorot_uniform for floats, else zeros.
             dtype: default the layer's dtype.
-            trainable: whether optimizers update it.
-            autocast: accepted for Keras (kiln has no mixed precision: no effect).
+            trainable: whether optimizers update it. autocast: no effect (no mixed precision).
             regularizer: a name, Regularizer or callable ``w -> scalar tensor``; its penalty
                 joins the loss inside the training graph.
-            constraint: a name, Constraint or callable ``w -> w`` the optimizer applies to
-                the weight after each update (stored as ``Variable.constraint``); by default
-                the layer's ``<name>_constraint`` attribute (``kernel_constraint`` ...,
-                ``recurrent_constraint`` for ``recurrent_kernel``), when it has one.
-            aggregation: how replicas combine it (``"none"``, ``"mean"``, ``"sum"``,
-                ``"only_first_replica"``); stored as ``Variable.aggregation``.
+            constraint: a name, Constraint or callable ``w -> w`` applied after each update
+                (``Variable.constraint``); by default the layer's ``<name>_constraint``.
+            aggregation: ``"none"``, ``"mean"``, ``"sum"`` or ``"only_first_replica"``
+                (how replicas combine it), stored as ``Variable.aggregation``.
             overwrite_with_gradient: not supported (True raises).
             name: the weight's name (``kernel``, ``bias`` ...).
 
         Returns:
             The new :class:`kiln.Variable`.
         """
-        if args and isinstance(args[0], str):
-            legacy = ("name", "shape", "initializer", "regularizer", "trainable", "dtype",
-                      "constraint")
-            if len(args) > len(legacy):
-                raise TypeError(f"{self.name}: add_weight() takes at most {len(legacy)} "
-                                f"positional arguments, received {len(args)}")
-            given = dict(zip(legacy, args))
-            name = given.get("name", name)
-            shape = given.get("shape", shape)
-            initializer = given.get("initializer", initializer)
-            regularizer = given.get("regularizer", regularizer)
-            trainable = given.get("trainable", trainable)
-            dtype = given.get("dtype", dtype)
-            constraint = given.get("constraint", constraint)
-        elif args:
-            if len(args) > 3:
-                raise TypeError(f"{self.name}: add_weight() takes at most 3 positional "
-                                f"arguments (shape, initializer, dtype), received {len(args)}")
-            given = {"shape": shape, "initializer": initializer, "dtype": dtype}
-            for key in list(given)[:len(args)]:
-                if given[key] is not None:
-                    raise ValueError(f"{self.name}: add_weight() received `{key}` both "
-                                     "positionally and as a keyword argument")
-            shape = args[0]
-            initializer = args[1] if len(args) > 1 else initializer
-            dtype = args[2] if len(args) > 2 else dtype
-        if aggregation not in (None, "none", "mean", "sum", "only_first_replica"):
-            raise ValueError(f"{self.name}: add_weight(aggregation={aggregation!r}): expected "
-                             "one of 'none', 'mean', 'sum', 'only_first_replica'")
-        if overwrite_with_gradient:
-            raise NotImplementedError(f"{self.name}: add_weight(overwrite_with_gradient=True) "
-                                      "is not supported by kiln")
-        shape = () if shape is None else shape
+        from kiln.layers import weight_args
+
+        a = weight_args.resolve(self.name, args, {
+            "shape": shape, "initializer": initializer, "dtype": dtype, "trainable": trainable,
+            "regularizer": regularizer, "constraint": constraint, "aggregation": aggregation,
+            "overwrite_with_gradient": overwrite_with_gradient, "name": name})
+        shape, initializer, dtype, name = a["shape"], a["initializer"], a["dtype"], a["name"]
+        trainable, regularizer, constraint = a["trainable"], a["regularizer"], a["constraint"]
         if initializer is None:
-            initializer = ("glorot_uniform" if "float" in str(dtype or self.dtype)
-                           else "zeros")
+            initializer = "glorot_uniform" if "float" in str(dtype or self.dtype) else "zeros"
         from kiln import constraints, initializers, regularizers
 
         shape = tuple(int(d) for d in shape)
