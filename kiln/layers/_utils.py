@@ -204,6 +204,7 @@ def deserialize_layer(config: Any, custom_objects: dict | None = None) -> Layer:
                          "custom_objects or register it with kiln.saving.register_serializable")
     return cls.from_config(dict(config.get("config", {})))
 
+
 def keras_args(local: dict, own: tuple[str, ...] = ()) -> dict:
     """A subclass's ``locals()`` as keyword arguments for its parent (``**kwargs`` merged in,
     ``self``, ``__class__`` and the subclass's ``own`` arguments left out)."""

@@ -34,8 +34,6 @@ def _rate(cls: str, name: str, value: Any) -> float:
     return float(value)
 
 
-
-
 class DropoutCell(Layer):
     """What the cells share: units, initializers, regularizers and per-sequence dropout."""
 

@@ -54,6 +54,8 @@ transpose.__doc__ = "``x`` with its axes permuted by ``axes`` (reversed when Non
 expand_dims = _dual(_G.expand_dims, "expand_dims")
 squeeze = _dual(_G.squeeze, "squeeze")
 concatenate = _dual(_G.concatenate, "concatenate", first="tensors")
+
+
 def _stack(x, axis=0):
     return _G.stack(x, axis)
 
@@ -345,6 +347,8 @@ matmul = _dual(_matmul, "matmul")
 matmul.__doc__ = "Matrix product with NumPy's rules for 1-D operands and batch dims."
 dot = _dual(_dot, "dot")
 dot.__doc__ = "``np.dot``: products of scalars, vectors, matrices, and sum over last/2nd-last."
+
+
 def _einsum(subscripts, *operands, **kwargs):
     if kwargs:
         raise TypeError(f"einsum: unexpected keyword argument(s) {sorted(kwargs)}")

@@ -120,6 +120,8 @@ negative = neg = _ew("neg")
 sign, exp, expm1, log, log1p = (_ew(n) for n in ("sign", "exp", "expm1", "log", "log1p"))
 sqrt, rsqrt, square, reciprocal = (_ew(n) for n in ("sqrt", "rsqrt", "square", "reciprocal"))
 sin, cos, tanh, erf, floor, ceil = (_ew(n) for n in ("sin", "cos", "tanh", "erf", "floor", "ceil"))
+
+
 def _ew2(name, public):
     """A binary elementwise op with Keras' argument names ``(x1, x2)``."""
     fn = getattr(_G, name)
