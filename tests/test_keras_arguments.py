@@ -58,6 +58,19 @@ def test_sparse_top_k_from_sorted_ids():
         np.testing.assert_allclose(m.result(), want)
 
 
+def test_sparse_crossentropy_metric_ignore_class_follows_keras():
+    # Keras 3.15 (JAX and TensorFlow backends): an ignored label counts as 0; sample weights
+    # are zeroed for it (so with weights the mean is over the other labels)
+    p = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]], "float32")
+    y = np.array([0, 1, 2])
+    m = metrics.SparseCategoricalCrossentropy(ignore_class=1)
+    m.update_state(y, p)
+    np.testing.assert_allclose(m.result(), -(np.log(0.7) + np.log(0.4)) / 3, rtol=1e-5)
+    m = metrics.SparseCategoricalCrossentropy(ignore_class=1)
+    m.update_state(y[:, None], p, sample_weight=np.array([1.0, 1.0, 3.0]))
+    np.testing.assert_allclose(m.result(), -(np.log(0.7) + 3 * np.log(0.4)) / 4, rtol=1e-5)
+
+
 # ---- ops -----------------------------------------------------------------------------------
 def test_binary_ops_take_x1_x2_and_prod_takes_a_dtype():
     a, b = np.array([1.0, 2.0], "float32"), np.array([3.0, 5.0], "float32")
