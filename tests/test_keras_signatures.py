@@ -8,6 +8,10 @@ The oracle is the checked-in table tests/fixtures/keras_api_3_15.json, written f
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,3 +72,26 @@ def test_the_rule_accepts_keras_parameters_with_keyword_only_extras():
     kiln = [["a", "positional"], ["b", "positional", 0], ["extra", "keyword-only", None],
             ["kwargs", "**kwargs"]]
     assert TABLE.param_mismatch(keras, kiln) is None
+
+
+def test_the_table_is_what_keras_gives():
+    """Where Keras is installed: the checked-in table is what --write makes from it (in a
+    fresh process on the numpy backend, as the table was written: the backend decides a few
+    signatures, e.g. ``keras.name_scope``)."""
+    keras = pytest.importorskip("keras")
+    table = TABLE.load_table()
+    if keras.__version__ != table["keras_version"]:
+        pytest.skip(f"Keras {keras.__version__} installed, the table is of "
+                    f"{table['keras_version']}")
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import keras_api_table as t; "
+            "print(json.dumps(t.build_table()))")
+    done = subprocess.run([sys.executable, "-c", code, str(ROOT / "scripts")],
+                          env={**os.environ, "KERAS_BACKEND": "numpy"}, capture_output=True,
+                          text=True, timeout=600, check=True)
+    fresh = json.loads(done.stdout.strip().splitlines()[-1])
+    stale = sorted(f"{ns}.{name}" for ns, entry in fresh["namespaces"].items()
+                   for name in set(entry["signatures"]) | set(entry["members"])
+                   if entry["signatures"].get(name) != table["namespaces"].get(ns, {}).get(
+                       "signatures", {}).get(name)
+                   or name not in table["namespaces"].get(ns, {}).get("members", []))
+    assert fresh == table, f"the table is stale: run scripts/keras_api_table.py --write ({stale})"
