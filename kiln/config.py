@@ -33,11 +33,11 @@ def floatx() -> str:
     return _FLOATX
 
 
-def set_floatx(dtype: str) -> None:
+def set_floatx(value: str) -> None:
     global _FLOATX
-    if dtype not in ("float32", "float64"):
-        raise ValueError(f"set_floatx: expected 'float32' or 'float64', received {dtype!r}")
-    _FLOATX = dtype
+    if value not in ("float32", "float64"):
+        raise ValueError(f"set_floatx: expected 'float32' or 'float64', received {value!r}")
+    _FLOATX = value
 
 
 def env_flag(name: str, default: bool = False) -> bool:

@@ -100,9 +100,11 @@ def get_registered_name(obj: Any) -> str | None:
     return _NAMES.get(cls) or _NAMES.get(obj)
 
 
-def get_registered_object(name: str, custom_objects: dict | None = None) -> Any:
+def get_registered_object(name: str, custom_objects: dict | None = None,
+                          module_objects: dict | None = None) -> Any:
     """The class registered (or passed in ``custom_objects``, or in an active
-    :func:`custom_object_scope`) under ``name``; None when unknown.
+    :func:`custom_object_scope`, or, last, in ``module_objects``) under ``name``; None when
+    unknown.
 
     ``name`` may be ``"package>name"`` or the bare ``name``; a bare name matches a
     registration in any package when exactly one exists.
@@ -118,6 +120,8 @@ def get_registered_object(name: str, custom_objects: dict | None = None) -> Any:
         hits = [cls for key, cls in _REGISTRY.items() if key.split(">", 1)[1] == name]
         if len(hits) == 1:
             return hits[0]
+    if module_objects and name in module_objects:
+        return module_objects[name]
     return None
 
 

@@ -1,9 +1,10 @@
 """Writes docs/keras-compatibility.md: which Keras 3 names kiln has, family by family, and
 the hand-written notes on what differs and why.
 
-The Keras names are embedded below (``KERAS_NAMES``: the public names of ``keras.<family>``
-in Keras 3, as listed on keras.io/api), since Keras is not importable next to kiln. kiln's
-names are read from its modules. Run it after changing kiln's public API::
+The Keras names and signatures come from the checked-in table
+``tests/fixtures/keras_api_3_15.json`` (written from Keras by ``scripts/keras_api_table.py
+--write``), so no Keras is needed here; kiln's names and signatures are read from its modules.
+Run it after changing kiln's public API::
 
     python scripts/gen_keras_compat.py            # rewrites docs/keras-compatibility.md
     python scripts/gen_keras_compat.py --check    # exit 1 if the file is out of date
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import inspect
 import sys
 from pathlib import Path
@@ -24,193 +26,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "keras-compatibility.md"
 
-# Keras 3's public names (keras.io/api), per family, as of this version:
-KERAS_VERSION = '3.15.1'
-KERAS_NAMES = {
-    'layers': (
-        'Activation', 'ActivityRegularization', 'AdaptiveAveragePooling1D',
-        'AdaptiveAveragePooling2D', 'AdaptiveAveragePooling3D', 'AdaptiveMaxPooling1D',
-        'AdaptiveMaxPooling2D', 'AdaptiveMaxPooling3D', 'Add', 'AdditiveAttention',
-        'AlphaDropout', 'Attention', 'AugMix', 'AutoContrast', 'Average', 'AveragePooling1D',
-        'AveragePooling2D', 'AveragePooling3D', 'AvgPool1D', 'AvgPool2D', 'AvgPool3D',
-        'BatchNormalization', 'Bidirectional', 'CategoryEncoding', 'CenterCrop', 'Concatenate',
-        'ContrastLimitedAdaptiveHistogramEqualization', 'Conv1D', 'Conv1DTranspose', 'Conv2D',
-        'Conv2DTranspose', 'Conv3D', 'Conv3DTranspose', 'ConvLSTM1D', 'ConvLSTM2D', 'ConvLSTM3D',
-        'Convolution1D', 'Convolution1DTranspose', 'Convolution2D', 'Convolution2DTranspose',
-        'Convolution3D', 'Convolution3DTranspose', 'Cropping1D', 'Cropping2D', 'Cropping3D',
-        'CutMix', 'Dense', 'DepthwiseConv1D', 'DepthwiseConv2D', 'Discretization', 'Dot',
-        'Dropout', 'ELU', 'EinsumDense', 'Embedding', 'Equalization', 'Flatten', 'FlaxLayer',
-        'GRU', 'GRUCell', 'GaussianDropout', 'GaussianNoise', 'GlobalAveragePooling1D',
-        'GlobalAveragePooling2D', 'GlobalAveragePooling3D', 'GlobalAvgPool1D', 'GlobalAvgPool2D',
-        'GlobalAvgPool3D', 'GlobalMaxPool1D', 'GlobalMaxPool2D', 'GlobalMaxPool3D',
-        'GlobalMaxPooling1D', 'GlobalMaxPooling2D', 'GlobalMaxPooling3D', 'GroupNormalization',
-        'GroupQueryAttention', 'HashedCrossing', 'Hashing', 'Identity', 'Input', 'InputLayer',
-        'InputSpec', 'IntegerLookup', 'JaxLayer', 'LSTM', 'LSTMCell', 'Lambda', 'Layer',
-        'LayerNormalization', 'LeakyReLU', 'Masking', 'MaxNumBoundingBoxes', 'MaxPool1D',
-        'MaxPool2D', 'MaxPool3D', 'MaxPooling1D', 'MaxPooling2D', 'MaxPooling3D', 'Maximum',
-        'MelSpectrogram', 'Minimum', 'MixUp', 'MultiHeadAttention', 'Multiply', 'Normalization',
-        'PReLU', 'Permute', 'Pipeline', 'RMSNormalization', 'RNN', 'RandAugment',
-        'RandomBrightness', 'RandomColorDegeneration', 'RandomColorJitter', 'RandomContrast',
-        'RandomCrop', 'RandomElasticTransform', 'RandomErasing', 'RandomFlip',
-        'RandomGaussianBlur', 'RandomGrayscale', 'RandomHue', 'RandomInvert', 'RandomPerspective',
-        'RandomPosterization', 'RandomRotation', 'RandomSaturation', 'RandomSharpness',
-        'RandomShear', 'RandomTranslation', 'RandomZoom', 'ReLU', 'RepeatVector', 'Rescaling',
-        'Reshape', 'Resizing', 'ReversibleEmbedding', 'STFTSpectrogram', 'SeparableConv1D',
-        'SeparableConv2D', 'SeparableConvolution1D', 'SeparableConvolution2D', 'SimpleRNN',
-        'SimpleRNNCell', 'Softmax', 'Solarization', 'SpatialDropout1D', 'SpatialDropout2D',
-        'SpatialDropout3D', 'SpectralNormalization', 'StackedRNNCells', 'StringLookup',
-        'Subtract', 'TFSMLayer', 'TextVectorization', 'TimeDistributed', 'TorchModuleWrapper',
-        'UnitNormalization', 'UpSampling1D', 'UpSampling2D', 'UpSampling3D', 'Wrapper',
-        'ZeroPadding1D', 'ZeroPadding2D', 'ZeroPadding3D', 'add', 'average', 'concatenate',
-        'deserialize', 'dot', 'maximum', 'minimum', 'multiply', 'serialize', 'subtract',
-    ),
-    'losses': (
-        'BinaryCrossentropy', 'BinaryFocalCrossentropy', 'CTC', 'CategoricalCrossentropy',
-        'CategoricalFocalCrossentropy', 'CategoricalGeneralizedCrossEntropy', 'CategoricalHinge',
-        'Circle', 'CosineSimilarity', 'Dice', 'Hinge', 'Huber', 'KLDivergence', 'LogCosh', 'Loss',
-        'MeanAbsoluteError', 'MeanAbsolutePercentageError', 'MeanSquaredError',
-        'MeanSquaredLogarithmicError', 'Poisson', 'SparseCategoricalCrossentropy', 'SquaredHinge',
-        'Tversky', 'binary_crossentropy', 'binary_focal_crossentropy', 'categorical_crossentropy',
-        'categorical_focal_crossentropy', 'categorical_generalized_cross_entropy',
-        'categorical_hinge', 'circle', 'cosine_similarity', 'ctc', 'deserialize', 'dice', 'get',
-        'hinge', 'huber', 'kl_divergence', 'log_cosh', 'mean_absolute_error',
-        'mean_absolute_percentage_error', 'mean_squared_error', 'mean_squared_logarithmic_error',
-        'poisson', 'serialize', 'sparse_categorical_crossentropy', 'squared_hinge', 'tversky',
-    ),
-    'metrics': (
-        'AUC', 'Accuracy', 'BinaryAccuracy', 'BinaryCrossentropy', 'BinaryIoU',
-        'CategoricalAccuracy', 'CategoricalCrossentropy', 'CategoricalHinge',
-        'ConcordanceCorrelation', 'CosineSimilarity', 'F1Score', 'FBetaScore', 'FalseNegatives',
-        'FalsePositives', 'Hinge', 'IoU', 'KLDivergence', 'LogCoshError', 'Mean',
-        'MeanAbsoluteError', 'MeanAbsolutePercentageError', 'MeanIoU', 'MeanMetricWrapper',
-        'MeanSquaredError', 'MeanSquaredLogarithmicError', 'Metric', 'OneHotIoU', 'OneHotMeanIoU',
-        'PearsonCorrelation', 'Poisson', 'Precision', 'PrecisionAtRecall', 'R2Score', 'Recall',
-        'RecallAtPrecision', 'RootMeanSquaredError', 'SensitivityAtSpecificity',
-        'SparseCategoricalAccuracy', 'SparseCategoricalCrossentropy',
-        'SparseTopKCategoricalAccuracy', 'SpecificityAtSensitivity', 'SquaredHinge', 'Sum',
-        'TopKCategoricalAccuracy', 'TrueNegatives', 'TruePositives', 'binary_accuracy',
-        'binary_crossentropy', 'binary_focal_crossentropy', 'categorical_accuracy',
-        'categorical_crossentropy', 'categorical_focal_crossentropy', 'categorical_hinge',
-        'concordance_correlation', 'deserialize', 'get', 'hinge', 'huber', 'kl_divergence',
-        'log_cosh', 'mean_absolute_error', 'mean_absolute_percentage_error', 'mean_squared_error',
-        'mean_squared_logarithmic_error', 'pearson_correlation', 'poisson', 'serialize',
-        'sparse_categorical_accuracy', 'sparse_categorical_crossentropy',
-        'sparse_top_k_categorical_accuracy', 'squared_hinge', 'top_k_categorical_accuracy',
-    ),
-    'optimizers': (
-        'Adadelta', 'Adafactor', 'Adagrad', 'Adam', 'AdamW', 'Adamax', 'Ftrl', 'Lamb', 'Lion',
-        'LossScaleOptimizer', 'MultiOptimizer', 'Muon', 'Nadam', 'Optimizer', 'OptimizerMap',
-        'RMSprop', 'SGD', 'ScheduleFreeAdamW', 'deserialize', 'get', 'serialize',
-    ),
-    'callbacks': (
-        'BackupAndRestore', 'CSVLogger', 'Callback', 'CallbackList', 'EarlyStopping', 'History',
-        'LambdaCallback', 'LearningRateScheduler', 'ModelCheckpoint', 'OrbaxCheckpoint',
-        'ProgbarLogger', 'ReduceLROnPlateau', 'RemoteMonitor', 'SwapEMAWeights', 'TensorBoard',
-        'TerminateOnNaN',
-    ),
-    'activations': (
-        'celu', 'deserialize', 'elu', 'exponential', 'gelu', 'get', 'glu', 'hard_shrink',
-        'hard_sigmoid', 'hard_silu', 'hard_swish', 'hard_tanh', 'leaky_relu', 'linear',
-        'log_sigmoid', 'log_softmax', 'mish', 'relu', 'relu6', 'selu', 'serialize', 'sigmoid',
-        'silu', 'soft_shrink', 'softmax', 'softplus', 'softsign', 'sparse_plus', 'sparse_sigmoid',
-        'sparsemax', 'squareplus', 'swish', 'tanh', 'tanh_shrink', 'threshold',
-    ),
-    'initializers': (
-        'Constant', 'GlorotNormal', 'GlorotUniform', 'HeNormal', 'HeUniform', 'Identity',
-        'IdentityInitializer', 'Initializer', 'LecunNormal', 'LecunUniform', 'Ones', 'Orthogonal',
-        'OrthogonalInitializer', 'RandomNormal', 'RandomUniform', 'STFT', 'STFTInitializer',
-        'TruncatedNormal', 'VarianceScaling', 'Zeros', 'constant', 'deserialize', 'get',
-        'glorot_normal', 'glorot_uniform', 'he_normal', 'he_uniform', 'identity', 'lecun_normal',
-        'lecun_uniform', 'ones', 'orthogonal', 'random_normal', 'random_uniform', 'serialize',
-        'stft', 'truncated_normal', 'variance_scaling', 'zeros',
-    ),
-    'regularizers': (
-        'L1', 'L1L2', 'L2', 'OrthogonalRegularizer', 'Regularizer', 'deserialize', 'get', 'l1',
-        'l1_l2', 'l2', 'orthogonal_regularizer', 'serialize',
-    ),
-    'constraints': (
-        'Constraint', 'MaxNorm', 'MinMaxNorm', 'NonNeg', 'UnitNorm', 'deserialize', 'get',
-        'max_norm', 'min_max_norm', 'non_neg', 'serialize', 'unit_norm',
-    ),
-    'random': (
-        'SeedGenerator', 'beta', 'binomial', 'categorical', 'dropout', 'gamma', 'normal',
-        'randint', 'shuffle', 'truncated_normal', 'uniform',
-    ),
-    'utils': (
-        'Config', 'CustomObjectScope', 'FeatureSpace', 'Progbar', 'PyDataset', 'Sequence',
-        'array_to_img', 'audio_dataset_from_directory', 'clear_session', 'custom_object_scope',
-        'deserialize_keras_object', 'disable_interactive_logging', 'enable_interactive_logging',
-        'get_custom_objects', 'get_file', 'get_registered_name', 'get_registered_object',
-        'get_source_inputs', 'image_dataset_from_directory', 'img_to_array',
-        'is_interactive_logging_enabled', 'is_keras_tensor', 'load_img', 'model_to_dot',
-        'normalize', 'pack_x_y_sample_weight', 'pad_sequences', 'plot_model',
-        'register_keras_serializable', 'save_img', 'serialize_keras_object', 'set_random_seed',
-        'split_dataset', 'standardize_dtype', 'text_dataset_from_directory',
-        'timeseries_dataset_from_array', 'to_categorical', 'unpack_x_y_sample_weight',
-    ),
-    'ops': (
-        'abs', 'absolute', 'adaptive_average_pool', 'adaptive_max_pool', 'add', 'all', 'allclose',
-        'amax', 'amin', 'angle', 'any', 'append', 'arange', 'arccos', 'arccosh', 'arcsin',
-        'arcsinh', 'arctan', 'arctan2', 'arctanh', 'argmax', 'argmin', 'argpartition', 'argsort',
-        'array', 'array_split', 'associative_scan', 'average', 'average_pool', 'bartlett',
-        'batch_normalization', 'binary_crossentropy', 'bincount', 'bitwise_and', 'bitwise_invert',
-        'bitwise_left_shift', 'bitwise_not', 'bitwise_or', 'bitwise_right_shift', 'bitwise_xor',
-        'blackman', 'broadcast_to', 'cast', 'categorical_crossentropy', 'cbrt', 'cdist', 'ceil',
-        'celu', 'cholesky', 'cholesky_inverse', 'clip', 'concatenate', 'cond', 'conj',
-        'conjugate', 'conv', 'conv_transpose', 'convert_to_numpy', 'convert_to_tensor', 'copy',
-        'corrcoef', 'correlate', 'cos', 'cosh', 'count_nonzero', 'cross', 'ctc_decode',
-        'ctc_loss', 'cumprod', 'cumsum', 'custom_gradient', 'deg2rad', 'depth_to_space',
-        'depthwise_conv', 'det', 'diag', 'diagflat', 'diagonal', 'diff', 'digitize', 'divide',
-        'divide_no_nan', 'dot', 'dot_product_attention', 'dsplit', 'dstack', 'dtype', 'eig',
-        'eigh', 'einsum', 'elu', 'empty', 'empty_like', 'equal', 'erf', 'erfc', 'erfinv', 'exp',
-        'exp2', 'expand_dims', 'expm1', 'extract_sequences', 'eye', 'fabs', 'fft', 'fft2', 'flip',
-        'fliplr', 'flipud', 'floor', 'floor_divide', 'fmax', 'fmin', 'fmod', 'fold', 'fori_loop',
-        'full', 'full_like', 'gcd', 'gelu', 'geomspace', 'get_item', 'glu', 'greater',
-        'greater_equal', 'hamming', 'hanning', 'hard_shrink', 'hard_sigmoid', 'hard_silu',
-        'hard_swish', 'hard_tanh', 'heaviside', 'histogram', 'hsplit', 'hstack', 'hypot', 'i0',
-        'identity', 'ifft2', 'imag', 'in_top_k', 'inner', 'inv', 'irfft', 'is_tensor', 'isclose',
-        'isfinite', 'isin', 'isinf', 'isnan', 'isneginf', 'isposinf', 'isreal', 'istft', 'jvp',
-        'kaiser', 'kron', 'layer_normalization', 'lcm', 'ldexp', 'leaky_relu', 'left_shift',
-        'less', 'less_equal', 'linspace', 'log', 'log10', 'log1p', 'log2', 'log_sigmoid',
-        'log_softmax', 'logaddexp', 'logaddexp2', 'logdet', 'logical_and', 'logical_not',
-        'logical_or', 'logical_xor', 'logspace', 'logsumexp', 'lstsq', 'lu_factor', 'map',
-        'matmul', 'matrix_rank', 'max', 'max_pool', 'maximum', 'mean', 'median', 'meshgrid',
-        'min', 'minimum', 'mod', 'moments', 'moveaxis', 'multi_hot', 'multiply', 'nan_to_num',
-        'nanargmax', 'nanargmin', 'nancumprod', 'nancumsum', 'nanmax', 'nanmean', 'nanmedian',
-        'nanmin', 'nanpercentile', 'nanprod', 'nanquantile', 'nanstd', 'nansum', 'nanvar', 'ndim',
-        'negative', 'nextafter', 'nonzero', 'norm', 'normalize', 'not_equal', 'one_hot', 'ones',
-        'ones_like', 'outer', 'pad', 'percentile', 'pinv', 'polar', 'power', 'prod', 'psnr',
-        'ptp', 'qr', 'quantile', 'rad2deg', 'ravel', 'real', 'rearrange', 'reciprocal', 'relu',
-        'relu6', 'repeat', 'reshape', 'rfft', 'right_shift', 'rms_normalization', 'roll', 'rot90',
-        'round', 'rsqrt', 'saturate_cast', 'scan', 'scatter', 'scatter_update', 'searchsorted',
-        'segment_max', 'segment_min', 'segment_prod', 'segment_sum', 'select', 'selu',
-        'separable_conv', 'shape', 'sigmoid', 'sign', 'signbit', 'silu', 'sin', 'sinc', 'sinh',
-        'size', 'slice', 'slice_update', 'slogdet', 'soft_shrink', 'softmax', 'softplus',
-        'softsign', 'solve', 'solve_triangular', 'sort', 'space_to_depth',
-        'sparse_categorical_crossentropy', 'sparse_plus', 'sparse_sigmoid', 'sparsemax', 'split',
-        'sqrt', 'square', 'squareplus', 'squeeze', 'stack', 'std', 'stft', 'stop_gradient',
-        'subtract', 'sum', 'svd', 'swapaxes', 'swish', 'switch', 'take', 'take_along_axis', 'tan',
-        'tanh', 'tanh_shrink', 'tensordot', 'threshold', 'tile', 'top_k', 'trace', 'transpose',
-        'trapezoid', 'tri', 'tril', 'triu', 'true_divide', 'trunc', 'unfold', 'unique',
-        'unravel_index', 'unstack', 'vander', 'var', 'vdot', 'vectorize', 'vectorized_map',
-        'view', 'view_as_complex', 'view_as_real', 'vsplit', 'vstack', 'where', 'while_loop',
-        'zeros', 'zeros_like',
-    ),
-    'optimizers.schedules': (
-        'CosineDecay', 'CosineDecayRestarts', 'ExponentialDecay', 'InverseTimeDecay',
-        'LearningRateSchedule', 'PiecewiseConstantDecay', 'PolynomialDecay', 'deserialize',
-        'serialize',
-    ),
-    'models': (
-        'Model', 'Sequential', 'clone_model', 'load_model', 'model_from_json', 'save_model',
-    ),
-    'saving': (
-        'CustomObjectScope', 'KerasFileEditor', 'custom_object_scope', 'deserialize_keras_object',
-        'get_custom_objects', 'get_registered_name', 'get_registered_object', 'load_model',
-        'load_weights', 'register_keras_serializable', 'save_model', 'save_weights',
-        'serialize_keras_object',
-    ),
-}
+
+def _load_api_table():
+    spec = importlib.util.spec_from_file_location("keras_api_table",
+                                                  ROOT / "scripts" / "keras_api_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_api_table = _load_api_table()
+
+# Keras 3's public names and signatures, per namespace: the table that
+# scripts/keras_api_table.py --write makes from Keras (tests/fixtures/keras_api_3_15.json)
+_TABLE = _api_table.load_table()
+KERAS_VERSION = _TABLE["keras_version"]
+KERAS_NAMES = {ns: tuple(entry["members"]) for ns, entry in _TABLE["namespaces"].items()}
 HEADER = '''
 # Keras compatibility
 
@@ -307,6 +138,25 @@ under `kiln.distribution` yet.
 Keras' `export` formats `"tf_saved_model"` and `"litert"` are not available; a random op at
 inference raises `kiln.export.ExportError` naming the op and the layer.
 
+## Arguments kiln accepts but refuses
+
+Every callable kiln shares with Keras takes Keras' arguments (names, order, defaults; the
+table below is checked by `tests/test_keras_signatures.py`). Where kiln cannot do what a
+value asks, it raises an error naming the argument and the value instead of ignoring it:
+sparse, ragged, `optional` and `tensor=` inputs (`Input`, `InputLayer`,
+`ops.convert_to_tensor`); LoRA and quantization arguments (`Dense`, `EinsumDense`,
+`Embedding`); `BatchNormalization(renorm=True)`; `MultiHeadAttention(sliding_window=...,
+use_gate=True)`; `add_weight(overwrite_with_gradient=True)`; `save_weights(max_shard_size=...)`
+(kiln writes one file); `save(zipped=False)`; dataset utilities' `format` other than `"tf"`
+(kiln returns its own dataset of NumPy batches whatever the default says); `clone_model`'s
+`input_tensors`, `clone_function` and `call_function`; `export(input_signature=...)`.
+`Model.export`'s Keras default, `format="tf_saved_model"`, exports ONNX when the path ends in
+`.onnx` (or is None) and raises otherwise. Accepted with no effect, because they change speed
+and not results: `ops.scan(unroll=...)`, the RNN layers' `use_cudnn`, `add_weight(autocast=...)`.
+kiln's own extra arguments come after Keras' ones, keyword-only (`fit(check_finite=...)`,
+`compile(memory_budget=..., device=...)`, `save_weights(format="keras")`, `export(opset=...)`).
+The old form `add_weight("name", shape, initializer, ...)` (a string first) still works.
+
 ## Other known differences
 
 * A layer, model, loss or metric called on NumPy arrays is compiled for the arrays' signature
@@ -329,7 +179,9 @@ KILN_MODULES = {
     "callbacks": "kiln.callbacks", "activations": "kiln.activations",
     "initializers": "kiln.initializers", "regularizers": "kiln.regularizers",
     "constraints": "kiln.constraints", "random": "kiln.random", "utils": "kiln.utils",
-    "ops": "kiln.ops", "models": "kiln.models", "saving": "kiln.saving",
+    "ops": "kiln.ops", "ops.nn": "kiln.ops.nn", "ops.numpy": "kiln.ops.numpy",
+    "ops.image": "kiln.ops.image", "models": "kiln.models", "saving": "kiln.saving",
+    "config": "kiln.config",
 }
 
 
@@ -369,16 +221,34 @@ def family_section(family: str) -> list[str]:
             f"**kiln only ({len(extra)}):** {code_list(extra)}", ""]
 
 
+def signature_section(coverage: dict, mismatches: list[str]) -> list[str]:
+    n_callables = sum(len(e["signatures"]) for e in _TABLE["namespaces"].values())
+    lines = ["## Arguments, callable by callable", "",
+             f"The table holds {n_callables} Keras callables with their parameters, and "
+             f"{len(_TABLE['methods'])} Model/Layer methods; kiln has "
+             f"{_api_table.count_shared(_TABLE)} of them (aliases counted once). For each, "
+             "kiln's parameters must start with Keras' (same names, order, kinds and "
+             "defaults; kiln may add keyword-only ones after them).", ""]
+    if mismatches:
+        lines += [f"**{len(mismatches)} differ:**", ""] + [f"* {m}" for m in mismatches]
+    else:
+        lines.append("**None differs.**")
+    lines += ["", "Not compared (another thing under the same name): " + "; ".join(
+        f"`{k}`: {v}" for k, v in _api_table.NOT_COMPARED.items()) + ".", ""]
+    return lines
+
+
 def render() -> str:
-    lines = [HEADER.strip(), "", "## Names, family by family", "",
-             f"Compared with Keras {KERAS_VERSION}'s public names. \"Present\" means kiln has "
-             "an object of that name at the same place; its arguments may still differ (see "
-             "the sections above).", ""]
-    summary = ["| family | present | missing |", "| --- | ---: | ---: |"]
-    for family in KILN_MODULES:
-        keras = KERAS_NAMES[family]
-        n = sum(has(KILN_MODULES[family], k) for k in keras)
-        summary.append(f"| `keras.{family}` | {n} | {len(keras) - n} |")
+    coverage, mismatches = _api_table.compare(_TABLE)
+    lines = [HEADER.strip(), ""] + signature_section(coverage, mismatches)
+    lines += ["## Names, family by family", "",
+              f"Compared with Keras {KERAS_VERSION}'s public names (every public name of each "
+              "namespace). \"Present\" means kiln has an object of that name at the same place.",
+              ""]
+    summary = ["| namespace | kiln has | of Keras' | missing |", "| --- | ---: | ---: | ---: |"]
+    for ns, (have, total) in coverage.items():
+        summary.append(f"| `keras{'.' + ns if ns else ''}` | {have} | {total} | "
+                       f"{total - have} |")
     lines += summary + [""]
     for family in KILN_MODULES:
         lines += family_section(family)

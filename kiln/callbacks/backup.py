@@ -36,6 +36,8 @@ class BackupAndRestore(Callback):
         backup_dir: the folder for the backup (created if needed). Use one folder per
             training run.
         save_freq: ``"epoch"`` (back up at each epoch end) or an int N (also every N batches).
+        double_checkpoint: also keep the previous backup (``backup.h5.bkp``): when the last
+            one cannot be read (a damaged file), training resumes from the one before.
         delete_checkpoint: delete the backup when training finishes (default True).
 
     Example:
@@ -44,7 +46,7 @@ class BackupAndRestore(Callback):
     """
 
     def __init__(self, backup_dir: str | os.PathLike, save_freq: str | int = "epoch",
-                 delete_checkpoint: bool = True):
+                 double_checkpoint: bool = False, delete_checkpoint: bool = True):
         super().__init__()
         if not backup_dir:
             raise ValueError("BackupAndRestore: empty `backup_dir` argument")
@@ -54,8 +56,10 @@ class BackupAndRestore(Callback):
                              "'epoch' or a positive integer (batches)")
         self.backup_dir = os.fspath(backup_dir)
         self.save_freq = save_freq
+        self.double_checkpoint = bool(double_checkpoint)
         self.delete_checkpoint = bool(delete_checkpoint)
         self._path = os.path.join(self.backup_dir, BACKUP_NAME)
+        self._prev_path = self._path + ".bkp"
         self._callback_list: Any = None
         self._list_given = False
         self._epoch = 0            # the epoch being trained (0-based)
@@ -110,6 +114,8 @@ class BackupAndRestore(Callback):
             return
 
         os.makedirs(self.backup_dir, exist_ok=True)
+        if self.double_checkpoint and os.path.exists(self._path):
+            shutil.copyfile(self._path, self._prev_path)
         extra: dict[str, Any] = {}
         if self._step > 0 and self._epoch_start_rng is not None:
             # Mid-epoch: resuming must replay this epoch's shuffle, so keep the generator
@@ -210,7 +216,14 @@ class BackupAndRestore(Callback):
         self._batches_since_save = 0
         self.restored = None
         if os.path.exists(self._path):
-            self._restore()
+            try:
+                self._restore()
+            except (OSError, ValueError):
+                if not (self.double_checkpoint and os.path.exists(self._prev_path)):
+                    raise
+                # the last backup is damaged: resume from the one before
+                shutil.copyfile(self._prev_path, self._path)
+                self._restore()
         else:
             self._epoch, self._step = 0, 0
         self._install_after_last()
@@ -259,8 +272,9 @@ class BackupAndRestore(Callback):
             epochs is not None and self._epoch >= int(epochs))
         if done and self.delete_checkpoint and distribution.is_chief() and \
                 os.path.isdir(self.backup_dir):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(self._path)
+            for path in (self._path, self._prev_path):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
             with contextlib.suppress(OSError):
                 os.rmdir(self.backup_dir)  # only if nothing else is in it
 

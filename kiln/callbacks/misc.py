@@ -130,17 +130,26 @@ class CSVLogger(Callback):
 
 
 class TerminateOnNaN(Callback):
-    """Stops training (``model.stop_training = True``) when a batch's loss is NaN or inf.
+    """Stops training (``model.stop_training = True``) when a batch's loss is NaN or inf;
+    with ``raise_error=True`` raises RuntimeError at once instead (the other callbacks'
+    end-of-training hooks do not run).
 
     Example:
         >>> model.fit(x, y, callbacks=[TerminateOnNaN()])
     """
+
+    def __init__(self, raise_error: bool = False):
+        super().__init__()
+        self.raise_error = bool(raise_error)
 
     def on_batch_end(self, batch: int, logs: dict | None = None) -> None:
         loss = (logs or {}).get("loss")
         if loss is not None:
             loss = float(loss)
             if math.isnan(loss) or math.isinf(loss):
+                if self.raise_error:
+                    raise RuntimeError(f"TerminateOnNaN: NaN or Inf loss encountered at batch "
+                                       f"{batch} (loss={loss}); terminating training")
                 print(f"Batch {batch}: Invalid loss, terminating training")
                 self.model.stop_training = True
 

@@ -66,7 +66,7 @@ class ProgbarLogger(Callback):
 
     chief_only = True  # with several ranks (kiln.distribution), only rank 0 prints
 
-    def __init__(self, file: IO[str] | None = None, mininterval: float = 0.1):
+    def __init__(self, *, file: IO[str] | None = None, mininterval: float = 0.1):
         super().__init__()
         self.file = file
         self.mininterval = mininterval

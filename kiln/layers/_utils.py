@@ -119,7 +119,8 @@ def constraint_config(layer: Any, *keys: str) -> dict[str, Any]:
 def drop_keras_extras(cls_name: str, kwargs: dict) -> None:
     """Removes the LoRA / quantization keys newer Keras configs carry (unused by kiln); a
     non-default value is refused rather than silently ignored."""
-    for key in ("lora_rank", "lora_alpha", "quantization_config"):
+    for key in ("lora_rank", "lora_alpha", "quantization_config",
+                "gptq_unpacked_column_size"):
         value = kwargs.pop(key, None)
         if value is not None:
             raise ValueError(f"{cls_name}: {key} is not supported by kiln, received "
@@ -202,3 +203,11 @@ def deserialize_layer(config: Any, custom_objects: dict | None = None) -> Layer:
         raise ValueError(f"unknown layer class {config['class_name']!r}: pass it in "
                          "custom_objects or register it with kiln.saving.register_serializable")
     return cls.from_config(dict(config.get("config", {})))
+
+
+def keras_args(local: dict, own: tuple[str, ...] = ()) -> dict:
+    """A subclass's ``locals()`` as keyword arguments for its parent (``**kwargs`` merged in,
+    ``self``, ``__class__`` and the subclass's ``own`` arguments left out)."""
+    out = {k: v for k, v in local.items() if k not in ("self", "__class__", "kwargs", *own)}
+    out.update(local.get("kwargs", {}))
+    return out

@@ -88,15 +88,17 @@ class MultiHeadAttention(Layer):
 
     def __init__(self, num_heads: int, key_dim: int, value_dim: int | None = None,
                  dropout: float = 0.0, use_bias: bool = True, output_shape: Any = None,
-                 attention_axes: Any = None, flash_attention: bool | None = None,
+                 attention_axes: Any = None, sliding_window: int | None = None,
+                 flash_attention: bool | None = None,
                  kernel_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
                  kernel_regularizer: Any = None, bias_regularizer: Any = None,
                  activity_regularizer: Any = None, kernel_constraint: Any = None,
-                 bias_constraint: Any = None, seed: int | None = None, **kwargs: Any):
-        # Keras 3.15 configs carry these two; kiln has neither (gated attention, a banded
-        # mask): their defaults load, other values are refused rather than ignored
-        for arg, default in (("use_gate", False), ("sliding_window", None)):
-            value = kwargs.pop(arg, default)
+                 bias_constraint: Any = None, use_gate: bool = False, seed: int | None = None,
+                 **kwargs: Any):
+        # Keras 3.15 has these two; kiln has neither (gated attention, a banded mask): their
+        # defaults load, other values are refused rather than ignored
+        for arg, default, value in (("use_gate", False, use_gate),
+                                    ("sliding_window", None, sliding_window)):
             if value != default:
                 raise ValueError(f"MultiHeadAttention: {arg}={value!r} is not supported by "
                                  f"kiln (only the default {arg}={default!r})")

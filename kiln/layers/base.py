@@ -129,12 +129,18 @@ class Layer:
         ...         return x * self.s
     """
 
-    def __init__(self, name: str | None = None, trainable: bool = True, dtype: Any = None,
+    def __init__(self, *, activity_regularizer: Any = None, trainable: bool = True,
+                 dtype: Any = None, autocast: bool = True, name: str | None = None,
                  input_shape: Any = None, input_dim: int | None = None, **kwargs: Any):
         batch_input_shape = kwargs.pop("batch_input_shape", None)
         if batch_input_shape is not None and input_shape is None:
             input_shape = tuple(batch_input_shape)[1:]
-        kwargs.pop("autocast", None)
+        # applied by __call__ (layers with their own argument, Dense ..., apply it in call)
+        self._base_activity_regularizer = None
+        if activity_regularizer is not None:
+            from kiln import regularizers
+
+            self._base_activity_regularizer = regularizers.get(activity_regularizer)
         if kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected keyword argument(s) "
                             f"{sorted(kwargs)}")
@@ -154,27 +160,42 @@ class Layer:
         self.build_input_shape: Any = None
 
     # ---- weights -------------------------------------------------------------------------
-    def add_weight(self, name: str | None = None, shape: Sequence[int] = (),
-                   initializer: Any = "glorot_uniform", regularizer: Any = None,
-                   trainable: bool = True, dtype: Any = None, constraint: Any = None) -> Variable:
-        """Creates a weight Variable owned by this layer.
+    def add_weight(self, *args: Any, shape: Sequence[int] | None = None, initializer: Any = None,
+                   dtype: Any = None, trainable: bool = True, autocast: bool = True,
+                   regularizer: Any = None, constraint: Any = None, aggregation: Any = "none",
+                   overwrite_with_gradient: bool = False, name: str | None = None) -> Variable:
+        """Creates a weight Variable owned by this layer (Keras 3's arguments).
 
         Args:
-            name: the weight's name (``kernel``, ``bias`` ...).
-            shape: its shape.
+            *args: Keras' positional ``(shape, initializer, dtype)``, or kiln's older form
+                ``(name, shape, initializer, regularizer, trainable, dtype, constraint)``.
+            shape: its shape (default ``()``).
             initializer: a name (``"glorot_uniform"``), an Initializer or a callable
-                ``(shape, dtype) -> array``.
+                ``(shape, dtype) -> array``; default glorot_uniform for floats, else zeros.
+            dtype: default the layer's dtype.
+            trainable: whether optimizers update it. autocast: no effect (no mixed precision).
             regularizer: a name, Regularizer or callable ``w -> scalar tensor``; its penalty
                 joins the loss inside the training graph.
-            trainable: whether optimizers update it.
-            constraint: a name, Constraint or callable ``w -> w`` the optimizer applies to
-                the weight after each update (stored as ``Variable.constraint``); by default
-                the layer's ``<name>_constraint`` attribute (``kernel_constraint`` ...,
-                ``recurrent_constraint`` for ``recurrent_kernel``), when it has one.
+            constraint: a name, Constraint or callable ``w -> w`` applied after each update
+                (``Variable.constraint``); by default the layer's ``<name>_constraint``.
+            aggregation: ``"none"``, ``"mean"``, ``"sum"`` or ``"only_first_replica"``
+                (how replicas combine it), stored as ``Variable.aggregation``.
+            overwrite_with_gradient: not supported (True raises).
+            name: the weight's name (``kernel``, ``bias`` ...).
 
         Returns:
             The new :class:`kiln.Variable`.
         """
+        from kiln.layers import weight_args
+
+        a = weight_args.resolve(self.name, args, {
+            "shape": shape, "initializer": initializer, "dtype": dtype, "trainable": trainable,
+            "regularizer": regularizer, "constraint": constraint, "aggregation": aggregation,
+            "overwrite_with_gradient": overwrite_with_gradient, "name": name})
+        shape, initializer, dtype, name = a["shape"], a["initializer"], a["dtype"], a["name"]
+        trainable, regularizer, constraint = a["trainable"], a["regularizer"], a["constraint"]
+        if initializer is None:
+            initializer = "glorot_uniform" if "float" in str(dtype or self.dtype) else "zeros"
         from kiln import constraints, initializers, regularizers
 
         shape = tuple(int(d) for d in shape)
@@ -190,6 +211,7 @@ class Layer:
         var = Variable(value, name=f"{self.name}/{name or 'weight'}", trainable=trainable,
                        dtype=dtype)
         var.short_name = name or "weight"
+        var.aggregation = aggregation or "none"
         if constraint is None and name:
             constraint = getattr(self, _CONSTRAINT_ATTRS.get(name, f"{name}_constraint"), None)
         var.constraint = constraints.get(constraint)
@@ -377,6 +399,11 @@ class Layer:
                     "mask" in inspect.signature(self.call).parameters:
                 kwargs["mask"] = mask
         outputs = self.call(inputs, *args, **kwargs)
+        if getattr(self, "_base_activity_regularizer", None) is not None and isinstance(
+                outputs, Node):
+            from kiln.layers._utils import add_activity_loss
+
+            add_activity_loss(self, self._base_activity_regularizer, outputs)
         out_mask = self.compute_mask(inputs, mask)
         if current() is not None:
             # Inside a model trace (training step, eager call): nothing to record; recording
@@ -500,6 +527,11 @@ class Layer:
     def get_config(self) -> dict:
         """The constructor arguments (JSON-serializable) that recreate this layer."""
         config = {"name": self.name, "trainable": self.trainable, "dtype": self.dtype}
+        if getattr(self, "_base_activity_regularizer", None) is not None:
+            from kiln import regularizers
+
+            config["activity_regularizer"] = regularizers.serialize(
+                self._base_activity_regularizer)
         if self._input_shape_arg is not None:
             config["input_shape"] = self._input_shape_arg
         return config

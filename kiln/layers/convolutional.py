@@ -12,6 +12,7 @@ from kiln.layers._utils import (
     add_activity_loss,
     constraint_config,
     drop_keras_extras,
+    keras_args,
     normalize_data_format,
     normalize_padding,
     normalize_tuple,
@@ -186,6 +187,16 @@ class Conv2D(_Conv):
 
     rank = 2
 
+    def __init__(self, filters: int, kernel_size: Any, strides: Any = (1, 1),
+                 padding: str = "valid", data_format: str | None = None,
+                 dilation_rate: Any = (1, 1), groups: int = 1, activation: Any = None,
+                 use_bias: bool = True,
+                 kernel_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
+                 kernel_regularizer: Any = None, bias_regularizer: Any = None,
+                 activity_regularizer: Any = None, kernel_constraint: Any = None,
+                 bias_constraint: Any = None, **kwargs: Any):
+        super().__init__(**keras_args(locals()))
+
     def _convolve(self, inputs: Node) -> Node:
         return K.conv2d(inputs, self.kernel, strides=self.strides, padding=self.padding,
                         dilation_rate=self.dilation_rate, groups=self.groups)
@@ -220,9 +231,10 @@ class Conv2DTranspose(_Conv):
     rank = 2
     transpose = True
 
-    def __init__(self, filters: int, kernel_size: Any, strides: Any = 1, padding: str = "valid",
-                 output_padding: Any = None, data_format: str | None = None,
-                 dilation_rate: Any = 1, activation: Any = None, use_bias: bool = True,
+    def __init__(self, filters: int, kernel_size: Any, strides: Any = (1, 1),
+                 padding: str = "valid", output_padding: Any = None,
+                 data_format: str | None = None, dilation_rate: Any = (1, 1),
+                 activation: Any = None, use_bias: bool = True,
                  kernel_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
                  kernel_regularizer: Any = None, bias_regularizer: Any = None,
                  activity_regularizer: Any = None, kernel_constraint: Any = None,

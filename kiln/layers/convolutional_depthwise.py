@@ -19,6 +19,7 @@ from kiln.core import Node, format_shape
 from kiln.layers._utils import (
     add_activity_loss,
     constraint_config,
+    keras_args,
     normalize_data_format,
     normalize_padding,
     normalize_tuple,
@@ -143,6 +144,15 @@ class DepthwiseConv2D(_DepthwiseBase):
 
     rank = 2
 
+    def __init__(self, kernel_size: Any, strides: Any = (1, 1), padding: str = "valid",
+                 depth_multiplier: int = 1, data_format: str | None = None,
+                 dilation_rate: Any = (1, 1), activation: Any = None, use_bias: bool = True,
+                 depthwise_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
+                 depthwise_regularizer: Any = None, bias_regularizer: Any = None,
+                 activity_regularizer: Any = None, depthwise_constraint: Any = None,
+                 bias_constraint: Any = None, **kwargs: Any):
+        super().__init__(**keras_args(locals()))
+
     def build(self, input_shape: Any) -> None:
         c = self._channels(input_shape)
         self.kernel = self.add_weight("kernel", self.kernel_size + (c, self.depth_multiplier),
@@ -169,6 +179,15 @@ class DepthwiseConv1D(DepthwiseConv2D):
 
     rank = 1
 
+    def __init__(self, kernel_size: Any, strides: Any = 1, padding: str = "valid",
+                 depth_multiplier: int = 1, data_format: str | None = None,
+                 dilation_rate: Any = 1, activation: Any = None, use_bias: bool = True,
+                 depthwise_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
+                 depthwise_regularizer: Any = None, bias_regularizer: Any = None,
+                 activity_regularizer: Any = None, depthwise_constraint: Any = None,
+                 bias_constraint: Any = None, **kwargs: Any):
+        super().__init__(**keras_args(locals()))
+
 
 class SeparableConv2D(_DepthwiseBase):
     """Depthwise separable 2-D convolution: a depthwise convolution (``depth_multiplier``
@@ -194,9 +213,9 @@ class SeparableConv2D(_DepthwiseBase):
 
     rank = 2
 
-    def __init__(self, filters: int, kernel_size: Any, strides: Any = 1,
+    def __init__(self, filters: int, kernel_size: Any, strides: Any = (1, 1),
                  padding: str = "valid", data_format: str | None = None,
-                 dilation_rate: Any = 1, depth_multiplier: int = 1, activation: Any = None,
+                 dilation_rate: Any = (1, 1), depth_multiplier: int = 1, activation: Any = None,
                  use_bias: bool = True, depthwise_initializer: Any = "glorot_uniform",
                  pointwise_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
                  depthwise_regularizer: Any = None, pointwise_regularizer: Any = None,
@@ -263,3 +282,14 @@ class SeparableConv1D(SeparableConv2D):
     """
 
     rank = 1
+
+    def __init__(self, filters: int, kernel_size: Any, strides: Any = 1,
+                 padding: str = "valid", data_format: str | None = None,
+                 dilation_rate: Any = 1, depth_multiplier: int = 1, activation: Any = None,
+                 use_bias: bool = True, depthwise_initializer: Any = "glorot_uniform",
+                 pointwise_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
+                 depthwise_regularizer: Any = None, pointwise_regularizer: Any = None,
+                 bias_regularizer: Any = None, activity_regularizer: Any = None,
+                 depthwise_constraint: Any = None, pointwise_constraint: Any = None,
+                 bias_constraint: Any = None, **kwargs: Any):
+        super().__init__(**keras_args(locals()))

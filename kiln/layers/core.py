@@ -48,8 +48,11 @@ class Dense(Layer):
                  kernel_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
                  kernel_regularizer: Any = None, bias_regularizer: Any = None,
                  activity_regularizer: Any = None, kernel_constraint: Any = None,
-                 bias_constraint: Any = None, **kwargs: Any):
-        drop_keras_extras("Dense", kwargs)
+                 bias_constraint: Any = None, lora_rank: int | None = None,
+                 lora_alpha: float | None = None, quantization_config: Any = None,
+                 **kwargs: Any):
+        drop_keras_extras("Dense", {"lora_rank": lora_rank, "lora_alpha": lora_alpha,
+                                    "quantization_config": quantization_config})
         super().__init__(**kwargs)
         units = positive_int("Dense", "units", units)
         set_constraints(self, kernel_constraint=kernel_constraint,
@@ -198,7 +201,7 @@ class Dropout(Layer):
         # A mask of noise_shape: slice the input down to size 1 on the broadcast axes.
         spec = [(0, 1, 1) if n == 1 and d != 1 else (None, None, 1)
                 for n, d in zip(self.noise_shape, inputs.shape)]
-        like = K.slice(inputs, spec)
+        like = K.slice(inputs, spec, None)
         keep = K.greater_equal(K.random_uniform(ctx.rng_key, like, self.salt),
                                K.constant(self.rate, inputs.dtype))
         scaled = inputs * K.constant(1.0 / (1.0 - self.rate), inputs.dtype)
@@ -241,12 +244,14 @@ class Embedding(Layer):
 
     def __init__(self, input_dim: int, output_dim: int, embeddings_initializer: Any = "uniform",
                  embeddings_regularizer: Any = None, embeddings_constraint: Any = None,
-                 mask_zero: bool = False, activity_regularizer: Any = None, **kwargs: Any):
-        drop_keras_extras("Embedding", kwargs)
+                 mask_zero: bool = False, weights: Any = None, lora_rank: int | None = None,
+                 lora_alpha: float | None = None, quantization_config: Any = None, *,
+                 activity_regularizer: Any = None, **kwargs: Any):
+        drop_keras_extras("Embedding", {"lora_rank": lora_rank, "lora_alpha": lora_alpha,
+                                        "quantization_config": quantization_config})
         input_length = kwargs.pop("input_length", None)  # Keras 2 configs
         if input_length is not None and "input_shape" not in kwargs:
             kwargs["input_shape"] = (input_length,)
-        weights = kwargs.pop("weights", None)
         super().__init__(**kwargs)
         input_dim = positive_int("Embedding", "input_dim", input_dim)
         output_dim = positive_int("Embedding", "output_dim", output_dim)

@@ -119,9 +119,14 @@ class EinsumDense(Layer):
     def __init__(self, equation: str, output_shape: Any, activation: Any = None,
                  bias_axes: str | None = None, kernel_initializer: Any = "glorot_uniform",
                  bias_initializer: Any = "zeros", kernel_regularizer: Any = None,
-                 bias_regularizer: Any = None, activity_regularizer: Any = None,
-                 kernel_constraint: Any = None, bias_constraint: Any = None, **kwargs: Any):
-        drop_keras_extras("EinsumDense", kwargs)
+                 bias_regularizer: Any = None, kernel_constraint: Any = None,
+                 bias_constraint: Any = None, lora_rank: int | None = None,
+                 lora_alpha: float | None = None, gptq_unpacked_column_size: Any = None,
+                 quantization_config: Any = None, *, activity_regularizer: Any = None,
+                 **kwargs: Any):
+        drop_keras_extras("EinsumDense", {
+            "lora_rank": lora_rank, "lora_alpha": lora_alpha, "quantization_config":
+            quantization_config, "gptq_unpacked_column_size": gptq_unpacked_column_size})
         super().__init__(**kwargs)
         _init_weight_args(self, locals())
         self.equation = str(equation)

@@ -27,16 +27,18 @@ class InputLayer(Layer):
     """
 
     def __init__(self, shape: Any = None, batch_size: int | None = None, dtype: Any = None,
-                 batch_shape: Any = None, name: str | None = None, sparse: Any = None,
+                 sparse: Any = None, ragged: Any = None, batch_shape: Any = None,
+                 input_tensor: Any = None, optional: bool = False, name: str | None = None,
                  **kwargs: Any):
-        for key in ("ragged", "optional"):
-            if kwargs.pop(key, None):
-                raise ValueError(f"InputLayer: {key}=True is not supported by kiln")
+        for key, value in (("ragged", ragged), ("optional", optional)):
+            if value:
+                raise ValueError(f"InputLayer: {key}=True is not supported by kiln (every "
+                                 "model input is a dense tensor that must be given)")
         legacy = kwargs.pop("batch_input_shape", None)  # Keras 2 configs
         if legacy is not None and batch_shape is None and shape is None:
             batch_shape = legacy
         kwargs.pop("input_shape", None)
-        if kwargs.pop("input_tensor", None) is not None:
+        if input_tensor is not None:
             raise ValueError("InputLayer: input_tensor is not supported by kiln")
         if kwargs:
             raise TypeError(f"InputLayer: unexpected keyword argument(s) {sorted(kwargs)}")
@@ -74,7 +76,8 @@ class InputLayer(Layer):
 
 
 def Input(shape: Any = None, batch_size: int | None = None, dtype: Any = None,  # noqa: N802
-          name: str | None = None, batch_shape: Any = None, sparse: Any = None) -> Node:
+          sparse: Any = None, ragged: Any = None, batch_shape: Any = None,
+          name: str | None = None, tensor: Any = None, optional: bool = False) -> Node:
     """A symbolic input tensor for the functional API (the output of a new ``InputLayer``).
 
     Args:
@@ -83,6 +86,8 @@ def Input(shape: Any = None, batch_size: int | None = None, dtype: Any = None,  
         dtype: the dtype (default ``kiln.config.floatx()``; ``"int32"`` for token ids).
         name: optional name.
         batch_shape: the full shape including the batch dimension, instead of ``shape``.
+        sparse, ragged, tensor, optional: Keras' sparse, ragged, wrapped and optional inputs
+            are not supported: a true value (a tensor) raises ValueError.
 
     Returns:
         A placeholder of shape ``(batch_size,) + shape``, registered to its ``InputLayer``.
@@ -92,6 +97,8 @@ def Input(shape: Any = None, batch_size: int | None = None, dtype: Any = None,  
         >>> y = kiln.layers.Dense(10, activation="softmax")(x)
         >>> model = kiln.Model(x, y)
     """
+    if tensor is not None:
+        raise ValueError("Input: tensor= is not supported by kiln (inputs are new placeholders)")
     layer = InputLayer(shape=shape, batch_size=batch_size, dtype=dtype, batch_shape=batch_shape,
-                       name=name, sparse=sparse)
+                       name=name, sparse=sparse, ragged=ragged, optional=optional)
     return layer.output

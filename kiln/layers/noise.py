@@ -127,10 +127,11 @@ class SpatialDropout1D(Dropout):
 
     rank = 3
 
-    def __init__(self, rate: float, seed: int | None = None, **kwargs: Any):
+    def __init__(self, rate: float, seed: int | None = None, name: str | None = None,
+                 dtype: Any = None, **kwargs: Any):
         kwargs.pop("noise_shape", None)
         super().__init__(rate, noise_shape=(None,) + (1,) * (self.rank - 2) + (None,),
-                         seed=seed, **kwargs)
+                         seed=seed, name=name, dtype=dtype, **kwargs)
 
     def _check_inputs(self, inputs: Any) -> None:
         if isinstance(inputs, Node):
@@ -159,8 +160,8 @@ class SpatialDropout2D(SpatialDropout1D):
     rank = 4
 
     def __init__(self, rate: float, data_format: str | None = None, seed: int | None = None,
-                 **kwargs: Any):
-        super().__init__(rate, seed=seed, **kwargs)
+                 name: str | None = None, dtype: Any = None, **kwargs: Any):
+        super().__init__(rate, seed=seed, name=name, dtype=dtype, **kwargs)
         self.data_format = normalize_data_format("SpatialDropout2D", data_format)
 
     def get_config(self) -> dict:

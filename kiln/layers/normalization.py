@@ -81,8 +81,11 @@ class BatchNormalization(Layer):
                  gamma_initializer: Any = "ones", moving_mean_initializer: Any = "zeros",
                  moving_variance_initializer: Any = "ones", beta_regularizer: Any = None,
                  gamma_regularizer: Any = None, beta_constraint: Any = None,
-                 gamma_constraint: Any = None, synchronized: bool = False, **kwargs: Any):
-        kwargs.pop("renorm_momentum", None)  # only meaningful with renorm
+                 gamma_constraint: Any = None, renorm: bool = False,
+                 renorm_clipping: Any = None, renorm_momentum: float = 0.99,
+                 synchronized: bool = False, **kwargs: Any):
+        # renorm_momentum is only meaningful with renorm
+        kwargs.update(renorm=renorm, renorm_clipping=renorm_clipping)
         for key in ("renorm", "renorm_clipping", "fused", "virtual_batch_size", "adjustment"):
             if kwargs.pop(key, None):
                 raise ValueError(f"BatchNormalization: {key} is not supported by kiln")
@@ -226,10 +229,10 @@ class LayerNormalization(Layer):
     supports_masking = True  # keeps the time axis: the mask passes through
 
     def __init__(self, axis: Any = -1, epsilon: float = 1e-3, center: bool = True,
-                 scale: bool = True, rms_scaling: bool = False, beta_initializer: Any = "zeros",
+                 scale: bool = True, beta_initializer: Any = "zeros",
                  gamma_initializer: Any = "ones", beta_regularizer: Any = None,
                  gamma_regularizer: Any = None, beta_constraint: Any = None,
-                 gamma_constraint: Any = None, **kwargs: Any):
+                 gamma_constraint: Any = None, *, rms_scaling: bool = False, **kwargs: Any):
         super().__init__(**kwargs)
         set_constraints(self, beta_constraint=beta_constraint,
                         gamma_constraint=gamma_constraint)

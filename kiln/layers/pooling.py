@@ -64,6 +64,10 @@ class MaxPooling1D(_Pooling):
     rank = 1
     op = staticmethod(K.max_pool1d)
 
+    def __init__(self, pool_size: Any = 2, strides: Any = None, padding: str = "valid",
+                 data_format: str | None = None, name: str | None = None, **kwargs: Any):
+        super().__init__(pool_size, strides, padding, data_format, name=name, **kwargs)
+
 
 class AveragePooling1D(_Pooling):
     __doc__ = ("Average pooling over ``(batch, steps, channels)``; with \"same\" the mean is "
@@ -72,12 +76,20 @@ class AveragePooling1D(_Pooling):
     rank = 1
     op = staticmethod(K.avg_pool1d)
 
+    def __init__(self, pool_size: Any, strides: Any = None, padding: str = "valid",
+                 data_format: str | None = None, name: str | None = None, **kwargs: Any):
+        super().__init__(pool_size, strides, padding, data_format, name=name, **kwargs)
+
 
 class MaxPooling2D(_Pooling):
     __doc__ = ("Max pooling over ``(batch, height, width, channels)``.\n"
                + _SHAPE_DOC.format(pair=" or pair"))
     rank = 2
     op = staticmethod(K.max_pool2d)
+
+    def __init__(self, pool_size: Any = (2, 2), strides: Any = None, padding: str = "valid",
+                 data_format: str | None = None, name: str | None = None, **kwargs: Any):
+        super().__init__(pool_size, strides, padding, data_format, name=name, **kwargs)
 
 
 class AveragePooling2D(_Pooling):
@@ -86,6 +98,10 @@ class AveragePooling2D(_Pooling):
                + _SHAPE_DOC.format(pair=" or pair"))
     rank = 2
     op = staticmethod(K.avg_pool2d)
+
+    def __init__(self, pool_size: Any, strides: Any = None, padding: str = "valid",
+                 data_format: str | None = None, name: str | None = None, **kwargs: Any):
+        super().__init__(pool_size, strides, padding, data_format, name=name, **kwargs)
 
 
 class _GlobalPooling(Layer):

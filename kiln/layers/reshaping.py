@@ -324,7 +324,7 @@ def _crop(layer: Layer, inputs: Node, crops: tuple[tuple[int, int], ...]) -> Nod
                              f"{format_shape(inputs.shape)}")
         spec.append((lo, None if n is None else n - hi, 1))
     spec += [(None, None, 1)] * (inputs.ndim - 1 - len(crops))
-    return K.slice(inputs, spec)
+    return K.slice(inputs, spec, None)
 
 
 class Cropping1D(Layer):

@@ -23,7 +23,7 @@ from kiln import regularizers
 from kiln.core import Node, format_shape
 from kiln.layers._utils import add_activity_loss, check_mask, deserialize_layer, serialize_layer
 from kiln.layers.base import Layer, snake_case
-from kiln.layers.rnn_cells import GRUCell, LSTMCell, SimpleRNNCell
+from kiln.layers.rnn_cells import GRUCell, LSTMCell, SimpleRNNCell, keras_args
 
 
 def _sizes(cell: Any) -> list[int]:
@@ -223,20 +223,20 @@ class RNN(Layer):
 # layout of the input has to be computed (an embedding gathers time-major directly).
 def _first_step(seq: Node) -> Node:
     """``seq[0]`` of a time-major sequence: one step's input (for the dropout masks' shape)."""
-    return K.reshape(K.slice(seq, [(0, 1, 1), (None, None, 1), (None, None, 1)]),
+    return K.reshape(K.slice(seq, [(0, 1, 1), (None, None, 1), (None, None, 1)], None),
                      (-1, seq.shape[-1]))
 
 
 def _last(ys: Node, backwards: bool) -> Node:
     """The output of the last step processed (``ys`` is in time order)."""
     spec = [(0, 1, 1) if backwards else (-1, None, 1), (None, None, 1), (None, None, 1)]
-    t = K.slice(ys, spec)
+    t = K.slice(ys, spec, None)
     return K.reshape(t, (-1, ys.shape[-1]))
 
 
 def _zero_states(seq: Node, sizes: list[int]) -> list[Node]:
     """Zero states ``(batch, size)``, the batch taken from the time-major ``seq``."""
-    col = K.zeros_like(K.slice(seq, [(0, 1, 1), (None, None, 1), (0, 1, 1)]))
+    col = K.zeros_like(K.slice(seq, [(0, 1, 1), (None, None, 1), (0, 1, 1)], None))
     col = K.reshape(col, (-1, 1))
     return [col + K.constant(np.zeros(s), seq.dtype) for s in sizes]
 
@@ -293,6 +293,18 @@ class SimpleRNN(_CellRNN):
     cell_class = SimpleRNNCell
     cell_args = _COMMON
 
+    def __init__(self, units: int, activation: Any = "tanh", use_bias: bool = True,
+                 kernel_initializer: Any = "glorot_uniform",
+                 recurrent_initializer: Any = "orthogonal", bias_initializer: Any = "zeros",
+                 kernel_regularizer: Any = None, recurrent_regularizer: Any = None,
+                 bias_regularizer: Any = None, activity_regularizer: Any = None,
+                 kernel_constraint: Any = None, recurrent_constraint: Any = None,
+                 bias_constraint: Any = None, dropout: float = 0.0,
+                 recurrent_dropout: float = 0.0, return_sequences: bool = False,
+                 return_state: bool = False, go_backwards: bool = False, stateful: bool = False,
+                 unroll: bool = False, seed: int | None = None, **kwargs: Any):
+        super().__init__(**keras_args(locals()))
+
 
 class LSTM(_CellRNN):
     """Long short-term memory (Hochreiter 1997); arguments as :class:`LSTMCell` plus those of
@@ -306,6 +318,19 @@ class LSTM(_CellRNN):
     cell_class = LSTMCell
     cell_args = _COMMON + ("recurrent_activation", "unit_forget_bias")
 
+    def __init__(self, units: int, activation: Any = "tanh", recurrent_activation: Any = "sigmoid",
+                 use_bias: bool = True, kernel_initializer: Any = "glorot_uniform",
+                 recurrent_initializer: Any = "orthogonal", bias_initializer: Any = "zeros",
+                 unit_forget_bias: bool = True, kernel_regularizer: Any = None,
+                 recurrent_regularizer: Any = None, bias_regularizer: Any = None,
+                 activity_regularizer: Any = None, kernel_constraint: Any = None,
+                 recurrent_constraint: Any = None, bias_constraint: Any = None,
+                 dropout: float = 0.0, recurrent_dropout: float = 0.0, seed: int | None = None,
+                 return_sequences: bool = False, return_state: bool = False,
+                 go_backwards: bool = False, stateful: bool = False, unroll: bool = False,
+                 use_cudnn: Any = "auto", **kwargs: Any):
+        super().__init__(**keras_args(locals()))
+
 
 class GRU(_CellRNN):
     """Gated recurrent unit (Cho et al. 2014); arguments as :class:`GRUCell` (``reset_after=
@@ -317,4 +342,17 @@ class GRU(_CellRNN):
 
     cell_class = GRUCell
     cell_args = _COMMON + ("recurrent_activation", "reset_after")
+
+    def __init__(self, units: int, activation: Any = "tanh", recurrent_activation: Any = "sigmoid",
+                 use_bias: bool = True, kernel_initializer: Any = "glorot_uniform",
+                 recurrent_initializer: Any = "orthogonal", bias_initializer: Any = "zeros",
+                 kernel_regularizer: Any = None, recurrent_regularizer: Any = None,
+                 bias_regularizer: Any = None, activity_regularizer: Any = None,
+                 kernel_constraint: Any = None, recurrent_constraint: Any = None,
+                 bias_constraint: Any = None, dropout: float = 0.0,
+                 recurrent_dropout: float = 0.0, seed: int | None = None,
+                 return_sequences: bool = False, return_state: bool = False,
+                 go_backwards: bool = False, stateful: bool = False, unroll: bool = False,
+                 reset_after: bool = True, use_cudnn: Any = "auto", **kwargs: Any):
+        super().__init__(**keras_args(locals()))
 

@@ -17,7 +17,13 @@ import numpy as np
 import kiln.ops as K
 from kiln import activations, initializers, regularizers
 from kiln.core import Node, format_shape
-from kiln.layers._utils import constraint_config, positive_int, random_stream, set_constraints
+from kiln.layers._utils import (
+    constraint_config,
+    keras_args,
+    positive_int,
+    random_stream,
+    set_constraints,
+)
 from kiln.layers.base import Layer
 from kiln.layers.context import current, in_training
 
@@ -155,7 +161,7 @@ class DropoutCell(Layer):
 def _split(z: Node, n: int, units: int) -> list[Node]:
     """The ``n`` gate blocks of ``z`` (last axis), as views."""
     lead = [(None, None, 1)] * (z.ndim - 1)
-    return [K.slice(z, lead + [(k * units, (k + 1) * units, 1)]) for k in range(n)]
+    return [K.slice(z, lead + [(k * units, (k + 1) * units, 1)], None) for k in range(n)]
 
 
 class SimpleRNNCell(DropoutCell):
@@ -199,11 +205,13 @@ class LSTMCell(DropoutCell):
                  recurrent_activation: Any = "sigmoid", use_bias: bool = True,
                  kernel_initializer: Any = "glorot_uniform",
                  recurrent_initializer: Any = "orthogonal", bias_initializer: Any = "zeros",
-                 unit_forget_bias: bool = True, **kwargs: Any):
-        super().__init__(units, activation=activation, use_bias=use_bias,
-                         kernel_initializer=kernel_initializer,
-                         recurrent_initializer=recurrent_initializer,
-                         bias_initializer=bias_initializer, **kwargs)
+                 unit_forget_bias: bool = True, kernel_regularizer: Any = None,
+                 recurrent_regularizer: Any = None,
+                 bias_regularizer: Any = None, kernel_constraint: Any = None,
+                 recurrent_constraint: Any = None, bias_constraint: Any = None,
+                 dropout: float = 0.0, recurrent_dropout: float = 0.0,
+                 seed: int | None = None, **kwargs: Any):
+        super().__init__(**keras_args(locals(), ("recurrent_activation", "unit_forget_bias")))
         self.recurrent_activation = activations.get(recurrent_activation)
         self.unit_forget_bias = bool(unit_forget_bias)
 
@@ -264,8 +272,14 @@ class GRUCell(DropoutCell):
 
     def __init__(self, units: int, activation: Any = "tanh",
                  recurrent_activation: Any = "sigmoid", use_bias: bool = True,
-                 reset_after: bool = True, **kwargs: Any):
-        super().__init__(units, activation=activation, use_bias=use_bias, **kwargs)
+                 kernel_initializer: Any = "glorot_uniform",
+                 recurrent_initializer: Any = "orthogonal", bias_initializer: Any = "zeros",
+                 kernel_regularizer: Any = None, recurrent_regularizer: Any = None,
+                 bias_regularizer: Any = None, kernel_constraint: Any = None,
+                 recurrent_constraint: Any = None, bias_constraint: Any = None,
+                 dropout: float = 0.0, recurrent_dropout: float = 0.0, reset_after: bool = True,
+                 seed: int | None = None, **kwargs: Any):
+        super().__init__(**keras_args(locals(), ("recurrent_activation", "reset_after")))
         self.recurrent_activation = activations.get(recurrent_activation)
         self.reset_after = bool(reset_after)
 
@@ -279,10 +293,10 @@ class GRUCell(DropoutCell):
         mx = K.matmul(x, self.kernel)
         if self.reset_after:
             if self.bias is not None:
-                mx = mx + K.slice(self.bias, [(0, 1, 1), (None, None, 1)])
+                mx = mx + K.slice(self.bias, [(0, 1, 1), (None, None, 1)], None)
             mh = K.matmul(hd, self.recurrent_kernel)
             if self.bias is not None:
-                mh = mh + K.slice(self.bias, [(1, 2, 1), (None, None, 1)])
+                mh = mh + K.slice(self.bias, [(1, 2, 1), (None, None, 1)], None)
             xz, xr, xh = _split(mx, 3, u)
             hz, hr, hh = _split(mh, 3, u)
             z = ra(xz + hz)

@@ -205,7 +205,7 @@ class TimeDistributed(Layer):
         # an unknown number of steps: unfold to the shape of a (batch, steps, *out) template
         # (zeros from the input's first feature: only its shape is read)
         col = K.slice(inputs, [(None, None, 1), (None, None, 1)] + [(0, 1, 1)] * (
-            inputs.ndim - 2))
+            inputs.ndim - 2), None)
         col = K.squeeze(col, tuple(range(2, inputs.ndim))) if inputs.ndim > 2 else col
         for _ in range(out.ndim - 1):
             col = K.expand_dims(col, -1)

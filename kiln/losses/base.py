@@ -9,6 +9,7 @@ symbolic tensors or NumPy arrays; on arrays they run through kiln's one eager pa
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 from collections.abc import Callable
 from typing import Any
@@ -282,23 +283,42 @@ class LossFunctionWrapper(Loss):
         return cls(**config)
 
 
+def _signature(order: tuple[str, ...], defaults: dict[str, Any]) -> inspect.Signature:
+    """``(self, <order with defaults>)``: the signature a generated class shows."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    return inspect.Signature([inspect.Parameter("self", kind)] + [
+        inspect.Parameter(n, kind, default=defaults[n]) for n in order])
+
+
+def _bind(class_name: str, signature: inspect.Signature, defaults: dict[str, Any],
+          args: tuple, kwargs: dict) -> dict[str, Any]:
+    try:
+        bound = signature.bind(None, *args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"{class_name}: {e}") from None
+    values = dict(defaults)
+    values.update({k: v for k, v in bound.arguments.items() if k != "self"})
+    return values
+
+
 def wrapper_class(class_name: str, fn: Callable, default_name: str,
-                  params: dict[str, Any]) -> type[LossFunctionWrapper]:
-    """Builds a Keras loss class (``MeanSquaredError`` ...) around a loss function."""
-    def __init__(self, *args: Any, reduction: Any = "sum_over_batch_size",
-                 name: str | None = default_name, dtype: Any = None, **kwargs: Any):
-        names = list(params)
-        if len(args) > len(names):
-            raise TypeError(f"{class_name}: too many positional arguments")
-        values = dict(params)
-        values.update(zip(names, args))
-        for key in kwargs:
-            if key not in params:
-                raise TypeError(f"{class_name}: unexpected keyword argument {key!r}")
-        values.update(kwargs)
+                  params: dict[str, Any], order: tuple[str, ...] | None = None
+                  ) -> type[LossFunctionWrapper]:
+    """Builds a Keras loss class (``MeanSquaredError`` ...) around a loss function.
+
+    ``order`` is Keras' argument order (default: ``params``, then reduction, name, dtype)."""
+    defaults = {**params, "reduction": "sum_over_batch_size", "name": default_name,
+                "dtype": None}
+    order = order or (*params, "reduction", "name", "dtype")
+    signature = _signature(order, defaults)
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        values = _bind(class_name, signature, defaults, args, kwargs)
+        reduction, name, dtype = values.pop("reduction"), values.pop("name"), values.pop("dtype")
         LossFunctionWrapper.__init__(self, fn, reduction=reduction, name=name, dtype=dtype,
                                      **values)
 
+    __init__.__signature__ = signature  # type: ignore[attr-defined]
     doc = (f"Loss object for :func:`{fn.__name__}` (arguments: "
            f"{', '.join(f'{k}={v!r}' for k, v in params.items()) or 'none'}; plus "
            "``reduction`` and ``name``).")

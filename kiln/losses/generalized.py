@@ -13,7 +13,7 @@ from kiln.losses.base import _c, _float, _to_node, eager, wrapper_class
 
 
 @eager
-def categorical_generalized_cross_entropy(y_true: Any, y_pred: Any, q: float = 0.5) -> Node:
+def categorical_generalized_cross_entropy(y_true: Any, y_pred: Any, q: float) -> Node:
     """``(1 - p_y ** q) / q`` with ``p_y`` the predicted probability of the integer label
     ``y_true`` (shape ``(batch,)`` or ``(batch, 1)``; a label out of range raises IndexError
     when the batch runs). ``q`` in (0, 1): towards 0 the cross-entropy, at 1 the MAE."""

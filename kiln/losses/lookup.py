@@ -82,8 +82,9 @@ def find_class(name: str, classes: dict[str, type], base: type,
                      "defines it before loading")
 
 
-def deserialize(config: Any, custom_objects: dict | None = None) -> Any:
-    """Inverse of :func:`serialize`."""
+def deserialize(name: Any, custom_objects: dict | None = None) -> Any:
+    """Inverse of :func:`serialize` (``name``: a name or a serialized config dict)."""
+    config = name
     if isinstance(config, str):
         if custom_objects and config in custom_objects:
             return custom_objects[config]

@@ -43,5 +43,7 @@ def tversky(y_true: Any, y_pred: Any, alpha: float = 0.5, beta: float = 0.5,
     return _c(1.0, tp) - tp / (denom + _c(EPSILON, denom))
 
 
-Dice = wrapper_class("Dice", dice, "dice", {"axis": None})
-Tversky = wrapper_class("Tversky", tversky, "tversky", {"alpha": 0.5, "beta": 0.5, "axis": None})
+Dice = wrapper_class("Dice", dice, "dice", {"axis": None},
+                     order=("reduction", "name", "axis", "dtype"))
+Tversky = wrapper_class("Tversky", tversky, "tversky", {"alpha": 0.5, "beta": 0.5, "axis": None},
+                        order=("alpha", "beta", "reduction", "name", "axis", "dtype"))

@@ -152,4 +152,5 @@ CategoricalCrossentropy = wrapper_class(
     {"from_logits": False, "label_smoothing": 0.0, "axis": -1})
 SparseCategoricalCrossentropy = wrapper_class(
     "SparseCategoricalCrossentropy", sparse_categorical_crossentropy,
-    "sparse_categorical_crossentropy", {"from_logits": False, "ignore_class": None, "axis": -1})
+    "sparse_categorical_crossentropy", {"from_logits": False, "ignore_class": None, "axis": -1},
+    order=("from_logits", "ignore_class", "reduction", "axis", "name", "dtype"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import kiln.ops as K
+from kiln.config import floatx as kiln_floatx
 from kiln.core import Node, format_shape
 from kiln.losses.base import _c, _float, _to_node, eager, squeeze_or_expand_to_same_rank
 from kiln.metrics.base import wrapper_class
@@ -69,8 +70,17 @@ def _in_top_k(labels: Node, y_pred: Node, k: int) -> Node:
 
 
 @eager
-def sparse_top_k_categorical_accuracy(y_true: Any, y_pred: Any, k: int = 5) -> Node:
-    """Whether the integer label is among the ``k`` highest predictions."""
+def sparse_top_k_categorical_accuracy(y_true: Any, y_pred: Any, k: int = 5,
+                                      from_sorted_ids: bool = False) -> Node:
+    """Whether the integer label is among the ``k`` highest predictions; with
+    ``from_sorted_ids=True``, ``y_pred`` holds class ids sorted by score (best first) and the
+    label must be among its first ``k``."""
+    if from_sorted_ids:
+        ids = _to_node(y_pred)
+        labels = _sparse_labels(_to_node(y_true), ids)
+        top = K.slice(ids, [0] * ids.ndim, [-1] * (ids.ndim - 1) + [min(k, ids.shape[-1])])
+        hit = K.equal(K.expand_dims(K.cast(labels, ids.dtype), -1), top)
+        return K.cast(K.any(hit, axis=-1), kiln_floatx())
     y_true, y_pred = _pred_true(y_true, y_pred)
     return _in_top_k(_sparse_labels(y_true, y_pred), y_pred, k)
 
@@ -93,11 +103,13 @@ SparseCategoricalAccuracy = wrapper_class(
     "How often ``argmax(y_pred)`` equals the integer label.")
 TopKCategoricalAccuracy = wrapper_class("TopKCategoricalAccuracy", top_k_categorical_accuracy,
                                         "top_k_categorical_accuracy", {"k": 5},
-                                        "How often the one-hot label is in the top ``k``.")
+                                        "How often the one-hot label is in the top ``k``.",
+                                        order=("k", "name", "dtype"))
 SparseTopKCategoricalAccuracy = wrapper_class(
     "SparseTopKCategoricalAccuracy", sparse_top_k_categorical_accuracy,
-    "sparse_top_k_categorical_accuracy", {"k": 5},
-    "How often the integer label is in the top ``k``.")
+    "sparse_top_k_categorical_accuracy", {"k": 5, "from_sorted_ids": False},
+    "How often the integer label is in the top ``k``.",
+    order=("k", "name", "dtype", "from_sorted_ids"))
 
 
 @eager

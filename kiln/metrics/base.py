@@ -27,7 +27,14 @@ import kiln.ops as K
 from kiln import eager as eager_path
 from kiln.core import Node
 from kiln.layers import context as trace_context
-from kiln.losses.base import _builtin, _float, _symbolic, squeeze_or_expand_to_same_rank
+from kiln.losses.base import (
+    _bind,
+    _builtin,
+    _float,
+    _signature,
+    _symbolic,
+    squeeze_or_expand_to_same_rank,
+)
 from kiln.metrics import stateful
 
 
@@ -48,7 +55,7 @@ class Metric:
     _builtin_stats: Callable | None = None
     _builtin_merge: Callable | None = None
 
-    def __init__(self, name: str | None = None, dtype: Any = None):
+    def __init__(self, dtype: Any = None, name: str | None = None):
         from kiln.layers.base import snake_case
 
         self.name = name or snake_case(type(self).__name__)
@@ -278,6 +285,9 @@ class Mean(Metric):
 
     n_inputs = 1
 
+    def __init__(self, name: str | None = "mean", dtype: Any = None):
+        super().__init__(name=name, dtype=dtype)
+
     def reset_state(self) -> None:
         self.total = 0.0
         self.count = 0.0
@@ -301,6 +311,9 @@ class Mean(Metric):
 
 class Sum(Mean):
     """The (weighted) sum of the values seen."""
+
+    def __init__(self, name: str | None = "sum", dtype: Any = None):
+        super().__init__(name=name, dtype=dtype)
 
     def result(self) -> float:
         return self.total
@@ -349,20 +362,19 @@ class MeanMetricWrapper(Mean):
 
 
 def wrapper_class(class_name: str, fn: Callable, default_name: str, params: dict[str, Any],
-                  doc: str) -> type[MeanMetricWrapper]:
-    """Builds a Keras metric class (``BinaryAccuracy`` ...): the mean of ``fn``."""
-    def __init__(self, *args: Any, name: str | None = default_name, dtype: Any = None,
-                 **kwargs: Any):
-        names = list(params)
-        if len(args) > len(names):
-            raise TypeError(f"{class_name}: too many positional arguments")
-        values = dict(params)
-        values.update(zip(names, args))
-        for key in kwargs:
-            if key not in params:
-                raise TypeError(f"{class_name}: unexpected keyword argument {key!r}")
-        values.update(kwargs)
+                  doc: str, order: tuple[str, ...] | None = None) -> type[MeanMetricWrapper]:
+    """Builds a Keras metric class (``BinaryAccuracy`` ...): the mean of ``fn``.
+
+    ``order`` is Keras' argument order (default: name, dtype, then ``params``)."""
+    defaults = {**params, "name": default_name, "dtype": None}
+    signature = _signature(order or ("name", "dtype", *params), defaults)
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        values = _bind(class_name, signature, defaults, args, kwargs)
+        name, dtype = values.pop("name"), values.pop("dtype")
         MeanMetricWrapper.__init__(self, fn, name=name, dtype=dtype, **values)
+
+    __init__.__signature__ = signature  # type: ignore[attr-defined]
 
     return type(class_name, (MeanMetricWrapper,), {"__init__": __init__, "__doc__": doc,
                                                    "__module__": "kiln.metrics"})

@@ -19,10 +19,10 @@ from kiln.models.sequential import Sequential
 
 
 def load_model(filepath: Any, custom_objects: dict | None = None, compile: bool = True,
-               **kwargs: Any) -> Model:
+               safe_mode: bool = True) -> Model:
     """Loads a model saved by ``model.save`` (or by Keras); see ``kiln.saving``."""
     return saving.load_model(filepath, custom_objects=custom_objects, compile=compile,
-                             **kwargs)
+                             safe_mode=safe_mode)
 
 
 def model_from_config(config: dict, custom_objects: dict | None = None) -> Model:
@@ -35,12 +35,19 @@ def model_from_json(json_string: str, custom_objects: dict | None = None) -> Mod
     return model_from_config(json.loads(json_string), custom_objects)
 
 
-def clone_model(model: Model, custom_objects: dict | None = None, **kwargs: Any) -> Model:
+def clone_model(model: Model, input_tensors: Any = None, clone_function: Any = None,
+                call_function: Any = None, recursive: bool = False, *,
+                custom_objects: dict | None = None, **kwargs: Any) -> Model:
     """A model of the same architecture with freshly initialized weights (Keras'
-    ``clone_model`` without ``clone_function``/``input_tensors``)."""
-    for key in ("clone_function", "input_tensors", "call_function"):
-        if kwargs.get(key) is not None:
+    ``clone_model`` without ``clone_function``/``input_tensors``/``call_function``, which
+    raise NotImplementedError when given)."""
+    given = {"input_tensors": input_tensors, "clone_function": clone_function,
+             "call_function": call_function}
+    for key, value in given.items():
+        if value is not None:
             raise NotImplementedError(f"clone_model: {key} is not supported by kiln")
+    if kwargs:
+        raise TypeError(f"clone_model: unexpected keyword argument(s) {sorted(kwargs)}")
     return model_from_config(json.loads(model.to_json()), custom_objects)
 
 

@@ -36,10 +36,10 @@ class _Output:
 class CompileMixin:
     """``compile``, its config round trip, and the per-output losses and metrics."""
 
-    def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None,
-                loss_weights: Any = None, weighted_metrics: Any = None,
+    def compile(self, optimizer: Any = "rmsprop", loss: Any = None, loss_weights: Any = None,
+                metrics: Any = None, weighted_metrics: Any = None,
                 run_eagerly: bool = False, steps_per_execution: int = 1,
-                jit_compile: Any = "auto", auto_scale_loss: bool = True,
+                jit_compile: Any = "auto", auto_scale_loss: bool = True, *,
                 memory_budget: Any = None, device: Any = None) -> None:
         """Configures the model for training.
 

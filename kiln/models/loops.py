@@ -106,7 +106,7 @@ class LoopsMixin:
             validation_data: Any = None, shuffle: Any = True, class_weight: Any = None,
             sample_weight: Any = None, initial_epoch: int = 0,
             steps_per_epoch: int | None = None, validation_steps: int | None = None,
-            validation_batch_size: int | None = None, validation_freq: Any = 1,
+            validation_batch_size: int | None = None, validation_freq: Any = 1, *,
             check_finite: bool = True) -> Any:
         """Trains the model.
 
@@ -306,8 +306,8 @@ class LoopsMixin:
     @_one_at_a_time
     def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None,
                  verbose: Any = "auto", sample_weight: Any = None, steps: int | None = None,
-                 callbacks: Any = None, return_dict: bool = False,
-                 check_finite: bool = True) -> Any:
+                 callbacks: Any = None, return_dict: bool = False, *,
+                 check_finite: bool = True, **kwargs: Any) -> Any:
         """Loss and metrics of the model on data (in inference mode).
 
         Args:
@@ -323,6 +323,9 @@ class LoopsMixin:
             The loss (a float) when there are no metrics and one output; otherwise the list
             ``[loss, *metrics]`` in :attr:`metrics_names` order, or a dict.
         """
+        if kwargs:
+            raise TypeError(f"{self.name}: evaluate() got unexpected keyword argument(s) "
+                            f"{sorted(kwargs)}")
         self._assert_compiled("evaluate")
         batch_size = positive_int("evaluate: batch_size", batch_size)
         steps = positive_int("evaluate: steps", steps)

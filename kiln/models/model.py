@@ -313,34 +313,42 @@ class Model(Trainer, Layer):
 
     # ---- saving (implemented by kiln.saving) ----------------------------------------------
     @snapshot.consistent
-    def save(self, filepath: Any, *args: Any, **kwargs: Any) -> Any:
-        """Saves the model (``.keras``, ``.h5``): see ``kiln.saving``. With several ranks
-        (``kiln.distribution``) only rank 0 writes; call ``kiln.distribution.barrier()``
+    def save(self, filepath: Any, overwrite: bool = True, zipped: Any = None,
+             **kwargs: Any) -> Any:
+        """Saves the model (``.keras``, ``.h5``): see ``kiln.saving.save_model``. With several
+        ranks (``kiln.distribution``) only rank 0 writes; call ``kiln.distribution.barrier()``
         before other ranks read the file."""
         if not distribution.is_chief():
             return None
-        return saving.save_model(self, filepath, *args, **kwargs)
+        return saving.save_model(self, filepath, overwrite, zipped, **kwargs)
 
     @snapshot.consistent
-    def save_weights(self, filepath: Any, *args: Any, **kwargs: Any) -> Any:
-        """Saves the weights (``.weights.h5``, ``.h5``): see ``kiln.saving``. With several
-        ranks only rank 0 writes (as :meth:`save`)."""
+    def save_weights(self, filepath: Any, overwrite: bool = True, max_shard_size: Any = None,
+                     *, format: str = "kiln") -> Any:  # noqa: A002
+        """Saves the weights (``.weights.h5``, ``.h5``): see ``kiln.saving.save_weights``.
+        With several ranks only rank 0 writes (as :meth:`save`)."""
         if not distribution.is_chief():
             return None
-        return saving.save_weights(self, filepath, *args, **kwargs)
+        return saving.save_weights(self, filepath, overwrite, max_shard_size, format=format)
 
-    def load_weights(self, filepath: Any, *args: Any, **kwargs: Any) -> Any:
+    def load_weights(self, filepath: Any, skip_mismatch: bool = False, **kwargs: Any) -> Any:
         """Loads weights saved by ``save_weights`` or Keras: see ``kiln.saving``."""
-        return saving.load_weights(self, filepath, *args, **kwargs)
+        return saving.load_weights(self, filepath, skip_mismatch, **kwargs)
 
-    def export(self, filepath: Any = None, format: str = "onnx", opset: int | None = None,
+    def export(self, filepath: Any, format: str = "tf_saved_model", verbose: Any = None,
+               input_signature: Any = None, *, opset: int | None = None,
                dynamic_batch: bool = True, **kwargs: Any) -> Any:
         """Writes the inference graph as an ONNX model (``kiln.export.to_onnx``): inputs and
         outputs named like the model's, weights as initializers, a dynamic batch dimension.
 
         Args:
             filepath: the ``.onnx`` file (written atomically), or None to only return it.
-            format: "onnx", the one format kiln exports.
+            format: "onnx", the one format kiln exports. Keras' default, "tf_saved_model",
+                is not available: with it, a path ending in ``.onnx`` (or None) exports
+                ONNX and any other path raises ValueError.
+            verbose: accepted for Keras (kiln prints nothing).
+            input_signature: not supported (the model's own inputs are exported); a value
+                raises ValueError.
             opset: the ONNX opset (default 17).
             dynamic_batch: a symbolic batch dimension (False fixes it to 1).
             **kwargs: more options of ``kiln.export.to_onnx`` (``unroll``).
@@ -351,9 +359,14 @@ class Model(Trainer, Layer):
         Example:
             >>> model.export("model.onnx")
         """
-        if format != "onnx":
+        onnx_path = filepath is None or str(filepath).endswith(".onnx")
+        if format != "onnx" and not (format == "tf_saved_model" and onnx_path):
             raise ValueError(f"{self.name}: export supports format='onnx' only, received "
-                             f"{format!r}")
+                             f"{format!r} for the path {str(filepath)!r} (pass "
+                             "format='onnx' or a path ending in .onnx)")
+        if input_signature is not None:
+            raise ValueError(f"{self.name}: export(input_signature=...) is not supported by "
+                             "kiln: the model's own inputs are exported")
         specs = self._model_input_specs()
         if specs is None:
             raise ValueError(f"{self.name}: build the model before exporting it (call it on "

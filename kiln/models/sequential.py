@@ -32,7 +32,7 @@ class Sequential(Model):
         ... ])
     """
 
-    def __init__(self, layers: Any = None, name: str | None = None, trainable: bool = True,
+    def __init__(self, layers: Any = None, trainable: bool = True, name: str | None = None,
                  **kwargs: Any):
         self._init_model(name=name, trainable=trainable, **kwargs)
         self._layers: list[Layer] = []

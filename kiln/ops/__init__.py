@@ -46,7 +46,7 @@ from kiln.core.ops import reduce as _reduce
 from kiln.core.ops import sort as _sort
 from kiln.core.ops._rules import as_node as _as_node
 from kiln.core.ops.registry import apply as _apply
-from kiln.core.ops.scan import scan
+from kiln.core.ops.scan import scan as _scan
 from kiln.core.ops.source import constant, placeholder
 from kiln.core.variable import _TRACE
 from kiln.ops import _eager
@@ -129,9 +129,14 @@ def _arrays_first(args: tuple, kwargs: dict, first: str) -> tuple:
     return (_eager.to_array(a0),) + args[1:]
 
 
-def convert_to_tensor(x, dtype=None, sparse=None):
+def convert_to_tensor(x, dtype=None, sparse=None, ragged=None):
     """``x`` as a tensor: a node in graph mode (Variables read as their node), else a NumPy
-    array (Python floats as floatx, Python ints as int32), cast to ``dtype`` when given."""
+    array (Python floats as floatx, Python ints as int32), cast to ``dtype`` when given.
+    kiln tensors are dense: ``sparse=True`` or ``ragged=True`` raise."""
+    for arg, value in (("sparse", sparse), ("ragged", ragged)):
+        if value:
+            raise ValueError(f"convert_to_tensor: {arg}=True is not supported (kiln tensors "
+                             "are dense)")
     if is_symbolic(x):
         node = _as_node(x) if _symbolic((x,)) else _as_node(x, dtype)
         return node if dtype is None or node.dtype == dtype else _elementwise.cast(node, dtype)
@@ -147,9 +152,16 @@ def convert_to_numpy(x):
     return np.asarray(x)
 
 
-def stop_gradient(x):
-    """``x`` in the forward pass; no gradient flows through it."""
-    return _apply("stop_gradient", _as_node(x))
+def stop_gradient(variable):
+    """``variable`` (any tensor) in the forward pass; no gradient flows through it."""
+    return _apply("stop_gradient", _as_node(variable))
+
+
+def scan(f, init, xs=None, length=None, reverse=False, unroll=1, *, name="scan"):
+    """A loop in the graph, ``f(carry, x) -> (new_carry, y)`` (see ``kiln.core``'s scan).
+    ``unroll`` is a speed hint in Keras; kiln's loop is one graph op and runs the same
+    either way, so any value is accepted."""
+    return _scan(f, init, xs, length=length, reverse=reverse, name=name)
 
 
 def reshape_like(x, like):

@@ -37,8 +37,7 @@ def _sl(x, axis, start, stop):
 
 
 # ---- movement ------------------------------------------------------------------------------------
-def _reshape(x, newshape=None, *, shape=None):
-    newshape = shape if newshape is None else newshape
+def _reshape(x, newshape):
     if isinstance(newshape, int | np.integer):
         newshape = (int(newshape),)
     return _G.reshape(x, newshape)
@@ -55,7 +54,14 @@ transpose.__doc__ = "``x`` with its axes permuted by ``axes`` (reversed when Non
 expand_dims = _dual(_G.expand_dims, "expand_dims")
 squeeze = _dual(_G.squeeze, "squeeze")
 concatenate = _dual(_G.concatenate, "concatenate", first="tensors")
-stack = _dual(_G.stack, "stack", first="tensors")
+
+
+def _stack(x, axis=0):
+    return _G.stack(x, axis)
+
+
+stack = _dual(_stack, "stack", first="tensors")
+stack.__doc__ = "Joins the tensors ``x`` along a new ``axis``."
 
 
 def _flip(x, axis=None):
@@ -94,12 +100,12 @@ split.__doc__ = ("Splits ``x`` into equal sections (an int) or at the given indi
                  "like ``np.split``; returns a list.")
 
 
-def _slice(x, start_indices, shape=None):
-    if shape is None:  # kiln's form: one (start, stop, step) triple per axis
-        return _G.slice(x, start_indices)
+def _slice(inputs, start_indices, shape):
+    if shape is None:  # kiln's form (shape None): one (start, stop, step) triple per axis
+        return _G.slice(inputs, start_indices)
     starts = [int(s) for s in start_indices]
-    return _G.slice(x, [(s, s + int(n), 1) if int(n) >= 0 else (s, None, 1)
-                        for s, n in zip(starts, shape)])
+    return _G.slice(inputs, [(s, s + int(n), 1) if int(n) >= 0 else (s, None, 1)
+                             for s, n in zip(starts, shape)])
 
 
 slice = _dual(_slice, "slice")
@@ -341,7 +347,16 @@ matmul = _dual(_matmul, "matmul")
 matmul.__doc__ = "Matrix product with NumPy's rules for 1-D operands and batch dims."
 dot = _dual(_dot, "dot")
 dot.__doc__ = "``np.dot``: products of scalars, vectors, matrices, and sum over last/2nd-last."
-einsum = _dual(_G.einsum, "einsum", first="value")
+
+
+def _einsum(subscripts, *operands, **kwargs):
+    if kwargs:
+        raise TypeError(f"einsum: unexpected keyword argument(s) {sorted(kwargs)}")
+    return _G.einsum(subscripts, *operands)
+
+
+einsum = _dual(_einsum, "einsum", first="value")
+einsum.__doc__ = _G.einsum.__doc__
 
 
 # ---- control -------------------------------------------------------------------------------------

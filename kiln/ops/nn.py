@@ -113,10 +113,10 @@ log_sigmoid.__doc__ = "``-softplus(-x)``."
 
 
 # ---- one_hot and the crossentropies --------------------------------------------------------------
-def _one_hot(x, num_classes=None, axis=-1, dtype=None, sparse=False, *, depth=None):
+def _one_hot(x, num_classes, axis=-1, dtype=None, sparse=False):
     if isinstance(axis, str):  # kiln's older one_hot(indices, depth, dtype)
         axis, dtype = -1, axis
-    n = int(num_classes if num_classes is not None else depth)
+    n = int(num_classes)
     if sparse:
         raise ValueError("one_hot: sparse=True is not supported (kiln tensors are dense)")
     x = _N(x)

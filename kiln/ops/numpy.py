@@ -54,9 +54,10 @@ def eye(N, M=None, k=0, dtype=None):
                           dtype=_float_default(dtype)))
 
 
-def arange(start, stop=None, step=1, dtype=None):
+def arange(start, stop=None, step=None, dtype=None):
     """Evenly spaced values in [start, stop) (a NumPy array, a constant node inside a traced
     step; ints give int32, else floatx)."""
+    step = 1 if step is None else step
     if dtype is None:
         ints = builtins.all(isinstance(v, int | np.integer) for v in (start, stop, step)
                             if v is not None)
@@ -74,12 +75,12 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     return created(out.astype(_float_default(dtype)))
 
 
-def identity(x, dtype=None):
+def identity(n, dtype=None):
     """Keras' ``identity(n)``: the n x n identity matrix (a NumPy array). Given a tensor, kiln's
-    tagging op: a distinct node with the value of ``x`` (the functional API uses it)."""
-    if isinstance(x, int | np.integer) and not isinstance(x, bool):
-        return eye(x, dtype=dtype)
-    return _identity_op(x)
+    tagging op: a distinct node with the value of ``n`` (the functional API uses it)."""
+    if isinstance(n, int | np.integer) and not isinstance(n, bool):
+        return eye(n, dtype=dtype)
+    return _identity_op(n)
 
 
 _identity_op = _dual(_G.identity, "identity")
@@ -119,19 +120,32 @@ negative = neg = _ew("neg")
 sign, exp, expm1, log, log1p = (_ew(n) for n in ("sign", "exp", "expm1", "log", "log1p"))
 sqrt, rsqrt, square, reciprocal = (_ew(n) for n in ("sqrt", "rsqrt", "square", "reciprocal"))
 sin, cos, tanh, erf, floor, ceil = (_ew(n) for n in ("sin", "cos", "tanh", "erf", "floor", "ceil"))
-add, subtract, multiply, divide = (_ew(n) for n in ("add", "sub", "mul", "div"))
+
+
+def _ew2(name, public):
+    """A binary elementwise op with Keras' argument names ``(x1, x2)``."""
+    fn = getattr(_G, name)
+
+    def f(x1, x2):
+        return fn(x1, x2)
+    f.__name__, f.__doc__ = public, fn.__doc__
+    return _dual(f, name)
+
+
+add, subtract, multiply, divide = (_ew2(n, p) for n, p in (
+    ("add", "add"), ("sub", "subtract"), ("mul", "multiply"), ("div", "divide")))
 sub, mul, div, true_divide = subtract, multiply, divide, divide
-power = pow = _ew("pow")
-maximum, minimum = _ew("maximum"), _ew("minimum")
-equal, not_equal, less, less_equal = (_ew(n) for n in ("equal", "not_equal", "less",
-                                                        "less_equal"))
-greater, greater_equal = _ew("greater"), _ew("greater_equal")
-logical_and, logical_or, logical_not = (_ew(n) for n in ("logical_and", "logical_or",
-                                                         "logical_not"))
+power = pow = _ew2("pow", "power")
+maximum, minimum = _ew2("maximum", "maximum"), _ew2("minimum", "minimum")
+equal, not_equal, less, less_equal = (_ew2(n, n) for n in ("equal", "not_equal", "less",
+                                                            "less_equal"))
+greater, greater_equal = _ew2("greater", "greater"), _ew2("greater_equal", "greater_equal")
+logical_and, logical_or = _ew2("logical_and", "logical_and"), _ew2("logical_or", "logical_or")
+logical_not = _ew("logical_not")
 
 
-def _logical_xor(x, y):
-    return _G.not_equal(_G.cast(_N(x), "bool"), _G.cast(_N(y), "bool"))
+def _logical_xor(x1, x2):
+    return _G.not_equal(_G.cast(_N(x1), "bool"), _G.cast(_N(x2), "bool"))
 
 
 logical_xor = _dual(_logical_xor, "logical_xor")
@@ -150,10 +164,8 @@ round = _dual(_round, "round")
 round.__doc__ = "Rounds half to even (``np.round``), to ``decimals`` digits."
 
 
-def _clip(x, x_min=None, x_max=None, *, min_value=None, max_value=None):
-    lo = x_min if x_min is not None else min_value
-    hi = x_max if x_max is not None else max_value
-    return _G.clip(x, lo, hi)
+def _clip(x, x_min, x_max):
+    return _G.clip(x, x_min, x_max)
 
 
 clip = _dual(_clip, "clip")
@@ -210,10 +222,28 @@ def _reducer(name):
     return _dual(f, name)
 
 
-sum, mean, prod, logsumexp = (_dual(getattr(_G, n), n) for n in ("sum", "mean", "prod",
-                                                                 "logsumexp"))
+sum, mean, logsumexp = (_dual(getattr(_G, n), n) for n in ("sum", "mean", "logsumexp"))
 max, min = _reducer("max"), _reducer("min")
-amax, amin = max, min
+
+
+def _prod(x, axis=None, keepdims=False, dtype=None):
+    x = _N(x)
+    return _G.prod(x if dtype is None or x.dtype == dtype else _G.cast(x, dtype), axis=axis,
+                   keepdims=keepdims)
+
+
+prod = _dual(_prod, "prod")
+prod.__doc__ = "Product of ``x`` over ``axis`` (all when None), computed in ``dtype`` if given."
+
+
+def _no_initial(name, reducer):
+    def f(x, axis=None, keepdims=False):
+        return reducer.graph(x, axis=axis, keepdims=keepdims)
+    f.__name__, f.__doc__ = name, reducer.__doc__
+    return _dual(f, name)
+
+
+amax, amin = _no_initial("amax", max), _no_initial("amin", min)
 
 
 def _arg(name):

@@ -6,7 +6,7 @@ from typing import Any
 
 from kiln import ops
 from kiln.core import Node, Variable, convert_to_tensor
-from kiln.optimizers.base import Optimizer
+from kiln.optimizers.base import Optimizer, common_args
 
 
 class Adadelta(Optimizer):
@@ -30,8 +30,14 @@ class Adadelta(Optimizer):
     _slot_groups = (("accumulated_grad", "accumulated_delta_var"),)
 
     def __init__(self, learning_rate: Any = 0.001, rho: float = 0.95, epsilon: float = 1e-7,
-                 name: str | None = "adadelta", **kwargs: Any):
-        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+                 weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None,
+                 global_clipnorm: Any = None, use_ema: bool = False,
+                 ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None,
+                 loss_scale_factor: Any = None, gradient_accumulation_steps: Any = None,
+                 name: str | None = None, **kwargs: Any):
+        super().__init__(learning_rate=learning_rate, name=name or "adadelta",
+                         **common_args(locals()),
+                         **kwargs)
         self.rho = float(rho)
         self.epsilon = float(epsilon)
 

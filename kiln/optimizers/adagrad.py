@@ -6,7 +6,7 @@ from typing import Any
 
 from kiln import ops
 from kiln.core import Node, Variable, convert_to_tensor
-from kiln.optimizers.base import Optimizer
+from kiln.optimizers.base import Optimizer, common_args
 
 
 class Adagrad(Optimizer):
@@ -26,8 +26,15 @@ class Adagrad(Optimizer):
     """
 
     def __init__(self, learning_rate: Any = 0.001, initial_accumulator_value: float = 0.1,
-                 epsilon: float = 1e-7, name: str | None = "adagrad", **kwargs: Any):
-        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+                 epsilon: float = 1e-7,
+                 weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None,
+                 global_clipnorm: Any = None, use_ema: bool = False,
+                 ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None,
+                 loss_scale_factor: Any = None, gradient_accumulation_steps: Any = None,
+                 name: str | None = None, **kwargs: Any):
+        super().__init__(learning_rate=learning_rate, name=name or "adagrad",
+                         **common_args(locals()),
+                         **kwargs)
         if initial_accumulator_value < 0:
             raise ValueError("Adagrad: `initial_accumulator_value` must be non-negative, "
                              f"received {initial_accumulator_value}")

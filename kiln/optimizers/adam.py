@@ -6,7 +6,7 @@ from typing import Any
 
 from kiln import ops
 from kiln.core import Node, Variable, convert_to_tensor
-from kiln.optimizers.base import Optimizer, _const
+from kiln.optimizers.base import Optimizer, _const, common_args
 
 
 class Adam(Optimizer):
@@ -32,9 +32,15 @@ class Adam(Optimizer):
     """
 
     def __init__(self, learning_rate: Any = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-7, amsgrad: bool = False, name: str | None = "adam",
+                 epsilon: float = 1e-7, amsgrad: bool = False,
+                 weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None,
+                 global_clipnorm: Any = None, use_ema: bool = False,
+                 ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None,
+                 loss_scale_factor: Any = None, gradient_accumulation_steps: Any = None,
+                 name: str | None = None,
                  **kwargs: Any):
-        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        super().__init__(learning_rate=learning_rate, name=name or "adam", **common_args(locals()),
+                         **kwargs)
         self.beta_1 = float(beta_1)
         self.beta_2 = float(beta_2)
         self.epsilon = float(epsilon)
@@ -88,10 +94,15 @@ class AdamW(Adam):
 
     def __init__(self, learning_rate: Any = 0.001, weight_decay: float = 0.004,
                  beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-7,
-                 amsgrad: bool = False, name: str | None = "adamw", **kwargs: Any):
+                 amsgrad: bool = False,
+                 clipnorm: Any = None, clipvalue: Any = None,
+                 global_clipnorm: Any = None, use_ema: bool = False,
+                 ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None,
+                 loss_scale_factor: Any = None, gradient_accumulation_steps: Any = None,
+                 name: str | None = None, **kwargs: Any):
         if weight_decay is None:
             raise ValueError("AdamW: argument `weight_decay` must be a float. Received: "
                              "weight_decay=None")
         super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
-                         epsilon=epsilon, amsgrad=amsgrad, name=name, weight_decay=weight_decay,
-                         **kwargs)
+                         epsilon=epsilon, amsgrad=amsgrad, name=name or "adamw",
+                         **common_args(locals()), **kwargs)

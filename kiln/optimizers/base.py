@@ -67,6 +67,15 @@ def _number(name: str, value: Any, owner: str) -> float:
     return float(value)
 
 
+_COMMON = ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "use_ema", "ema_momentum",
+           "ema_overwrite_frequency", "loss_scale_factor", "gradient_accumulation_steps")
+
+
+def common_args(local: dict) -> dict:
+    """The base Optimizer's arguments (Keras' shared tail) from a subclass's ``locals()``."""
+    return {k: local[k] for k in _COMMON if k in local}
+
+
 class Optimizer(ApplyMixin):
     """Base class of kiln's optimizers (Keras 3 arguments and semantics).
 

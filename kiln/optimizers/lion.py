@@ -6,7 +6,7 @@ from typing import Any
 
 from kiln import ops
 from kiln.core import Node, Variable, convert_to_tensor
-from kiln.optimizers.base import Optimizer
+from kiln.optimizers.base import Optimizer, common_args
 
 
 class Lion(Optimizer):
@@ -29,8 +29,13 @@ class Lion(Optimizer):
     _slot_groups = (("momentum",),)
 
     def __init__(self, learning_rate: Any = 0.001, beta_1: float = 0.9, beta_2: float = 0.99,
-                 name: str | None = "lion", **kwargs: Any):
-        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+                 weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None,
+                 global_clipnorm: Any = None, use_ema: bool = False,
+                 ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None,
+                 loss_scale_factor: Any = None, gradient_accumulation_steps: Any = None,
+                 name: str | None = None, **kwargs: Any):
+        super().__init__(learning_rate=learning_rate, name=name or "lion", **common_args(locals()),
+                         **kwargs)
         if beta_1 <= 0 or beta_1 > 1:
             raise ValueError("Lion: argument `beta_1` must be in the [0, 1] range. Otherwise, "
                              f"the optimizer degenerates to SignSGD. Received: beta_1={beta_1}.")

@@ -6,7 +6,7 @@ from typing import Any
 
 from kiln import ops
 from kiln.core import Node, Variable, convert_to_tensor
-from kiln.optimizers.base import Optimizer, _const
+from kiln.optimizers.base import Optimizer, _const, common_args
 
 
 class Nadam(Optimizer):
@@ -32,8 +32,14 @@ class Nadam(Optimizer):
     _slot_groups = (("momentum", "velocity"),)
 
     def __init__(self, learning_rate: Any = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-7, name: str | None = "nadam", **kwargs: Any):
-        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+                 epsilon: float = 1e-7,
+                 weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None,
+                 global_clipnorm: Any = None, use_ema: bool = False,
+                 ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None,
+                 loss_scale_factor: Any = None, gradient_accumulation_steps: Any = None,
+                 name: str | None = None, **kwargs: Any):
+        super().__init__(learning_rate=learning_rate, name=name or "nadam", **common_args(locals()),
+                         **kwargs)
         self.beta_1 = float(beta_1)
         self.beta_2 = float(beta_2)
         self.epsilon = float(epsilon)

@@ -296,13 +296,14 @@ _SCHEDULES: dict[str, type[LearningRateSchedule]] = {
                             InverseTimeDecay, CosineDecay, CosineDecayRestarts)}
 
 
-def serialize(schedule: LearningRateSchedule) -> dict[str, Any]:
+def serialize(learning_rate_schedule: LearningRateSchedule) -> dict[str, Any]:
     """A JSON-able dict ``{"module", "class_name", "config", "registered_name"}``.
 
     Example:
         >>> serialize(ExponentialDecay(0.1, 100, 0.9))["class_name"]
         'ExponentialDecay'
     """
+    schedule = learning_rate_schedule
     if not isinstance(schedule, LearningRateSchedule):
         raise TypeError(f"schedules.serialize: expected a LearningRateSchedule, received "
                         f"{type(schedule).__name__}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.core import Node, Variable, convert_to_tensor
-from kiln.optimizers.base import Optimizer
+from kiln.optimizers.base import Optimizer, common_args
 
 
 class SGD(Optimizer):
@@ -26,8 +26,13 @@ class SGD(Optimizer):
     """
 
     def __init__(self, learning_rate: Any = 0.01, momentum: float = 0.0, nesterov: bool = False,
-                 name: str | None = "SGD", **kwargs: Any):
-        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+                 weight_decay: Any = None, clipnorm: Any = None, clipvalue: Any = None,
+                 global_clipnorm: Any = None, use_ema: bool = False,
+                 ema_momentum: float = 0.99, ema_overwrite_frequency: Any = None,
+                 loss_scale_factor: Any = None, gradient_accumulation_steps: Any = None,
+                 name: str | None = None, **kwargs: Any):
+        super().__init__(learning_rate=learning_rate, name=name or "SGD", **common_args(locals()),
+                         **kwargs)
         if isinstance(momentum, bool) or not isinstance(momentum, int | float) \
                 or not 0 <= momentum <= 1:
             raise ValueError(f"SGD: `momentum` must be a float between [0, 1], received "

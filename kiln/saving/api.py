@@ -59,15 +59,22 @@ def _build_config(model: Any) -> Any:
         return None
 
 
+def _no_extra(where: str, kwargs: dict) -> None:
+    if kwargs:
+        raise TypeError(f"{where}: unexpected keyword argument(s) {sorted(kwargs)}")
+
+
 # ---- weights ------------------------------------------------------------------------------------
 def save_weights(model: Any, filepath: str | os.PathLike, overwrite: bool = True,
-                 format: str = "kiln") -> None:  # noqa: A002
+                 max_shard_size: Any = None, *, format: str = "kiln",  # noqa: A002
+                 **kwargs: Any) -> None:
     """Saves the model's weights to an HDF5 file (atomically).
 
     Args:
         model: a model or layer.
         filepath: the target; any name (``.weights.h5`` and ``.h5`` are customary).
         overwrite: if False and the file exists, raise FileExistsError.
+        max_shard_size: not supported (kiln writes one file): a value raises ValueError.
         format: ``"kiln"`` (default: weights keyed by layer and weight name, dtypes kept) or
             ``"keras"`` (Keras 3's ``.weights.h5`` layout, loadable by Keras; like Keras, it
             includes the optimizer's variables once the optimizer is built).
@@ -80,6 +87,10 @@ def save_weights(model: Any, filepath: str | os.PathLike, overwrite: bool = True
     path = os.fspath(filepath)
     if not overwrite and os.path.exists(path):
         raise FileExistsError(f"save_weights: {path!r} exists and overwrite=False")
+    if max_shard_size is not None:
+        raise ValueError(f"save_weights: max_shard_size={max_shard_size!r} is not supported by "
+                         "kiln (the weights are written to one file)")
+    _no_extra("save_weights", kwargs)
     if format not in ("kiln", "keras"):
         raise ValueError(f"save_weights: format must be 'kiln' or 'keras', received {format!r}")
 
@@ -102,7 +113,8 @@ def save_weights(model: Any, filepath: str | os.PathLike, overwrite: bool = True
     atomic_write(path, write)
 
 
-def load_weights(model: Any, filepath: str | os.PathLike, skip_mismatch: bool = False) -> None:
+def load_weights(model: Any, filepath: str | os.PathLike, skip_mismatch: bool = False,
+                 **kwargs: Any) -> None:
     """Loads weights saved by kiln or Keras into ``model``, all or nothing.
 
     Reads kiln's weight, model and checkpoint files, Keras 3 ``.weights.h5`` and ``.keras``
@@ -124,6 +136,7 @@ def load_weights(model: Any, filepath: str | os.PathLike, skip_mismatch: bool = 
             layer and both shapes; checked on the declared shapes, before any value is
             read).
     """
+    _no_extra("load_weights", kwargs)
     path = os.fspath(filepath)
     h5, source = loading.open_any(model, path, "load_weights")
     with h5, guard(source, "load_weights"):
@@ -198,7 +211,8 @@ def _write_keras_training_config(h5: Any, compile_config: Any, opt: Any) -> None
 
 
 def save_model(model: Any, filepath: str | os.PathLike, overwrite: bool = True,
-               include_optimizer: bool = True) -> None:
+               zipped: bool | None = None, *, include_optimizer: bool = True,
+               **kwargs: Any) -> None:
     """Saves the architecture, weights, compile configuration and optimizer state.
 
     ``.keras`` paths get Keras 3's zip layout (``config.json``, ``metadata.json``,
@@ -209,6 +223,9 @@ def save_model(model: Any, filepath: str | os.PathLike, overwrite: bool = True,
         model: the model.
         filepath: the target file.
         overwrite: if False and the file exists, raise FileExistsError.
+        zipped: None (the format follows the path), True for a ``.keras`` path; kiln writes
+            no unzipped ``.keras`` folder, so False with a ``.keras`` path (or True with
+            another) raises ValueError.
         include_optimizer: also save the optimizer's variables (default True).
 
     Example:
@@ -219,6 +236,10 @@ def save_model(model: Any, filepath: str | os.PathLike, overwrite: bool = True,
     path = os.fspath(filepath)
     if not overwrite and os.path.exists(path):
         raise FileExistsError(f"save_model: {path!r} exists and overwrite=False")
+    _no_extra("save_model", kwargs)
+    if zipped is not None and bool(zipped) != path.endswith(".keras"):
+        raise ValueError(f"save_model: zipped={zipped!r} is not supported for {path!r} (kiln "
+                         "zips .keras files and writes other paths as HDF5)")
     if path.endswith(".keras"):
         save_keras_zip(model, path, include_optimizer)
         return

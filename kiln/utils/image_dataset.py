@@ -57,7 +57,8 @@ def image_dataset_from_directory(
         shuffle: bool = True, seed: int | None = None, validation_split: float | None = None,
         subset: str | None = None, interpolation: str = "bilinear", follow_links: bool = False,
         crop_to_aspect_ratio: bool = False, pad_to_aspect_ratio: bool = False,
-        data_format: str | None = None, verbose: bool = True) -> Any:
+        data_format: str | None = None, format: str = "tf",  # noqa: A002
+        verbose: bool = True) -> Any:
     """Images in class sub-folders as a dataset, like
     ``keras.utils.image_dataset_from_directory``.
 
@@ -104,6 +105,9 @@ def image_dataset_from_directory(
         ...     seed=1)  # doctest: +SKIP
         >>> model.fit(train, validation_data=val, epochs=5)  # doctest: +SKIP
     """
+    if format != "tf":  # kiln returns its own dataset (batches of NumPy arrays)
+        raise ValueError(f"image_dataset_from_directory: format={format!r} is not supported by "
+                         "kiln; the default 'tf' returns kiln's dataset of NumPy batches")
     pil_image()  # fail early, with the install hint, when Pillow is missing
     if color_mode not in _MODES:
         raise ValueError(f"{_FN}: color_mode must be one of {sorted(_MODES)}, received "

@@ -308,7 +308,9 @@ def _row(title: str, value: str) -> str:
     return f"<tr><td>{html.escape(title)}</td><td>{html.escape(value)}</td></tr>"
 
 
-def _label(v: _Vertex, show_shapes: bool, show_dtype: bool, show_layer_names: bool) -> str:
+def _label(v: _Vertex, show_shapes: bool, show_dtype: bool, show_layer_names: bool,
+           layer: Any = None, show_activations: bool = False,
+           show_trainable: bool = False) -> str:
     e = html.escape
     if v.class_name == "op":
         title = f"<b>{e(v.name)}</b> (op)"
@@ -325,18 +327,26 @@ def _label(v: _Vertex, show_shapes: bool, show_dtype: bool, show_layer_names: bo
         if not v.is_input:
             rows.append(_row("Input dtype", _fmt_dtypes(v.input_dtypes)))
         rows.append(_row("Output dtype", _fmt_dtypes(v.output_dtypes)))
+    activation = getattr(layer, "activation", None)
+    if show_activations and callable(activation):
+        rows.append(_row("Activation", getattr(activation, "__name__", str(activation))))
+    if show_trainable and layer is not None:
+        rows.append(_row("Trainable", str(bool(getattr(layer, "trainable", True)))))
     return ('<<table border="0" cellborder="1" cellspacing="0" cellpadding="4">'
             + "".join(rows) + "</table>>")
 
 
 def model_to_dot(model: Any, show_shapes: bool = True, show_dtype: bool = False,
-                 show_layer_names: bool = True, rankdir: str = "TB", dpi: int = 96) -> str:
+                 show_layer_names: bool = True, rankdir: str = "TB", dpi: int = 96, *,
+                 expand_nested: bool = False, show_layer_activations: bool = False,
+                 show_trainable: bool = False, splines: str | None = None) -> str:
     """The model's layer graph as Graphviz DOT source (one node per layer, named by the
     layer's name; an edge for each layer output another layer consumes).
 
     Args:
         model: a built kiln model (Sequential, functional or subclassed).
-        show_shapes, show_dtype, show_layer_names, rankdir, dpi: see :func:`plot_model`.
+        show_shapes, show_dtype, show_layer_names, rankdir, dpi, expand_nested,
+            show_layer_activations, show_trainable, splines: see :func:`plot_model`.
 
     Returns:
         The DOT source text.
@@ -347,13 +357,28 @@ def model_to_dot(model: Any, show_shapes: bool = True, show_dtype: bool = False,
     if rankdir not in _RANKDIRS:
         raise ValueError(f"plot_model: rankdir must be one of {_RANKDIRS}, received "
                          f"{rankdir!r}")
-    g = layer_graph(model)
-    ids: dict[Any, str] = {}
-    used: set[str] = set()
+    graph = f"rankdir={rankdir}, dpi={int(dpi)}" + (f", splines={splines}" if splines else "")
     lines = [f"digraph {_quote(getattr(model, 'name', 'model'))} {{",
-             f'  graph [rankdir={rankdir}, dpi={int(dpi)}];',
+             f'  graph [{graph}];',
              '  node [shape=plaintext, fontname="Helvetica", fontsize=11];',
              '  edge [fontname="Helvetica"];']
+    options = (show_shapes, show_dtype, show_layer_names, show_layer_activations,
+               show_trainable, expand_nested)
+    nodes, edges = _dot_body(model, options, "", "  ")
+    lines += nodes + edges + ["}"]
+    return "\n".join(lines) + "\n"
+
+
+def _dot_body(model: Any, options: tuple, prefix: str, indent: str
+              ) -> tuple[list[str], list[str]]:
+    """The node and edge lines of ``model``'s graph; node ids start with ``prefix``. With
+    ``expand_nested`` a nested model also gets its own graph in a box (a DOT cluster)."""
+    shapes, dtypes, names, activations, trainable, expand = options
+    g = layer_graph(model)
+    sublayers = {id(layer): layer for layer in getattr(model, "layers", [])}
+    ids: dict[Any, str] = {}
+    used: set[str] = set()
+    nodes: list[str] = []
     order = g.ordered()
     for v in order:
         base = v.name if v.class_name != "op" else f"op:{v.name}"
@@ -361,14 +386,20 @@ def model_to_dot(model: Any, show_shapes: bool = True, show_dtype: bool = False,
         while name in used:  # raw ops of the same kind, or clashing input names
             name, n = f"{base}_{n}", n + 1
         used.add(name)
-        ids[v.key] = name
-        label = _label(v, show_shapes, show_dtype, show_layer_names)
-        lines.append(f"  {_quote(name)} [label={label}];")
+        ids[v.key] = prefix + name
+        layer = sublayers.get(v.key[1]) if v.key[0] == "layer" else None
+        label = _label(v, shapes, dtypes, names, layer, activations, trainable)
+        nodes.append(f"{indent}{_quote(prefix + name)} [label={label}];")
+        if expand and layer is not None and hasattr(layer, "layers") and layer.layers:
+            inner_nodes, inner_edges = _dot_body(layer, options, f"{prefix}{name}/",
+                                                 indent + "  ")
+            nodes += ([f"{indent}subgraph {_quote('cluster_' + prefix + name)} {{",
+                       f"{indent}  label={_quote(name)};"] + inner_nodes + inner_edges
+                      + [f"{indent}}}"])
     rank = {v.key: i for i, v in enumerate(order)}
-    for a, b in sorted(g.edges, key=lambda e: (rank[e[0]], rank[e[1]])):
-        lines.append(f"  {_quote(ids[a])} -> {_quote(ids[b])};")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    edges = [f"{indent}{_quote(ids[a])} -> {_quote(ids[b])};"
+             for a, b in sorted(g.edges, key=lambda e: (rank[e[0]], rank[e[1]]))]
+    return nodes, edges
 
 
 def _write_text(path: str, text: str) -> None:
@@ -378,9 +409,10 @@ def _write_text(path: str, text: str) -> None:
         f.write(text)
 
 
-def plot_model(model: Any, to_file: str | os.PathLike = "model.png", show_shapes: bool = True,
-               show_dtype: bool = False, show_layer_names: bool = True, rankdir: str = "TB",
-               dpi: int = 96) -> str:
+def plot_model(model: Any, to_file: str | os.PathLike = "model.png", show_shapes: bool = False,
+               show_dtype: bool = False, show_layer_names: bool = False, rankdir: str = "TB",
+               expand_nested: bool = False, dpi: int = 200, show_layer_activations: bool = False,
+               show_trainable: bool = False, splines: str = "ortho", **kwargs: Any) -> str:
     """Draws the model's layer graph, like ``keras.utils.plot_model``.
 
     The DOT file is always written (``model.png`` -> ``model.dot`` next to it; ``to_file``
@@ -394,7 +426,11 @@ def plot_model(model: Any, to_file: str | os.PathLike = "model.png", show_shapes
         show_dtype: show each layer's input and output dtypes.
         show_layer_names: show layer names (otherwise only class names).
         rankdir: ``"TB"`` (top to bottom), ``"LR"`` (left to right), ``"BT"`` or ``"RL"``.
+        expand_nested: also draw each nested model's own layers, in a box named after it.
         dpi: the resolution of a PNG.
+        show_layer_activations: show the activation of layers that have one.
+        show_trainable: show whether each layer is trainable.
+        splines: Graphviz's edge style (``"ortho"``, ``"spline"``, ``"line"`` ...).
 
     Returns:
         The path of the file written last (the picture, or the DOT file).
@@ -408,12 +444,17 @@ def plot_model(model: Any, to_file: str | os.PathLike = "model.png", show_shapes
         >>> kiln.utils.plot_model(model, "convnet.png", show_shapes=True)
         'convnet.png'
     """
+    if kwargs:
+        raise TypeError(f"plot_model: unexpected keyword argument(s) {sorted(kwargs)}")
     to_file = os.fspath(to_file)
     stem, ext = os.path.splitext(to_file)
     if not ext:
         ext, to_file = ".png", to_file + ".png"
     source = model_to_dot(model, show_shapes=show_shapes, show_dtype=show_dtype,
-                          show_layer_names=show_layer_names, rankdir=rankdir, dpi=dpi)
+                          show_layer_names=show_layer_names, rankdir=rankdir, dpi=dpi,
+                          expand_nested=expand_nested,
+                          show_layer_activations=show_layer_activations,
+                          show_trainable=show_trainable, splines=splines)
     if ext.lower() in _DOT_EXTENSIONS:
         _write_text(to_file, source)
         return to_file

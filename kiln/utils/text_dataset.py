@@ -25,7 +25,8 @@ def text_dataset_from_directory(
         class_names: Sequence[str] | None = None, batch_size: int | None = 32,
         max_length: int | None = None, shuffle: bool = True, seed: int | None = None,
         validation_split: float | None = None, subset: str | None = None,
-        follow_links: bool = False, verbose: bool = True) -> Any:
+        follow_links: bool = False, format: str = "tf",  # noqa: A002
+        verbose: bool = True) -> Any:
     """Text files in class sub-folders as a dataset, like
     ``keras.utils.text_dataset_from_directory``.
 
@@ -55,6 +56,9 @@ def text_dataset_from_directory(
         ...                                                seed=0)  # doctest: +SKIP
         >>> texts, labels = next(iter(train))  # doctest: +SKIP
     """
+    if format != "tf":  # kiln returns its own dataset (batches of NumPy arrays)
+        raise ValueError(f"text_dataset_from_directory: format={format!r} is not supported by "
+                         "kiln; the default 'tf' returns kiln's dataset of NumPy batches")
     label_mode = _directory.check_label_mode(_FN, label_mode, labels)
     if max_length is not None and (isinstance(max_length, bool) or max_length < 1):
         raise ValueError(f"{_FN}: max_length must be a positive integer or None, received "

@@ -80,7 +80,8 @@ def timeseries_dataset_from_array(data: Any, targets: Any, sequence_length: int,
                                   sequence_stride: int = 1, sampling_rate: int = 1,
                                   batch_size: int | None = 128, shuffle: bool = False,
                                   seed: int | None = None, start_index: int | None = None,
-                                  end_index: int | None = None) -> TimeseriesDataset:
+                                  end_index: int | None = None,
+                                  format: str = "tf") -> TimeseriesDataset:  # noqa: A002
     """Sliding windows over ``data``, like ``keras.utils.timeseries_dataset_from_array``.
 
     Window ``i`` holds ``data[s, s + sampling_rate, ..., s + (sequence_length - 1) *
@@ -121,6 +122,9 @@ def timeseries_dataset_from_array(data: Any, targets: Any, sequence_length: int,
         ((16, 10, 1), 9.0, 10.0)
         >>> model.fit(ds, epochs=5)  # doctest: +SKIP
     """
+    if format != "tf":  # kiln returns its own dataset (batches of NumPy arrays)
+        raise ValueError(f"timeseries_dataset_from_array: format={format!r} is not supported by "
+                         "kiln; the default 'tf' returns kiln's dataset of NumPy batches")
     data = np.asarray(data)
     if data.ndim == 0:
         raise ValueError("timeseries_dataset_from_array: data must have a time axis, received "

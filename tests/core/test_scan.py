@@ -237,8 +237,8 @@ def test_a_residual_read_only_for_its_shape_is_not_stacked():
 
     def step(h, xt):
         z = K.matmul(xt, w) + K.matmul(h, u)
-        a = K.slice(z, [(None, None, 1), (0, 4, 1)])
-        b = K.slice(z, [(None, None, 1), (4, 8, 1)])
+        a = K.slice(z, [(None, None, 1), (0, 4, 1)], None)
+        b = K.slice(z, [(None, None, 1), (4, 8, 1)], None)
         h = K.tanh(a) * K.sigmoid(b)
         return h, None
 

@@ -139,7 +139,12 @@ def test_argument_errors(tmp_path):
     built = kiln.Sequential([kiln.Input((3,)), L.Dense(2)], name="seq")
     with pytest.raises(ValueError, match="seq: export supports format='onnx' only, received "
                                          "'tf_saved_model'"):
-        built.export(tmp_path / "m.onnx", format="tf_saved_model")
+        built.export(tmp_path / "m", format="tf_saved_model")
+    with pytest.raises(ValueError, match="seq: export supports format='onnx' only, received "
+                                         "'litert'"):
+        built.export(tmp_path / "m.onnx", format="litert")
+    with pytest.raises(ValueError, match="input_signature=.... is not supported"):
+        built.export(tmp_path / "m.onnx", input_signature=[(None, 3)])
     assert os.listdir(tmp_path) == []
 
 

@@ -182,7 +182,7 @@ LAYER_CASES = {
                                   L.Conv2D(2, (2, 1), dilation_rate=(1, 2), padding="same"),
                                   L.MaxPooling2D(2, strides=1, padding="same"),
                                   L.GlobalAveragePooling2D()), normal(9, 8, 2)),
-    "global_max_2d": (lambda: _seq((5, 5, 2), L.AveragePooling2D(), L.GlobalMaxPooling2D()),
+    "global_max_2d": (lambda: _seq((5, 5, 2), L.AveragePooling2D(2), L.GlobalMaxPooling2D()),
                       normal(5, 5, 2)),
     "conv2d_transpose": (lambda: _seq((4, 5, 2), L.Conv2DTranspose(3, 3, strides=2,
                                                                    padding="same"),

@@ -33,7 +33,7 @@ def test_dense_wrong_rank_and_last_dim() -> None:
     (L.Conv1D(2, 3, name="c1"), (None, 8, 8, 1), 3),
     (L.Conv2DTranspose(2, 3, name="ct"), (None, 8), 4),
     (L.MaxPooling2D(name="mp"), (None, 8, 8), 4),
-    (L.AveragePooling1D(name="ap"), (None, 8), 3),
+    (L.AveragePooling1D(2, name="ap"), (None, 8), 3),
     (L.GlobalAveragePooling2D(name="gap"), (None, 8, 3), 4),
     (L.ZeroPadding2D(name="zp"), (None, 8, 3), 4),
     (L.UpSampling2D(name="up"), (None, 8, 3), 4),
@@ -56,7 +56,7 @@ def test_conv_wrong_channels_after_build() -> None:
 
 @pytest.mark.parametrize("cls,args", [
     (L.Conv1D, (2, 3)), (L.Conv2D, (2, 3)), (L.Conv2DTranspose, (2, 3)), (L.MaxPooling2D, ()),
-    (L.AveragePooling1D, ()), (L.GlobalMaxPooling2D, ()), (L.GlobalAveragePooling1D, ()),
+    (L.AveragePooling1D, (2,)), (L.GlobalMaxPooling2D, ()), (L.GlobalAveragePooling1D, ()),
     (L.UpSampling2D, ()), (L.ZeroPadding2D, ()), (L.Flatten, ())])
 def test_channels_first_is_refused(cls, args) -> None:
     with pytest.raises(ValueError, match=rf"{cls.__name__}: data_format='channels_first' is not "

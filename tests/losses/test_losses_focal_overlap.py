@@ -191,7 +191,7 @@ def test_generalized_cross_entropy_matches_keras(q):
     np.testing.assert_allclose(L.CategoricalGeneralizedCrossEntropy(q=q)(labels[:, None], p),
                                want.mean(), rtol=1e-5)
     with pytest.raises(IndexError):
-        L.categorical_generalized_cross_entropy(np.array([0, 4]), p[:2])
+        L.categorical_generalized_cross_entropy(np.array([0, 4]), p[:2], q=0.5)
     with pytest.raises(ValueError, match=r"q must be in the interval \(0, 1\)"):
         L.CategoricalGeneralizedCrossEntropy(q=1.0)(labels, p)
 

@@ -62,7 +62,7 @@ def no_temp_files(folder) -> bool:
 
 def test_convnet_dot_has_one_node_per_layer_and_a_chain_of_edges(tmp_path):
     model = convnet()
-    path = plot.plot_model(model, tmp_path / "convnet.dot")
+    path = plot.plot_model(model, tmp_path / "convnet.dot", show_shapes=True)
     assert path == str(tmp_path / "convnet.dot")
     nodes, edges = parse_dot((tmp_path / "convnet.dot").read_text())
     expected = ["input_layer"] + [layer.name for layer in model.layers]

@@ -151,12 +151,12 @@ class RandomLayer(ImageLayer):
     def _uniform(self, key: Node, x: Node, count: int, low: float, high: float) -> list[Node]:
         """``count`` independent uniform draws in ``[low, high)`` per image, each ``(batch,
         1)`` (one row of the generator per image)."""
-        corner = K.reshape(K.slice(x, [(None, None, 1), (0, 1, 1), (0, 1, 1), (0, 1, 1)]),
+        corner = K.reshape(K.slice(x, [(None, None, 1), (0, 1, 1), (0, 1, 1), (0, 1, 1)], None),
                            (-1, 1))
         like = K.concatenate([corner] * count, axis=1) if count > 1 else corner
         u = K.random_uniform(key, like, self.salt)
         u = u * K.constant(high - low, x.dtype) + K.constant(low, x.dtype)
-        return [K.slice(u, [(None, None, 1), (k, k + 1, 1)]) for k in range(count)]
+        return [K.slice(u, [(None, None, 1), (k, k + 1, 1)], None) for k in range(count)]
 
     def call(self, inputs: Node, training: bool | None = None) -> Node:
         key = self._key(training)

@@ -314,8 +314,8 @@ class RandomCrop(RandomLayer):
     """
 
     def __init__(self, height: int, width: int, seed: int | None = None,
-                 data_format: Any = None, **kwargs: Any):
-        super().__init__(seed=seed, data_format=data_format, **kwargs)
+                 data_format: Any = None, name: str | None = None, **kwargs: Any):
+        super().__init__(seed=seed, data_format=data_format, name=name, **kwargs)
         self.height = check_size("RandomCrop", "height", height)
         self.width = check_size("RandomCrop", "width", width)
 
@@ -327,8 +327,8 @@ class RandomCrop(RandomLayer):
             u = K.random_uniform(key, (2,), self.salt, dtype=x.dtype)
             starts = K.cast(K.floor(u * K.constant(np.array(
                 [h - self.height + 1, w - self.width + 1], np.float64), x.dtype)), "int32")
-            rows = K.slice(starts, [(0, 1, 1)]) + K.constant(np.arange(self.height), "int32")
-            cols = K.slice(starts, [(1, 2, 1)]) + K.constant(np.arange(self.width), "int32")
+            rows = K.slice(starts, [(0, 1, 1)], None) + K.constant(np.arange(self.height), "int32")
+            cols = K.slice(starts, [(1, 2, 1)], None) + K.constant(np.arange(self.width), "int32")
             x = K.take(K.take(x, rows, axis=1), cols, axis=2)
         else:
             x = smart_resize(x, h, w, self.height, self.width, "bilinear")

@@ -22,7 +22,7 @@ def aspect_crop_box(h: int, w: int, th: int, tw: int) -> tuple[int, int, int, in
 def crop(x: Node, top: int, left: int, height: int, width: int) -> Node:
     """``x[:, top:top+height, left:left+width, :]``."""
     return K.slice(x, [(None, None, 1), (top, top + height, 1), (left, left + width, 1),
-                       (None, None, 1)])
+                       (None, None, 1)], None)
 
 
 def smart_resize(x: Node, h: int, w: int, th: int, tw: int, interpolation: str) -> Node:

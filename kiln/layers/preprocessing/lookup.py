@@ -307,7 +307,8 @@ class StringLookup(IndexLookup):
                  mask_token: str | None = None, oov_token: str = "[UNK]", vocabulary: Any = None,
                  idf_weights: Any = None, invert: bool = False, output_mode: str = "int",
                  pad_to_max_tokens: bool = False, sparse: bool = False, encoding: str = "utf-8",
-                 salt: Any = None, **kwargs: Any):
+                 name: str | None = None, salt: Any = None, **kwargs: Any):
+        kwargs["name"] = name
         self.encoding = str(encoding)
         kwargs.pop("oov_method", None)
         super().__init__(max_tokens, num_oov_indices, mask_token, oov_token, vocabulary,
@@ -361,7 +362,8 @@ class IntegerLookup(IndexLookup):
                  vocabulary_dtype: str = "int64", idf_weights: Any = None, invert: bool = False,
                  output_mode: str = "int", sparse: bool = False,
                  pad_to_max_tokens: bool = False, oov_method: str = "floormod",
-                 salt: Any = None, **kwargs: Any):
+                 salt: Any = None, name: str | None = None, **kwargs: Any):
+        kwargs["name"] = name
         if vocabulary_dtype != "int64":
             raise ValueError(f"IntegerLookup: only vocabulary_dtype='int64' is supported, "
                              f"received {vocabulary_dtype!r}")

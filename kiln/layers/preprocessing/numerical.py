@@ -262,8 +262,8 @@ class Discretization(Layer):
 
     def __init__(self, bin_boundaries: Any = None, num_bins: int | None = None,
                  epsilon: float = 0.01, output_mode: str = "int", sparse: bool = False,
-                 **kwargs: Any):
-        super().__init__(**kwargs)
+                 dtype: Any = None, name: str | None = None, **kwargs: Any):
+        super().__init__(dtype=dtype, name=name, **kwargs)
         check_choice("Discretization", "output_mode", output_mode, ("int",) + ENCODE_MODES[:3])
         if sparse:
             raise ValueError("Discretization: sparse=True is not supported by kiln")

@@ -281,7 +281,7 @@ def test_a_transpose_of_gathered_rows_moves_onto_the_indices_and_into_the_gradie
 
 def test_slice_grads_that_tile_an_axis_become_one_concatenate():
     z = kiln.placeholder((None, 8), "float64")
-    parts = [K.slice(z, [(None, None, 1), (k, k + 2, 1)]) for k in range(0, 8, 2)]
+    parts = [K.slice(z, [(None, None, 1), (k, k + 2, 1)], None) for k in range(0, 8, 2)]
     y = K.sigmoid(parts[0]) * K.tanh(parts[2]) + parts[1] * parts[3]
     (g,) = kiln.grad(K.sum(y), [z])
     ops = _check([g], [z], {z: RNG.normal(size=(3, 8))})
