@@ -136,3 +136,42 @@ __all__ += [
 from kiln.layers.serialization import deserialize, serialize  # noqa: E402
 
 __all__ += ["serialize", "deserialize"]
+
+# the missing Keras 3.15 layers (issue 44)
+from kiln.layers.convolutional3d import (  # noqa: E402
+    Conv3D,
+    Conv3DTranspose,
+    Convolution3D,
+    Convolution3DTranspose,
+)
+from kiln.layers.pooling3d import (  # noqa: E402
+    AdaptiveAveragePooling1D,
+    AdaptiveAveragePooling2D,
+    AdaptiveAveragePooling3D,
+    AdaptiveMaxPooling1D,
+    AdaptiveMaxPooling2D,
+    AdaptiveMaxPooling3D,
+    AveragePooling3D,
+    AvgPool3D,
+    GlobalAveragePooling3D,
+    GlobalAvgPool3D,
+    GlobalMaxPool3D,
+    GlobalMaxPooling3D,
+    MaxPool3D,
+    MaxPooling3D,
+)
+from kiln.layers.reshaping3d import (  # noqa: E402
+    Cropping3D,
+    SpatialDropout3D,
+    UpSampling3D,
+    ZeroPadding3D,
+)
+
+__all__ += [
+    "Conv3D", "Conv3DTranspose", "Convolution3D", "Convolution3DTranspose",
+    "MaxPooling3D", "MaxPool3D", "AveragePooling3D", "AvgPool3D", "GlobalAveragePooling3D",
+    "GlobalAvgPool3D", "GlobalMaxPooling3D", "GlobalMaxPool3D",
+    "AdaptiveAveragePooling1D", "AdaptiveAveragePooling2D", "AdaptiveAveragePooling3D",
+    "AdaptiveMaxPooling1D", "AdaptiveMaxPooling2D", "AdaptiveMaxPooling3D",
+    "ZeroPadding3D", "Cropping3D", "UpSampling3D", "SpatialDropout3D",
+]
