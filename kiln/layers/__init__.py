@@ -175,3 +175,22 @@ __all__ += [
     "AdaptiveMaxPooling1D", "AdaptiveMaxPooling2D", "AdaptiveMaxPooling3D",
     "ZeroPadding3D", "Cropping3D", "UpSampling3D", "SpatialDropout3D",
 ]
+from kiln.layers.input_spec import InputSpec  # noqa: E402
+from kiln.layers.regularization_more import (  # noqa: E402
+    ActivityRegularization,
+    AlphaDropout,
+    RMSNormalization,
+)
+from kiln.layers.wrapper import (  # noqa: E402
+    FlaxLayer,
+    JaxLayer,
+    Pipeline,
+    TFSMLayer,
+    TorchModuleWrapper,
+    Wrapper,
+)
+
+__all__ += [
+    "InputSpec", "ActivityRegularization", "AlphaDropout", "RMSNormalization", "Wrapper",
+    "Pipeline", "JaxLayer", "FlaxLayer", "TorchModuleWrapper", "TFSMLayer",
+]
