@@ -194,3 +194,21 @@ __all__ += [
     "InputSpec", "ActivityRegularization", "AlphaDropout", "RMSNormalization", "Wrapper",
     "Pipeline", "JaxLayer", "FlaxLayer", "TorchModuleWrapper", "TFSMLayer",
 ]
+from kiln.layers.augment_color import (  # noqa: E402
+    AutoContrast,
+    RandomColorDegeneration,
+    RandomColorJitter,
+    RandomGrayscale,
+    RandomHue,
+    RandomInvert,
+    RandomPosterization,
+    RandomSaturation,
+    RandomSharpness,
+    Solarization,
+)
+
+__all__ += [
+    "AutoContrast", "RandomColorDegeneration", "RandomColorJitter", "RandomGrayscale",
+    "RandomHue", "RandomInvert", "RandomPosterization", "RandomSaturation", "RandomSharpness",
+    "Solarization",
+]
