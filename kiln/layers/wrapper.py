@@ -82,7 +82,7 @@ class Pipeline(Layer):
     def layers(self) -> list:
         return list(self._pipeline_layers)
 
-    def call(self, inputs: Any, training: bool | None = True) -> Any:
+    def call(self, inputs: Any, training: bool | None = True, mask: Any = None) -> Any:
         for layer in self._pipeline_layers:
             kwargs = {"training": training} if training is not None and layer._call_accepts(
                 "training") else {}
