@@ -212,8 +212,7 @@ __all__ += [
     "RandomHue", "RandomInvert", "RandomPosterization", "RandomSaturation", "RandomSharpness",
     "Solarization",
 ]
-from kiln.layers.attention_gqa import GroupedQueryAttention, GroupQueryAttention  # noqa: E402
+from kiln.layers.attention_gqa import GroupQueryAttention  # noqa: E402
 from kiln.layers.rnn_more import ReversibleEmbedding, StackedRNNCells  # noqa: E402
 
-__all__ += ["GroupQueryAttention", "GroupedQueryAttention", "ReversibleEmbedding",
-            "StackedRNNCells"]
+__all__ += ["GroupQueryAttention", "ReversibleEmbedding", "StackedRNNCells"]

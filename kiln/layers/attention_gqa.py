@@ -15,6 +15,7 @@ from kiln.layers._utils import positive_int
 from kiln.layers.attention import MultiHeadAttention, _dropout
 from kiln.layers.base import get_mask
 from kiln.layers.einsum_dense import EinsumDense, _err, _serialized
+from kiln.registry import register_builtin
 
 
 class GroupedQueryAttention(MultiHeadAttention):
@@ -175,4 +176,5 @@ class GroupedQueryAttention(MultiHeadAttention):
         return config
 
 
-GroupQueryAttention = GroupedQueryAttention
+GroupQueryAttention = GroupedQueryAttention  # Keras' public name
+register_builtin("GroupedQueryAttention", GroupedQueryAttention)  # the class name in configs

@@ -70,7 +70,7 @@ def test_group_query_attention_config_and_errors():
     config = layer.get_config()
     for key in ("num_heads", "key_dim", "value_dim"):
         assert key not in config
-    again = L.GroupedQueryAttention.from_config(config)
+    again = L.GroupQueryAttention.from_config(config)
     assert again.get_config() == config
     with pytest.raises(ValueError, match="divisible by `num_key_value_heads`"):
         L.GroupQueryAttention(4, 3, 2)
