@@ -216,3 +216,6 @@ from kiln.layers.attention_gqa import GroupQueryAttention  # noqa: E402
 from kiln.layers.rnn_more import ReversibleEmbedding, StackedRNNCells  # noqa: E402
 
 __all__ += ["GroupQueryAttention", "ReversibleEmbedding", "StackedRNNCells"]
+from kiln.layers.conv_lstm import ConvLSTM1D, ConvLSTM2D, ConvLSTM3D  # noqa: E402
+
+__all__ += ["ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"]
