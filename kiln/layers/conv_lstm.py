@@ -160,7 +160,11 @@ class _ConvLSTM(Layer):
             self.cell.build_input_shape = step
         self.built = True
 
-    def call(self, inputs: Node, initial_state: Any = None, training: Any = None) -> Any:
+    def call(self, inputs: Node, initial_state: Any = None, training: Any = None,
+             mask: Any = None) -> Any:
+        if mask is not None:
+            raise ValueError(f"Layer '{self.name}' ({type(self).__name__}) does not support "
+                             "masks")
         perm = (1, 0) + tuple(range(2, inputs.ndim))
         seq = K.transpose(inputs, perm)  # time-major
         if initial_state is None:
