@@ -219,3 +219,6 @@ __all__ += ["GroupQueryAttention", "ReversibleEmbedding", "StackedRNNCells"]
 from kiln.layers.conv_lstm import ConvLSTM1D, ConvLSTM2D, ConvLSTM3D  # noqa: E402
 
 __all__ += ["ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"]
+from kiln.layers.spectral_normalization import SpectralNormalization  # noqa: E402
+
+__all__ += ["SpectralNormalization"]
