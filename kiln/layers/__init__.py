@@ -222,3 +222,6 @@ __all__ += ["ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"]
 from kiln.layers.spectral_normalization import SpectralNormalization  # noqa: E402
 
 __all__ += ["SpectralNormalization"]
+from kiln.layers.augment_more import Equalization, RandomErasing, RandomGaussianBlur  # noqa: E402
+
+__all__ += ["Equalization", "RandomErasing", "RandomGaussianBlur"]
