@@ -225,3 +225,6 @@ __all__ += ["SpectralNormalization"]
 from kiln.layers.augment_more import Equalization, RandomErasing, RandomGaussianBlur  # noqa: E402
 
 __all__ += ["Equalization", "RandomErasing", "RandomGaussianBlur"]
+from kiln.layers.augment_mix import CutMix, MixUp  # noqa: E402
+
+__all__ += ["CutMix", "MixUp"]
