@@ -228,3 +228,6 @@ __all__ += ["Equalization", "RandomErasing", "RandomGaussianBlur"]
 from kiln.layers.augment_mix import CutMix, MixUp  # noqa: E402
 
 __all__ += ["CutMix", "MixUp"]
+from kiln.layers.augment_geometric import RandomShear  # noqa: E402
+
+__all__ += ["RandomShear"]

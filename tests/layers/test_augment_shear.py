@@ -1,0 +1,60 @@
+"""RandomShear (issue 44): Keras live with pinned shear factors (its sign is random, so each
+image is compared with Keras' output of either sign), a shear of 0 is the identity, the
+random-layer invariants and ``.keras`` round trips."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from test_more_layers_saving import test_keras_file_round_trip as _round_trip
+
+import kiln
+from kiln import layers as L
+
+RNG = np.random.default_rng(10)
+X = (RNG.random((4, 8, 7, 3)) * 255).astype("float32")
+
+
+@pytest.fixture(scope="module")
+def keras():
+    os.environ.setdefault("KERAS_BACKEND", "numpy")
+    return pytest.importorskip("keras")
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"x_factor": (0.3, 0.3)},
+    {"y_factor": (0.2, 0.2), "fill_mode": "constant", "fill_value": 5.0},
+    {"x_factor": (0.1, 0.1), "y_factor": (0.25, 0.25), "fill_mode": "wrap"},
+])
+def test_matches_keras_with_either_sign(kwargs, keras):
+    got = np.asarray(L.RandomShear(**kwargs)(X, training=True))
+    plus_minus = [np.asarray(keras.layers.RandomShear(seed=s, **kwargs)(X, training=True))
+                  for s in range(8)]
+    for i in range(len(X)):
+        assert min(np.abs(got[i] - o[i]).max() for o in plus_minus) < 1e-3
+
+
+def test_zero_shear_is_the_identity_and_inference_too(tmp_path):
+    np.testing.assert_allclose(L.RandomShear()(X, training=True), X, atol=1e-4)
+    layer = L.RandomShear(0.2, 0.1, seed=3)
+    np.testing.assert_array_equal(layer(X, training=False), X)
+    again = L.RandomShear.from_config(json.loads(json.dumps(layer.get_config())))
+    assert again.get_config() == layer.get_config()
+    _round_trip((L.RandomShear, {"x_factor": 0.2, "seed": 3}, (2, 8, 7, 3), None, None, []),
+                tmp_path)
+    runs = []
+    for _ in range(2):
+        kiln.utils.set_random_seed(2)
+        runs.append(np.asarray(L.RandomShear(0.3, 0.3)(X)))
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert not np.allclose(runs[0], X)
+
+
+@pytest.mark.parametrize("kwargs", [{"x_factor": 1.5}, {"y_factor": [0.1, -0.2]},
+                                    {"fill_mode": "mirror"}])
+def test_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        L.RandomShear(**kwargs)
