@@ -14,8 +14,9 @@ def _shear_factor(name: str, factor: Any) -> tuple[float, float]:
     msg = (f"RandomShear: the `{name}` argument should be a number (or a list of two numbers) "
            f"in the range [0.0, 1.0]. Received: {name}={factor!r}")
     if isinstance(factor, list | tuple):
+        # a pair may be negative (the config stores (-f, f); Keras 3.15 rejects its own)
         if len(factor) != 2 or any(isinstance(v, bool) or not isinstance(v, int | float)
-                                   or not 0 <= v <= 1 for v in factor):
+                                   or not -1 <= v <= 1 for v in factor):
             raise ValueError(msg)
         lo, hi = sorted(float(v) for v in factor)
         return lo, hi
@@ -30,7 +31,8 @@ class RandomShear(_Geometric):
     image in ``x_factor`` and ``y_factor`` and both negated with probability 1/2.
 
     Args:
-        x_factor: a number ``f`` (range ``[-f, f]``) or a pair in [0, 1] (default 0.0).
+        x_factor: a number ``f`` in [0, 1] (range ``[-f, f]``) or a pair in [-1, 1]
+            (default 0.0).
         y_factor: likewise for the vertical shear (default 0.0).
         interpolation: "bilinear" (default) or "nearest".
         fill_mode: "reflect" (default), "wrap", "constant" or "nearest".

@@ -53,7 +53,7 @@ def test_zero_shear_is_the_identity_and_inference_too(tmp_path):
     assert not np.allclose(runs[0], X)
 
 
-@pytest.mark.parametrize("kwargs", [{"x_factor": 1.5}, {"y_factor": [0.1, -0.2]},
+@pytest.mark.parametrize("kwargs", [{"x_factor": -0.5}, {"y_factor": [0.1, -1.2]},
                                     {"fill_mode": "mirror"}])
 def test_bad_arguments(kwargs):
     with pytest.raises(ValueError):
