@@ -231,6 +231,6 @@ __all__ += ["CutMix", "MixUp"]
 from kiln.layers.augment_geometric import RandomShear  # noqa: E402
 
 __all__ += ["RandomShear"]
-from kiln.layers.spectrogram import STFTSpectrogram  # noqa: E402
+from kiln.layers.spectrogram import MelSpectrogram, STFTSpectrogram  # noqa: E402
 
-__all__ += ["STFTSpectrogram"]
+__all__ += ["MelSpectrogram", "STFTSpectrogram"]

@@ -177,3 +177,127 @@ class STFTSpectrogram(Layer):
                        "scaling": self.scaling, "padding": self.padding,
                        "data_format": self.data_format, "expand_dims": self.expand_dims})
         return config
+
+
+_MEL_BREAK_FREQUENCY_HERTZ = 700.0
+_MEL_HIGH_FREQUENCY_Q = 1127.0
+
+
+def _hertz_to_mel(f: Any) -> Any:
+    return _MEL_HIGH_FREQUENCY_Q * np.log(1.0 + np.asarray(f) / _MEL_BREAK_FREQUENCY_HERTZ)
+
+
+def linear_to_mel_weight_matrix(num_mel_bins: int, num_spectrogram_bins: int,
+                                sampling_rate: float, lower_edge_hertz: float,
+                                upper_edge_hertz: float) -> np.ndarray:
+    """TensorFlow's / Keras' HTK mel filterbank ``(num_spectrogram_bins, num_mel_bins)``:
+    triangles on the mel scale between ``num_mel_bins + 2`` evenly spaced edges; the DC bin
+    gets no weight."""
+    freqs = np.linspace(0.0, sampling_rate / 2.0, num_spectrogram_bins)[1:]
+    bins_mel = _hertz_to_mel(freqs)[:, None]
+    edges = np.linspace(_hertz_to_mel(lower_edge_hertz), _hertz_to_mel(upper_edge_hertz),
+                        num_mel_bins + 2)
+    lower, center, upper = edges[None, :-2], edges[None, 1:-1], edges[None, 2:]
+    weights = np.maximum(0.0, np.minimum((bins_mel - lower) / (center - lower),
+                                         (upper - bins_mel) / (upper - center)))
+    return np.pad(weights, ((1, 0), (0, 0)))
+
+
+class MelSpectrogram(Layer):
+    """Mel spectrogram of ``(batch, samples)`` (or one ``(samples,)``) audio, as Keras'
+    ``MelSpectrogram``: a centered STFT (reflect padding of ``fft_length // 2``, frames of
+    ``sequence_length`` samples every ``sequence_stride`` with a periodic Hann or Hamming
+    window centered in ``fft_length``), magnitude to the power ``mag_exp``, the HTK mel
+    filterbank between ``min_freq`` and ``max_freq``, then (``power_to_db``) ``10 log10(max(x,
+    min_power) / max(|ref_power|, min_power))`` floored at its maximum over the whole batch
+    minus ``top_db``. Output ``(batch, num_mel_bins, frames)``, ``frames = samples //
+    sequence_stride + 1``. No weights.
+
+    Args:
+        fft_length=2048, sequence_stride=512, sequence_length=None (``fft_length``),
+        window="hann" ("hann", "hamming" or None), sampling_rate=16000, num_mel_bins=128,
+        min_freq=20.0, max_freq=None (``sampling_rate / 2``), power_to_db=True,
+        top_db=80.0, mag_exp=2.0, min_power=1e-10, ref_power=1.0.
+    """
+
+    def __init__(self, fft_length: int = 2048, sequence_stride: int = 512,
+                 sequence_length: int | None = None, window: str | None = "hann",
+                 sampling_rate: int = 16000, num_mel_bins: int = 128, min_freq: float = 20.0,
+                 max_freq: float | None = None, power_to_db: bool = True, top_db: float = 80.0,
+                 mag_exp: float = 2.0, min_power: float = 1e-10, ref_power: float = 1.0,
+                 **kwargs: Any):
+        self.fft_length, self.sequence_stride = int(fft_length), int(sequence_stride)
+        self.sequence_length = int(sequence_length or fft_length)
+        if self.fft_length < self.sequence_length:
+            raise ValueError("`fft_length` must be greater than or equal to  `sequence_length`."
+                             f" Received: `sequence_length`={self.sequence_length}, "
+                             f"`fft_length`={self.fft_length}.")
+        if window not in (None, "hann", "hamming"):
+            raise ValueError('If a string is passed to `window`, it must be one of `"hann"`, '
+                             f'`"hamming"`. Received: window={window}')
+        self.window, self.sampling_rate = window, sampling_rate
+        self.num_mel_bins, self.min_freq = int(num_mel_bins), min_freq
+        self.max_freq = max_freq or int(sampling_rate / 2)
+        self.power_to_db, self.top_db, self.mag_exp = bool(power_to_db), top_db, mag_exp
+        self.min_power, self.ref_power = min_power, ref_power
+        super().__init__(**kwargs)
+
+    def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        from kiln.layers.base import is_symbolic
+        if not is_symbolic(inputs) and np.ndim(inputs) == 1:  # one signal
+            return super().__call__(np.asarray(inputs)[None], *args, **kwargs)[0]
+        return super().__call__(inputs, *args, **kwargs)
+
+    def _check_inputs(self, inputs: Any) -> None:
+        if isinstance(inputs, Node) and (inputs.ndim != 2 or inputs.shape[1] is None):
+            raise ValueError(f"Layer '{self.name}' (MelSpectrogram) expects (batch, samples) "
+                             f"audio with a known length, received {format_shape(inputs.shape)}")
+
+    def _kernels(self, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+        n, seq = self.fft_length, self.sequence_length
+        win = np.ones(seq) if self.window is None else window_values(self.window, seq, True)
+        left = (n - seq) // 2
+        win = np.pad(win, (left, n - seq - left))
+        t = np.arange(n, dtype="float64").reshape(-1, 1, 1)
+        f = np.arange(n // 2 + 1, dtype="float64").reshape(1, 1, -1)
+        args = -2.0 * np.pi * t * f / n
+        w = win.reshape(-1, 1, 1)
+        return (np.cos(args) * w).astype(dtype), (np.sin(args) * w).astype(dtype)
+
+    def call(self, inputs: Node) -> Node:
+        x = inputs if inputs.dtype in ("float32", "float64") else K.cast(inputs, "float32")
+        n, p = int(x.shape[1]), self.fft_length // 2
+        if p >= n:
+            raise ValueError(f"Layer '{self.name}' (MelSpectrogram): reflect padding of "
+                             f"{p} needs more than {p} samples, received {n}")
+        full = (None, None, 1)
+        left = K.flip(K.slice(x, [full, (1, p + 1, 1)]), axis=1)
+        right = K.flip(K.slice(x, [full, (n - p - 1, n - 1, 1)]), axis=1)
+        x = K.expand_dims(K.concatenate([left, x, right], axis=1), -1)      # (batch, T, 1)
+        re_k, im_k = self._kernels(x.dtype)
+        re = K.conv1d(x, K.constant(re_k), strides=self.sequence_stride, padding="valid")
+        im = K.conv1d(x, K.constant(im_k), strides=self.sequence_stride, padding="valid")
+        spec = K.power(K.sqrt(K.square(re) + K.square(im)), K.constant(self.mag_exp, x.dtype))
+        mel = K.constant(linear_to_mel_weight_matrix(
+            self.num_mel_bins, self.fft_length // 2 + 1, self.sampling_rate,
+            self.min_freq, self.max_freq).astype(x.dtype))
+        out = K.matmul(spec, mel)                                   # (batch, frames, mels)
+        if self.power_to_db:
+            floor = K.constant(self.min_power, x.dtype)
+            db = K.log(K.maximum(out, floor)) * K.constant(10.0 / np.log(10.0), x.dtype)
+            ref = 10.0 * np.log10(max(abs(self.ref_power), self.min_power))
+            db = db - K.constant(ref, x.dtype)
+            out = K.maximum(db, K.max(db) - K.constant(self.top_db, x.dtype))
+        out = K.transpose(out, (0, 2, 1))
+        return out if out.dtype == self.dtype else K.cast(out, self.dtype)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update({"fft_length": self.fft_length, "sequence_stride": self.sequence_stride,
+                       "sequence_length": self.sequence_length, "window": self.window,
+                       "sampling_rate": self.sampling_rate, "num_mel_bins": self.num_mel_bins,
+                       "min_freq": self.min_freq, "max_freq": self.max_freq,
+                       "power_to_db": self.power_to_db, "top_db": self.top_db,
+                       "mag_exp": self.mag_exp, "min_power": self.min_power,
+                       "ref_power": self.ref_power})
+        return config

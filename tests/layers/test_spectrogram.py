@@ -71,3 +71,43 @@ def test_standard_checks_and_keras_file(tmp_path):
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         L.STFTSpectrogram(**kwargs)
+
+
+AUDIO = RNG.normal(size=(2, 4000)).astype("float32")
+MEL = [
+    {"fft_length": 256, "sequence_stride": 128, "num_mel_bins": 40},
+    {"fft_length": 512, "sequence_length": 300, "sequence_stride": 100, "window": "hamming",
+     "num_mel_bins": 20, "power_to_db": False, "mag_exp": 1.0, "sampling_rate": 8000,
+     "max_freq": 3000},
+    {"fft_length": 128, "sequence_stride": 64, "window": None, "top_db": 20.0,
+     "ref_power": 2.0},
+]
+
+
+@pytest.mark.parametrize("kwargs", MEL, ids=["db", "linear-hamming", "no-window"])
+def test_mel_spectrogram_matches_keras(kwargs, keras):
+    want = np.asarray(keras.layers.MelSpectrogram(**kwargs)(AUDIO))
+    layer = L.MelSpectrogram(**kwargs)
+    got = np.asarray(layer(AUDIO))
+    assert layer.compute_output_shape((None, 4000)) == (None,) + want.shape[1:]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-3)
+    np.testing.assert_allclose(layer(AUDIO[0]), got[0], rtol=1e-5, atol=1e-4)
+
+
+def test_mel_filterbank_rows_are_triangles_summing_over_the_band():
+    from kiln.layers.spectrogram import linear_to_mel_weight_matrix
+    m = linear_to_mel_weight_matrix(10, 129, 16000, 20.0, 8000.0)
+    assert m.shape == (129, 10) and np.all(m >= 0) and np.all(m[0] == 0)
+    peaks = m.argmax(0)
+    assert np.all(np.diff(peaks) > 0)  # centers increase with the mel index
+    assert np.all(m.max(0) <= 1.0 + 1e-12)
+
+
+def test_mel_spectrogram_round_trips(tmp_path):
+    case = (L.MelSpectrogram, {"fft_length": 64, "sequence_stride": 32, "num_mel_bins": 8},
+            (2, 256), None, None, [])
+    _round_trip(case, tmp_path)
+    with pytest.raises(ValueError, match="fft_length"):
+        L.MelSpectrogram(fft_length=64, sequence_length=128)
+    with pytest.raises(ValueError, match="window"):
+        L.MelSpectrogram(window="blackman")
