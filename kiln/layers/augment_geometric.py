@@ -1,11 +1,15 @@
-"""RandomShear (Keras 3.15 arguments, defaults and formula), on kiln's affine transform."""
+"""RandomShear (Keras 3.15 arguments, defaults and formula), on kiln's affine transform, and
+MaxNumBoundingBoxes."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 import kiln.ops as K
 from kiln.core import Node
+from kiln.layers.base import Layer, is_symbolic
 from kiln.layers.preprocessing._base import transform_rows
 from kiln.layers.preprocessing.augment import _Geometric
 
@@ -62,4 +66,66 @@ class RandomShear(_Geometric):
     def get_config(self) -> dict:
         config = super().get_config()
         config.update({"x_factor": list(self.x_factor), "y_factor": list(self.y_factor)})
+        return config
+
+
+class MaxNumBoundingBoxes(Layer):
+    """Pads or truncates the bounding boxes of a batch to ``max_number`` per image (Keras'
+    ``MaxNumBoundingBoxes``), so that batches of detections have one shape. Images pass
+    unchanged (an array, or a symbolic tensor inside a model).
+
+    Called on ``{"images": ..., "bounding_boxes": {"boxes": (batch, n, 4), "labels": (batch,
+    n)}}`` (NumPy arrays: a data-preparation step, like the lookup layers), it returns the
+    same dict with boxes and labels cut to the first ``max_number`` or padded with
+    ``fill_value``.
+
+    Args:
+        max_number: boxes per image in the output.
+        fill_value: the padding value (default -1).
+        bounding_box_format: accepted for Keras' configs (the boxes are not read).
+
+    Example:
+        >>> out = kiln.layers.MaxNumBoundingBoxes(10, bounding_box_format="xyxy")(data)
+    """
+
+    def __init__(self, max_number: int, fill_value: int = -1, **kwargs: Any):
+        self.bounding_box_format = kwargs.pop("bounding_box_format", None)
+        kwargs.pop("data_format", None)
+        super().__init__(**kwargs)
+        if isinstance(max_number, bool) or int(max_number) < 1:
+            raise ValueError(f"MaxNumBoundingBoxes: max_number must be a positive int, "
+                             f"received max_number={max_number!r}")
+        self.max_number, self.fill_value = int(max_number), int(fill_value)
+
+    def _fit(self, a: np.ndarray) -> np.ndarray:
+        a = np.asarray(a)[:, :self.max_number]
+        pad = [(0, 0), (0, self.max_number - a.shape[1])] + [(0, 0)] * (a.ndim - 2)
+        return np.pad(a, pad, constant_values=self.fill_value)
+
+    def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(inputs, dict):
+            return inputs if is_symbolic(inputs) else np.asarray(inputs)
+        out = dict(inputs)
+        boxes = inputs.get("bounding_boxes")
+        if boxes is not None:
+            extra = set(boxes) - {"boxes", "labels"}
+            if extra:
+                raise KeyError(f"There are unsupported keys in `bounding_boxes`: "
+                               f"{sorted(extra)}. Only `boxes` and `labels` are supported.")
+            if any(is_symbolic(v) for v in boxes.values()):
+                raise TypeError("MaxNumBoundingBoxes: bounding boxes are prepared on the host; "
+                                "pass NumPy arrays")
+            out["bounding_boxes"] = {k: self._fit(v) for k, v in boxes.items()}
+        return out
+
+    def call(self, inputs: Any) -> Any:
+        return inputs
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        return input_shape
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update({"max_number": self.max_number, "fill_value": self.fill_value,
+                       "bounding_box_format": self.bounding_box_format})
         return config

@@ -58,3 +58,37 @@ def test_zero_shear_is_the_identity_and_inference_too(tmp_path):
 def test_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         L.RandomShear(**kwargs)
+
+
+def _detections():
+    rng = np.random.default_rng(1)
+    return {"images": X[:2], "bounding_boxes": {
+        "boxes": rng.random((2, 5, 4)).astype("float32"),
+        "labels": rng.integers(0, 3, (2, 5)).astype("float32")}}
+
+
+@pytest.mark.parametrize("n", [3, 5, 7])
+def test_max_num_bounding_boxes_matches_keras(n, keras):
+    data = _detections()
+    want = keras.layers.MaxNumBoundingBoxes(n, bounding_box_format="xyxy")(data)
+    got = L.MaxNumBoundingBoxes(n, bounding_box_format="xyxy")(data)
+    for k in ("boxes", "labels"):
+        np.testing.assert_array_equal(got["bounding_boxes"][k],
+                                      np.asarray(want["bounding_boxes"][k]))
+    np.testing.assert_array_equal(got["images"], data["images"])
+
+
+def test_max_num_bounding_boxes_pads_with_fill_value_and_passes_images():
+    got = L.MaxNumBoundingBoxes(7, fill_value=-2)(_detections())["bounding_boxes"]
+    assert got["boxes"].shape == (2, 7, 4) and np.all(got["boxes"][:, 5:] == -2)
+    assert got["labels"].shape == (2, 7) and np.all(got["labels"][:, 5:] == -2)
+    layer = L.MaxNumBoundingBoxes(4)
+    np.testing.assert_array_equal(layer(X), X)
+    t = kiln.Input((8, 7, 3))
+    assert layer(t) is t
+    assert L.MaxNumBoundingBoxes.from_config(layer.get_config()).get_config() == \
+        layer.get_config()
+    with pytest.raises(KeyError, match="unsupported keys"):
+        layer({"images": X, "bounding_boxes": {"boxes": np.zeros((1, 2, 4)), "scores": 1}})
+    with pytest.raises(ValueError, match="max_number"):
+        L.MaxNumBoundingBoxes(0)
