@@ -234,6 +234,6 @@ __all__ += ["MaxNumBoundingBoxes", "RandomShear"]
 from kiln.layers.spectrogram import MelSpectrogram, STFTSpectrogram  # noqa: E402
 
 __all__ += ["MelSpectrogram", "STFTSpectrogram"]
-from kiln.layers.augment_policy import RandAugment  # noqa: E402
+from kiln.layers.augment_policy import AugMix, RandAugment  # noqa: E402
 
-__all__ += ["RandAugment"]
+__all__ += ["AugMix", "RandAugment"]
