@@ -228,9 +228,13 @@ __all__ += ["Equalization", "RandomErasing", "RandomGaussianBlur"]
 from kiln.layers.augment_mix import CutMix, MixUp  # noqa: E402
 
 __all__ += ["CutMix", "MixUp"]
-from kiln.layers.augment_geometric import MaxNumBoundingBoxes, RandomShear  # noqa: E402
+from kiln.layers.augment_geometric import (  # noqa: E402
+    MaxNumBoundingBoxes,
+    RandomPerspective,
+    RandomShear,
+)
 
-__all__ += ["MaxNumBoundingBoxes", "RandomShear"]
+__all__ += ["MaxNumBoundingBoxes", "RandomPerspective", "RandomShear"]
 from kiln.layers.spectrogram import MelSpectrogram, STFTSpectrogram  # noqa: E402
 
 __all__ += ["MelSpectrogram", "STFTSpectrogram"]

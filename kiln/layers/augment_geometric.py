@@ -129,3 +129,83 @@ class MaxNumBoundingBoxes(Layer):
         config.update({"max_number": self.max_number, "fill_value": self.fill_value,
                        "bounding_box_format": self.bounding_box_format})
         return config
+
+
+def perspective_rows(ex: list, ey: list, w: int, h: int) -> Node:
+    """``(batch, 8)`` projective rows whose transform reads, at each output pixel, the input
+    point that maps the quadrilateral ``(ex, ey)`` (its corners in Keras' order: top-left,
+    top-right, bottom-left, bottom-right; each a ``(batch, 1)`` tensor) back onto the image's
+    corners. Closed form (Heckbert's square-to-quad homography ``S``, then ``diag(w - 1, h -
+    1, 1) adj(S)``), so no linear solve in the graph."""
+    x0, x1, x2, x3 = ex[0], ex[1], ex[3], ex[2]     # the unit square's (0,0) (1,0) (1,1) (0,1)
+    y0, y1, y2, y3 = ey[0], ey[1], ey[3], ey[2]
+    dx1, dx2, dx3 = x1 - x2, x3 - x2, x0 - x1 + x2 - x3
+    dy1, dy2, dy3 = y1 - y2, y3 - y2, y0 - y1 + y2 - y3
+    den = dx1 * dy2 - dx2 * dy1
+    g = (dx3 * dy2 - dx2 * dy3) / den
+    hh = (dx1 * dy3 - dx3 * dy1) / den
+    a, b, c = x1 - x0 + g * x1, x3 - x0 + hh * x3, x0
+    d, e, f = y1 - y0 + g * y1, y3 - y0 + hh * y3, y0
+    one = K.ones_like(g)
+    adj = [[e - f * hh, c * hh - b, b * f - c * e],
+           [f * g - d, a - c * g, c * d - a * f],
+           [d * hh - e * g, b * g - a * hh, a * e - b * d]]
+    norm = adj[2][2]
+    sx, sy = K.constant(float(w - 1), g.dtype), K.constant(float(h - 1), g.dtype)
+    rows = [sx * v / norm for v in adj[0]] + [sy * v / norm for v in adj[1]] + \
+        [adj[2][0] / norm, adj[2][1] / norm]
+    return K.concatenate([r * one for r in rows], axis=1)
+
+
+class RandomPerspective(_Geometric):
+    """A random perspective warp of each image with probability drawn in ``factor`` during
+    training (Keras' ``RandomPerspective``): the image's corners move by ``corner * u`` with
+    ``u`` drawn per image and coordinate in ``[-scale / 2, scale / 2]``, and the output
+    samples the input through the homography taking the moved corners back to the image's
+    corners; outside points read ``fill_value``.
+
+    Args:
+        factor: probability, a number or a pair in [0, 1] (default 1.0).
+        scale: the corners' displacement range, in [0, 1] (default 1.0).
+        interpolation: "bilinear" (default) or "nearest".
+        fill_value: the value outside the image (default 0.0).
+        seed: optional int selecting the random stream.
+        data_format: None or "channels_last".
+    """
+
+    def __init__(self, factor: Any = 1.0, scale: float = 1.0, interpolation: str = "bilinear",
+                 fill_value: float = 0.0, seed: int | None = None, data_format: Any = None,
+                 **kwargs: Any):
+        from kiln.layers.augment_color import keras_factor
+
+        super().__init__("constant", interpolation, seed, fill_value, data_format, **kwargs)
+        self.factor = keras_factor("RandomPerspective", factor, (0.0, 1.0))
+        if isinstance(scale, bool) or not isinstance(scale, int | float) or not 0 <= scale <= 1:
+            raise ValueError("RandomPerspective: the `scale` argument should be a number in "
+                             f"the range [0, 1]. Received: scale={scale!r}")
+        self.scale = float(scale)
+
+    def _augment(self, x: Node, key: Node) -> Node:
+        h, w = self._static_hw(x)
+        p, t, *u = self._uniform(key, x, 10, -0.5 * self.scale, 0.5 * self.scale)
+        corners = [(0.0, 0.0), (w - 1.0, 0.0), (0.0, h - 1.0), (w - 1.0, h - 1.0)]
+        ex = [K.constant(cx, x.dtype) * (u[2 * i] + K.constant(1.0, x.dtype))
+              for i, (cx, _) in enumerate(corners)]
+        ey = [K.constant(cy, x.dtype) * (u[2 * i + 1] + K.constant(1.0, x.dtype))
+              for i, (_, cy) in enumerate(corners)]
+        rows = perspective_rows(ex, ey, w, h)
+        warped = K.affine_transform(x, rows, self.interpolation, "constant", self.fill_value)
+        half = K.constant(0.5 * self.scale, x.dtype)
+        span = K.constant(self.scale, x.dtype) if self.scale else K.constant(1.0, x.dtype)
+        p01, t01 = (p + half) / span, (t + half) / span              # back to [0, 1)
+        prob = p01 * K.constant(self.factor[1] - self.factor[0], x.dtype) + K.constant(
+            self.factor[0], x.dtype)
+        apply = K.less(K.reshape(t01, (-1, 1, 1, 1)), K.reshape(prob, (-1, 1, 1, 1)))
+        return K.where(apply, warped, x)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        for k in ("fill_mode",):
+            config.pop(k, None)
+        config.update({"factor": list(self.factor), "scale": self.scale})
+        return config

@@ -92,3 +92,41 @@ def test_max_num_bounding_boxes_pads_with_fill_value_and_passes_images():
         layer({"images": X, "bounding_boxes": {"boxes": np.zeros((1, 2, 4)), "scores": 1}})
     with pytest.raises(ValueError, match="max_number"):
         L.MaxNumBoundingBoxes(0)
+
+
+def test_perspective_rows_match_keras_homography_and_warp(keras):
+    import kiln.ops as K
+    from keras.src.backend.numpy.image import compute_homography_matrix
+
+    from kiln.layers.augment_geometric import perspective_rows
+
+    h, w = 9, 8
+    rng = np.random.default_rng(4)
+    start = np.array([[0, 0], [w - 1, 0], [0, h - 1], [w - 1, h - 1]], "float64")[None]
+    start = start.repeat(3, 0)
+    end = start + start * rng.uniform(-0.3, 0.3, (3, 4, 2))
+    rows = perspective_rows([K.constant(end[:, i, 0:1]) for i in range(4)],
+                            [K.constant(end[:, i, 1:2]) for i in range(4)], w, h)
+    got = np.asarray(kiln.function([], [rows])()[0])
+    np.testing.assert_allclose(got, compute_homography_matrix(start, end), rtol=1e-6,
+                               atol=1e-6)
+    img = X[:3, :h, :w]
+    want = np.asarray(keras.ops.image.perspective_transform(img, start.astype("float32"),
+                                                            end.astype("float32")))
+    warped = K.affine_transform(img, got.astype("float32"), "bilinear", "constant", 0.0)
+    np.testing.assert_allclose(warped, want, atol=1e-3)
+
+
+def test_random_perspective_invariants(tmp_path):
+    np.testing.assert_allclose(L.RandomPerspective(scale=0.0)(X, training=True), X, atol=1e-3)
+    np.testing.assert_array_equal(L.RandomPerspective(factor=(0, 0))(X, training=True), X)
+    layer = L.RandomPerspective(scale=0.5, seed=3, fill_value=-1.0)
+    y = np.asarray(layer(X, training=True))
+    assert not np.allclose(y, X) and y.min() >= -1.0 and y.max() <= 255
+    np.testing.assert_array_equal(layer(X, training=False), X)
+    again = L.RandomPerspective.from_config(json.loads(json.dumps(layer.get_config())))
+    assert again.get_config() == layer.get_config()
+    _round_trip((L.RandomPerspective, {"scale": 0.3, "seed": 1}, (2, 8, 7, 3), None, None, []),
+                tmp_path)
+    with pytest.raises(ValueError, match="scale"):
+        L.RandomPerspective(scale=2.0)
