@@ -95,9 +95,9 @@ def test_max_num_bounding_boxes_pads_with_fill_value_and_passes_images():
 
 
 def test_perspective_rows_match_keras_homography_and_warp(keras):
-    import kiln.ops as K
     from keras.src.backend.numpy.image import compute_homography_matrix
 
+    import kiln.ops as K
     from kiln.layers.augment_geometric import perspective_rows
 
     h, w = 9, 8
