@@ -170,6 +170,13 @@ The old form `add_weight("name", shape, initializer, ...)` (a string first) stil
   `keras.applications` (no pretrained weights), no sparse or ragged tensors.
 * Backends: kiln compiles for its own CPU (numba) and CUDA backends; `KERAS_BACKEND` is
   ignored.
+* `JaxLayer`, `FlaxLayer`, `TorchModuleWrapper` and `TFSMLayer` host another framework's
+  code (a JAX function, a Flax module, a `torch.nn.Module`, a TensorFlow SavedModel), which
+  kiln's compiler cannot run: they exist so that programs and configs naming them fail
+  clearly, and constructing one (or loading a config with one) raises `NotImplementedError`
+  saying that kiln cannot host that framework's code and what to do instead (rewrite it with
+  `kiln.ops` in a `Layer`, rebuild it from kiln layers and copy the weights, or export to a
+  `.keras` file).
 '''
 
 # family -> kiln module it maps to

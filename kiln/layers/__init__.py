@@ -136,3 +136,108 @@ __all__ += [
 from kiln.layers.serialization import deserialize, serialize  # noqa: E402
 
 __all__ += ["serialize", "deserialize"]
+
+# the missing Keras 3.15 layers (issue 44)
+from kiln.layers.convolutional3d import (  # noqa: E402
+    Conv3D,
+    Conv3DTranspose,
+    Convolution3D,
+    Convolution3DTranspose,
+)
+from kiln.layers.pooling3d import (  # noqa: E402
+    AdaptiveAveragePooling1D,
+    AdaptiveAveragePooling2D,
+    AdaptiveAveragePooling3D,
+    AdaptiveMaxPooling1D,
+    AdaptiveMaxPooling2D,
+    AdaptiveMaxPooling3D,
+    AveragePooling3D,
+    AvgPool3D,
+    GlobalAveragePooling3D,
+    GlobalAvgPool3D,
+    GlobalMaxPool3D,
+    GlobalMaxPooling3D,
+    MaxPool3D,
+    MaxPooling3D,
+)
+from kiln.layers.reshaping3d import (  # noqa: E402
+    Cropping3D,
+    SpatialDropout3D,
+    UpSampling3D,
+    ZeroPadding3D,
+)
+
+__all__ += [
+    "Conv3D", "Conv3DTranspose", "Convolution3D", "Convolution3DTranspose",
+    "MaxPooling3D", "MaxPool3D", "AveragePooling3D", "AvgPool3D", "GlobalAveragePooling3D",
+    "GlobalAvgPool3D", "GlobalMaxPooling3D", "GlobalMaxPool3D",
+    "AdaptiveAveragePooling1D", "AdaptiveAveragePooling2D", "AdaptiveAveragePooling3D",
+    "AdaptiveMaxPooling1D", "AdaptiveMaxPooling2D", "AdaptiveMaxPooling3D",
+    "ZeroPadding3D", "Cropping3D", "UpSampling3D", "SpatialDropout3D",
+]
+from kiln.layers.input_spec import InputSpec  # noqa: E402
+from kiln.layers.regularization_more import (  # noqa: E402
+    ActivityRegularization,
+    AlphaDropout,
+    RMSNormalization,
+)
+from kiln.layers.wrapper import (  # noqa: E402
+    FlaxLayer,
+    JaxLayer,
+    Pipeline,
+    TFSMLayer,
+    TorchModuleWrapper,
+    Wrapper,
+)
+
+__all__ += [
+    "InputSpec", "ActivityRegularization", "AlphaDropout", "RMSNormalization", "Wrapper",
+    "Pipeline", "JaxLayer", "FlaxLayer", "TorchModuleWrapper", "TFSMLayer",
+]
+from kiln.layers.augment_color import (  # noqa: E402
+    AutoContrast,
+    RandomColorDegeneration,
+    RandomColorJitter,
+    RandomGrayscale,
+    RandomHue,
+    RandomInvert,
+    RandomPosterization,
+    RandomSaturation,
+    RandomSharpness,
+    Solarization,
+)
+
+__all__ += [
+    "AutoContrast", "RandomColorDegeneration", "RandomColorJitter", "RandomGrayscale",
+    "RandomHue", "RandomInvert", "RandomPosterization", "RandomSaturation", "RandomSharpness",
+    "Solarization",
+]
+from kiln.layers.attention_gqa import GroupQueryAttention  # noqa: E402
+from kiln.layers.rnn_more import ReversibleEmbedding, StackedRNNCells  # noqa: E402
+
+__all__ += ["GroupQueryAttention", "ReversibleEmbedding", "StackedRNNCells"]
+from kiln.layers.conv_lstm import ConvLSTM1D, ConvLSTM2D, ConvLSTM3D  # noqa: E402
+
+__all__ += ["ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"]
+from kiln.layers.spectral_normalization import SpectralNormalization  # noqa: E402
+
+__all__ += ["SpectralNormalization"]
+from kiln.layers.augment_more import Equalization, RandomErasing, RandomGaussianBlur  # noqa: E402
+
+__all__ += ["Equalization", "RandomErasing", "RandomGaussianBlur"]
+from kiln.layers.augment_mix import CutMix, MixUp  # noqa: E402
+
+__all__ += ["CutMix", "MixUp"]
+from kiln.layers.augment_geometric import (  # noqa: E402
+    MaxNumBoundingBoxes,
+    RandomPerspective,
+    RandomShear,
+)
+
+__all__ += ["MaxNumBoundingBoxes", "RandomPerspective", "RandomShear"]
+from kiln.layers.spectrogram import MelSpectrogram, STFTSpectrogram  # noqa: E402
+
+__all__ += ["MelSpectrogram", "STFTSpectrogram"]
+from kiln.layers.augment_policy import AugMix, RandAugment  # noqa: E402
+
+__all__ += ["AugMix", "RandAugment"]

@@ -386,6 +386,9 @@ class Layer:
         if not is_symbolic(inputs) and not any(is_symbolic(a) for a in args):
             return self._call_eager(inputs, *args, training=training, **kwargs)
         self._check_inputs(inputs)
+        if getattr(self, "input_spec", None) is not None:  # Keras' InputSpec
+            from kiln.layers.input_spec import assert_input_compatibility
+            assert_input_compatibility(self.input_spec, inputs, self.name)
         self._maybe_build(inputs)
         recorded = dict(kwargs)  # what the functional API replays (not the implicit mask)
         if training is not None or self._call_accepts("training"):

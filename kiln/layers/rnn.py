@@ -64,9 +64,9 @@ class RNN(Layer):
         if kwargs.get("dtype") is None and isinstance(getattr(cell, "dtype", None), str):
             kwargs["dtype"] = cell.dtype  # no autocast in kiln: compute in the cell's dtype
         super().__init__(**kwargs)
-        if isinstance(cell, list | tuple):
-            raise ValueError(f"{type(self).__name__}: stacked cells (a list) are not supported; "
-                             "stack RNN layers instead")
+        if isinstance(cell, list | tuple):  # Keras: a list of cells is one StackedRNNCells
+            from kiln.layers.rnn_more import StackedRNNCells
+            cell = StackedRNNCells(cell)
         if not hasattr(cell, "state_size") or not callable(getattr(cell, "call", None)):
             raise ValueError(f"{type(self).__name__}: cell must be a layer with a `state_size` "
                              f"and a `call(inputs, states)`, received {cell!r}")

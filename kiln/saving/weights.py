@@ -344,6 +344,22 @@ def read_keras3_flat(group: Any) -> tuple[list[str], list[Stored]]:
     return names, arrays
 
 
+def in_walk_order(root: str, layer: Any, names: list, arrays: list) -> tuple[list, list]:
+    """``read_keras3_flat``'s datasets in ``layer``'s walk (:func:`sublayer_tree`: a list of
+    sublayers in list order, e.g. StackedRNNCells' cells), unchanged if a group is not in it."""
+    order: dict[str, int] = {}; stack = [(root, layer)]  # noqa: E702
+    while stack:
+        path, lay = stack.pop()
+        if path not in order:
+            order[path] = len(order)
+            stack += reversed([(f"{path}/{a}", sub) for a, sub in sublayer_tree(lay)])
+    owners = [n.rsplit("/vars/", 1)[0] for n in names]
+    if any(o not in order for o in owners):
+        return names, arrays
+    idx = sorted(range(len(names)), key=lambda i: order[owners[i]])  # stable
+    return [names[i] for i in idx], [arrays[i] for i in idx]
+
+
 def keras3_keys(layers: list[Any]) -> list[str]:
     """Keras 3's container keys for ``layers``: snake_case class name + per-class counter."""
     used: dict[str, int] = {}
@@ -383,7 +399,8 @@ def read_keras3_model(h5: Any, model: Any, keys: dict[int, str] | None = None
         if root_layers is None or key is None or key not in root_layers:
             continue
         used_keys.add(key)
-        names, arrays = read_keras3_flat(root_layers[key])
+        names, arrays = in_walk_order(root_layers[key].name, owner.layer,
+                                      *read_keras3_flat(root_layers[key]))
         file_layers.append(FileLayer(owner.key, names, arrays, owner.class_name))
     if root_layers is not None:
         for key in root_layers.keys():

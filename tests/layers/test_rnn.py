@@ -703,8 +703,9 @@ def test_unsupported_arguments():
         layers.GRU(0)
     with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\)"):
         layers.LSTM(U, dropout=1.0)
-    with pytest.raises(ValueError, match=r"stacked cells"):
-        layers.RNN([layers.LSTMCell(U), layers.LSTMCell(U)])
+    # a list of cells is Keras' StackedRNNCells (issue 44), no longer refused
+    assert isinstance(layers.RNN([layers.LSTMCell(U), layers.LSTMCell(U)]).cell,
+                      layers.StackedRNNCells)
     with pytest.raises(ValueError, match=r"cell must be a layer with a `state_size`"):
         layers.RNN(layers.Dense(U))
     with pytest.raises(ValueError, match=r"Bidirectional: layer must be a recurrent layer"):

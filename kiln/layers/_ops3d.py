@@ -1,0 +1,137 @@
+"""Three spatial dimensions from kiln's 2-D ops: convolution, transposed convolution and
+pooling over ``(batch, depth, height, width, channels)``.
+
+kiln's core has 1-D and 2-D conv/pool kernels; a 3-D one is composed here from them, so it
+has their shape rules, references, gradients and kernels:
+
+* ``conv3d``: the depth taps become channels. For output depth ``o`` and kernel tap ``i`` the
+  input slice is ``x[:, o * s + i * d]``; the ``kd`` strided depth slices are concatenated on
+  the channel axis, the batch and output depth merged, and ONE ``conv2d`` with the kernel
+  ``(kh, kw, kd * C, F)`` sums over taps and channels at once (with ``groups > 1`` the taps are
+  summed one ``conv2d`` each, so that each group sees only its channels).
+* ``conv3d_transpose``: one ``conv2d_transpose`` per depth plane with all ``kd`` taps as
+  output channels, then each tap's planes are spread ``s`` apart (zeros between) and shifted
+  by ``i * d``; the sum is the full transposed convolution, cropped or padded to the output
+  length with TensorFlow's padding (``pad_before = total // 2``).
+* ``pool3d``: max and (real-element) average pooling over a box are separable: pool height and
+  width with the 2-D op, then depth with a ``(pool_d, 1)`` 2-D pool.
+
+Depth, height and width must be known (static shapes).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import kiln.ops as K
+from kiln.core import Node, format_shape
+
+_ALL = (None, None, 1)
+
+
+def _static(who: str, x: Node) -> tuple[int, int, int, int]:
+    dims = x.shape[1:]
+    if any(d is None for d in dims):
+        raise ValueError(f"{who} needs known depth, height, width and channels, received "
+                         f"input shape {format_shape(x.shape)}")
+    return tuple(int(d) for d in dims)  # type: ignore[return-value]
+
+
+def same_pads(n: int, k_eff: int, stride: int) -> tuple[int, int, int]:
+    """TensorFlow "same": output length ``ceil(n / s)``, pads ``(before, after)``."""
+    out = -(-n // stride)
+    total = max((out - 1) * stride + k_eff - n, 0)
+    return out, total // 2, total - total // 2
+
+
+def _depth_slice(x: Node, start: int, stop: int, step: int) -> Node:
+    return K.slice(x, [_ALL, (start, stop, step), _ALL, _ALL, _ALL])
+
+
+def conv3d(who: str, x: Node, kernel: Any, strides: tuple, padding: str, dilation: tuple,
+           groups: int = 1) -> Node:
+    """Channels-last 3-D convolution; ``kernel`` is ``(kd, kh, kw, C / groups, F)``."""
+    d, h, w, c = _static(who, x)
+    kd = int(kernel.shape[0])
+    sd, dd = strides[0], dilation[0]
+    k_eff = (kd - 1) * dd + 1
+    if padding == "same":
+        out_d, lo, hi = same_pads(d, k_eff, sd)
+        if lo or hi:
+            x = K.pad(x, ((0, 0), (lo, hi), (0, 0), (0, 0), (0, 0)))
+    else:
+        out_d = (d - k_eff) // sd + 1
+        if out_d < 1:
+            raise ValueError(f"{who}: the kernel's depth extent {k_eff} exceeds the input "
+                             f"depth {d} (input shape {format_shape(x.shape)})")
+    taps = [_depth_slice(x, i * dd, i * dd + (out_d - 1) * sd + 1, sd) for i in range(kd)]
+    kw2 = dict(strides=strides[1:], padding=padding, dilation_rate=dilation[1:])
+    if groups == 1:
+        stacked = K.concatenate(taps, axis=-1) if kd > 1 else taps[0]
+        x2 = K.reshape(stacked, (-1, h, w, kd * c))
+        k2 = K.reshape(K.transpose(kernel, (1, 2, 0, 3, 4)),
+                       tuple(kernel.shape[1:3]) + (kd * c, int(kernel.shape[4])))
+        y = K.conv2d(x2, k2, **kw2)
+    else:
+        y = None
+        for i, t in enumerate(taps):
+            ki = K.squeeze(K.slice(kernel, [(i, i + 1, 1), _ALL, _ALL, _ALL, _ALL]), 0)
+            yi = K.conv2d(K.reshape(t, (-1, h, w, c)), ki, groups=groups, **kw2)
+            y = yi if y is None else y + yi
+    return K.reshape(y, (-1, out_d) + tuple(y.shape[1:]))
+
+
+def conv3d_transpose(who: str, x: Node, kernel: Any, strides: tuple, padding: str,
+                     output_padding: tuple | None, dilation: tuple) -> Node:
+    """Channels-last transposed 3-D convolution; ``kernel`` is ``(kd, kh, kw, F, C)``."""
+    d, h, w, c = _static(who, x)
+    kd, kh, kw, f = (int(v) for v in kernel.shape[:4])
+    sd, dd = strides[0], dilation[0]
+    k_eff = (kd - 1) * dd + 1
+    opad = output_padding
+    k2 = K.reshape(K.transpose(kernel, (1, 2, 0, 3, 4)), (kh, kw, kd * f, c))
+    y = K.conv2d_transpose(K.reshape(x, (-1, h, w, c)), k2, strides=strides[1:],
+                           padding=padding, dilation_rate=dilation[1:],
+                           output_padding=None if opad is None else opad[1:])
+    ho, wo = int(y.shape[1]), int(y.shape[2])
+    y = K.reshape(y, (-1, d, ho, wo, kd, f))
+    if sd > 1:  # spread the planes s apart
+        gap = K.zeros_like(y)
+        parts = [K.expand_dims(y, 2)] + [K.expand_dims(gap, 2)] * (sd - 1)
+        y = K.reshape(K.concatenate(parts, axis=2), (-1, d * sd, ho, wo, kd, f))
+        y = K.slice(y, [_ALL, (0, (d - 1) * sd + 1, 1), _ALL, _ALL, _ALL, _ALL])
+    spread = (d - 1) * sd + 1
+    full_len = spread + k_eff - 1
+    full = None
+    for i in range(kd):
+        yi = K.squeeze(K.slice(y, [_ALL, _ALL, _ALL, _ALL, (i, i + 1, 1), _ALL]), 4)
+        yi = K.pad(yi, ((0, 0), (i * dd, full_len - spread - i * dd), (0, 0), (0, 0), (0, 0)))
+        full = yi if full is None else full + yi
+    if opad is None:
+        out_len = d * sd + (max(k_eff - sd, 0) if padding == "valid" else 0)
+    else:
+        pad = k_eff // 2 if padding == "same" else 0
+        out_len = (d - 1) * sd + k_eff - 2 * pad + opad[0]
+    # the gradient of a forward conv over out_len: TensorFlow's "same" offset
+    before = same_pads(out_len, k_eff, sd)[1] if padding == "same" else 0
+    after = out_len + before - full_len
+    if after > 0:
+        full = K.pad(full, ((0, 0), (0, after), (0, 0), (0, 0), (0, 0)))
+    return _depth_slice(full, before, before + out_len, 1)
+
+
+def pool3d(who: str, kind: str, x: Node, pool: tuple, strides: tuple, padding: str) -> Node:
+    """Max (``kind="max"``) or average pooling over depth, height and width."""
+    d, h, w, c = _static(who, x)
+    op = K.max_pool2d if kind == "max" else K.avg_pool2d
+    y = op(K.reshape(x, (-1, h, w, c)), pool[1:], strides[1:], padding)
+    ho, wo = int(y.shape[1]), int(y.shape[2])
+    y = op(K.reshape(y, (-1, d, ho * wo, c)), (pool[0], 1), (strides[0], 1), padding)
+    return K.reshape(y, (-1, int(y.shape[1]), ho, wo, c))
+
+
+def adaptive_bounds(n: int, out: int) -> list[tuple[int, int]]:
+    """PyTorch's / Keras' adaptive pooling windows: ``[floor(i n / out), ceil((i + 1) n /
+    out))`` for each output index ``i``."""
+    return [(i * n // out, math.ceil((i + 1) * n / out)) for i in range(out)]
