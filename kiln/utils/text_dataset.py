@@ -45,7 +45,9 @@ def text_dataset_from_directory(
     Returns:
         A dataset (iterable once per epoch, ``len()`` batches) of ``(texts, labels)`` where
         ``texts`` is a 1-D object array of ``str``; it has ``class_names`` and ``file_paths``;
-        ``[training, validation]`` with ``subset="both"``.
+        ``[training, validation]`` with ``subset="both"``. With TensorFlow installed, a
+        ``tf.data.Dataset`` of the same elements with ``class_names``, as Keras returns
+        (``kiln.utils.set_dataset_format("kiln")`` keeps kiln's :class:`kiln.utils.Dataset`).
 
     Raises:
         ValueError: Bad arguments, or no ``.txt`` file found.
@@ -86,5 +88,5 @@ def text_dataset_from_directory(
                                            names)
 
     if subset == "both":
-        return [build("training"), build("validation")]
-    return build(subset or "training")
+        return _directory.finish([build("training"), build("validation")], False, True, max_length)
+    return _directory.finish([build(subset or "training")], False, True, max_length)[0]

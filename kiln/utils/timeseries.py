@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from kiln.random_state import numpy_rng
+from kiln.utils.dataset_ops import BatchSource
 
 
 def _positive(name: str, value: Any) -> int:
@@ -19,9 +20,10 @@ def _positive(name: str, value: Any) -> int:
     return int(value)
 
 
-class TimeseriesDataset:
+class TimeseriesDataset(BatchSource):
     """The windows :func:`timeseries_dataset_from_array` returns: iterate it (once per epoch)
-    for batches; ``len()`` is the number of batches.
+    for batches; ``len()`` is the number of batches. It has the methods of
+    :class:`kiln.utils.Dataset` (``map``, ``batch``, ``take`` ...).
 
     Attributes:
         start_positions: The first index (relative to ``start_index``) of every window, in
@@ -80,7 +82,7 @@ def timeseries_dataset_from_array(data: Any, targets: Any, sequence_length: int,
                                   sequence_stride: int = 1, sampling_rate: int = 1,
                                   batch_size: int | None = 128, shuffle: bool = False,
                                   seed: int | None = None, start_index: int | None = None,
-                                  end_index: int | None = None) -> TimeseriesDataset:
+                                  end_index: int | None = None) -> Any:
     """Sliding windows over ``data``, like ``keras.utils.timeseries_dataset_from_array``.
 
     Window ``i`` holds ``data[s, s + sampling_rate, ..., s + (sequence_length - 1) *
@@ -106,7 +108,9 @@ def timeseries_dataset_from_array(data: Any, targets: Any, sequence_length: int,
     Returns:
         A :class:`TimeseriesDataset`: iterating it yields ``(x, y)`` batches (``x`` alone
         without targets), ``x`` of shape ``(batch, sequence_length) + data.shape[1:]``; it can
-        be iterated again for every epoch, and ``len()`` gives the number of batches.
+        be iterated again for every epoch, and ``len()`` gives the number of batches. With
+        TensorFlow installed, a ``tf.data.Dataset`` of the same batches, as Keras returns
+        (``kiln.utils.set_dataset_format("kiln")`` keeps kiln's).
 
     Raises:
         ValueError: Non-positive lengths or strides, indices outside the data, or no window
@@ -162,5 +166,9 @@ def timeseries_dataset_from_array(data: Any, targets: Any, sequence_length: int,
             positions = positions[numpy_rng().permutation(len(positions))]
         else:
             rng.shuffle(positions)
-    return TimeseriesDataset(data, targets, sequence_length, sampling_rate, batch_size,
-                             positions, start, bool(shuffle), seed)
+    ds = TimeseriesDataset(data, targets, sequence_length, sampling_rate, batch_size,
+                           positions, start, bool(shuffle), seed)
+    from kiln.utils.tf_interop import dataset_format, to_tf_dataset
+    if dataset_format() == "tf":  # Keras' type where TensorFlow is installed
+        return to_tf_dataset(ds, batched=batch_size is not None)
+    return ds
