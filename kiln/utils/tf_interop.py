@@ -17,6 +17,8 @@ import os
 import sys
 from typing import Any
 
+from kiln.layers.preprocessing.tf_data import is_tf_tensor
+
 _FORMATS = ("auto", "kiln", "tf")
 _format: list[str | None] = [None]
 
@@ -55,15 +57,6 @@ def tf_available() -> bool:
         return importlib.util.find_spec("tensorflow") is not None
     except (ImportError, ValueError):
         return False
-
-
-def is_tf_tensor(x: Any) -> bool:
-    """Whether ``x`` is a TensorFlow tensor (dense, ragged or sparse; eager or symbolic).
-    Never imports TensorFlow: a TF tensor exists only once TensorFlow is imported."""
-    tf = sys.modules.get("tensorflow")
-    if tf is None or not type(x).__module__.startswith("tensorflow"):
-        return False
-    return isinstance(x, tf.Tensor | tf.RaggedTensor | tf.SparseTensor)
 
 
 def _tf_dtype(tf: Any, a: Any) -> Any:

@@ -17,6 +17,7 @@ import kiln.ops as K
 from kiln.core import Node
 from kiln.layers.base import Layer
 from kiln.layers.preprocessing._base import check_choice
+from kiln.layers.preprocessing.tf_data import TFDataLayer
 
 ENCODE_MODES = ("one_hot", "multi_hot", "count", "tf_idf")
 
@@ -61,7 +62,7 @@ def encode_numpy(idx: np.ndarray, mode: str, depth: int, dtype: str,
     return hot.sum(axis=axis).astype(dtype)
 
 
-class CategoryEncoding(Layer):
+class CategoryEncoding(TFDataLayer, Layer):
     """Encodes integer category indices in ``[0, num_tokens)`` as dense vectors (Keras'
     ``CategoryEncoding``).
 

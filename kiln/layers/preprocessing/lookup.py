@@ -30,9 +30,10 @@ from kiln.layers.preprocessing._hashes import hash_buckets
 from kiln.layers.preprocessing.encoding import ENCODE_MODES, encode, encode_numpy
 from kiln.layers.preprocessing.hashing import host_only, parse_salt
 from kiln.layers.preprocessing.numerical import _batches
+from kiln.layers.preprocessing.tf_data import TFDataLayer, is_tf_tensor, tf_call
 
 
-class IndexLookup(Layer):
+class IndexLookup(TFDataLayer, Layer):
     """The shared machinery of StringLookup and IntegerLookup (see the module docstring)."""
 
     _strings = True
@@ -211,6 +212,8 @@ class IndexLookup(Layer):
                              "or call adapt() before encoding")
 
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        if is_tf_tensor(inputs):  # inside tf.data: TF ops (tf_data.py)
+            return tf_call(self, inputs, *args, **kwargs)
         self._check_ready()
         if is_symbolic(inputs):
             if self._strings or self.oov_method == "farmhash":
