@@ -47,6 +47,8 @@ class IndexLookup(TFDataLayer, Layer):
         kwargs.pop("vocabulary_size", None)  # Keras config keys, recomputed here
         kwargs.pop("has_input_vocabulary", None)
         kwargs.pop("vocabulary_dtype", None)
+        if kwargs.get("dtype") is None and output_mode in ("one_hot", "multi_hot", "count"):
+            kwargs["dtype"] = "int64"  # Keras 3's lookups encode to int64 (tf_idf: float)
         super().__init__(**kwargs)
         if output_mode == "tf-idf":
             output_mode = "tf_idf"

@@ -129,7 +129,7 @@ def _discretization(tf: Any, layer: Any, x: Any, training: Any) -> Any:
     if x.dtype not in (tf.float32, tf.float64):
         x = tf.cast(x, "float32")
     idx = tf.raw_ops.Bucketize(input=x, boundaries=[float(b) for b in layer.bin_boundaries])
-    dtype = "int64" if layer.output_mode == "int" else layer.dtype
+    dtype = "int32" if layer.output_mode == "int" else layer.dtype
     return _encode(tf, idx, layer.output_mode, len(layer.bin_boundaries) + 1, dtype)
 
 
@@ -239,7 +239,7 @@ def _hashing(tf: Any, layer: Any, x: Any, training: Any) -> Any:
 
 
 def _lookup(tf: Any, layer: Any, x: Any, training: Any) -> Any:
-    if layer.invert or layer.num_oov_indices > 1 or layer.output_mode == "tf_idf":
+    if layer.invert or layer.num_oov_indices > 1:
         return NotImplemented
     layer._check_ready()
     tokens = [] if layer._tokens is None else layer._tokens.tolist()
@@ -268,7 +268,55 @@ def _lookup(tf: Any, layer: Any, x: Any, training: Any) -> Any:
                        idx)
     if layer.output_mode == "int":
         return idx
+    if layer.output_mode == "tf_idf":
+        counts = _encode(tf, idx, "count", layer._depth(), layer.dtype)
+        return counts * tf.constant(layer._idf_vector().astype(layer.dtype))
     return _encode(tf, idx, layer.output_mode, layer._depth(), layer.dtype)
+
+
+def text_vectorization(layer: Any, x: Any) -> Any:
+    """``TextVectorization`` with TF ops: Keras' own steps (standardize, split, n-grams),
+    then the lookup (its ragged tokens padded with the mask ``""``)."""
+    import tensorflow as tf
+
+    from kiln.layers.preprocessing.text_vectorization import PUNCTUATION
+    if x.dtype != tf.string:
+        x = tf.strings.as_string(x)
+    std = layer.standardize
+    if std in ("lower", "lower_and_strip_punctuation"):
+        x = tf.strings.lower(x)
+    if std in ("strip_punctuation", "lower_and_strip_punctuation"):
+        x = tf.strings.regex_replace(x, PUNCTUATION, "")
+    if callable(std):
+        x = std(x)
+    if layer.split is not None:
+        if x.shape.rank > 1:
+            if x.shape[-1] != 1:
+                raise ValueError(
+                    f"Layer '{layer.name}' (TextVectorization): to split strings the input "
+                    f"rank must be 1 or the last dimension must be 1, received shape "
+                    f"{tuple(x.shape)}")
+            x = tf.squeeze(x, -1)
+        if layer.split == "whitespace":
+            x = tf.strings.split(x)
+        elif layer.split == "character":
+            x = tf.strings.unicode_split(x, "UTF-8")
+        else:
+            x = layer.split(x)
+    if layer._widths is not None:
+        x = tf.strings.ngrams(x, ngram_width=layer._widths, separator=" ")
+    if isinstance(x, tf.RaggedTensor):
+        width = layer.output_sequence_length if layer.output_mode == "int" else None
+        shape = None if width is None else x.shape.as_list()[:-1] + [width]
+        x = x.to_tensor(default_value="", shape=shape)
+    elif layer.output_mode == "int" and layer.output_sequence_length is not None:
+        n = layer.output_sequence_length
+        x = x[..., :n]
+        pad = n - tf.shape(x)[-1]
+        x = tf.pad(x, [[0, 0]] * (x.shape.rank - 1) + [[0, pad]], constant_values="")
+    elif layer.output_mode != "int" and x.shape.rank == 1:
+        x = x[:, None]
+    return tf_call(layer._lookup, x)
 
 
 _IMPLS: dict[str, Callable[..., Any]] = {

@@ -60,7 +60,7 @@ CASES = [
 def test_layer_in_tf_data_matches_keras(name, kwargs, x):
     ours = _through_tf_data(getattr(kiln.layers, name)(**kwargs), x)
     theirs = _through_tf_data(getattr(keras.layers, name)(**kwargs), x)
-    assert ours.shape == theirs.shape
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
     if ours.dtype.kind in "OS":
         assert ours.tolist() == theirs.tolist()
     else:
