@@ -125,6 +125,15 @@ def test_switch_and_env(monkeypatch):
         tf_interop.dataset_format()
     with pytest.raises(ValueError, match="set_dataset_format: format must be one of"):
         kiln.utils.set_dataset_format("torch")
+    # without TensorFlow: "auto" gives kiln's datasets, "tf" a clear error
+    monkeypatch.setattr(tf_interop, "tf_available", lambda: False)
+    monkeypatch.setenv("KILN_DATASET", "auto")
+    assert tf_interop.dataset_format() == "kiln"
+    ds = kiln.utils.timeseries_dataset_from_array(np.arange(6.0), None, 2, batch_size=2)
+    assert isinstance(ds, Dataset)
+    monkeypatch.setenv("KILN_DATASET", "tf")
+    with pytest.raises(ImportError, match="TensorFlow is not installed"):
+        tf_interop.dataset_format()
 
 
 def _model():

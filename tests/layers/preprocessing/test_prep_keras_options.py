@@ -71,3 +71,23 @@ def test_discretization_adapt_matches_keras(kwargs):
     theirs.adapt(FLOATS)
     np.testing.assert_allclose(ours.bin_boundaries, theirs.bin_boundaries, rtol=1e-6)
     np.testing.assert_array_equal(ours(FLOATS), np.asarray(theirs(FLOATS)))
+
+
+@pytest.mark.parametrize("mode", ["int", "multi_hot"])
+def test_keras_file_with_an_adapted_lookup_loads_its_vocabulary(tmp_path, mode):
+    """Keras keeps an adapted vocabulary in the file's assets/, not in the config."""
+    lookup = keras.layers.IntegerLookup(output_mode=mode)
+    lookup.adapt(np.array([[3], [5], [5], [9]]))
+    inp = keras.Input((2,), dtype="int64")
+    x = lookup(inp)
+    if mode == "int":
+        x = keras.layers.Flatten()(keras.layers.Embedding(lookup.vocabulary_size(), 2)(x))
+    model = keras.Model(inp, keras.layers.Dense(1)(x))
+    path = str(tmp_path / "lookup.keras")
+    model.save(path)
+    loaded = kiln.saving.load_model(path)
+    data = np.array([[3, 9], [7, 5]])
+    np.testing.assert_allclose(loaded.predict(data, verbose=0), np.asarray(model(data)),
+                               rtol=1e-5, atol=1e-6)
+    kiln_lookup = [la for la in loaded.layers if isinstance(la, kiln.layers.IntegerLookup)][0]
+    assert kiln_lookup.get_vocabulary() == lookup.get_vocabulary()
