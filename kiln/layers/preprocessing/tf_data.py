@@ -6,9 +6,11 @@ the TensorFlow backend inside ``tf.data`` whatever the backend.
 TensorFlow is never imported here unless the input already is a TF tensor
 (:func:`is_tf_tensor`). The layers with a TF implementation below
 compute with TF ops from the layer's own state (scale, mean and variance, bin boundaries,
-vocabulary ...); the others (random geometric augmentation, lookups with several OOV
-buckets, tf-idf) run kiln's NumPy path through ``tf.numpy_function``, which works in
-``tf.data`` pipelines but not in a saved TF graph.
+vocabulary ...; the random layers draw with ``tf.random`` and apply kiln's transform rows
+with ``ImageProjectiveTransformV3``); the others (lookups with several OOV buckets or
+``invert``, ``Resizing(pad_to_aspect_ratio=True)``, layers without a TF implementation) run
+kiln's NumPy path through ``tf.numpy_function``, which works in ``tf.data`` pipelines but not
+in a saved TF graph.
 """
 
 from __future__ import annotations
@@ -214,6 +216,77 @@ def _random_brightness(tf: Any, layer: Any, x: Any, training: Any) -> Any:
     return _images_out(tf, layer, x, added)
 
 
+def _random_contrast(tf: Any, layer: Any, x: Any, training: Any) -> Any:
+    if training is False:
+        return _float(tf, layer, x)
+    x, added = _images(tf, layer, x)
+    lower, upper = layer.factor
+    f = tf.random.uniform((tf.shape(x)[0], 1, 1, 1), 1.0 - lower, 1.0 + upper, x.dtype)
+    mean = tf.reduce_mean(x, axis=(1, 2), keepdims=True)
+    x = tf.clip_by_value((x - mean) * f + mean, *layer.value_range)
+    return _images_out(tf, layer, x, added)
+
+
+def _random_crop(tf: Any, layer: Any, x: Any, training: Any) -> Any:
+    x, added = _images(tf, layer, x)
+    th, tw = layer.height, layer.width
+    shape = tf.shape(x)
+    h, w = shape[1], shape[2]
+
+    def crop() -> Any:  # one offset per batch, as kiln's graph path and Keras
+        top = tf.random.uniform((), 0, h - th + 1, tf.int32)
+        left = tf.random.uniform((), 0, w - tw + 1, tf.int32)
+        return x[:, top:top + th, left:left + tw, :]
+
+    def resize() -> Any:
+        return tf.image.resize(_smart_crop(tf, x, th, tw), (th, tw), method="bilinear")
+    if training is False:
+        out = resize()
+    else:
+        out = tf.cond(tf.logical_and(h > th, w > tw), crop, resize)
+    out = tf.ensure_shape(out, [x.shape[0], th, tw, x.shape[-1]])
+    return _images_out(tf, layer, out, added)
+
+
+def _geometric(tf: Any, layer: Any, x: Any, training: Any) -> Any:
+    """RandomRotation / RandomZoom / RandomTranslation: the transform rows of kiln's graph
+    path (Keras' conventions), applied by TF's ``ImageProjectiveTransformV3``."""
+    if training is False:
+        return _float(tf, layer, x)
+    x, added = _images(tf, layer, x)
+    shape = tf.shape(x)
+    n = shape[0]
+    h, w = tf.cast(shape[1], "float32"), tf.cast(shape[2], "float32")
+    zero, one = tf.zeros((n, 1)), tf.ones((n, 1))
+
+    def uniform(lo: float, hi: float) -> Any:
+        return tf.random.uniform((n, 1), lo, hi) if hi > lo else tf.fill((n, 1), float(lo))
+    kind = type(layer).__name__
+    if kind == "RandomRotation":
+        lo, hi = layer.factor
+        rad = uniform(lo * 360.0, hi * 360.0) * (np.pi / 180.0)
+        cos, sin = tf.cos(rad), tf.sin(rad)
+        cx, cy = 0.5 * (w - 1), 0.5 * (h - 1)
+        rows = [cos, -sin, cx - cos * cx + sin * cy, sin, cos, cy - sin * cx - cos * cy]
+    elif kind == "RandomZoom":
+        hl, hu = layer.height_factor
+        zh = uniform(1.0 + hl, 1.0 + hu)
+        zw = zh if layer.width_factor is None else uniform(1.0 + layer.width_factor[0],
+                                                           1.0 + layer.width_factor[1])
+        rows = [zw, zero, (1.0 - zw) * (w - 1) / 2.0, zero, zh, (1.0 - zh) * (h - 1) / 2.0]
+    else:
+        (hl, hu), (wl, wu) = layer.height_factor, layer.width_factor
+        dy, dx = uniform(hl, hu) * h, uniform(wl, wu) * w
+        rows = [one, zero, -dx, zero, one, -dy]
+    transforms = tf.concat(rows + [zero, zero], axis=1)
+    out = tf.raw_ops.ImageProjectiveTransformV3(
+        images=x, transforms=transforms, output_shape=shape[1:3],
+        fill_value=tf.constant(layer.fill_value, x.dtype),
+        interpolation=layer.interpolation.upper(), fill_mode=layer.fill_mode.upper())
+    out.set_shape(x.shape)
+    return _images_out(tf, layer, out, added)
+
+
 def _hash_strings(tf: Any, layer: Any, s: Any, bins: int) -> Any:
     if layer.salt is None:
         return tf.strings.to_hash_bucket_fast(s, bins)
@@ -323,7 +396,9 @@ _IMPLS: dict[str, Callable[..., Any]] = {
     "Rescaling": _rescaling, "Normalization": _normalization,
     "Discretization": _discretization, "CategoryEncoding": _category_encoding,
     "Resizing": _resizing, "CenterCrop": _center_crop, "RandomFlip": _random_flip,
-    "RandomBrightness": _random_brightness,
+    "RandomBrightness": _random_brightness, "RandomContrast": _random_contrast,
+    "RandomCrop": _random_crop, "RandomRotation": _geometric, "RandomZoom": _geometric,
+    "RandomTranslation": _geometric,
     "Hashing": _hashing, "StringLookup": _lookup, "IntegerLookup": _lookup,
 }
 

@@ -109,12 +109,50 @@ def test_random_brightness_in_tf_data_shifts_within_range():
     assert len(np.unique(shift[:, 0, 0, 0])) > 1
 
 
-def test_random_rotation_in_tf_data_runs_kiln_numpy_path():
-    x = IMAGES[:2]
-    ident = _through_tf_data(lambda t: kiln.layers.RandomRotation(0.1)(t, training=False), x)
-    np.testing.assert_allclose(ident, x)
-    out = _through_tf_data(kiln.layers.RandomRotation(0.1, seed=3), x)
-    assert out.shape == x.shape and not np.allclose(out, x)
+# a degenerate factor range makes the geometric layers deterministic: the TF path must then
+# equal kiln's graph path (itself tested against Keras' conventions)
+GEOMETRIC = [
+    ("RandomRotation", dict(factor=(0.25, 0.25))),
+    ("RandomRotation", dict(factor=(-0.1, -0.1), fill_mode="constant", fill_value=7.0)),
+    ("RandomZoom", dict(height_factor=(0.5, 0.5), fill_mode="nearest")),
+    ("RandomZoom", dict(height_factor=(-0.3, -0.3), width_factor=(0.2, 0.2),
+                        interpolation="nearest")),
+    ("RandomTranslation", dict(height_factor=(0.25, 0.25), width_factor=(-0.2, -0.2),
+                               fill_mode="wrap")),
+]
+
+
+@pytest.mark.parametrize("name,kwargs", GEOMETRIC, ids=[g[0] + str(i) for i, g in
+                                                        enumerate(GEOMETRIC)])
+def test_geometric_layers_in_tf_data_equal_kiln_graph_path(name, kwargs):
+    layer = getattr(kiln.layers, name)(**kwargs)
+    got = _through_tf_data(layer, IMAGES)
+    want = np.asarray(layer(IMAGES, training=True))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-2)
+    off = _through_tf_data(lambda t: layer(t, training=False), IMAGES)
+    np.testing.assert_array_equal(off, IMAGES)
+
+
+def test_random_contrast_in_tf_data_scales_about_the_mean():
+    out = _through_tf_data(kiln.layers.RandomContrast(0.5, value_range=(-1e9, 1e9)), IMAGES)
+    mean = IMAGES.mean(axis=(1, 2), keepdims=True)
+    f = (out - mean) / (IMAGES - mean)
+    for fi in f:  # one factor per image, in [1 - 0.5, 1 + 0.5]
+        assert np.allclose(fi, fi.flat[0], rtol=1e-3) and 0.5 <= fi.flat[0] <= 1.5
+
+
+def test_random_crop_in_tf_data_takes_a_window_or_centre_resizes():
+    out = _through_tf_data(kiln.layers.RandomCrop(5, 6), IMAGES, batch=4)
+    assert out.shape == (4, 5, 6, 3)
+    found = [(t, left) for t in range(4) for left in range(5)
+             if np.array_equal(out, IMAGES[:, t:t + 5, left:left + 6])]
+    assert len(found) == 1  # one window for the whole batch
+    # outside training: kiln's graph path (the centred window resized; Keras 3.15's code
+    # returns the images uncropped there, unlike its docstring)
+    ours = kiln.layers.RandomCrop(5, 6)
+    off = _through_tf_data(lambda t: ours(t, training=False), IMAGES)
+    np.testing.assert_allclose(off, np.asarray(ours(IMAGES, training=False)), rtol=1e-4,
+                               atol=1e-2)
 
 
 def test_sequential_stack_in_tf_data_matches_keras():
