@@ -191,16 +191,20 @@ def _center_crop(tf: Any, layer: Any, x: Any, training: Any) -> Any:
     return _images_out(tf, layer, out, added)
 
 
+def _seed(layer: Any, k: int = 0) -> int | None:
+    """The op seed of a random layer's ``k``-th draw (None: TF's own randomness)."""
+    return None if layer.seed is None else int(layer.seed) * 2 + k
+
+
 def _random_flip(tf: Any, layer: Any, x: Any, training: Any) -> Any:
     if training is False:
         return _float(tf, layer, x)
     x, added = _images(tf, layer, x)
     n = tf.shape(x)[0]
+    flip = tf.random.uniform((n, 1, 1, 1), seed=_seed(layer)) < 0.5  # one draw, as Keras
     if layer.mode in ("horizontal", "horizontal_and_vertical"):
-        flip = tf.random.uniform((n, 1, 1, 1)) < 0.5
         x = tf.where(flip, tf.reverse(x, [2]), x)
     if layer.mode in ("vertical", "horizontal_and_vertical"):
-        flip = tf.random.uniform((n, 1, 1, 1)) < 0.5
         x = tf.where(flip, tf.reverse(x, [1]), x)
     return _images_out(tf, layer, x, added)
 
@@ -211,7 +215,7 @@ def _random_brightness(tf: Any, layer: Any, x: Any, training: Any) -> Any:
     x, added = _images(tf, layer, x)
     lo, hi = layer.value_range
     fl, fu = layer.factor
-    delta = tf.random.uniform((tf.shape(x)[0], 1, 1, 1), fl, fu) * (hi - lo)
+    delta = tf.random.uniform((tf.shape(x)[0], 1, 1, 1), fl, fu, seed=_seed(layer)) * (hi - lo)
     x = tf.clip_by_value(x + tf.cast(delta, x.dtype), lo, hi)
     return _images_out(tf, layer, x, added)
 
@@ -221,7 +225,8 @@ def _random_contrast(tf: Any, layer: Any, x: Any, training: Any) -> Any:
         return _float(tf, layer, x)
     x, added = _images(tf, layer, x)
     lower, upper = layer.factor
-    f = tf.random.uniform((tf.shape(x)[0], 1, 1, 1), 1.0 - lower, 1.0 + upper, x.dtype)
+    f = tf.random.uniform((tf.shape(x)[0], 1, 1, 1), 1.0 - lower, 1.0 + upper, x.dtype,
+                          seed=_seed(layer))
     mean = tf.reduce_mean(x, axis=(1, 2), keepdims=True)
     x = tf.clip_by_value((x - mean) * f + mean, *layer.value_range)
     return _images_out(tf, layer, x, added)
@@ -234,8 +239,8 @@ def _random_crop(tf: Any, layer: Any, x: Any, training: Any) -> Any:
     h, w = shape[1], shape[2]
 
     def crop() -> Any:  # one offset per batch, as kiln's graph path and Keras
-        top = tf.random.uniform((), 0, h - th + 1, tf.int32)
-        left = tf.random.uniform((), 0, w - tw + 1, tf.int32)
+        top = tf.random.uniform((), 0, h - th + 1, tf.int32, seed=_seed(layer))
+        left = tf.random.uniform((), 0, w - tw + 1, tf.int32, seed=_seed(layer, 1))
         return x[:, top:top + th, left:left + tw, :]
 
     def resize() -> Any:
@@ -259,8 +264,12 @@ def _geometric(tf: Any, layer: Any, x: Any, training: Any) -> Any:
     h, w = tf.cast(shape[1], "float32"), tf.cast(shape[2], "float32")
     zero, one = tf.zeros((n, 1)), tf.ones((n, 1))
 
+    draws = iter(range(2))
+
     def uniform(lo: float, hi: float) -> Any:
-        return tf.random.uniform((n, 1), lo, hi) if hi > lo else tf.fill((n, 1), float(lo))
+        seed = _seed(layer, next(draws))
+        return tf.random.uniform((n, 1), lo, hi, seed=seed) if hi > lo else \
+            tf.fill((n, 1), float(lo))
     kind = type(layer).__name__
     if kind == "RandomRotation":
         lo, hi = layer.factor

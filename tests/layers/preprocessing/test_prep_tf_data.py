@@ -174,3 +174,12 @@ def test_fit_on_a_tf_data_pipeline_with_kiln_preprocessing():
     model.compile("sgd", "mse")
     hist = model.fit(ds, epochs=3, verbose=0)
     assert hist.history["loss"][-1] < hist.history["loss"][0]
+
+
+def test_seeded_random_layer_repeats_its_draws_in_a_new_pipeline():
+    x = np.repeat(IMAGES, 4, axis=0)
+    a = _through_tf_data(kiln.layers.RandomBrightness(0.3, seed=5), x, batch=16)
+    b = _through_tf_data(kiln.layers.RandomBrightness(0.3, seed=5), x, batch=16)
+    c = _through_tf_data(kiln.layers.RandomBrightness(0.3, seed=6), x, batch=16)
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
