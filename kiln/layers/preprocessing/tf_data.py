@@ -113,6 +113,11 @@ def _encode(tf: Any, idx: Any, mode: str, depth: int, dtype: str) -> Any:
         if idx.shape.rank > 1 and idx.shape[-1] == 1:
             idx = tf.squeeze(idx, -1)
         return tf.one_hot(idx, depth, dtype=dtype)
+    if idx.shape.rank is not None and idx.shape.rank <= 2:  # one bincount, as Keras
+        valid = tf.logical_and(idx >= 0, idx < depth)
+        counts = tf.math.bincount(tf.where(valid, idx, 0), weights=tf.cast(valid, "float32"),
+                                  minlength=depth, maxlength=depth, axis=-1)
+        return tf.cast(counts > 0 if mode == "multi_hot" else counts, dtype)
     hot = tf.one_hot(idx, depth, dtype=dtype)
     axis = 1 if idx.shape.rank > 1 else 0
     if mode == "multi_hot":
