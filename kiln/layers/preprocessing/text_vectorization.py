@@ -32,6 +32,7 @@ import numpy as np
 
 from kiln.layers.base import Layer, is_symbolic
 from kiln.layers.preprocessing._base import check_choice
+from kiln.layers.preprocessing.encoding import encode_numpy
 from kiln.layers.preprocessing.hashing import host_only
 from kiln.layers.preprocessing.lookup import StringLookup
 from kiln.layers.preprocessing.tf_data import is_tf_tensor
@@ -123,6 +124,7 @@ class TextVectorization(Layer):
             else list(vocabulary)
         self._input_idf = None if idf_weights is None else list(np.asarray(idf_weights,
                                                                            float).tolist())
+        self._table: tuple | None = None  # (vocabulary array, {token: index})
         self._lookup = StringLookup(
             max_tokens=max_tokens, vocabulary=vocabulary, idf_weights=idf_weights,
             pad_to_max_tokens=pad_to_max_tokens, mask_token="", output_mode=output_mode,
@@ -225,11 +227,35 @@ class TextVectorization(Layer):
 
     def call(self, inputs: Any) -> np.ndarray:
         tokens = self._tokens(inputs)
-        if self.output_mode != "int":
-            return self._lookup(_pad(tokens))
-        if isinstance(tokens, np.ndarray):  # split=None: one index per text
-            return self._lookup(tokens.astype(str))
-        out = self._lookup(_pad(tokens, self.output_sequence_length))
+        if isinstance(tokens, np.ndarray):  # split=None: the lookup on the texts themselves
+            return self._lookup(tokens.astype(str) if self.output_mode == "int"
+                                else _pad(tokens))
+        lk = self._lookup
+        lk._check_ready()
+        # the lookup's indices, token by token through a dict (what StringLookup computes
+        # on the padded array, without sorting every token of the batch)
+        width = self.output_sequence_length if self.output_mode == "int" else None
+        idx = self._indices(tokens, width, 0 if self.output_mode == "int" else -1)
+        if self.output_mode == "int":
+            return idx
+        mode = "count" if self.output_mode == "tf_idf" else self.output_mode
+        out = encode_numpy(idx, mode, lk._depth(), lk.dtype)
+        if self.output_mode == "tf_idf":
+            out = (out * lk._idf_vector().astype(lk.dtype)).astype(lk.dtype)
+        return out
+
+    def _indices(self, rows: list[list[str]], width: int | None, pad: int) -> np.ndarray:
+        lk = self._lookup
+        if self._table is None or self._table[0] is not lk._tokens:
+            tokens = [] if lk._tokens is None else lk._tokens.tolist()
+            self._table = (lk._tokens, {t: i + lk._token_start for i, t in enumerate(tokens)})
+        table, oov = self._table[1], lk._oov_start
+        if width is None:
+            width = max((len(r) for r in rows), default=0)
+        out = np.full((len(rows), width), pad, np.int64)
+        for i, r in enumerate(rows):
+            ids = [table.get(t, oov) for t in r[:width]]
+            out[i, :len(ids)] = ids
         return out
 
     def compute_output_shape(self, input_shape: Any) -> tuple:
