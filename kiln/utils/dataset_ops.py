@@ -1,7 +1,8 @@
 """kiln's own dataset: a lazy, re-iterable pipeline of NumPy elements with the common
 ``tf.data.Dataset`` methods (``map``, ``batch``, ``unbatch``, ``take``, ``skip``, ``shuffle``,
-``cache``, ``prefetch``, ``repeat``, ``filter``, ``concatenate``, ``rebatch``,
-``cardinality``, ``as_numpy_iterator``).
+``cache``, ``prefetch``, ``repeat``, ``filter``, ``concatenate``, ``rebatch``, ``enumerate``,
+``cardinality``, ``as_numpy_iterator``; ``from_tensor_slices``, ``from_generator``, ``range``,
+``zip``).
 
 ``image_dataset_from_directory``, ``text_dataset_from_directory`` and
 ``timeseries_dataset_from_array`` return one when TensorFlow is absent (or when kiln's own
@@ -112,6 +113,23 @@ class Dataset:
                             f"once per iteration), received {type(generator).__name__}")
         return Dataset(generator, cardinality)
 
+    @staticmethod
+    def range(*args: int) -> Dataset:
+        """``range(start, stop, step)`` as int64 elements."""
+        r = range(*args)
+        return Dataset(lambda: (np.int64(i) for i in r), len(r))
+
+    @staticmethod
+    def zip(*datasets: Any) -> Dataset:
+        """Tuples of the elements of ``datasets`` (a tuple of datasets or several), as long as
+        the shortest."""
+        if len(datasets) == 1 and isinstance(datasets[0], tuple | list):
+            datasets = tuple(datasets[0])
+        sizes = [d.cardinality() if hasattr(d, "cardinality") else UNKNOWN for d in datasets]
+        known = [n for n in sizes if n >= 0]
+        n = UNKNOWN if UNKNOWN in sizes else min(known) if known else INFINITE
+        return Dataset(lambda: zip(*(iter(d) for d in datasets)), n)
+
     # --- iteration ----------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         return iter(self._make_iterator())
@@ -150,6 +168,11 @@ class Dataset:
         def apply(e: Any) -> Any:
             return map_func(*e) if isinstance(e, tuple) else map_func(e)
         return self._derived(lambda: (apply(e) for e in self), self.cardinality())
+
+    def enumerate(self, start: int = 0) -> Dataset:
+        """``(index, element)`` pairs, the index an int64 from ``start``."""
+        return self._derived(lambda: ((np.int64(i), e) for i, e in enumerate(self, start)),
+                             self.cardinality())
 
     def filter(self, predicate: Callable[..., Any]) -> Dataset:
         """The elements for which ``predicate(element)`` is true (length unknown)."""

@@ -41,6 +41,16 @@ def test_tuple_and_dict_elements_batch_and_unbatch():
     np.testing.assert_array_equal(list(m), x[:, 0] * y)
 
 
+def test_range_zip_enumerate_and_element_spec():
+    assert _lists(Dataset.range(2, 8, 3)) == [2, 5] and len(Dataset.range(5)) == 5
+    z = Dataset.zip(Dataset.range(3), Dataset.from_tensor_slices(np.array([1.5, 2.5, 3.5, 4.5])))
+    assert len(z) == 3 and [(int(a), float(b)) for a, b in z] == [(0, 1.5), (1, 2.5), (2, 3.5)]
+    assert [int(i) for i, _ in Dataset.range(3).enumerate(start=10)] == [10, 11, 12]
+    x = np.zeros((5, 2), np.float32)
+    spec = Dataset.from_tensor_slices((x, np.arange(5))).batch(2).element_spec
+    assert spec == (((None, 2), np.dtype("float32")), ((None,), np.dtype("int64")))
+
+
 def test_strings_batch_into_object_arrays():
     ds = Dataset.from_tensor_slices(np.array(["a b", "c", "d e f"])).map(str).batch(2)
     first = next(iter(ds))
