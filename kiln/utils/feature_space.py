@@ -32,7 +32,7 @@ import numpy as np
 from kiln import layers
 from kiln.layers.preprocessing._hashes import fingerprint64
 from kiln.layers.preprocessing.encoding import encode_numpy
-from kiln.layers.preprocessing.tf_data import is_tf_tensor
+from kiln.layers.preprocessing.tf_data import is_tf_tensor, tf_entry
 
 _M = (1 << 64) - 1
 _KMUL = 0xC6A4A7935BD1E995
@@ -88,6 +88,7 @@ class _Float:
     def __init__(self, name: str, dtype: str = "float32", **kwargs: Any):
         self.name, self.dtype = name, "float32"
 
+    @tf_entry
     def __call__(self, x: Any) -> Any:
         if is_tf_tensor(x):
             import tensorflow as tf
@@ -380,6 +381,7 @@ class FeatureSpace:
                          "size of its preprocessor's output space is not known, so it cannot "
                          "be one-hot encoded; use output_mode='int'")
 
+    @tf_entry
     def __call__(self, data: dict) -> Any:
         """The encoded features of ``data`` (a dict of arrays, lists, scalars or TF tensors):
         a float32 array ``(batch, width)`` (``"concat"``) or a dict (``"dict"``)."""

@@ -15,7 +15,7 @@ from kiln.layers.base import Layer, is_symbolic
 from kiln.layers.preprocessing._base import check_choice
 from kiln.layers.preprocessing._hashes import hash_buckets
 from kiln.layers.preprocessing.encoding import ENCODE_MODES, encode_numpy
-from kiln.layers.preprocessing.tf_data import TFDataLayer, is_tf_tensor, tf_call
+from kiln.layers.preprocessing.tf_data import TFDataLayer, is_tf_tensor, tf_call, tf_entry
 
 
 def host_only(layer: Layer) -> TypeError:
@@ -78,6 +78,7 @@ class Hashing(TFDataLayer, Layer):
         self.output_mode = output_mode
         self.sparse = False
 
+    @tf_entry
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         if is_tf_tensor(inputs):  # inside tf.data: TF ops (tf_data.py)
             return tf_call(self, inputs, *args, **kwargs)

@@ -30,7 +30,7 @@ from kiln.layers.preprocessing._hashes import hash_buckets
 from kiln.layers.preprocessing.encoding import ENCODE_MODES, encode, encode_numpy
 from kiln.layers.preprocessing.hashing import host_only, parse_salt
 from kiln.layers.preprocessing.numerical import _batches
-from kiln.layers.preprocessing.tf_data import TFDataLayer, is_tf_tensor, tf_call
+from kiln.layers.preprocessing.tf_data import TFDataLayer, is_tf_tensor, tf_call, tf_entry
 
 
 class IndexLookup(TFDataLayer, Layer):
@@ -213,6 +213,7 @@ class IndexLookup(TFDataLayer, Layer):
             raise ValueError(f"Layer '{self.name}' ({type(self).__name__}): set a vocabulary "
                              "or call adapt() before encoding")
 
+    @tf_entry
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         if is_tf_tensor(inputs):  # inside tf.data: TF ops (tf_data.py)
             return tf_call(self, inputs, *args, **kwargs)

@@ -35,7 +35,7 @@ from kiln.layers.preprocessing._base import check_choice
 from kiln.layers.preprocessing.encoding import encode_numpy
 from kiln.layers.preprocessing.hashing import host_only
 from kiln.layers.preprocessing.lookup import StringLookup
-from kiln.layers.preprocessing.tf_data import is_tf_tensor
+from kiln.layers.preprocessing.tf_data import is_tf_tensor, tf_entry
 from kiln.registry import get_registered_name, get_registered_object
 
 PUNCTUATION = r'[!"#$%&()\*\+,-\./:;<=>?@\[\\\]^_`{|}~\']'
@@ -217,6 +217,7 @@ class TextVectorization(Layer):
                      for i in range(len(r) - w + 1)] for r in rows]
         return rows
 
+    @tf_entry
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         if is_tf_tensor(inputs):
             from kiln.layers.preprocessing.tf_data import text_vectorization

@@ -33,15 +33,25 @@ def is_tf_tensor(x: Any) -> bool:
     return isinstance(x, tf.Tensor | tf.RaggedTensor | tf.SparseTensor)
 
 
+def tf_entry(fn: Callable) -> Callable:
+    """Marks ``fn`` as AutoGraph's own artifact (what ``tf.autograph.experimental.
+    do_not_convert`` sets), so that ``tf.data.Dataset.map`` calls it as it is instead of
+    trying to convert kiln's Python (it computes with TF ops already)."""
+    fn.autograph_info__ = frozenset()  # type: ignore[attr-defined]
+    return fn
+
+
 class TFDataLayer:
     """Mixin of the preprocessing layers: a TF tensor input is computed with TF ops."""
 
+    @tf_entry
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         if is_tf_tensor(inputs):
             return tf_call(self, inputs, *args, **kwargs)
         return super().__call__(inputs, *args, **kwargs)  # type: ignore[misc]
 
 
+@tf_entry
 def tf_call(layer: Any, x: Any, *args: Any, training: bool | None = None, **kwargs: Any) -> Any:
     """``layer`` on the TF tensor ``x`` (see the module docstring)."""
     import tensorflow as tf
@@ -361,6 +371,7 @@ def _lookup(tf: Any, layer: Any, x: Any, training: Any) -> Any:
     return _encode(tf, idx, layer.output_mode, layer._depth(), layer.dtype)
 
 
+@tf_entry
 def text_vectorization(layer: Any, x: Any) -> Any:
     """``TextVectorization`` with TF ops: Keras' own steps (standardize, split, n-grams),
     then the lookup (its ragged tokens padded with the mask ``""``)."""
@@ -416,4 +427,4 @@ _IMPLS: dict[str, Callable[..., Any]] = {
     "Hashing": _hashing, "StringLookup": _lookup, "IntegerLookup": _lookup,
 }
 
-__all__ = ["TFDataLayer", "tf_call", "is_tf_tensor"]
+__all__ = ["TFDataLayer", "tf_call", "is_tf_tensor", "tf_entry"]
