@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from typing import Any
 
 from kiln.layers.preprocessing.tf_data import is_tf_tensor
 
@@ -59,47 +58,4 @@ def tf_available() -> bool:
         return False
 
 
-def _tf_dtype(tf: Any, a: Any) -> Any:
-    import numpy as np
-    a = np.asarray(a)
-    if a.dtype == object or a.dtype.kind in "US":
-        return tf.string
-    return tf.as_dtype(a.dtype)
-
-
-def to_tf_dataset(ds: Any, batched: bool = True, **attributes: Any) -> Any:
-    """A ``tf.data.Dataset`` of the elements of kiln's re-iterable dataset ``ds`` (read again
-    at every iteration, so a shuffling source reshuffles every epoch), with the cardinality
-    ``len(ds)`` and the given attributes (Keras sets ``class_names`` and ``file_paths``).
-
-    Args:
-        ds: kiln's dataset (iterable again, with ``len``).
-        batched: Whether the elements are batches (their first axis becomes None in the
-            element spec).
-        **attributes: Set on the returned dataset.
-    """
-    import tensorflow as tf
-
-    from kiln.utils.dataset_ops import _map_structure
-
-    first = next(iter(ds))
-
-    def spec(a: Any) -> Any:
-        import numpy as np
-        shape = np.shape(a)
-        if batched and shape:
-            shape = (None,) + tuple(shape[1:])
-        return tf.TensorSpec(shape=shape, dtype=_tf_dtype(tf, a))
-
-    signature = _map_structure(spec, first)
-    if isinstance(signature, list):
-        signature = tuple(signature)
-    out = tf.data.Dataset.from_generator(lambda: iter(ds), output_signature=signature)
-    out = out.apply(tf.data.experimental.assert_cardinality(len(ds)))
-    for name, value in attributes.items():
-        setattr(out, name, value)
-    return out
-
-
-__all__ = ["set_dataset_format", "dataset_format", "tf_available", "is_tf_tensor",
-           "to_tf_dataset"]
+__all__ = ["set_dataset_format", "dataset_format", "tf_available", "is_tf_tensor"]

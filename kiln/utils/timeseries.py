@@ -168,7 +168,28 @@ def timeseries_dataset_from_array(data: Any, targets: Any, sequence_length: int,
             rng.shuffle(positions)
     ds = TimeseriesDataset(data, targets, sequence_length, sampling_rate, batch_size,
                            positions, start, bool(shuffle), seed)
-    from kiln.utils.tf_interop import dataset_format, to_tf_dataset
+    from kiln.utils.tf_interop import dataset_format
     if dataset_format() == "tf":  # Keras' type where TensorFlow is installed
-        return to_tf_dataset(ds, batched=batch_size is not None)
+        return _tf_windows(ds, seed)
     return ds
+
+
+def _tf_windows(ds: TimeseriesDataset, seed: int | None) -> Any:
+    """Keras' ``tf.data`` pipeline of the same windows: gathered from the data with TF ops
+    in the order of the start positions, shuffled again by ``Dataset.shuffle(8 *
+    batch_size, seed)`` (1024 unbatched) when ``shuffle``, then batched."""
+    import tensorflow as tf
+    data = tf.constant(ds.data[ds.start_index:])
+    offsets = tf.constant(ds._offsets)
+    out = tf.data.Dataset.from_tensor_slices(ds.start_positions)
+    if ds.targets is None:
+        out = out.map(lambda p: tf.gather(data, p + offsets))
+    else:
+        targets = tf.constant(ds.targets[ds.start_index:])
+        out = out.map(lambda p: (tf.gather(data, p + offsets), tf.gather(targets, p)))
+    if ds.shuffle:
+        buffer = 8 * ds.batch_size if ds.batch_size is not None else 1024
+        out = out.shuffle(buffer_size=buffer, seed=seed)
+    if ds.batch_size is not None:
+        out = out.batch(ds.batch_size)
+    return out.prefetch(tf.data.AUTOTUNE)

@@ -172,8 +172,9 @@ def test_tf_timeseries_matches_keras(monkeypatch):
     tf = pytest.importorskip("tensorflow")
     keras = pytest.importorskip("keras")
     monkeypatch.setattr(tf_interop, "_format", ["tf"])
-    data = np.arange(30.0).reshape(15, 2)
-    args = dict(sequence_length=4, sequence_stride=2, sampling_rate=1, batch_size=3)
+    data = np.arange(60.0).reshape(30, 2)
+    args = dict(sequence_length=4, sequence_stride=2, sampling_rate=2, batch_size=3,
+                shuffle=True, seed=11, start_index=1)
     ours = kiln.utils.timeseries_dataset_from_array(data, data[:, 0], **args)
     theirs = keras.utils.timeseries_dataset_from_array(data, data[:, 0], **args)
     assert isinstance(ours, tf.data.Dataset)
