@@ -246,11 +246,12 @@ source and lists every adaptation. `tests/programs/test_programs.py` (slow) runs
 | p14 guides/working_with_rnns (without the nested-cell section) | yes | yes |
 | p15 guides/transfer_learning (small base instead of Xception) | yes | yes |
 
-Not attempted, and why: examples/nlp/text_classification_from_scratch and
-examples/structured_data/structured_data_classification_with_feature_space (kiln now has
-`TextVectorization`, `FeatureSpace` and runs its preprocessing inside `tf.data`, tested
-against Keras' layers on small corpora and tables, but these programs download their data);
-examples/generative/dcgan_overriding_train_step (the same custom-step machinery as p05, at
+Not run as-is, and why: examples/nlp/text_classification_from_scratch and
+examples/structured_data/structured_data_classification_with_feature_space download their data;
+kiln's `examples/text_classification_from_scratch.py` and
+`examples/structured_data_feature_space.py` follow them on synthetic data
+(`text_dataset_from_directory`, `TextVectorization` and `FeatureSpace` in a `tf.data`
+pipeline); examples/generative/dcgan_overriding_train_step (the same custom-step machinery as p05, at
 64x64x512 sizes too slow for the suite on two cores).
 
 ## Custom training steps
