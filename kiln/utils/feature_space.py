@@ -430,6 +430,19 @@ class FeatureSpace:
                    for k, v in out.items()}
         return out
 
+    def get_inputs(self) -> dict:
+        """kiln ``Input`` s ``(batch, 1)`` of the raw features, by name (Keras'
+        ``get_inputs``). A kiln graph holds numbers only: with a string feature this raises,
+        and the model is built on :meth:`get_encoded_features` instead."""
+        from kiln.layers import Input
+        strings = [k for k, f in self.features.items() if f.dtype == "string"]
+        if strings:
+            raise ValueError(f"FeatureSpace.get_inputs: the string features {strings} cannot "
+                             "be inputs of a kiln graph (strings never enter it); build the "
+                             "model on get_encoded_features() and map the data through the "
+                             "FeatureSpace")
+        return {k: Input((1,), dtype=f.dtype, name=k) for k, f in self.features.items()}
+
     def get_encoded_features(self) -> Any:
         """kiln ``Input`` s of the encoded features (one of the concatenated width, or a dict
         of them named by feature): build the model that trains on the FeatureSpace's output

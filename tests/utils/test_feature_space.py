@@ -54,6 +54,11 @@ def test_closed_form_encoding():
         space({"x": [1.0]})
     with pytest.raises(ValueError, match="invalid feature type"):
         FeatureSpace({"x": "float_weird"})
+    inputs = space.get_inputs()
+    assert inputs["x"].dtype == "float32" and inputs["c"].dtype == "int32"
+    assert inputs["c"].shape[1:] == (1,)
+    with pytest.raises(ValueError, match="string features \\['s'\\] cannot be inputs"):
+        FeatureSpace({"s": "string_categorical"}).get_inputs()
     fresh = FeatureSpace({"x": "float_normalized"})
     with pytest.raises(ValueError, match="call .adapt"):
         fresh({"x": [1.0]})
