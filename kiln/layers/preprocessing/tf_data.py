@@ -55,6 +55,15 @@ class TFDataLayer:
 def tf_call(layer: Any, x: Any, *args: Any, training: bool | None = None, **kwargs: Any) -> Any:
     """``layer`` on the TF tensor ``x`` (see the module docstring)."""
     import tensorflow as tf
+    extra = dict(kwargs)
+    weights = extra.pop("count_weights", args[0] if args else None)
+    if extra or len(args) > 1 or (weights is not None and type(layer).__name__
+                                  != "CategoryEncoding"):
+        raise TypeError(f"Layer '{layer.name}' ({type(layer).__name__}) on a TensorFlow tensor "
+                        f"takes no arguments but the inputs and training, received "
+                        f"{len(args)} positional and {sorted(kwargs)}")
+    if weights is not None:
+        return _category_encoding(tf, layer, x, training, weights)
     for cls in type(layer).__mro__:
         impl = _IMPLS.get(cls.__name__)
         if impl is not None:
@@ -112,7 +121,8 @@ def _normalization(tf: Any, layer: Any, x: Any, training: Any) -> Any:
     return mean + x * std if layer.invert else (x - mean) / std
 
 
-def _encode(tf: Any, idx: Any, mode: str, depth: int, dtype: str) -> Any:
+def _encode(tf: Any, idx: Any, mode: str, depth: int, dtype: str,
+            weights: Any = None) -> Any:
     """``encoding.encode`` with TF ops (Keras' ``encode_categorical_inputs``)."""
     if mode == "int":
         return tf.cast(idx, dtype)
@@ -125,18 +135,27 @@ def _encode(tf: Any, idx: Any, mode: str, depth: int, dtype: str) -> Any:
         return tf.one_hot(idx, depth, dtype=dtype)
     if idx.shape.rank is not None and idx.shape.rank <= 2:  # one bincount, as Keras
         valid = tf.logical_and(idx >= 0, idx < depth)
-        counts = tf.math.bincount(tf.where(valid, idx, 0), weights=tf.cast(valid, "float32"),
+        w = tf.cast(valid, "float32")
+        if weights is not None and mode == "count":
+            w = w * tf.cast(weights, "float32")
+        counts = tf.math.bincount(tf.where(valid, idx, 0), weights=w,
                                   minlength=depth, maxlength=depth, axis=-1)
         return tf.cast(counts > 0 if mode == "multi_hot" else counts, dtype)
     hot = tf.one_hot(idx, depth, dtype=dtype)
     axis = 1 if idx.shape.rank > 1 else 0
     if mode == "multi_hot":
         return tf.reduce_max(hot, axis=axis)
+    if weights is not None:
+        hot = hot * tf.cast(weights, dtype)[..., None]
     return tf.reduce_sum(hot, axis=axis)
 
 
-def _category_encoding(tf: Any, layer: Any, x: Any, training: Any) -> Any:
-    return _encode(tf, x, layer.output_mode, layer.num_tokens, layer.dtype)
+def _category_encoding(tf: Any, layer: Any, x: Any, training: Any,
+                       count_weights: Any = None) -> Any:
+    if count_weights is not None and layer.output_mode != "count":
+        raise ValueError(f"Layer '{layer.name}' (CategoryEncoding): count_weights is only "
+                         f"used with output_mode='count', not {layer.output_mode!r}")
+    return _encode(tf, x, layer.output_mode, layer.num_tokens, layer.dtype, count_weights)
 
 
 def _discretization(tf: Any, layer: Any, x: Any, training: Any) -> Any:

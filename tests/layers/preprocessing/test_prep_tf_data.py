@@ -183,3 +183,14 @@ def test_seeded_random_layer_repeats_its_draws_in_a_new_pipeline():
     c = _through_tf_data(kiln.layers.RandomBrightness(0.3, seed=6), x, batch=16)
     np.testing.assert_array_equal(a, b)
     assert not np.allclose(a, c)
+
+
+def test_category_encoding_count_weights_in_tf_matches_keras():
+    w = np.array([[0.5, 1.0, 2.0], [1.5, 1.5, 3.0]], "float32")
+    ours = kiln.layers.CategoryEncoding(8, output_mode="count")(tf.constant(INTS),
+                                                                count_weights=tf.constant(w))
+    theirs = keras.layers.CategoryEncoding(8, output_mode="count")(tf.constant(INTS),
+                                                                   count_weights=w)
+    np.testing.assert_allclose(ours.numpy(), np.asarray(theirs))
+    with pytest.raises(TypeError, match="takes no arguments but the inputs and training"):
+        kiln.layers.Rescaling(2.0)(tf.constant(FLOATS), mask=None)
