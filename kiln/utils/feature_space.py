@@ -339,6 +339,10 @@ class FeatureSpace:
         batches: dict[str, list] = {k: [] for k in names}
         pending: dict[str, list] = {k: [] for k in names}
         for element in elements:
+            if not isinstance(element, dict):
+                raise ValueError(f"FeatureSpace.adapt: the dataset must yield dicts of "
+                                 f"features, received a {type(element).__name__} (map "
+                                 "(x, y) pairs to x first)")
             for k in names:
                 if k not in element:
                     raise ValueError(f"FeatureSpace.adapt: the data has no feature {k!r} "

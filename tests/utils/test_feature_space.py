@@ -59,6 +59,9 @@ def test_closed_form_encoding():
     assert inputs["c"].shape[1:] == (1,)
     with pytest.raises(ValueError, match="string features \\['s'\\] cannot be inputs"):
         FeatureSpace({"s": "string_categorical"}).get_inputs()
+    with pytest.raises(ValueError, match="must yield dicts of features, received a tuple"):
+        FeatureSpace({"x": "float_normalized"}).adapt(
+            kiln.utils.Dataset.from_tensor_slices((np.ones(3), np.ones(3))))
     fresh = FeatureSpace({"x": "float_normalized"})
     with pytest.raises(ValueError, match="call .adapt"):
         fresh({"x": [1.0]})
