@@ -126,6 +126,15 @@ def test_text_dataset_has_class_names_after_map(tmp_path):
     assert texts == ["bad", "awful", "good"]
 
 
+def test_text_max_length_counts_utf8_bytes_as_keras(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "0.txt").write_text("héllo wörld", encoding="utf-8")
+    ds = kiln.utils.text_dataset_from_directory(tmp_path, max_length=6, batch_size=None,
+                                                verbose=False)
+    text, _ = next(iter(ds))
+    assert text == "héllo"  # 6 bytes: h, é (2 bytes), l, l, o
+
+
 def test_switch_and_env(monkeypatch):
     monkeypatch.setattr(tf_interop, "_format", [None])
     monkeypatch.setenv("KILN_DATASET", "kiln")
