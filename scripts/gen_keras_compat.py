@@ -77,10 +77,12 @@ source and lists every adaptation. `tests/programs/test_programs.py` (slow) runs
 | p14 guides/working_with_rnns (without the nested-cell section) | yes | yes |
 | p15 guides/transfer_learning (small base instead of Xception) | yes | yes |
 
-Not attempted, and why: examples/nlp/text_classification_from_scratch (`TextVectorization`
-is missing in kiln, and in Keras 3 it needs TensorFlow); examples/structured_data/
-structured_data_classification_with_feature_space (`FeatureSpace` and `tf.data`);
-examples/generative/dcgan_overriding_train_step (the same custom-step machinery as p05, at
+Not run as-is, and why: examples/nlp/text_classification_from_scratch and
+examples/structured_data/structured_data_classification_with_feature_space download their data;
+kiln's `examples/text_classification_from_scratch.py` and
+`examples/structured_data_feature_space.py` follow them on synthetic data
+(`text_dataset_from_directory`, `TextVectorization` and `FeatureSpace` in a `tf.data`
+pipeline); examples/generative/dcgan_overriding_train_step (the same custom-step machinery as p05, at
 64x64x512 sizes too slow for the suite on two cores).
 
 ## Custom training steps
@@ -115,13 +117,18 @@ unaffected. Called eagerly with static shapes, `kiln.random` returns NumPy array
 
 ## Strings and preprocessing
 
-Strings never enter a graph. `StringLookup`, `Hashing` and `IntegerLookup` (on arrays) run on
-the host, NumPy in and NumPy out: use them to prepare data before `fit`, not inside a model.
-`TextVectorization` and `FeatureSpace` are missing, and there is no `tf.data`: `fit` takes
-NumPy arrays, Python generators, `keras.utils.PyDataset` and kiln's dataset utilities
-(`image_dataset_from_directory`, `text_dataset_from_directory`,
-`timeseries_dataset_from_array`). Image preprocessing and augmentation layers (Rescaling,
-Resizing, RandomFlip, RandomRotation ...) are graph ops and run inside the model.
+Strings never enter a graph. `StringLookup`, `Hashing`, `TextVectorization`,
+`kiln.utils.FeatureSpace` and `IntegerLookup` (on arrays) run on the host, NumPy in and NumPy
+out: use them to prepare data before `fit` or in the data pipeline, not inside a model (as
+Keras does with a non-TensorFlow backend). Called on TensorFlow tensors, inside
+`tf.data.Dataset.map`, every preprocessing layer computes with TF ops, as Keras 3's do there.
+With TensorFlow installed the dataset utilities (`image_dataset_from_directory`,
+`text_dataset_from_directory`, `timeseries_dataset_from_array`) return a `tf.data.Dataset` as
+Keras does; without it (or with `kiln.utils.set_dataset_format("kiln")`) kiln's own
+`kiln.utils.Dataset` with the common `tf.data` methods. `fit` takes both, NumPy arrays, Python
+generators and `keras.utils.PyDataset`. Image preprocessing and augmentation layers
+(Rescaling, Resizing, RandomFlip, RandomRotation ...) are graph ops and also run inside the
+model.
 
 ## Data-parallel training
 

@@ -44,7 +44,8 @@ ORDER: list[set[str]] = [
     # (kiln.core, kiln.ops) to a file (kiln.saving.atomic).
     {"callbacks", "saving", "export"},
     {"models"},
-    {"utils"},
+    # "preprocessing" (kiln.preprocessing: Keras' aliases of kiln.utils' functions)
+    {"utils", "preprocessing"},
 ]
 RANK = {pkg: i for i, tier in enumerate(ORDER) for pkg in tier}
 

@@ -124,12 +124,14 @@ from kiln.layers.preprocessing import (  # noqa: E402
     Rescaling,
     Resizing,
     StringLookup,
+    TextVectorization,
 )
 
 __all__ += [
     "Rescaling", "Normalization", "Discretization", "CategoryEncoding", "Resizing", "CenterCrop",
     "RandomFlip", "RandomRotation", "RandomZoom", "RandomTranslation", "RandomContrast",
     "RandomBrightness", "RandomCrop", "StringLookup", "IntegerLookup", "Hashing",
+    "TextVectorization",
 ]
 
 # Keras' layers.serialize / deserialize (kiln/layers/serialization.py)

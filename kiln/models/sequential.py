@@ -7,6 +7,7 @@ from typing import Any
 from kiln.core import Node, format_shape
 from kiln.layers.base import HISTORY, Layer
 from kiln.layers.input_layer import InputLayer
+from kiln.layers.preprocessing.tf_data import is_tf_tensor, tf_entry
 from kiln.models.data import TensorSpec
 from kiln.models.model import Model, deserialize_layer, is_input_layer, serialize_layer
 from kiln.saving.registration import register_builtin
@@ -31,6 +32,14 @@ class Sequential(Model):
         ...     kiln.layers.Dense(10, activation="softmax"),
         ... ])
     """
+
+    @tf_entry
+    def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        if is_tf_tensor(inputs):  # inside tf.data: each (preprocessing) layer with TF ops
+            for layer in self.layers:
+                inputs = layer(inputs, *args, **kwargs)
+            return inputs
+        return super().__call__(inputs, *args, **kwargs)
 
     def __init__(self, layers: Any = None, trainable: bool = True, name: str | None = None,
                  **kwargs: Any):

@@ -13,7 +13,7 @@ import io
 import json
 from typing import Any
 
-from kiln.saving import loading
+from kiln.saving import keras_assets, loading
 from kiln.saving import state as st
 from kiln.saving import weights as wt
 from kiln.saving.atomic import atomic_write
@@ -81,6 +81,7 @@ def load_keras_zip(path: str, custom_objects: dict | None, compile: bool,  # noq
                                  source, "metadata.json")
         kiln_meta = loading.check_metadata(metadata, source)
         loading.has_member(zf, WEIGHTS, path, what)
+        keras_assets.inject(config, keras_assets.vocabularies(zf, path, what))
         model = rebuild(config, source)
         weights = loading.read_member(zf, WEIGHTS, path, what, loading.weights_budget(model))
     source = f"{path!r} ({WEIGHTS})"

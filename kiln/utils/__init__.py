@@ -5,6 +5,8 @@ extra) pictures of models and training."""
 from __future__ import annotations
 
 from kiln.random_state import set_seed as _set_seed
+from kiln.utils.dataset_ops import Dataset
+from kiln.utils.feature_space import FeatureSpace
 from kiln.utils.files import get_file
 from kiln.utils.image_dataset import image_dataset_from_directory
 from kiln.utils.image_utils import array_to_img, img_to_array, load_img, save_img
@@ -13,6 +15,7 @@ from kiln.utils.plot import plot_history, plot_model
 from kiln.utils.py_dataset import PyDataset, Sequence
 from kiln.utils.sequence import pad_sequences
 from kiln.utils.text_dataset import text_dataset_from_directory
+from kiln.utils.tf_interop import set_dataset_format
 from kiln.utils.timeseries import timeseries_dataset_from_array
 
 
@@ -30,4 +33,5 @@ def set_random_seed(seed: int) -> None:
 __all__ = ["set_random_seed", "plot_model", "plot_history", "pad_sequences", "to_categorical",
            "normalize", "timeseries_dataset_from_array", "PyDataset", "Sequence", "get_file",
            "image_dataset_from_directory", "text_dataset_from_directory", "load_img",
-           "img_to_array", "array_to_img", "save_img"]
+           "img_to_array", "array_to_img", "save_img", "Dataset", "set_dataset_format",
+           "FeatureSpace"]

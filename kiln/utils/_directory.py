@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 import kiln.config
+from kiln.utils.dataset_ops import BatchSource
 
 
 def check_split_args(fn: str, validation_split: float | None, subset: str | None,
@@ -150,9 +151,11 @@ def check_label_mode(fn: str, label_mode: str | None, labels: Any) -> str | None
     return None if labels is None else label_mode
 
 
-class DirectoryDataset:
+class DirectoryDataset(BatchSource):
     """Files of a folder, read and batched on the fly: iterate it (once per epoch) for
     ``(x, y)`` batches (``x`` alone without labels); ``len()`` is the number of batches.
+
+    It has the methods of :class:`kiln.utils.Dataset` (``map``, ``batch``, ``take`` ...).
 
     Attributes:
         class_names: The class names (index ``i`` is label ``i``).
@@ -168,6 +171,7 @@ class DirectoryDataset:
         self.class_names = class_names
         self.batch_size = batch_size
         self.shuffle = shuffle
+        self.seed = seed
         self._load, self._stack = load, stack
         self._rng = np.random.RandomState(seed) if seed is not None else np.random.RandomState()
         self._epochs = 0
@@ -194,3 +198,53 @@ class DirectoryDataset:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({len(self.file_paths)} files, "
                 f"{len(self.class_names)} classes, {len(self)} batches)")
+
+
+def finish(datasets: list[DirectoryDataset], file_paths: bool, text: bool,
+           max_length: int | None = None) -> list[Any]:
+    """kiln's datasets, or (see :func:`kiln.utils.set_dataset_format`) Keras'
+    ``tf.data.Dataset`` s: the files zipped with their labels, shuffled by
+    ``Dataset.shuffle(8 * batch_size, seed)`` (except a ``subset="both"`` validation part),
+    read (texts with TF ops, images with kiln's loader) and batched, with ``class_names``
+    (and ``file_paths`` for images) set as Keras sets them."""
+    from kiln.utils.tf_interop import dataset_format
+    if dataset_format() != "tf":
+        return list(datasets)
+    out = []
+    for k, d in enumerate(datasets):
+        shuffle = d.shuffle and not (len(datasets) == 2 and k == 1)
+        ds = _tf_files(d, shuffle, text, max_length)
+        ds.class_names = d.class_names
+        if file_paths:
+            ds.file_paths = d.file_paths
+        out.append(ds)
+    return out
+
+
+def _tf_files(d: DirectoryDataset, shuffle: bool, text: bool, max_length: int | None) -> Any:
+    import tensorflow as tf
+    ds = tf.data.Dataset.from_tensor_slices(d.file_paths)
+    if d.labels is not None:
+        ds = tf.data.Dataset.zip((ds, tf.data.Dataset.from_tensor_slices(d.labels)))
+    if shuffle:
+        buffer = d.batch_size * 8 if d.batch_size is not None else 1024
+        ds = ds.shuffle(buffer_size=buffer, seed=d.seed)
+    if text:
+        def read(path: Any) -> Any:
+            txt = tf.io.read_file(path)
+            return txt if max_length is None else tf.strings.substr(txt, 0, max_length)
+    else:
+        shape = np.shape(d._load(d.file_paths[0]))
+
+        def read(path: Any) -> Any:
+            img = tf.numpy_function(lambda p: d._load(p.decode()), [path],
+                                    tf.as_dtype(kiln.config.floatx()))
+            img.set_shape(shape)
+            return img
+    if d.labels is not None:
+        ds = ds.map(lambda p, y: (read(p), y), num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        ds = ds.map(read, num_parallel_calls=tf.data.AUTOTUNE)
+    if d.batch_size is not None:
+        ds = ds.batch(d.batch_size)
+    return ds.prefetch(tf.data.AUTOTUNE)

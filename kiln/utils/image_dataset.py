@@ -93,7 +93,9 @@ def image_dataset_from_directory(
         A dataset (iterable once per epoch, ``len()`` batches) of ``(images, labels)``:
         float images of values 0-255 and shape ``(batch, height, width, channels)``; it has
         ``class_names`` and ``file_paths``. With ``subset="both"``, a list
-        ``[training, validation]``.
+        ``[training, validation]``. With TensorFlow installed, a ``tf.data.Dataset`` of the
+        same elements with ``class_names`` and ``file_paths``, as Keras returns
+        (``kiln.utils.set_dataset_format("kiln")`` keeps kiln's :class:`kiln.utils.Dataset`).
 
     Raises:
         ImportError: Pillow is not installed (``pip install "kiln-nn[images]"``).
@@ -150,5 +152,5 @@ def image_dataset_from_directory(
                                            names)
 
     if subset == "both":
-        return [build("training"), build("validation")]
-    return build(subset or "training")
+        return _directory.finish([build("training"), build("validation")], True, False)
+    return _directory.finish([build(subset or "training")], True, False)[0]

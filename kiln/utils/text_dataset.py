@@ -40,13 +40,15 @@ def text_dataset_from_directory(
         label_mode: ``"int"``, ``"categorical"``, ``"binary"`` or None.
         class_names: With ``labels="inferred"``: the sub-folders to use, in label order.
         batch_size: Texts per batch; None yields single texts.
-        max_length: Keep at most this many characters of each text.
+        max_length: Keep at most this many bytes (UTF-8) of each text, as Keras does.
         shuffle, seed, validation_split, subset, follow_links, verbose: As for images.
 
     Returns:
         A dataset (iterable once per epoch, ``len()`` batches) of ``(texts, labels)`` where
         ``texts`` is a 1-D object array of ``str``; it has ``class_names`` and ``file_paths``;
-        ``[training, validation]`` with ``subset="both"``.
+        ``[training, validation]`` with ``subset="both"``. With TensorFlow installed, a
+        ``tf.data.Dataset`` of the same elements with ``class_names``, as Keras returns
+        (``kiln.utils.set_dataset_format("kiln")`` keeps kiln's :class:`kiln.utils.Dataset`).
 
     Raises:
         ValueError: Bad arguments, or no ``.txt`` file found.
@@ -81,7 +83,10 @@ def text_dataset_from_directory(
     def load(path: str) -> str:
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        return text[:max_length] if max_length else text
+        if not max_length:
+            return text
+        # Keras keeps max_length bytes (tf.strings.substr); a character cut in two is dropped
+        return text.encode("utf-8")[:max_length].decode("utf-8", "ignore")
 
     def build(which: str) -> _directory.DirectoryDataset:
         p, lab = _directory.split(_FN, paths, int_labels, validation_split, which, verbose)
@@ -90,5 +95,5 @@ def text_dataset_from_directory(
                                            names)
 
     if subset == "both":
-        return [build("training"), build("validation")]
-    return build(subset or "training")
+        return _directory.finish([build("training"), build("validation")], False, True, max_length)
+    return _directory.finish([build(subset or "training")], False, True, max_length)[0]

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from kiln.random_state import numpy_rng
+from kiln.utils.dataset_ops import BatchSource
 
 
 def _positive(name: str, value: Any) -> int:
@@ -19,9 +20,10 @@ def _positive(name: str, value: Any) -> int:
     return int(value)
 
 
-class TimeseriesDataset:
+class TimeseriesDataset(BatchSource):
     """The windows :func:`timeseries_dataset_from_array` returns: iterate it (once per epoch)
-    for batches; ``len()`` is the number of batches.
+    for batches; ``len()`` is the number of batches. It has the methods of
+    :class:`kiln.utils.Dataset` (``map``, ``batch``, ``take`` ...).
 
     Attributes:
         start_positions: The first index (relative to ``start_index``) of every window, in
@@ -81,7 +83,7 @@ def timeseries_dataset_from_array(data: Any, targets: Any, sequence_length: int,
                                   batch_size: int | None = 128, shuffle: bool = False,
                                   seed: int | None = None, start_index: int | None = None,
                                   end_index: int | None = None,
-                                  format: str = "tf") -> TimeseriesDataset:  # noqa: A002
+                                  format: str = "tf") -> Any:  # noqa: A002
     """Sliding windows over ``data``, like ``keras.utils.timeseries_dataset_from_array``.
 
     Window ``i`` holds ``data[s, s + sampling_rate, ..., s + (sequence_length - 1) *
@@ -107,7 +109,9 @@ def timeseries_dataset_from_array(data: Any, targets: Any, sequence_length: int,
     Returns:
         A :class:`TimeseriesDataset`: iterating it yields ``(x, y)`` batches (``x`` alone
         without targets), ``x`` of shape ``(batch, sequence_length) + data.shape[1:]``; it can
-        be iterated again for every epoch, and ``len()`` gives the number of batches.
+        be iterated again for every epoch, and ``len()`` gives the number of batches. With
+        TensorFlow installed, a ``tf.data.Dataset`` of the same batches, as Keras returns
+        (``kiln.utils.set_dataset_format("kiln")`` keeps kiln's).
 
     Raises:
         ValueError: Non-positive lengths or strides, indices outside the data, or no window
@@ -166,5 +170,30 @@ def timeseries_dataset_from_array(data: Any, targets: Any, sequence_length: int,
             positions = positions[numpy_rng().permutation(len(positions))]
         else:
             rng.shuffle(positions)
-    return TimeseriesDataset(data, targets, sequence_length, sampling_rate, batch_size,
-                             positions, start, bool(shuffle), seed)
+    ds = TimeseriesDataset(data, targets, sequence_length, sampling_rate, batch_size,
+                           positions, start, bool(shuffle), seed)
+    from kiln.utils.tf_interop import dataset_format
+    if dataset_format() == "tf":  # Keras' type where TensorFlow is installed
+        return _tf_windows(ds, seed)
+    return ds
+
+
+def _tf_windows(ds: TimeseriesDataset, seed: int | None) -> Any:
+    """Keras' ``tf.data`` pipeline of the same windows: gathered from the data with TF ops
+    in the order of the start positions, shuffled again by ``Dataset.shuffle(8 *
+    batch_size, seed)`` (1024 unbatched) when ``shuffle``, then batched."""
+    import tensorflow as tf
+    data = tf.constant(ds.data[ds.start_index:])
+    offsets = tf.constant(ds._offsets)
+    out = tf.data.Dataset.from_tensor_slices(ds.start_positions)
+    if ds.targets is None:
+        out = out.map(lambda p: tf.gather(data, p + offsets))
+    else:
+        targets = tf.constant(ds.targets[ds.start_index:])
+        out = out.map(lambda p: (tf.gather(data, p + offsets), tf.gather(targets, p)))
+    if ds.shuffle:
+        buffer = 8 * ds.batch_size if ds.batch_size is not None else 1024
+        out = out.shuffle(buffer_size=buffer, seed=seed)
+    if ds.batch_size is not None:
+        out = out.batch(ds.batch_size)
+    return out.prefetch(tf.data.AUTOTUNE)

@@ -21,6 +21,7 @@ from kiln.core import Node, format_shape
 from kiln.layers._utils import normalize_data_format, random_stream
 from kiln.layers.base import Layer, is_symbolic
 from kiln.layers.context import current, in_training
+from kiln.layers.preprocessing.tf_data import is_tf_tensor, tf_call, tf_entry
 
 
 def check_choice(layer: str, name: str, value: Any, allowed: tuple) -> Any:
@@ -88,7 +89,10 @@ class ImageLayer(Layer):
         super().__init__(**kwargs)
         self.data_format = normalize_data_format(type(self).__name__, data_format)
 
+    @tf_entry
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        if is_tf_tensor(inputs):  # inside tf.data: TF ops (tf_data.py)
+            return tf_call(self, inputs, *args, **kwargs)
         if not is_symbolic(inputs) and np.ndim(inputs) == 3:
             # One image: its height is not a batch axis (the eager path would make it None)
             out = super().__call__(np.asarray(inputs)[None], *args, **kwargs)
@@ -135,9 +139,11 @@ class RandomLayer(ImageLayer):
         """This layer's random stream."""
         return int(self._stream or 0)
 
+    @tf_entry
     def __call__(self, inputs: Any, *args: Any, training: bool | None = None,
                  **kwargs: Any) -> Any:
-        if training is None and current() is None and not is_symbolic(inputs):
+        if training is None and current() is None and not is_symbolic(inputs) \
+                and not is_tf_tensor(inputs):
             training = True  # called on data: augment, as Keras does
         return super().__call__(inputs, *args, training=training, **kwargs)
 

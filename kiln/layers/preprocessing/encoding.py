@@ -17,6 +17,7 @@ import kiln.ops as K
 from kiln.core import Node
 from kiln.layers.base import Layer
 from kiln.layers.preprocessing._base import check_choice
+from kiln.layers.preprocessing.tf_data import TFDataLayer
 
 ENCODE_MODES = ("one_hot", "multi_hot", "count", "tf_idf")
 
@@ -50,6 +51,8 @@ def encode_numpy(idx: np.ndarray, mode: str, depth: int, dtype: str,
         idx = idx.reshape(1)
     if mode == "one_hot" and idx.ndim > 1 and idx.shape[-1] == 1:
         idx = idx[..., 0]
+    if mode in ("multi_hot", "count") and idx.ndim <= 2:
+        return _bincount(idx, mode, depth, dtype, weights)
     hot = (idx[..., None] == np.arange(depth)).astype(dtype)
     if mode == "one_hot":
         return hot
@@ -61,7 +64,26 @@ def encode_numpy(idx: np.ndarray, mode: str, depth: int, dtype: str,
     return hot.sum(axis=axis).astype(dtype)
 
 
-class CategoryEncoding(Layer):
+def _bincount(idx: np.ndarray, mode: str, depth: int, dtype: str,
+              weights: np.ndarray | None) -> np.ndarray:
+    """multi_hot/count of a rank-1 (one sample) or rank-2 index array by one ``bincount``
+    (the one-hot tensor of the general path would be ``rows x length x depth``)."""
+    rows = idx.reshape(1, -1) if idx.ndim == 1 else idx
+    n, m = rows.shape
+    flat = rows.reshape(-1).astype(np.int64)
+    valid = (flat >= 0) & (flat < depth)  # the mask and out-of-range indices: zeros
+    slots = (np.repeat(np.arange(n, dtype=np.int64), m) * depth + flat)[valid]
+    w = None
+    if weights is not None and mode == "count":
+        w = np.broadcast_to(np.asarray(weights, np.float64), rows.shape).reshape(-1)[valid]
+    counts = np.bincount(slots, weights=w, minlength=n * depth).reshape(n, depth)
+    if mode == "multi_hot":
+        counts = counts > 0
+    out = counts.astype(dtype)
+    return out[0] if idx.ndim == 1 else out
+
+
+class CategoryEncoding(TFDataLayer, Layer):
     """Encodes integer category indices in ``[0, num_tokens)`` as dense vectors (Keras'
     ``CategoryEncoding``).
 

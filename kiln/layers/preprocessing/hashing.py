@@ -15,6 +15,7 @@ from kiln.layers.base import Layer, is_symbolic
 from kiln.layers.preprocessing._base import check_choice
 from kiln.layers.preprocessing._hashes import hash_buckets
 from kiln.layers.preprocessing.encoding import ENCODE_MODES, encode_numpy
+from kiln.layers.preprocessing.tf_data import TFDataLayer, is_tf_tensor, tf_call, tf_entry
 
 
 def host_only(layer: Layer) -> TypeError:
@@ -35,7 +36,7 @@ def parse_salt(who: str, salt: Any) -> list[int] | None:
     raise ValueError(f"{who}: salt must be an int or a pair of ints, received salt={salt!r}")
 
 
-class Hashing(Layer):
+class Hashing(TFDataLayer, Layer):
     """Hashes values into ``num_bins`` bins (Keras' ``Hashing``): the value's string form
     (numbers in decimal, floats truncated to int) hashed with FarmHash ``Fingerprint64``
     (TensorFlow's ``to_hash_bucket_fast``), or with SipHash-2-4 keyed by ``salt``
@@ -77,7 +78,10 @@ class Hashing(Layer):
         self.output_mode = output_mode
         self.sparse = False
 
+    @tf_entry
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        if is_tf_tensor(inputs):  # inside tf.data: TF ops (tf_data.py)
+            return tf_call(self, inputs, *args, **kwargs)
         if is_symbolic(inputs):
             raise host_only(self)
         return self.call(np.asarray(inputs))

@@ -30,9 +30,10 @@ from kiln.layers.preprocessing._hashes import hash_buckets
 from kiln.layers.preprocessing.encoding import ENCODE_MODES, encode, encode_numpy
 from kiln.layers.preprocessing.hashing import host_only, parse_salt
 from kiln.layers.preprocessing.numerical import _batches
+from kiln.layers.preprocessing.tf_data import TFDataLayer, is_tf_tensor, tf_call, tf_entry
 
 
-class IndexLookup(Layer):
+class IndexLookup(TFDataLayer, Layer):
     """The shared machinery of StringLookup and IntegerLookup (see the module docstring)."""
 
     _strings = True
@@ -46,6 +47,8 @@ class IndexLookup(Layer):
         kwargs.pop("vocabulary_size", None)  # Keras config keys, recomputed here
         kwargs.pop("has_input_vocabulary", None)
         kwargs.pop("vocabulary_dtype", None)
+        if kwargs.get("dtype") is None and output_mode in ("one_hot", "multi_hot", "count"):
+            kwargs["dtype"] = "int64"  # Keras 3's lookups encode to int64 (tf_idf: float)
         super().__init__(**kwargs)
         if output_mode == "tf-idf":
             output_mode = "tf_idf"
@@ -210,7 +213,10 @@ class IndexLookup(Layer):
             raise ValueError(f"Layer '{self.name}' ({type(self).__name__}): set a vocabulary "
                              "or call adapt() before encoding")
 
+    @tf_entry
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        if is_tf_tensor(inputs):  # inside tf.data: TF ops (tf_data.py)
+            return tf_call(self, inputs, *args, **kwargs)
         self._check_ready()
         if is_symbolic(inputs):
             if self._strings or self.oov_method == "farmhash":

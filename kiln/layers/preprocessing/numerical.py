@@ -13,6 +13,7 @@ from kiln.core import Node, format_shape
 from kiln.layers.base import Layer
 from kiln.layers.preprocessing._base import check_choice
 from kiln.layers.preprocessing.encoding import ENCODE_MODES, encode
+from kiln.layers.preprocessing.tf_data import TFDataLayer
 
 EPSILON = 1e-7  # Keras' backend.epsilon(): the smallest standard deviation divided by
 
@@ -30,7 +31,7 @@ def _to_config(value: Any) -> Any:
     return float(arr) if arr.ndim == 0 else arr.tolist()
 
 
-class Rescaling(Layer):
+class Rescaling(TFDataLayer, Layer):
     """Multiplies the inputs by ``scale`` and adds ``offset`` (Keras' ``Rescaling``): e.g.
     ``scale=1/255`` maps pixels to ``[0, 1]``, ``scale=1/127.5, offset=-1`` to ``[-1, 1]``.
     Integer inputs are cast to the layer's dtype first.
@@ -83,7 +84,7 @@ def _batches(layer: str, data: Any) -> Iterable[np.ndarray]:
                     f"received {type(data).__name__}")
 
 
-class Normalization(Layer):
+class Normalization(TFDataLayer, Layer):
     """Normalizes inputs to zero mean and unit variance per feature (Keras'
     ``Normalization``): ``(x - mean) / max(sqrt(variance), 1e-7)``, or with ``invert=True``
     ``mean + x * max(sqrt(variance), 1e-7)``.
@@ -242,7 +243,7 @@ def _compress(summary: np.ndarray, epsilon: float) -> np.ndarray:
     return np.stack((bins, weights)).astype(np.float32)
 
 
-class Discretization(Layer):
+class Discretization(TFDataLayer, Layer):
     """Buckets numbers by boundaries (Keras' ``Discretization``): the output index is the
     ``i`` with ``bin_boundaries[i-1] <= x < bin_boundaries[i]`` (``np.digitize``), then
     encoded by ``output_mode``.
