@@ -46,7 +46,7 @@ def same_pads(n: int, k_eff: int, stride: int) -> tuple[int, int, int]:
 
 
 def _depth_slice(x: Node, start: int, stop: int, step: int) -> Node:
-    return K.slice(x, [_ALL, (start, stop, step), _ALL, _ALL, _ALL])
+    return K.slice(x, [_ALL, (start, stop, step), _ALL, _ALL, _ALL], None)
 
 
 def conv3d(who: str, x: Node, kernel: Any, strides: tuple, padding: str, dilation: tuple,
@@ -76,7 +76,7 @@ def conv3d(who: str, x: Node, kernel: Any, strides: tuple, padding: str, dilatio
     else:
         y = None
         for i, t in enumerate(taps):
-            ki = K.squeeze(K.slice(kernel, [(i, i + 1, 1), _ALL, _ALL, _ALL, _ALL]), 0)
+            ki = K.squeeze(K.slice(kernel, [(i, i + 1, 1), _ALL, _ALL, _ALL, _ALL], None), 0)
             yi = K.conv2d(K.reshape(t, (-1, h, w, c)), ki, groups=groups, **kw2)
             y = yi if y is None else y + yi
     return K.reshape(y, (-1, out_d) + tuple(y.shape[1:]))
@@ -100,12 +100,12 @@ def conv3d_transpose(who: str, x: Node, kernel: Any, strides: tuple, padding: st
         gap = K.zeros_like(y)
         parts = [K.expand_dims(y, 2)] + [K.expand_dims(gap, 2)] * (sd - 1)
         y = K.reshape(K.concatenate(parts, axis=2), (-1, d * sd, ho, wo, kd, f))
-        y = K.slice(y, [_ALL, (0, (d - 1) * sd + 1, 1), _ALL, _ALL, _ALL, _ALL])
+        y = K.slice(y, [_ALL, (0, (d - 1) * sd + 1, 1), _ALL, _ALL, _ALL, _ALL], None)
     spread = (d - 1) * sd + 1
     full_len = spread + k_eff - 1
     full = None
     for i in range(kd):
-        yi = K.squeeze(K.slice(y, [_ALL, _ALL, _ALL, _ALL, (i, i + 1, 1), _ALL]), 4)
+        yi = K.squeeze(K.slice(y, [_ALL, _ALL, _ALL, _ALL, (i, i + 1, 1), _ALL], None), 4)
         yi = K.pad(yi, ((0, 0), (i * dd, full_len - spread - i * dd), (0, 0), (0, 0), (0, 0)))
         full = yi if full is None else full + yi
     if opad is None:

@@ -36,6 +36,7 @@ class GroupedQueryAttention(MultiHeadAttention):
         dropout: dropout rate on the attention probabilities (default 0).
         use_bias: biases on the projections (default True).
         sliding_window: None, or attend only to keys within ``sliding_window - 1`` steps.
+        flash_attention: None or False (plain attention); True is refused.
         kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
         activity_regularizer, kernel_constraint, bias_constraint: as in MultiHeadAttention.
         use_gate: multiply the attention output by ``sigmoid(gate(query))`` before the output
@@ -54,13 +55,18 @@ class GroupedQueryAttention(MultiHeadAttention):
 
     def __init__(self, head_dim: int, num_query_heads: int, num_key_value_heads: int,
                  dropout: float = 0.0, use_bias: bool = True, sliding_window: int | None = None,
+                 flash_attention: bool | None = None,
                  kernel_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
                  kernel_regularizer: Any = None, bias_regularizer: Any = None,
                  activity_regularizer: Any = None, kernel_constraint: Any = None,
                  bias_constraint: Any = None, use_gate: bool = False, seed: int | None = None,
                  **kwargs: Any):
-        kwargs.pop("flash_attention", None)
         who = "GroupQueryAttention"
+        # kiln always computes plain attention: None and False (Keras' "never flash") mean
+        # that; True would ask for a kernel kiln does not have, so it is refused, not ignored
+        if flash_attention not in (None, False):
+            raise ValueError(f"{who}: flash_attention={flash_attention!r} is not supported by "
+                             f"kiln (only None or False: kiln has no flash attention kernel)")
         positive_int(who, "num_key_value_heads", num_key_value_heads)
         positive_int(who, "num_query_heads", num_query_heads)
         if num_query_heads % num_key_value_heads:

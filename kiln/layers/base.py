@@ -10,7 +10,6 @@ runs it: the layer is traced once per input signature and compiled.
 from __future__ import annotations
 
 import inspect
-import re
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,6 +28,8 @@ from kiln.core import (
     trace_variables,
 )
 from kiln.layers.context import current, trace
+from kiln.layers.naming import reset_names as reset_names  # re-exported (tests use it here)
+from kiln.layers.naming import snake_case, unique_name
 
 # Symbolic tensor -> (layer, call index, output index): the functional API's layer graph.
 HISTORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -47,26 +48,6 @@ def get_mask(t: Any) -> Node | None:
 def set_mask(t: Any, mask: Any) -> None:
     if isinstance(t, Node) and isinstance(mask, Node):
         MASKS[t] = mask
-
-_NAME_COUNTS: dict[str, int] = {}
-
-
-def snake_case(name: str) -> str:
-    s = re.sub(r"(.)([A-Z][a-z0-9]+)", r"\1_\2", name)
-    s = re.sub(r"([a-z])([A-Z])", r"\1_\2", s).lower()
-    return s.replace("2_d", "2d").replace("1_d", "1d").replace("3_d", "3d")
-
-
-def unique_name(base: str) -> str:
-    """``dense``, then ``dense_1``, ``dense_2`` ... (per process, like Keras)."""
-    n = _NAME_COUNTS.get(base, 0)
-    _NAME_COUNTS[base] = n + 1
-    return base if n == 0 else f"{base}_{n}"
-
-
-def reset_names() -> None:
-    """Restarts the automatic name counters (Keras' ``clear_session`` equivalent)."""
-    _NAME_COUNTS.clear()
 
 
 def flatten(x: Any) -> list:

@@ -168,7 +168,8 @@ class _ConvLSTM(Layer):
         perm = (1, 0) + tuple(range(2, inputs.ndim))
         seq = K.transpose(inputs, perm)  # time-major
         if initial_state is None:
-            first = K.squeeze(K.slice(seq, [(0, 1, 1)] + [(None, None, 1)] * (seq.ndim - 1)),
+            first = K.squeeze(K.slice(seq, [(0, 1, 1)] + [(None, None, 1)] * (seq.ndim - 1),
+                                      None),
                               0)
             zero = K.zeros_like(K.split(K.stop_gradient(self.cell.input_part(first)), 4,
                                         axis=-1)[0])

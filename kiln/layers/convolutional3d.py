@@ -10,7 +10,7 @@ from typing import Any
 
 from kiln.core import Node
 from kiln.layers._ops3d import conv3d, conv3d_transpose
-from kiln.layers._utils import normalize_tuple
+from kiln.layers._utils import keras_args, normalize_tuple
 from kiln.layers.convolutional import _Conv
 
 
@@ -40,6 +40,16 @@ class Conv3D(_Conv):
 
     rank = 3
 
+    def __init__(self, filters: int, kernel_size: Any, strides: Any = (1, 1, 1),
+                 padding: str = "valid", data_format: str | None = None,
+                 dilation_rate: Any = (1, 1, 1), groups: int = 1, activation: Any = None,
+                 use_bias: bool = True,
+                 kernel_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
+                 kernel_regularizer: Any = None, bias_regularizer: Any = None,
+                 activity_regularizer: Any = None, kernel_constraint: Any = None,
+                 bias_constraint: Any = None, **kwargs: Any):
+        super().__init__(**keras_args(locals()))
+
     def _convolve(self, inputs: Node) -> Node:
         return conv3d(f"Layer '{self.name}' (Conv3D)", inputs, self.kernel, self.strides,
                       self.padding, self.dilation_rate, self.groups)
@@ -59,8 +69,8 @@ class Conv3DTranspose(_Conv):
         kernel_size: int or triple.
         strides: int or triple (default 1).
         padding: "valid" (default) or "same".
-        output_padding: None (default), an int or a triple, each smaller than the stride.
         data_format: None or "channels_last".
+        output_padding: None (default), an int or a triple, each smaller than the stride.
         dilation_rate: int or triple (default 1).
         activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer,
         bias_regularizer, activity_regularizer, kernel_constraint, bias_constraint: as in
@@ -76,8 +86,8 @@ class Conv3DTranspose(_Conv):
     transpose = True
 
     def __init__(self, filters: int, kernel_size: Any, strides: Any = (1, 1, 1),
-                 padding: str = "valid", output_padding: Any = None,
-                 data_format: str | None = None, dilation_rate: Any = (1, 1, 1),
+                 padding: str = "valid", data_format: str | None = None,
+                 output_padding: Any = None, dilation_rate: Any = (1, 1, 1),
                  activation: Any = None, use_bias: bool = True,
                  kernel_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
                  kernel_regularizer: Any = None, bias_regularizer: Any = None,

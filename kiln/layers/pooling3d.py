@@ -20,6 +20,10 @@ class MaxPooling3D(_Pooling):
                "width known).\n" + _SHAPE_DOC.format(pair=" or triple"))
     rank = 3
 
+    def __init__(self, pool_size: Any = (2, 2, 2), strides: Any = None, padding: str = "valid",
+                 data_format: str | None = None, name: str | None = None, **kwargs: Any):
+        super().__init__(pool_size, strides, padding, data_format, name=name, **kwargs)
+
     def call(self, inputs: Node) -> Node:
         return pool3d(f"Layer '{self.name}' ({type(self).__name__})", "max", inputs,
                       self.pool_size, self.strides, self.padding)
@@ -30,6 +34,10 @@ class AveragePooling3D(_Pooling):
                "\"same\" the mean is over the real (unpadded) elements of each window.\n"
                + _SHAPE_DOC.format(pair=" or triple"))
     rank = 3
+
+    def __init__(self, pool_size: Any, strides: Any = None, padding: str = "valid",
+                 data_format: str | None = None, name: str | None = None, **kwargs: Any):
+        super().__init__(pool_size, strides, padding, data_format, name=name, **kwargs)
 
     def call(self, inputs: Node) -> Node:
         return pool3d(f"Layer '{self.name}' ({type(self).__name__})", "avg", inputs,
@@ -85,7 +93,7 @@ class _AdaptivePooling(Layer):
             for lo, hi in adaptive_bounds(n, out):
                 spec = [(None, None, 1)] * x.ndim
                 spec[axis] = (lo, hi, 1)
-                parts.append(type(self).reduce(K.slice(x, spec), axis=axis, keepdims=True))
+                parts.append(type(self).reduce(K.slice(x, spec, None), axis=axis, keepdims=True))
             x = K.concatenate(parts, axis=axis) if len(parts) > 1 else parts[0]
         return x
 

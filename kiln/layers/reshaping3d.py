@@ -133,6 +133,7 @@ class SpatialDropout3D(SpatialDropout2D):
     rank = 5
 
     def __init__(self, rate: float, data_format: str | None = None, seed: int | None = None,
-                 **kwargs: Any):
+                 name: str | None = None, dtype: Any = None, **kwargs: Any):
         normalize_data_format("SpatialDropout3D", data_format)
-        super().__init__(rate, data_format=data_format, seed=seed, **kwargs)
+        super().__init__(rate, data_format=data_format, seed=seed, name=name, dtype=dtype,
+                         **kwargs)

@@ -106,20 +106,22 @@ class Pipeline(Layer):
 
 class _Foreign(Layer):
     """A Keras layer that runs another framework's code: kiln compiles its own graph and
-    cannot call into it."""
+    cannot call into it. Each subclass takes Keras' arguments, so a call written for Keras
+    reaches the explanation rather than a TypeError about the arguments."""
 
     framework = ""
     advice = ""
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        raise NotImplementedError(
-            f"{type(self).__name__}: kiln cannot host {self.framework} code; kiln compiles "
-            f"its own static graph from kiln.ops and has no {self.framework} runtime inside "
-            f"it. {self.advice}")
+    @classmethod
+    def _refuse(cls) -> NotImplementedError:
+        return NotImplementedError(
+            f"{cls.__name__}: kiln cannot host {cls.framework} code; kiln compiles "
+            f"its own static graph from kiln.ops and has no {cls.framework} runtime inside "
+            f"it. {cls.advice}")
 
     @classmethod
     def from_config(cls, config: dict) -> Layer:
-        return cls(**config)
+        raise cls._refuse()
 
 
 class JaxLayer(_Foreign):
@@ -130,11 +132,20 @@ class JaxLayer(_Foreign):
     advice = ("Rewrite the function with kiln.ops (the same names as keras.ops) in a "
               "kiln.layers.Layer subclass, or run it with Keras itself.")
 
+    def __init__(self, call_fn: Any, init_fn: Any = None, params: Any = None,
+                 state: Any = None, seed: Any = None,
+                 native_serialization_platforms: Any = None, **kwargs: Any):
+        raise self._refuse()
+
 
 class FlaxLayer(JaxLayer):
     """Keras' wrapper of a Flax module; kiln cannot host it (see JaxLayer)."""
 
     framework = "Flax"
+
+    def __init__(self, module: Any, method: Any = None, variables: Any = None,
+                 **kwargs: Any):
+        raise self._refuse()
 
 
 class TorchModuleWrapper(_Foreign):
@@ -145,6 +156,10 @@ class TorchModuleWrapper(_Foreign):
     advice = ("Rebuild the module from kiln layers and copy its weights over (kiln's "
               "kernel layouts are Keras'), or run it with Keras' torch backend.")
 
+    def __init__(self, module: Any, name: str | None = None, output_shape: Any = None,
+                 **kwargs: Any):
+        raise self._refuse()
+
 
 class TFSMLayer(_Foreign):
     """Keras' layer that loads a TensorFlow SavedModel; kiln cannot host it (constructing one
@@ -153,3 +168,8 @@ class TFSMLayer(_Foreign):
     framework = "TensorFlow SavedModel"
     advice = ("Export the model to a .keras file (or its weights to .weights.h5) and load "
               "that with kiln.saving.load_model / load_weights.")
+
+    def __init__(self, filepath: Any, call_endpoint: str = "serve",
+                 call_training_endpoint: str | None = None, trainable: bool = True,
+                 name: str | None = None, dtype: Any = None):
+        raise self._refuse()

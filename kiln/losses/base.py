@@ -210,7 +210,7 @@ class Loss:
 
     def __init__(self, name: str | None = None, reduction: Any = "sum_over_batch_size",
                  dtype: Any = None):
-        from kiln.layers.base import snake_case
+        from kiln.layers.naming import snake_case
 
         self.name = name or snake_case(type(self).__name__)
         self.reduction = standardize_reduction(reduction)

@@ -56,7 +56,7 @@ class Metric:
     _builtin_merge: Callable | None = None
 
     def __init__(self, dtype: Any = None, name: str | None = None):
-        from kiln.layers.base import snake_case
+        from kiln.layers.naming import snake_case
 
         self.name = name or snake_case(type(self).__name__)
         self.dtype = dtype or kiln.config.floatx()

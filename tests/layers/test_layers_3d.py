@@ -174,3 +174,20 @@ def test_spatial_dropout3d_drops_whole_channels():
 def test_bad_input_errors(make, match):
     with pytest.raises((ValueError, TypeError), match=match):
         make()
+
+
+def test_keras_positional_arguments():
+    """Keras 3.15's argument order: Conv3DTranspose(filters, kernel_size, strides, padding,
+    data_format, output_padding, ...); SpatialDropout3D(rate, data_format, seed, name, dtype);
+    AveragePooling3D's pool_size is required, MaxPooling3D's defaults to 2 per axis."""
+    tr = L.Conv3DTranspose(2, 3, 2, "valid", None, 1)
+    assert tr.output_padding == (1, 1, 1)
+    # (n - 1) * stride + k - 2 * 0 + output_padding = 2 * 2 + 3 + 1, against 3 * 2 + 1 without
+    assert tr(kiln.Input((3, 3, 3, 1))).shape == (None, 8, 8, 8, 2)
+    conv = L.Conv3D(2, 3)
+    assert conv.strides == (1, 1, 1) and conv.dilation_rate == (1, 1, 1)
+    drop = L.SpatialDropout3D(0.25, None, 3, "drop", "float64")
+    assert (drop.name, drop.dtype, drop.seed) == ("drop", "float64", 3)
+    assert L.MaxPooling3D(name="mp").pool_size == (2, 2, 2)
+    with pytest.raises(TypeError, match="pool_size"):
+        L.AveragePooling3D()

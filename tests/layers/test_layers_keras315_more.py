@@ -76,6 +76,14 @@ def test_group_query_attention_config_and_errors():
         L.GroupQueryAttention(4, 3, 2)
     with pytest.raises(ValueError, match="sliding_window"):
         L.GroupQueryAttention(4, 4, 2, sliding_window=0)
+    # Keras' flash_attention (after sliding_window): None and False are plain attention,
+    # True asks for a kernel kiln lacks and is refused, naming the argument
+    plain = L.GroupQueryAttention(4, 4, 2, 0.0, True, None, False)
+    assert plain.sliding_window is None and plain.get_config() == L.GroupQueryAttention(
+        4, 4, 2, name=plain.name).get_config()
+    with pytest.raises(ValueError, match=r"GroupQueryAttention: flash_attention=True is not "
+                       "supported"):
+        L.GroupQueryAttention(4, 4, 2, flash_attention=True)
 
 
 def test_group_query_attention_gradient_matches_finite_differences():

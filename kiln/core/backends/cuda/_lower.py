@@ -1,21 +1,21 @@
 """The cuda backend's kernels, op by op: :class:`Lowering` emits the launches computing a
 node (generated elementwise loops and reductions, GEMM, convolution as implicit GEMM, softmax
 rows, pooling, gathers, copies) or, for an op without a kernel, its NumPy reference on the
-host with a one-time warning. ``_program._Planner`` (the planner's side: roots, steps,
-arena) mixes it in; see docs/architecture.md, "Backends".
+host with a one-time warning (``_host_fallback.py``). ``_program._Planner`` (the planner's
+side, :class:`PlannerSide`: roots, steps, arena) mixes it in; see docs/architecture.md,
+"Backends".
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import numpy as np
+from typing import Any, Protocol
 
 from kiln.core.backends.cuda import _codegen as cg
 from kiln.core.backends.cuda import _kernels as kn
 from kiln.core.backends.cuda._cublas import BLAS
 from kiln.core.backends.cuda._device import LaunchConfig, blocks_for
+from kiln.core.backends.cuda._host_fallback import host_fallback
 from kiln.core.backends.cuda._jit import load
 from kiln.core.backends.lowering import KernelTable, warn_fallback
 from kiln.core.ir import Node, TensorType
@@ -50,34 +50,27 @@ def _no_groups(node: Node) -> None:
         raise cg.Untranslatable(f"groups={node.attrs['groups']}: no grouped/depthwise kernel")
 
 
-class Lowering:
-    """The kernels of each op, as methods of the planner (``self``: a ``_Planner``, which
-    provides ``fresh``, ``emit``, ``launch1``, ``types``, ``cfg``, ``roots``)."""
+class PlannerSide(Protocol):
+    """What the planner (``_program._Planner``) provides to the kernels of :class:`Lowering`:
+    fresh buffers, steps (``emit``; ``launch1`` for one 1-D launch), node types and shapes."""
 
-    # ---- what the planner provides (declared here for the type checker) ----------------------
     cfg: LaunchConfig
     types: dict[int, TensorType]
     keep: list[Node]
 
-    def fresh(self, dtype: str, shape: tuple) -> Layout:
-        raise NotImplementedError
-
+    def fresh(self, dtype: str, shape: tuple) -> Layout: ...
     def emit(self, label: str, reads: Sequence[Layout], writes: Sequence[Layout],
-             bind: Callable[[Callable[[int], Any]], Callable[[], None]]) -> None:
-        raise NotImplementedError
-
-    def dtype(self, node: Node) -> str:
-        raise NotImplementedError
-
-    def shape(self, node: Node) -> tuple[int, ...]:
-        raise NotImplementedError
-
+             bind: Callable[[Callable[[int], Any]], Callable[[], None]]) -> None: ...
+    def dtype(self, node: Node) -> str: ...
+    def shape(self, node: Node) -> tuple[int, ...]: ...
     def launch1(self, label: str, kernel: Any, n: int, reads: Sequence[Layout],
-                out: Layout, args: Callable[[Callable[[int], Any]], tuple]) -> None:
-        raise NotImplementedError
+                out: Layout, args: Callable[[Callable[[int], Any]], tuple]) -> None: ...
+    def rows(self, n: int) -> int: ...
 
-    def rows(self, n: int) -> int:
-        raise NotImplementedError
+
+class Lowering(PlannerSide):
+    """The kernels of each op, as methods of the planner (``self``: a ``_Planner``, which
+    implements :class:`PlannerSide` and adds ``roots``, steps and the arena)."""
 
     # ---- copies ---------------------------------------------------------------------------
     def copy_into(self, dst: Layout, src: Layout, dtype: str, label: str = "copy") -> None:
@@ -134,7 +127,7 @@ class Lowering:
         except cg.Untranslatable as exc:
             warn_fallback("cuda", node.op, str(exc), detail=" on the host (inputs copied to the "
                           "host and the result back)")
-            return self.fallback(node, ins, t)
+            return host_fallback(self, node, ins, t)
 
     # ---- elementwise, fused and reductions ------------------------------------------------
     def elementwise(self, node: Node, ins: list[Layout], t: TensorType) -> Layout:
@@ -568,38 +561,3 @@ class Lowering:
     @KERNELS.register("random_normal")
     def op_random_normal(self, node, ins, t):
         return self._random("normal", node, ins, t)
-
-    # ---- host fallback --------------------------------------------------------------------
-    def fallback(self, node: Node, ins: list[Layout], t: TensorType) -> Layout:
-        op = get_op(node.op)
-        out = self.fresh(t.dtype, t.dims)
-        dtypes = [self.dtype(i) for i in node.inputs]
-        attrs = dict(node.attrs)
-
-        def bind(arr):
-            def run() -> None:
-                args = [to_host(arr(x.root), x, d) for x, d in zip(ins, dtypes)]
-                with np.errstate(all="ignore"):
-                    value = np.asarray(op.ref(*args, **attrs))
-                upload(arr(out.root), out.offset, value.astype(t.dtype, copy=False))
-            return run
-        self.emit(f"{node.op} (host)", ins, [out], bind)
-        return out
-
-
-def to_host(arr: Any, layout: Layout, dtype: str) -> np.ndarray:
-    """A host copy of a (strided) device view."""
-    if layout.size == 0:
-        return np.zeros(layout.shape, dtype)
-    lo, hi = layout.span()
-    flat = arr[lo:hi + 1].copy_to_host()
-    item = np.dtype(dtype).itemsize
-    view = np.lib.stride_tricks.as_strided(flat[layout.offset - lo:], layout.shape,
-                                           tuple(s * item for s in layout.strides))
-    return np.array(view, copy=True)
-
-
-def upload(arr: Any, offset: int, value: np.ndarray) -> None:
-    flat = np.asarray(value, order="C").reshape(-1)
-    if flat.size:
-        arr[offset:offset + flat.size].copy_to_device(flat)
