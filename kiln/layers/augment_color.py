@@ -60,14 +60,14 @@ def to_range(x: Node, src: tuple, dst: tuple) -> Node:
 
 def grayscale(x: Node) -> Node:
     """``0.2989 R + 0.587 G + 0.114 B`` with the channel axis kept (size 1)."""
-    r, g, b = (K.slice(x, [(None, None, 1)] * 3 + [(i, i + 1, 1)]) for i in range(3))
+    r, g, b = (K.slice(x, [(None, None, 1)] * 3 + [(i, i + 1, 1)], None) for i in range(3))
     return r * _c(_GRAY[0], x) + g * _c(_GRAY[1], x) + b * _c(_GRAY[2], x)
 
 
 def rgb_to_hsv(x: Node) -> tuple[Node, Node, Node]:
     """TensorFlow's ``rgb_to_hsv`` on the last axis: hue in [0, 1), saturation ``C / V``,
     value ``max(R, G, B)``; each ``(..., 1)``."""
-    r, g, b = (K.slice(x, [(None, None, 1)] * 3 + [(i, i + 1, 1)]) for i in range(3))
+    r, g, b = (K.slice(x, [(None, None, 1)] * 3 + [(i, i + 1, 1)], None) for i in range(3))
     v = K.maximum(K.maximum(r, g), b)
     c = v - K.minimum(K.minimum(r, g), b)
     zero = _c(0.0, x)

@@ -25,7 +25,7 @@ _TRIES = 8
 def _column(x: Node) -> Node:
     """A ``(batch, 1)`` tensor of zeros shaped after the images' batch."""
     return K.zeros_like(K.reshape(K.slice(x, [(None, None, 1), (0, 1, 1), (0, 1, 1),
-                                              (0, 1, 1)]), (-1, 1)))
+                                              (0, 1, 1)], None), (-1, 1)))
 
 
 def gamma(key: Node, like: Node, salt: int, a: Any) -> Node:

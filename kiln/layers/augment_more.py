@@ -125,8 +125,8 @@ class RandomGaussianBlur(RandomLayer):
         h, w = self._static_hw(x)
         s = K.random_uniform(key, (2,), (self.salt + 1) % 2**32, dtype=x.dtype)
         s = s * _c(self.sigma[1] - self.sigma[0], x) + _c(self.sigma[0] + 1e-6, x)
-        sig_x = K.reshape(K.slice(s, [(0, 1, 1)]), ())
-        sig_y = K.reshape(K.slice(s, [(1, 2, 1)]), ())
+        sig_x = K.reshape(K.slice(s, [(0, 1, 1)], None), ())
+        sig_y = K.reshape(K.slice(s, [(1, 2, 1)], None), ())
         kx, ky = self.kernel_size
         pads = ((0, 0), ((ky - 1) // 2, ky - 1 - (ky - 1) // 2),
                 ((kx - 1) // 2, kx - 1 - (kx - 1) // 2), (0, 0))
@@ -134,11 +134,11 @@ class RandomGaussianBlur(RandomLayer):
         full = (None, None, 1)
         rows = None
         for i, wt in enumerate(_gaussian_taps(kx, sig_x)):
-            part = K.slice(xp, [full, full, (i, i + w, 1), full]) * wt
+            part = K.slice(xp, [full, full, (i, i + w, 1), full], None) * wt
             rows = part if rows is None else rows + part
         blur = None
         for j, wt in enumerate(_gaussian_taps(ky, sig_y)):
-            part = K.slice(rows, [full, (j, j + h, 1), full, full]) * wt
+            part = K.slice(rows, [full, (j, j + h, 1), full, full], None) * wt
             blur = part if blur is None else blur + part
         p, t = self._uniform(key, x, 2, 0.0, 1.0)
         prob = p * _c(self.factor[1] - self.factor[0], x) + _c(self.factor[0], x)
@@ -191,7 +191,7 @@ class Equalization(ImageLayer):
         cdf = K.cumsum(hist, axis=-1)
         big = _c(float(np.finfo(np.float32).max), cdf)
         cdf_min = K.min(K.where(K.greater(cdf, _c(0.0, cdf)), cdf, big), axis=-1, keepdims=True)
-        total = K.slice(cdf, [(None, None, 1), (nb - 1, nb, 1)])
+        total = K.slice(cdf, [(None, None, 1), (nb - 1, nb, 1)], None)
         denom = total - cdf_min
         denom = K.where(K.equal(denom, _c(0.0, denom)), _c(1.0, denom), denom)
         lut = K.clip(K.round((cdf - cdf_min) * _c(255.0, cdf) / denom), 0.0, 255.0)  # (C, bins)

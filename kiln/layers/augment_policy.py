@@ -88,7 +88,7 @@ class RandAugment(RandomLayer):
         n = len(self._ops)
         picks = K.random_uniform(key, (max(self.num_ops, 1),), self.salt, dtype=x.dtype)
         for i in range(self.num_ops):
-            pick = K.floor(K.reshape(K.slice(picks, [(i, i + 1, 1)]), ()) * K.constant(
+            pick = K.floor(K.reshape(K.slice(picks, [(i, i + 1, 1)], None), ()) * K.constant(
                 float(n), x.dtype))
             out = x
             for k, layer in enumerate(self._ops):
@@ -176,14 +176,14 @@ class AugMix(RandomLayer):
             y = x
             for d in range(self.chain_depth):
                 s = c * self.chain_depth + d
-                pick = K.floor(K.reshape(K.slice(picks, [(s, s + 1, 1)]), ()) * K.constant(
+                pick = K.floor(K.reshape(K.slice(picks, [(s, s + 1, 1)], None), ()) * K.constant(
                     float(n + 1), x.dtype))                              # n: no augmentation
                 out = y
                 for k, layer in enumerate(self._ops):
                     out = K.where(K.equal(pick, K.constant(float(k), x.dtype)),
                                   apply_augmentation(layer, y, key), out)
                 y = out
-            wc = K.reshape(K.slice(weights, [(None, None, 1), (c, c + 1, 1)]), ())
+            wc = K.reshape(K.slice(weights, [(None, None, 1), (c, c + 1, 1)], None), ())
             mix = y * wc if mix is None else mix + y * wc
         out = w * x + (K.constant(1.0, x.dtype) - w) * mix
         return K.clip(out, self.value_range[0], self.value_range[1])

@@ -91,7 +91,7 @@ class AlphaDropout(Layer):
         like = inputs
         if self.noise_shape is not None:
             like = K.slice(inputs, [(0, 1, 1) if n == 1 and d != 1 else (None, None, 1)
-                                    for n, d in zip(self.noise_shape, inputs.shape)])
+                                    for n, d in zip(self.noise_shape, inputs.shape)], None)
         u = K.random_uniform(ctx.rng_key, like, int(self._stream or 0))
         keep = K.greater_equal(u, K.constant(self.rate, inputs.dtype))
         alpha_p = -_ALPHA * _SCALE

@@ -76,7 +76,7 @@ class StackedRNNCells(Layer):
     def prepare_masks(self, first_input: Node, first_state: Node, training: Any) -> None:
         """Each cell's dropout masks (``RNN`` calls it before the loop)."""
         x = first_input
-        col = K.zeros_like(K.slice(first_input, [(None, None, 1), (0, 1, 1)]))
+        col = K.zeros_like(K.slice(first_input, [(None, None, 1), (0, 1, 1)], None))
         for cell in self.cells:
             state = col + K.constant(np.zeros(_flat_sizes(cell)[0]), first_input.dtype)
             prepare = getattr(cell, "prepare_masks", None)

@@ -163,7 +163,7 @@ class STFTSpectrogram(Layer):
             return self._adjust(K.concatenate([re, im], axis=2))
         power = K.square(re) + K.square(im)
         if self.mode == "psd":
-            inner = K.slice(power, [(None, None, 1)] * 2 + [(1, -1, 1), (None, None, 1)])
+            inner = K.slice(power, [(None, None, 1)] * 2 + [(1, -1, 1), (None, None, 1)], None)
             return self._adjust(power + K.pad(inner, ((0, 0), (0, 0), (1, 1), (0, 0))))
         eps = K.constant(_EPS, power.dtype)
         linear = self._adjust(K.sqrt(K.maximum(power, eps)))
@@ -271,8 +271,8 @@ class MelSpectrogram(Layer):
             raise ValueError(f"Layer '{self.name}' (MelSpectrogram): reflect padding of "
                              f"{p} needs more than {p} samples, received {n}")
         full = (None, None, 1)
-        left = K.flip(K.slice(x, [full, (1, p + 1, 1)]), axis=1)
-        right = K.flip(K.slice(x, [full, (n - p - 1, n - 1, 1)]), axis=1)
+        left = K.flip(K.slice(x, [full, (1, p + 1, 1)], None), axis=1)
+        right = K.flip(K.slice(x, [full, (n - p - 1, n - 1, 1)], None), axis=1)
         x = K.expand_dims(K.concatenate([left, x, right], axis=1), -1)      # (batch, T, 1)
         re_k, im_k = self._kernels(x.dtype)
         re = K.conv1d(x, K.constant(re_k), strides=self.sequence_stride, padding="valid")
