@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import re
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,6 +22,7 @@ from kiln.core import (
     TENSOR_MASKS,
     Node,
     Variable,
+    WeakIdentityDict,
     depends_on,
     format_shape,
     placeholder,
@@ -31,12 +31,12 @@ from kiln.core import (
 from kiln.layers.context import current, trace
 
 # Symbolic tensor -> (layer, call index, output index): the functional API's layer graph.
-HISTORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+HISTORY: WeakIdentityDict = WeakIdentityDict()
 
 # Symbolic tensor -> its Keras mask (a bool tensor, ``(batch, steps)`` for sequences): what
 # Keras keeps in ``tensor._keras_mask``. Layers set it in ``__call__`` from ``compute_mask``
 # and read it for the next layer's ``mask`` argument (docs/architecture.md, "Masking").
-MASKS: weakref.WeakKeyDictionary = TENSOR_MASKS  # Node._keras_mask reads it
+MASKS: WeakIdentityDict = TENSOR_MASKS  # Node._keras_mask reads it
 
 
 def get_mask(t: Any) -> Node | None:

@@ -19,7 +19,7 @@ CategoricalCrossentropy = wrapper_class(
     {"from_logits": False, "label_smoothing": 0.0}, "Categorical cross-entropy as a metric.")
 SparseCategoricalCrossentropy = wrapper_class(
     "SparseCategoricalCrossentropy", _losses.sparse_categorical_crossentropy,
-    "sparse_categorical_crossentropy", {"from_logits": False},
+    "sparse_categorical_crossentropy", {"from_logits": False, "ignore_class": None},
     "Sparse categorical cross-entropy as a metric.")
 Hinge = wrapper_class("Hinge", _hinge.hinge, "hinge", {}, "Hinge loss as a metric.")
 SquaredHinge = wrapper_class("SquaredHinge", _hinge.squared_hinge, "squared_hinge", {},
