@@ -4,13 +4,15 @@ metric averages over all entries. Expected numbers computed once with Keras 3.15
 on the numpy, jax and tensorflow backends):
 
     y = [0, 2, 1, 2, 0, 1]; p = P below; sw = [1, 2, 3, 1, .5, 2]
-    keras.losses.SparseCategoricalCrossentropy(ignore_class=2)(y, p)            -> 0.4459477961063385
-    ... (y, p, sample_weight=sw)                                                -> 0.7844541072845459
-    keras.losses.SparseCategoricalCrossentropy(ignore_class=2, reduction="sum") -> 1.7837913036346436
+    keras.losses.SparseCategoricalCrossentropy(ignore_class=2)(y, p)  -> 0.4459477961063385
+    ... (y, p, sample_weight=sw)  -> 0.7844541072845459
+    keras.losses.SparseCategoricalCrossentropy(ignore_class=2, reduction="sum")
+        -> 1.7837913036346436
     keras.losses.sparse_categorical_crossentropy(y, p, ignore_class=2)
         -> [0.35667494, 0, 0.69314718, 0, 0.51082557, 0.22314353]
-    keras.metrics.SparseCategoricalCrossentropy(ignore_class=2): update(y, p)   -> 0.2972985506057739
-    ... update(y, p, sample_weight=sw)                                          -> 0.48274099826812744
+    keras.metrics.SparseCategoricalCrossentropy(ignore_class=2): update(y, p)
+        -> 0.2972985506057739
+    ... update(y, p, sample_weight=sw)  -> 0.48274099826812744
 """
 
 from __future__ import annotations

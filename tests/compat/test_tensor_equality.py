@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln import ops
 from kiln import metrics as M
+from kiln import ops
 
 
 def test_eq_ne_are_elementwise_eager_and_symbolic():
