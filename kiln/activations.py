@@ -2,8 +2,9 @@
 
 Each function takes a tensor: on a symbolic node or a Variable (or inside a traced step) it
 returns a symbolic node; on a NumPy array (or a number) it returns a NumPy array, computed by
-the same graph compiled once per signature (:mod:`kiln.eager`). ``get`` resolves a name (``"relu"``), ``None`` (linear) or a callable;
-``serialize`` gives the name stored in layer configs.
+the same graph compiled once per signature (:mod:`kiln.eager`). ``get`` resolves a name
+(``"relu"``), ``None`` (linear) or a callable; ``serialize`` gives the name stored in layer
+configs.
 
 Example:
     >>> act = kiln.activations.get("gelu")
