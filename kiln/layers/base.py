@@ -361,6 +361,10 @@ class Layer:
 
     def __call__(self, inputs: Any, *args: Any, training: bool | None = None,
                  **kwargs: Any) -> Any:
+        if "mask" in kwargs and kwargs["mask"] is None and not self._call_accepts("mask"):
+            # Keras passes ``mask=None`` to every layer (its functional configs record
+            # ``"kwargs": {"mask": null}``); a call without a mask argument simply has none.
+            del kwargs["mask"]
         if not is_symbolic(inputs) and not any(is_symbolic(a) for a in args):
             return self._call_eager(inputs, *args, training=training, **kwargs)
         self._check_inputs(inputs)
