@@ -83,3 +83,22 @@ def test_dict_of_pandas_columns_feeds_a_multi_input_model():
     got = build().fit({n: df[n] for n in "abc"}, pd.Series(Y), epochs=1, batch_size=8,
                       shuffle=False, verbose=0).history["loss"]
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_tensorflow_tensors():
+    tf = pytest.importorskip("tensorflow")
+    want = _run(_model(), X, Y)
+    _same(_run(_model(), tf.constant(X), tf.constant(Y)), want)
+
+
+def test_a_generator_is_still_iterated():
+    model = _model()
+
+    def batches():
+        for i in range(0, 40, 8):
+            yield X[i:i + 8], Y[i:i + 8]
+
+    hist = model.fit(batches(), epochs=1, verbose=0).history
+    assert len(hist["loss"]) == 1
+    with pytest.raises(ValueError, match="when x is a generator/iterable, y must be None"):
+        model.fit(batches(), Y, verbose=0)
