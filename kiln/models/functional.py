@@ -265,7 +265,7 @@ def _match_inputs(model: Model, inputs: Any) -> list[Node]:
         flat = flatten(inputs)
     if len(flat) != n:
         raise ValueError(f"{model.name}: expected {n} input(s), received {len(flat)}")
-    flat = [_adjust_rank(t, spec) if isinstance(t, Node) else t
+    flat = [adjust_input_rank(t, spec) if isinstance(t, Node) else t
             for t, spec in zip(flat, model._input_specs)]
     for t, spec in zip(flat, model._input_specs):
         if isinstance(t, Node):
@@ -278,7 +278,7 @@ def _match_inputs(model: Model, inputs: Any) -> list[Node]:
     return flat
 
 
-def _adjust_rank(t: Node, spec: Any) -> Node:
+def adjust_input_rank(t: Node, spec: Any) -> Node:
     """Keras' ``_adjust_input_rank``: a tensor one rank short of an input whose last dimension
     is 1 gains that axis; one rank over with a last dimension of 1 loses it."""
     want = len(spec.shape)

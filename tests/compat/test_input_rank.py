@@ -58,3 +58,14 @@ def test_other_ranks_are_refused():
     with pytest.raises(ValueError, match=r"incompatible with the model: expected shape "
                                          r"\(None, 28, 28, 1\), received \(None, 784\)"):
         model(kiln.Input((784,)))
+
+
+def test_sequential_symbolic_call_gains_the_axis():
+    kiln.utils.set_random_seed(1)
+    model = kiln.Sequential([kiln.Input((28, 28, 1)), kiln.layers.Conv2D(2, 3),
+                             kiln.layers.Flatten()])
+    t = kiln.Input((28, 28))
+    out = model(t)
+    assert out.shape == (None, 1352)
+    np.testing.assert_allclose(kiln.Model(t, out).predict(X, verbose=0),
+                               model.predict(X[..., None], verbose=0), rtol=1e-6)
