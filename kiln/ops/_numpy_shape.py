@@ -185,21 +185,8 @@ def _tile(x, repeats):
     return x
 
 
-_tile_op = _dual(_tile, "tile")
-
-
-def tile(x, repeats):
-    """``x`` repeated ``repeats`` times along each axis (``np.tile``); ``repeats`` is an int,
-    a sequence of ints or an integer NumPy array (static values)."""
-    if isinstance(repeats, np.ndarray | np.generic):
-        if repeats.dtype.kind not in "iu" or repeats.ndim > 1:
-            raise ValueError(f"tile: repeats must be an int or a 1-D sequence of ints, received "
-                             f"an array of dtype {repeats.dtype} and shape {repeats.shape}")
-        repeats = tuple(int(r) for r in np.reshape(repeats, -1))
-    return _tile_op(x, repeats)
-
-
-tile.graph = _tile  # type: ignore[attr-defined]
+tile = _dual(_tile, "tile")
+tile.__doc__ = "``x`` repeated ``repeats`` times along each axis (``np.tile``)."
 
 
 def _repeat(x, repeats, axis=None):

@@ -74,3 +74,31 @@ def test_tensorflow_op_inside_a_lambda_layer_names_the_call():
     x = kiln.Input((4,))
     with pytest.raises(TypeError, match=r"TensorFlow's reshape\(\) was given"):
         kiln.layers.Lambda(lambda t: tf.reshape(t, (-1, 2, 2)))(x)
+
+
+A3 = np.arange(6, dtype="float32").reshape(2, 3)
+
+
+@pytest.mark.parametrize("fn, ref", [
+    (lambda a: ops.reshape(a, np.array([3, 2])), lambda a: np.reshape(a, (3, 2))),
+    (lambda a: ops.pad(a, np.array([[1, 0], [0, 1]])), lambda a: np.pad(a, [[1, 0], [0, 1]])),
+    (lambda a: ops.transpose(a, np.array([1, 0])), lambda a: a.T),
+    (lambda a: ops.sum(a, axis=np.int64(0)), lambda a: a.sum(0)),
+    (lambda a: ops.sum(a, axis=np.array([0, 1]), keepdims=np.bool_(True)),
+     lambda a: a.sum((0, 1), keepdims=True)),
+    (lambda a: ops.expand_dims(a, np.int64(0)), lambda a: a[None]),
+    (lambda a: ops.squeeze(a[None], np.int64(0)), lambda a: a),
+    (lambda a: ops.repeat(a, np.int64(2), axis=0), lambda a: np.repeat(a, 2, axis=0)),
+    (lambda a: ops.split(a, np.int64(3), axis=1)[1], lambda a: np.split(a, 3, axis=1)[1]),
+    (lambda a: ops.tile(a, (np.int64(2), 1)), lambda a: np.tile(a, (2, 1))),
+    (lambda a: ops.broadcast_to(a[0], np.array([2, 3])), lambda a: np.broadcast_to(a[0], (2, 3))),
+    (lambda a: ops.argmax(a, axis=np.int64(1)), lambda a: a.argmax(1)),
+    (lambda a: ops.take(a, np.array([1, 0]), axis=np.int64(1)),
+     lambda a: np.take(a, [1, 0], axis=1)),
+    (lambda a: ops.one_hot(np.array([0, 2]), np.int64(3)), lambda a: np.eye(3)[[0, 2]]),
+])
+def test_numpy_integers_for_structural_arguments(fn, ref):
+    # an axis / shape / repeats given as a NumPy integer is a value, not a tensor to feed
+    got, want = fn(A3), ref(A3)
+    assert np.shape(got) == want.shape
+    np.testing.assert_allclose(got, want)
