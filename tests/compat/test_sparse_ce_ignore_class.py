@@ -69,3 +69,17 @@ def test_fit_loss_is_the_mean_over_kept_entries():
                   loss=kiln.losses.SparseCategoricalCrossentropy(ignore_class=2))
     hist = model.fit(logits, Y, batch_size=6, epochs=1, verbose=0)
     assert hist.history["loss"][0] == pytest.approx(0.4459477961063385, rel=1e-4)
+
+
+def test_functional_loss_in_compile_and_metric_in_fit():
+    inputs = kiln.Input((3,))
+    outputs = kiln.layers.Dense(3, use_bias=False, kernel_initializer="identity",
+                                activation="softmax")(inputs)
+    model = kiln.Model(inputs, outputs)
+    model.compile(optimizer=kiln.optimizers.SGD(0.0),
+                  loss=lambda t, p: kiln.losses.sparse_categorical_crossentropy(
+                      t, p, ignore_class=2),
+                  metrics=[kiln.metrics.SparseCategoricalCrossentropy(ignore_class=2)])
+    loss, metric = model.evaluate(np.log(P), Y, batch_size=3, verbose=0)
+    assert loss == pytest.approx(0.4459477961063385, rel=1e-5)
+    assert metric == pytest.approx(0.2972985506057739, rel=1e-5)
