@@ -99,6 +99,9 @@ def dynamic_avg_pool_grad(ct: Node, x: Node, *, pool_size: tuple[int, int],
     counts = apply("conv2d", ones_x, window, strides=strides, padding=padding,
                    dilation=(1, 1))
     c = x.shape[3]
+    if c is None:
+        raise ValueError(f"avg_pool2d: the gradient needs a static number of channels, received "
+                         f"input {fmt(x.shape)}")
     kernel = constant(np.ones((ph, pw, 1, c), x.dtype))
     return dynamic_input_grad(apply("div", ct, counts), x, kernel, strides=strides,
                               padding=padding, dilation=(1, 1), groups=c)
