@@ -38,8 +38,9 @@ def next_seed() -> int:
 
 
 def layer_stream() -> int:
-    """The random stream (a 32-bit salt) of a random layer built without ``seed=``: Dropout,
+    """The random stream (a 31-bit salt) of a random layer built without ``seed=``: Dropout,
     the recurrent cells' dropout, attention dropout. Drawn when the layer is constructed, so
     two models built alike after the same ``set_seed`` draw the same streams whatever their
-    layers' automatic names ("dropout", "dropout_1" ...)."""
-    return int(_state["streams"].integers(0, 2**32))
+    layers' automatic names ("dropout", "dropout_1" ...). Below 2**31: the config stores it as
+    the layer's ``seed``, and Keras reads a seed as an int32."""
+    return int(_state["streams"].integers(0, 2**31))
