@@ -1,8 +1,10 @@
 """Activation functions (Keras 3 names and defaults), built from ``kiln.ops``.
 
-Each function takes a tensor (a symbolic node, a Variable or a NumPy array) and returns a
-symbolic node. ``get`` resolves a name (``"relu"``), ``None`` (linear) or a callable;
-``serialize`` gives the name stored in layer configs.
+Each function takes a tensor: on a symbolic node or a Variable (or inside a traced step) it
+returns a symbolic node; on a NumPy array (or a number) it returns a NumPy array, computed by
+the same graph compiled once per signature (:mod:`kiln.eager`). ``get`` resolves a name
+(``"relu"``), ``None`` (linear) or a callable; ``serialize`` gives the name stored in layer
+configs.
 
 Example:
     >>> act = kiln.activations.get("gelu")
@@ -13,19 +15,43 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+import kiln.config
 import kiln.ops as K
+from kiln import eager as eager_path
 from kiln.core import Node, convert_to_tensor
 from kiln.registry import get_registered_name, get_registered_object
+
+
+def _eager(fn: Callable[..., Node]) -> Callable[..., Any]:
+    """``fn`` on a symbolic tensor as it is; on an array, computed eagerly (float64 stays
+    float64, other floats and bools compute in floatx)."""
+    @functools.wraps(fn)
+    def activation(x: Any, *args: Any, **kwargs: Any) -> Any:
+        if K.is_symbolic(x):
+            return fn(x, *args, **kwargs)
+        arr = np.asarray(x)
+        dtype = "float64" if arr.dtype == np.float64 else kiln.config.floatx()
+        if arr.dtype.kind in "iu":
+            arr = arr.astype(dtype)
+        key = ("activation", fn, repr(args), repr(sorted(kwargs.items())))
+        return eager_path.run(key, lambda t: fn(t, *args, **kwargs), [arr], dtype, batch=False,
+                              name=f"activations.{fn.__name__}",
+                              who=f"activations.{fn.__name__}")
+    return activation
 
 
 def _c(value: float, x: Node) -> Node:
     return K.constant(value, x.dtype)
 
 
+@_eager
 def relu(x: Any, negative_slope: float = 0.0, max_value: float | None = None,
          threshold: float = 0.0) -> Node:
     """Rectified linear unit: ``max(x, 0)``, with Keras' optional extras.
@@ -60,42 +86,50 @@ def relu(x: Any, negative_slope: float = 0.0, max_value: float | None = None,
     return y
 
 
+@_eager
 def relu6(x: Any) -> Node:
     """``min(max(x, 0), 6)``."""
     return relu(x, max_value=6.0)
 
 
+@_eager
 def leaky_relu(x: Any, negative_slope: float = 0.2) -> Node:
     """``x`` for ``x >= 0``, ``negative_slope * x`` below (Keras 3 default slope 0.2)."""
     x = convert_to_tensor(x)
     return K.where(K.greater_equal(x, _c(0.0, x)), x, x * _c(negative_slope, x))
 
 
+@_eager
 def sigmoid(x: Any) -> Node:
     """``1 / (1 + exp(-x))`` (numerically stable)."""
     return K.sigmoid(x)
 
 
+@_eager
 def tanh(x: Any) -> Node:
     """Hyperbolic tangent."""
     return K.tanh(x)
 
 
+@_eager
 def softmax(x: Any, axis: int = -1) -> Node:
     """``exp(x) / sum(exp(x))`` along ``axis`` (numerically stable)."""
     return K.softmax(x, axis=axis)
 
 
+@_eager
 def log_softmax(x: Any, axis: int = -1) -> Node:
     """``x - logsumexp(x)`` along ``axis`` (numerically stable)."""
     return K.log_softmax(x, axis=axis)
 
 
+@_eager
 def linear(x: Any) -> Node:
     """The identity (the activation of a layer given ``activation=None``)."""
     return convert_to_tensor(x)
 
 
+@_eager
 def elu(x: Any, alpha: float = 1.0) -> Node:
     """``x`` for ``x > 0``, ``alpha * (exp(x) - 1)`` otherwise."""
     x = convert_to_tensor(x)
@@ -108,12 +142,14 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
+@_eager
 def selu(x: Any) -> Node:
     """Scaled ELU: ``scale * elu(x, alpha)`` with the self-normalizing constants."""
     x = convert_to_tensor(x)
     return _c(_SELU_SCALE, x) * elu(x, _SELU_ALPHA)
 
 
+@_eager
 def gelu(x: Any, approximate: bool = False) -> Node:
     """Gaussian error linear unit.
 
@@ -130,6 +166,7 @@ def gelu(x: Any, approximate: bool = False) -> Node:
     return half * x * (one + K.erf(x * _c(1.0 / math.sqrt(2.0), x)))
 
 
+@_eager
 def silu(x: Any) -> Node:
     """``x * sigmoid(x)`` (also called swish)."""
     x = convert_to_tensor(x)
@@ -139,6 +176,7 @@ def silu(x: Any) -> Node:
 swish = silu
 
 
+@_eager
 def hard_silu(x: Any) -> Node:
     """``x * hard_sigmoid(x)`` (also called hard_swish)."""
     x = convert_to_tensor(x)
@@ -148,34 +186,40 @@ def hard_silu(x: Any) -> Node:
 hard_swish = hard_silu
 
 
+@_eager
 def softplus(x: Any) -> Node:
     """``log(1 + exp(x))`` (numerically stable)."""
     return K.softplus(x)
 
 
+@_eager
 def softsign(x: Any) -> Node:
     """``x / (|x| + 1)``."""
     x = convert_to_tensor(x)
     return x / (K.abs(x) + _c(1.0, x))
 
 
+@_eager
 def mish(x: Any) -> Node:
     """``x * tanh(softplus(x))``."""
     x = convert_to_tensor(x)
     return x * K.tanh(K.softplus(x))
 
 
+@_eager
 def log_sigmoid(x: Any) -> Node:
     """``log(sigmoid(x)) = -softplus(-x)`` (numerically stable)."""
     x = convert_to_tensor(x)
     return -K.softplus(-x)
 
 
+@_eager
 def exponential(x: Any) -> Node:
     """``exp(x)``."""
     return K.exp(x)
 
 
+@_eager
 def hard_sigmoid(x: Any) -> Node:
     """Piecewise-linear sigmoid, as in Keras 3: ``relu6(x + 3) / 6 = clip(x / 6 + 0.5, 0, 1)``."""
     x = convert_to_tensor(x)

@@ -169,8 +169,11 @@ The old form `add_weight("name", shape, initializer, ...)` (a string first) stil
 * A layer, model, loss or metric called on NumPy arrays is compiled for the arrays' signature
   (batch dimension unknown, or the concrete shape when `call` needs it) and returns NumPy
   arrays (with `.numpy()` and `._keras_mask`), not backend tensors.
-* Tensors are kiln graph nodes; `==` / `!=` on two tensors compare identity (use
-  `ops.equal`).
+* Tensors are kiln graph nodes; `==` / `!=` are elementwise as in Keras (`bool(x == y)`
+  raises on a symbolic tensor). A TensorFlow or NumPy function given a symbolic tensor raises
+  a TypeError naming the call and the `kiln.ops` equivalent.
+* Conv1D / pooling on sequences of unknown length (`Input((None, C))`) train, except
+  `padding="same"` with `strides > 1`, whose gradient needs a static length.
 * Layer weights assigned inside `call` (`assign_add`) are graph updates inside `fit`,
   `evaluate`, `predict` and eager calls.
 * No mixed precision policies (`keras.mixed_precision`), no quantization, no

@@ -1,10 +1,12 @@
 """ProgbarLogger: the progress output of ``fit`` / ``evaluate`` / ``predict``.
 
-* ``verbose=1`` on a terminal: a tqdm bar per epoch (steps done/total, elapsed and ETA, the
-  running loss and metrics in the postfix), redrawn at most every ``mininterval`` seconds;
-  when the epoch ends the bar's last state (with the ``val_`` metrics) stays on screen.
-* ``verbose=1`` when the output is not a terminal (a log file, CI, a notebook capture): no
-  bar, since carriage-return redraws become a flood of lines; one summary line per epoch.
+* ``verbose=1`` on a terminal or in a Jupyter notebook: a ``tqdm.auto`` bar per epoch (a live
+  widget in a notebook; steps done/total, elapsed and ETA, the running loss and metrics in the
+  postfix), redrawn at most every ``mininterval`` seconds; when the epoch ends the bar's last
+  state (with the ``val_`` metrics) stays on screen.
+* ``verbose=1`` when the output is not a terminal (a log file, CI, a captured stream) or is a
+  terminal that reports zero columns: no bar, since carriage-return redraws become a flood of
+  lines (or vanish); one summary line per epoch.
 * ``verbose=2``: exactly one line per epoch, like Keras
   (``Epoch 1/3 - 0.5s - loss: 0.1234 - accuracy: 0.9000 - val_loss: 0.2345``).
 * ``verbose=0``: nothing.
@@ -12,11 +14,30 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from typing import IO, Any
 
 from kiln.callbacks.callback import Callback
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (an IPython ZMQ shell is running); IPython is
+    only looked up, never imported."""
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    shell = get() if get is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def terminal_columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size`` reports it (0 on some IDE and
+    container terminals)."""
+    try:
+        return int(shutil.get_terminal_size().columns)
+    except (OSError, ValueError):  # pragma: no cover - no terminal at all
+        return 0
 
 
 def format_value(v: Any) -> str:
@@ -97,6 +118,12 @@ class ProgbarLogger(Callback):
         except (ValueError, OSError):  # pragma: no cover - closed stream
             return False
 
+    def _bar_wanted(self) -> bool:
+        """A bar on a terminal that reports its width, or in a notebook writing to stdout."""
+        if self.file is None and in_notebook():
+            return True
+        return self._is_tty() and terminal_columns() > 0
+
     def _print(self, line: str) -> None:
         stream = self._stream()
         stream.write(line + "\n")
@@ -106,8 +133,8 @@ class ProgbarLogger(Callback):
         self._close_bar()
         self._seen = 0
         self._start = time.perf_counter()
-        if self.verbose == 1 and self._is_tty():
-            from tqdm import tqdm
+        if self.verbose == 1 and self._bar_wanted():
+            from tqdm.auto import tqdm  # the notebook widget in Jupyter, else the text bar
 
             self._bar = tqdm(total=target, desc=desc, file=self._stream(), unit="step",
                              mininterval=self.mininterval, leave=True, dynamic_ncols=True,

@@ -13,7 +13,8 @@ docs/architecture.md, "The layers of the house".
 * tracing steps: :func:`trace_variables` (symbolic ``Variable.assign`` records updates);
 * collectives: :func:`register_group` (a transport's in-place sum, used by ``allreduce``);
 * graph utilities for the frontend: :func:`toposort`, :func:`depends_on`, :func:`rebuild`,
-  :func:`canonical_dtype`, :func:`format_shape`;
+  :func:`canonical_dtype`, :func:`format_shape`, :class:`WeakIdentityDict` (weak keys by
+  identity: a symbolic tensor's ``==`` is elementwise);
 * :func:`gc_paused`: no automatic garbage collection while the frontend traces a model's steps
   (kiln/core/gc_pause.py).
 """
@@ -31,6 +32,7 @@ from kiln.core.ir import (
     HashableArray,
     Node,
     TensorType,
+    WeakIdentityDict,
     canonical_dtype,
     depends_on,
     rebuild,
@@ -49,7 +51,8 @@ def optimize(graph, exclude=(), **kwargs):
     return passes.optimize(graph, exclude=exclude, **kwargs)
 
 
-__all__ = ["Graph", "Node", "TensorType", "HashableArray", "Variable", "Function", "function",
+__all__ = ["Graph", "Node", "TensorType", "HashableArray", "WeakIdentityDict", "Variable",
+           "Function", "function",
            "grad", "placeholder", "constant", "convert_to_tensor", "is_tensor", "toposort",
            "depends_on", "rebuild", "canonical_dtype", "format_shape", "backend_for_device",
            "optimize", "register_group", "trace_variables", "VariableTrace",

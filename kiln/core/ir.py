@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,10 +141,65 @@ def _key_part(value: Any) -> Any:
     return value
 
 
+class WeakIdentityDict(MutableMapping):
+    """A mapping with weak keys compared by identity: ``weakref.WeakKeyDictionary`` for keys
+    whose ``==`` is not a truth value (a symbolic tensor's ``==`` is elementwise, and the weak
+    dictionary compares its keys' weak references with ``==``). An entry disappears with its
+    key.
+
+    Example:
+        >>> d = WeakIdentityDict(); d[x] = "dense"; d[x]
+        'dense'
+    """
+
+    def __init__(self, items: Any = None):
+        self._data: dict[int, tuple[weakref.ref, Any]] = {}
+        if items is not None:
+            self.update(items)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        k = id(key)
+        data = self._data
+
+        def _gone(ref: weakref.ref, k: int = k, data: dict = data) -> None:
+            entry = data.get(k)
+            if entry is not None and entry[0] is ref:
+                del data[k]
+
+        entry = data.get(k)
+        if entry is not None and entry[0]() is key:
+            data[k] = (entry[0], value)
+        else:
+            data[k] = (weakref.ref(key, _gone), value)
+
+    def __getitem__(self, key: Any) -> Any:
+        entry = self._data.get(id(key))
+        if entry is None or entry[0]() is not key:
+            raise KeyError(key)
+        return entry[1]
+
+    def __delitem__(self, key: Any) -> None:
+        self[key]  # noqa: B018  (KeyError when absent)
+        del self._data[id(key)]
+
+    def __contains__(self, key: object) -> bool:
+        entry = self._data.get(id(key))
+        return entry is not None and entry[0]() is key
+
+    def __iter__(self) -> Iterator[Any]:
+        for ref, _ in list(self._data.values()):
+            key = ref()
+            if key is not None:
+                yield key
+
+    def __len__(self) -> int:
+        return sum(1 for ref, _ in list(self._data.values()) if ref() is not None)
+
+
 # Symbolic tensor -> its Keras mask (a bool tensor): what Keras keeps in
 # ``tensor._keras_mask``. Layers set it (kiln/layers/base.py, docs/architecture.md "Masking");
 # weak keys, so a mask lives as long as its tensor.
-TENSOR_MASKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+TENSOR_MASKS: WeakIdentityDict = WeakIdentityDict()
 
 
 class Node:

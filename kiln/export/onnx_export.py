@@ -13,11 +13,10 @@ export never leaves a partial file.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kiln.core import Function, Graph, Node, optimize
+from kiln.core import Function, Graph, Node, WeakIdentityDict, optimize
 from kiln.export.onnx_emit import (
     Emitter,
     ExportError,
@@ -94,7 +93,7 @@ def to_onnx(obj: Any, path: Any = None, *, opset: int | None = None,
         raise ValueError(f"to_onnx: unroll must be a non-negative int, received {unroll!r}")
     graph, label = _graph_of(obj, name)
     ins, outs = _names(graph, input_names, output_names, label)
-    origin = weakref.WeakKeyDictionary(origin or {})
+    origin = WeakIdentityDict(origin or {})
     check_exportable(graph, origin, label)
     optimized, _ = optimize(graph, exclude=("fuse",))
     model = _assemble(onnx, optimized, ins, outs, Options(opset, unroll, origin),

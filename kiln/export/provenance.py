@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kiln.core import Node, toposort
+from kiln.core import Node, WeakIdentityDict, toposort
 
 _MISSING = object()
 
@@ -52,7 +51,7 @@ def _recording(name: str, call: Callable[..., Any], calls: list) -> Callable[...
     return recorded
 
 
-def _claim(node: Node, layer: str, origin: weakref.WeakKeyDictionary) -> None:
+def _claim(node: Node, layer: str, origin: WeakIdentityDict) -> None:
     if node in origin:
         return
     origin[node] = layer
@@ -63,7 +62,7 @@ def _claim(node: Node, layer: str, origin: weakref.WeakKeyDictionary) -> None:
 
 
 @contextlib.contextmanager
-def record_layers(model: Any) -> Iterator[weakref.WeakKeyDictionary]:
+def record_layers(model: Any) -> Iterator[WeakIdentityDict]:
     """Records which layer of ``model`` adds each node traced inside the block.
 
     Yields:
@@ -76,7 +75,7 @@ def record_layers(model: Any) -> Iterator[weakref.WeakKeyDictionary]:
         >>> origin[y]
         'dense_1'
     """
-    origin: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    origin: WeakIdentityDict = WeakIdentityDict()
     calls: list[tuple[str, list[Node], list[Node]]] = []
     patched = []
     try:

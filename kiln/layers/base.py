@@ -10,7 +10,6 @@ runs it: the layer is traced once per input signature and compiled.
 from __future__ import annotations
 
 import inspect
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,6 +21,7 @@ from kiln.core import (
     TENSOR_MASKS,
     Node,
     Variable,
+    WeakIdentityDict,
     depends_on,
     format_shape,
     placeholder,
@@ -32,12 +32,12 @@ from kiln.layers.naming import reset_names as reset_names  # re-exported (tests 
 from kiln.layers.naming import snake_case, unique_name
 
 # Symbolic tensor -> (layer, call index, output index): the functional API's layer graph.
-HISTORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+HISTORY: WeakIdentityDict = WeakIdentityDict()
 
 # Symbolic tensor -> its Keras mask (a bool tensor, ``(batch, steps)`` for sequences): what
 # Keras keeps in ``tensor._keras_mask``. Layers set it in ``__call__`` from ``compute_mask``
 # and read it for the next layer's ``mask`` argument (docs/architecture.md, "Masking").
-MASKS: weakref.WeakKeyDictionary = TENSOR_MASKS  # Node._keras_mask reads it
+MASKS: WeakIdentityDict = TENSOR_MASKS  # Node._keras_mask reads it
 
 
 def get_mask(t: Any) -> Node | None:
@@ -364,6 +364,10 @@ class Layer:
 
     def __call__(self, inputs: Any, *args: Any, training: bool | None = None,
                  **kwargs: Any) -> Any:
+        if "mask" in kwargs and kwargs["mask"] is None and not self._call_accepts("mask"):
+            # Keras passes ``mask=None`` to every layer (its functional configs record
+            # ``"kwargs": {"mask": null}``); a call without a mask argument simply has none.
+            del kwargs["mask"]
         if not is_symbolic(inputs) and not any(is_symbolic(a) for a in args):
             return self._call_eager(inputs, *args, training=training, **kwargs)
         self._check_inputs(inputs)

@@ -222,6 +222,9 @@ class Loss:
     def _reduced(self, y_true: Node, y_pred: Node, sample_weight: Any = None) -> Node:
         mask = get_mask(y_pred)  # a Keras mask on the prediction (a masked sequence model)
         values = convert_to_tensor(self.call(y_true, y_pred))
+        out_mask = get_mask(values)  # the loss' own (sparse CE's ignore_class), as in Keras
+        if out_mask is not None:
+            mask = out_mask if mask is None else K.logical_and(mask, out_mask)
         if mask is not None:
             sample_weight = mask_weights(mask, sample_weight, values, self.reduction)
         return reduce_weighted_values(values, sample_weight, self.reduction)

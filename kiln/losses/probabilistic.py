@@ -13,6 +13,7 @@ import numpy as np
 
 import kiln.ops as K
 from kiln.core import Node, format_shape
+from kiln.layers.base import set_mask
 from kiln.losses.base import (
     EPSILON,
     _align,
@@ -106,7 +107,9 @@ def sparse_categorical_crossentropy(y_true: Any, y_pred: Any, from_logits: bool 
 
     Labels of shape ``(batch,)`` or ``(batch, 1)``. ``from_logits=True``, or a ``y_pred``
     computed by a softmax, uses the fused stable ``sparse_softmax_cross_entropy``.
-    ``ignore_class``: entries with this label contribute a loss of 0.
+    ``ignore_class``: entries with this label contribute a loss of 0, and the result carries
+    the kept entries as its Keras mask, so a ``Loss`` object (``reduction="sum_over_batch_size"``)
+    averages over the kept entries only, as Keras does; the metric averages over all.
     """
     y_pred = _float(_to_node(y_pred))
     y_true = _to_node(y_true)
@@ -139,6 +142,8 @@ def sparse_categorical_crossentropy(y_true: Any, y_pred: Any, from_logits: bool 
         res = -K.sum(K.one_hot(labels, n, dtype=y_pred.dtype) * log_prob, axis=-1)
     if ignore_class is not None:
         res = K.where(valid, res, _c(0.0, res))
+        # Keras sets the kept entries as the result's mask: a Loss then averages over them.
+        set_mask(res, valid)
     return res
 
 

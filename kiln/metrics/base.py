@@ -27,6 +27,7 @@ import kiln.ops as K
 from kiln import eager as eager_path
 from kiln.core import Node
 from kiln.layers import context as trace_context
+from kiln.layers.base import get_mask
 from kiln.losses.base import (
     _bind,
     _builtin,
@@ -267,8 +268,15 @@ def weights_like(sample_weight: Node | None, values: Node) -> Node | None:
 
 
 def mean_stats(values: Node, sample_weight: Node | None = None) -> list[Node]:
-    """``[sum(values * w), sum(w)]`` (``w`` = 1 without sample weights)."""
+    """``[sum(values * w), sum(w)]`` (``w`` = 1 without sample weights). Like Keras, a mask
+    on the values (sparse cross-entropy's ``ignore_class``) zeroes the sample weights of the
+    masked entries, and is not used without sample weights."""
+    mask = get_mask(values)
     values = _float(values)
+    if sample_weight is not None and mask is not None:
+        sample_weight, m = squeeze_or_expand_to_same_rank(
+            K.cast(sample_weight, values.dtype), K.cast(mask, values.dtype))
+        sample_weight = sample_weight * m
     sw = weights_like(sample_weight, values)
     if sw is None:
         return [K.sum(values), K.size_of(values)]

@@ -1,6 +1,8 @@
 """Data adapters: NumPy arrays (and lists/dicts of them), Python iterables/generators of
 batches and Keras-style sequences (``__len__`` + ``__getitem__``), turned into an iterator
-of feed lists per epoch.
+of feed lists per epoch. Arrays of other libraries (pandas DataFrame/Series, torch, JAX and
+TensorFlow tensors: anything with ``__array__``) are NumPy arrays to the trainer
+(:func:`arrays_of`); a DataFrame is never iterated as a generator of its column names.
 
 The trainer standardizes the data once per ``fit`` (structure, dtypes, shape checks), so the
 per-step work for arrays is just ``array[batch_index]`` for each feed: the batch slices are
@@ -71,9 +73,42 @@ def pack(flat: list, structure: tuple) -> Any:
     return flat[0]
 
 
+def is_array_like(x: Any) -> bool:
+    """An array of another library (pandas, torch, JAX, TensorFlow ...): its type has
+    ``__array__``, and it is neither a NumPy array nor a kiln symbolic tensor."""
+    return hasattr(type(x), "__array__") and not isinstance(x, np.ndarray | Node)
+
+
+def to_numpy(x: Any) -> Any:
+    """``x`` as a NumPy array when it is :func:`is_array_like` (a torch tensor that requires
+    grad is detached first); anything else unchanged."""
+    if not is_array_like(x):
+        return x
+    try:
+        return np.asarray(x)
+    except (RuntimeError, TypeError):
+        detach = getattr(x, "detach", None)  # torch: "Can't call numpy() on a Tensor that
+        if detach is None:                    # requires grad"
+            raise
+        return np.asarray(detach().cpu())
+
+
+def arrays_of(data: Any) -> Any:
+    """``data`` (an array, or a dict/list/tuple of arrays) with each array of another library
+    converted by :func:`to_numpy`; other objects (generators, datasets) unchanged."""
+    if isinstance(data, dict):
+        return {k: to_numpy(v) for k, v in data.items()}
+    if type(data) in (list, tuple):
+        return type(data)(to_numpy(v) for v in data)
+    return to_numpy(data)
+
+
 def is_iterable_data(x: Any) -> bool:
-    """Generators, iterators and iterables of batches (not arrays, lists, tuples or dicts)."""
+    """Generators, iterators and iterables of batches (not arrays, lists, tuples or dicts, and
+    not arrays of other libraries: a DataFrame is data, not an iterable of column names)."""
     if x is None or isinstance(x, np.ndarray | list | tuple | dict | str | bytes):
+        return False
+    if is_array_like(x):
         return False
     if is_sequence_data(x):
         return True
@@ -102,6 +137,7 @@ def flatten_data(data: Any, structure: tuple | None, names: list[str] | None, wh
     Returns:
         ``(list of values, structure)``.
     """
+    data = arrays_of(data)
     if structure is None:
         if isinstance(data, dict):
             return [data[k] for k in data], ("dict", tuple(data))
@@ -421,5 +457,5 @@ def unpack_item(item: Any) -> tuple[Any, Any, Any]:
 
 __all__ = ["TensorSpec", "spec_from_shapes", "structure_of", "pack", "flatten_data",
            "ArrayAdapter", "IterableAdapter", "unpack_item", "train_validation_split",
-           "num_samples", "is_iterable_data", "NonFiniteDataError", "check_finite",
-           "first_non_finite"]
+           "num_samples", "is_iterable_data", "is_array_like", "to_numpy", "arrays_of",
+           "NonFiniteDataError", "check_finite", "first_non_finite"]

@@ -265,6 +265,8 @@ def _match_inputs(model: Model, inputs: Any) -> list[Node]:
         flat = flatten(inputs)
     if len(flat) != n:
         raise ValueError(f"{model.name}: expected {n} input(s), received {len(flat)}")
+    flat = [adjust_input_rank(t, spec) if isinstance(t, Node) else t
+            for t, spec in zip(flat, model._input_specs)]
     for t, spec in zip(flat, model._input_specs):
         if isinstance(t, Node):
             ok = t.ndim == len(spec.shape) and all(
@@ -274,6 +276,17 @@ def _match_inputs(model: Model, inputs: Any) -> list[Node]:
                                  f"with the model: expected shape {format_shape(spec.shape)}, "
                                  f"received {format_shape(t.shape)}")
     return flat
+
+
+def adjust_input_rank(t: Node, spec: Any) -> Node:
+    """Keras' ``_adjust_input_rank``: a tensor one rank short of an input whose last dimension
+    is 1 gains that axis; one rank over with a last dimension of 1 loses it."""
+    want = len(spec.shape)
+    if t.ndim == want - 1 and spec.shape[-1] == 1:
+        return ops.expand_dims(t, -1)
+    if t.ndim == want + 1 and t.shape[-1] == 1:
+        return ops.squeeze(t, -1)
+    return t
 
 
 def run_graph(model: Model, inputs: Any, training: bool | None = None) -> Any:

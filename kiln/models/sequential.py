@@ -9,6 +9,7 @@ from kiln.layers.base import HISTORY, Layer
 from kiln.layers.input_layer import InputLayer
 from kiln.layers.preprocessing.tf_data import is_tf_tensor, tf_entry
 from kiln.models.data import TensorSpec
+from kiln.models.functional import adjust_input_rank
 from kiln.models.model import Model, deserialize_layer, is_input_layer, serialize_layer
 from kiln.saving.registration import register_builtin
 
@@ -211,6 +212,8 @@ class Sequential(Model):
 
     def call(self, inputs: Any, training: bool | None = None, mask: Any = None) -> Any:
         x = inputs
+        if isinstance(x, Node) and self._chain is not None:  # Keras' _adjust_input_rank
+            x = adjust_input_rank(x, self._chain[0])
         for layer in self.layers:
             x = layer(x) if training is None else layer(x, training=training)
         return x

@@ -25,6 +25,7 @@ from __future__ import annotations
 # ruff: noqa: F401, A001
 import builtins
 import functools
+import inspect
 from types import SimpleNamespace
 
 import numpy as np
@@ -94,15 +95,46 @@ def is_symbolic(*values) -> bool:
     return _TRACE.get() is not None or _symbolic(values)
 
 
+# Arguments that are part of an op's structure, never tensors: a NumPy integer given for one
+# (``axis=np.int64(0)``, ``reshape(x, np.array([3, 2]))``) is a Python int, not a placeholder.
+_STATIC_PARAMS = frozenset({
+    "axis", "axes", "shape", "newshape", "perm", "repeats", "num_classes", "depth",
+    "pad_width", "indices_or_sections", "k", "pool_size", "strides", "dilation_rate", "size",
+    "output_padding", "decimals", "groups", "keepdims", "ord"})
+
+
+def _static_value(v):
+    if isinstance(v, np.ndarray | np.generic) and v.dtype.kind in "iub":
+        return v.item() if v.ndim == 0 else _static_value(tuple(v.tolist()))
+    if type(v) is list or type(v) is tuple:
+        return type(v)(_static_value(w) for w in v)
+    return v
+
+
+def _static_positions(graph_fn) -> tuple[int, ...]:
+    try:
+        params = list(inspect.signature(graph_fn).parameters)
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return ()
+    return tuple(i for i, p in enumerate(params) if p in _STATIC_PARAMS)
+
+
 def _dual(graph_fn, name: str | None = None, first: str = "tensor"):
     """The public op of a graph builder: graph mode on symbolic arguments or inside a traced
     step, else the eager path. ``first`` says what a Python value in the first position is:
     ``"tensor"`` (converted to an array when no other argument is one), ``"tensors"`` (a list of
-    tensors: each item converted) or ``"value"`` (kept: a shape, an equation ...)."""
+    tensors: each item converted) or ``"value"`` (kept: a shape, an equation ...). NumPy
+    integers given for structural arguments (:data:`_STATIC_PARAMS`) become Python ints."""
     name = name or graph_fn.__name__
+    static = _static_positions(graph_fn)
 
     @functools.wraps(graph_fn)
     def op(*args, **kwargs):
+        if static and builtins.any(i < len(args) for i in static):
+            args = tuple(_static_value(a) if i in static else a for i, a in enumerate(args))
+        if kwargs and not _STATIC_PARAMS.isdisjoint(kwargs):
+            kwargs = {k: _static_value(v) if k in _STATIC_PARAMS else v
+                      for k, v in kwargs.items()}
         if _TRACE.get() is not None or _symbolic(args) or (kwargs and _symbolic(kwargs.values())):
             return graph_fn(*args, **kwargs)
         if args and first != "value":

@@ -15,7 +15,7 @@ import builtins
 import numpy as np
 
 import kiln.config
-from kiln.ops import _G, _dual
+from kiln.ops import _G, _dual, _symbolic
 from kiln.ops._shapes import created
 
 _N = _G.as_node
@@ -103,7 +103,11 @@ zeros_like = _like("zeros_like", 0)
 def _full_like(x, fill_value, dtype=None):
     x = _N(x)
     dtype = dtype or x.dtype
-    return _G.broadcast_like(_G.constant(np.asarray(fill_value, dtype)), _G.cast(x, dtype))
+    if _symbolic((fill_value,)):  # an array fill value (a placeholder on the eager path)
+        fill = _G.cast(_N(fill_value), dtype)
+    else:
+        fill = _G.constant(np.asarray(fill_value, dtype))
+    return _G.broadcast_like(fill, _G.cast(x, dtype))
 
 
 full_like = _dual(_full_like, "full_like")

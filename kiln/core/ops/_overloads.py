@@ -1,17 +1,40 @@
 """Python operators on symbolic tensors and Variables (``+ - * / ** @``, unary minus,
 comparisons ``< <= > >=``, indexing, ``.T``).
 
-``==`` and ``!=`` keep their identity meaning (nodes are used as dict keys and in lists);
-use ``kiln.ops.equal`` / ``kiln.ops.not_equal`` for elementwise comparison.
+On a symbolic tensor (a :class:`Node`) ``==`` and ``!=`` are elementwise as in Keras: they
+return a bool tensor when the other side is a tensor, a Variable, a number or an array. Against
+anything else (None, a string, Ellipsis, an arbitrary object) they return ``NotImplemented``, so
+Python falls back to identity. Nodes keep hashing by identity, so they stay usable as dict keys
+and set members (a dict compares keys by identity before calling ``__eq__``); code inside kiln
+compares nodes with ``is``, never ``==`` or ``in list``. A Variable's ``==`` keeps its identity
+meaning (optimizers look variables up in lists).
 """
 
 from __future__ import annotations
+
+import sys
+
+import numpy as np
 
 from kiln.core.ir import Node
 from kiln.core.ops.elementwise import BUILDERS as EW
 from kiln.core.ops.linalg import matmul
 from kiln.core.ops.movement import getitem, transpose
 from kiln.core.variable import Variable
+
+_TENSOR_LIKE = (Node, Variable, int, float, bool, np.ndarray, np.generic)
+
+
+def _cmp(name: str):
+    fn = EW[name]
+
+    def method(self, other):
+        if not isinstance(other, _TENSOR_LIKE):
+            return NotImplemented
+        return fn(self, other)
+
+    method.__name__ = f"__{'eq' if name == 'equal' else 'ne'}__"
+    return method
 
 
 def _bin(name: str, reflected: bool = False):
@@ -43,3 +66,75 @@ for cls in (Node, Variable):
     for _name, _fn in _METHODS.items():
         setattr(cls, _name, _fn)
     setattr(cls, "__array_ufunc__", None)  # noqa: B010 (typed: mypy refuses new attributes)
+
+# Elementwise ``==``/``!=`` on nodes; the identity hash stays (ir.py sets it explicitly, and
+# defining __eq__ after class creation does not reset it).
+Node.__eq__ = _cmp("equal")  # type: ignore[method-assign,assignment]
+Node.__ne__ = _cmp("not_equal")  # type: ignore[method-assign,assignment]
+
+
+# ---- foreign libraries ----------------------------------------------------------------------
+# TensorFlow converts its inputs with ``__tf_tensor__`` (then ``__array__``), NumPy with
+# ``__array__``: a symbolic tensor has no value to give, so both raise an error naming the
+# call (found on the stack) and the kiln.ops equivalent, instead of NumPy iterating the tensor.
+_WRAPPERS = {"op_dispatch_handler", "error_handler", "wrapper", "wrapped", "convert",
+             "convert_to_tensor", "args_to_matching_eager", "<lambda>"}
+_KILN_NAMES = {"concat": "concatenate", "resize_images": "image.resize", "rank": "ndim",
+               "reduce_sum": "sum", "reduce_mean": "mean", "reduce_max": "max",
+               "reduce_min": "min", "reduce_prod": "prod", "reduce_any": "any",
+               "reduce_all": "all", "reduce_std": "std", "reduce_variance": "var"}
+
+
+def _library_call() -> tuple[str, str] | None:
+    """``(library, function)`` of the outermost TensorFlow/NumPy/JAX/torch call on the stack
+    that led here (its wrappers skipped), or None when none did."""
+    frame = sys._getframe(2)
+    found = None
+    while frame is not None:
+        path = frame.f_code.co_filename.replace("\\", "/")
+        lib = next((name for name in ("tensorflow", "numpy", "jax", "torch")
+                    if f"/{name}/" in path), None)
+        if lib is None:
+            if found is not None:
+                break
+        elif frame.f_code.co_name not in _WRAPPERS and not frame.f_code.co_name.startswith("_"):
+            found = (lib, frame.f_code.co_name)
+        frame = frame.f_back
+    return found
+
+
+def _plain(name: str) -> str:
+    for suffix in ("_eager_fallback", "_internal", "_v2"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def _kiln_hint(name: str) -> str:
+    ops = sys.modules.get("kiln.ops")  # the frontend, when it is loaded (never imported here)
+    target = _KILN_NAMES.get(name, name)
+    obj = ops
+    for part in target.split("."):
+        obj = getattr(obj, part, None)
+    if ops is not None and callable(obj):
+        return f"use kiln.ops.{target} instead"
+    return "use the kiln.ops equivalent"
+
+
+def _no_foreign_value(self: Node, *args: object, **kwargs: object) -> None:
+    call = _library_call()
+    if call is not None and call[0] == "tensorflow":
+        where = f"TensorFlow's {_plain(call[1])}() was given"
+        hint = _kiln_hint(_plain(call[1]))
+    elif call is not None:
+        where = f"{call[0]}.{_plain(call[1])}() was given"
+        hint = _kiln_hint(_plain(call[1]))
+    else:
+        where = "an array conversion (np.asarray, np.array) was given"
+        hint = "use kiln.ops functions on it"
+    raise TypeError(
+        f"{where} a symbolic kiln tensor {self!r}, which has no value until kiln's compiled "
+        f"graph runs; {hint} (in a layer's call() or a Lambda layer), or pass concrete arrays")
+
+
+Node.__array__ = _no_foreign_value  # type: ignore[attr-defined]
+Node.__tf_tensor__ = _no_foreign_value  # type: ignore[attr-defined]

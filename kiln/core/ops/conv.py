@@ -29,6 +29,7 @@ import numpy as np
 
 from kiln.core.ir import Node, TensorType
 from kiln.core.ops._rules import as_node, fmt, require_float, same_dtype
+from kiln.core.ops.conv_dynamic import dynamic_input_grad
 from kiln.core.ops.registry import NN, Example, OpDef, apply, register
 from kiln.core.ops.window import (
     PADDINGS,
@@ -129,9 +130,13 @@ def _static_input_shape(op: str, x: Node, w: Node, groups: int = 1
 def _conv_vjp(ct, out, x, w, *, strides, padding, dilation, groups=1):
     attrs = {"strides": strides, "padding": padding, "dilation": dilation,
              **_groups_attr(groups)}
-    return [apply("conv2d_backprop_input", ct, w,
-                  input_shape=_static_input_shape("conv2d", x, w, groups), **attrs),
-            apply("conv2d_backprop_filter", x, ct, kernel_size=w.shape[:2], **attrs)]
+    if x.shape[1] is None or x.shape[2] is None:  # a sequence of unknown length (Conv1D)
+        dx = dynamic_input_grad(ct, x, w, strides=strides, padding=padding, dilation=dilation,
+                                groups=groups)
+    else:
+        dx = apply("conv2d_backprop_input", ct, w,
+                   input_shape=_static_input_shape("conv2d", x, w, groups), **attrs)
+    return [dx, apply("conv2d_backprop_filter", x, ct, kernel_size=w.shape[:2], **attrs)]
 
 
 # ---- conv2d_backprop_input: the transpose in x --------------------------------------------------

@@ -384,9 +384,21 @@ def squeeze(x: Any, axis: Any = None) -> Node:
     return x if not axes else apply("squeeze", x, axis=axes)
 
 
+def _parts(op: str, xs: Any) -> Any:
+    """The tensors to join: a list as given, or one tensor's slices along its first axis
+    (``np.stack(a)`` / ``np.concatenate(a)`` on one array)."""
+    if isinstance(xs, Node):
+        if xs.ndim == 0 or xs.shape[0] is None:
+            raise ValueError(f"{op}: given one tensor of shape {fmt(xs.shape)}, joins its slices "
+                             "along the first axis, which needs a known first dimension; pass a "
+                             "list of tensors")
+        return [getitem(xs, i) for i in range(xs.shape[0])]
+    return xs
+
+
 def concatenate(xs: Any, axis: int = 0) -> Node:
     """Joins tensors along an existing ``axis``."""
-    nodes = as_nodes("concatenate", *xs)
+    nodes = as_nodes("concatenate", *_parts("concatenate", xs))
     if not nodes:
         raise ValueError("concatenate: needs at least one tensor")
     axis = norm_axis("concatenate", axis, nodes[0].ndim)
@@ -395,7 +407,7 @@ def concatenate(xs: Any, axis: int = 0) -> Node:
 
 def stack(xs: Any, axis: int = 0) -> Node:
     """Joins tensors along a new ``axis``."""
-    nodes = as_nodes("stack", *xs)
+    nodes = as_nodes("stack", *_parts("stack", xs))
     if not nodes:
         raise ValueError("stack: needs at least one tensor")
     axis = norm_axis("stack", axis, nodes[0].ndim + 1)

@@ -14,6 +14,7 @@ import numpy as np
 
 from kiln.core.ir import Dim, Node, TensorType
 from kiln.core.ops._rules import as_node, fmt, require_float, same_dtype
+from kiln.core.ops.conv_dynamic import dynamic_avg_pool_grad
 from kiln.core.ops.registry import NN, Example, OpDef, apply, register
 from kiln.core.ops.window import (
     Pair,
@@ -105,6 +106,9 @@ def _max_pool_vjp(ct, out, x, *, pool_size, strides, padding):
 
 
 def _avg_pool_vjp(ct, out, x, *, pool_size, strides, padding):
+    if x.shape[1] is None or x.shape[2] is None:  # a sequence of unknown length
+        return [dynamic_avg_pool_grad(ct, x, pool_size=pool_size, strides=strides,
+                                      padding=padding)]
     return [apply("avg_pool2d_grad", ct, input_shape=_static_hw("avg_pool2d", x),
                   pool_size=pool_size, strides=strides, padding=padding)]
 

@@ -44,7 +44,7 @@ def test_inference_batchnorm_after_a_convolution_is_its_kernel_and_bias(padding)
     graph = f.optimized_graph
     (c,) = [n for n in graph.nodes if n.op == "conv2d"]
     assert c.inputs[1].op in ("mul", "fused")  # the kernel times the per-channel scale
-    (after,) = [n for n in graph.nodes if c in n.inputs]
+    (after,) = [n for n in graph.nodes if any(i is c for i in n.inputs)]
     assert after.op == "fused" and [i[0] for i in after.attrs["program"]] == ["add", "relu"]
     steps = f.program.plan([xs]).steps
     assert any(s.label.endswith("_br") for s in steps)  # bias + ReLU: the conv's epilogue
