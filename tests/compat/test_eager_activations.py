@@ -53,7 +53,7 @@ FORMULAS = {
 OPS_NN = {**{k: FORMULAS[k] for k in ("relu", "relu6", "sigmoid", "tanh", "softplus",
                                       "softmax", "log_softmax", "leaky_relu", "elu", "selu",
                                       "silu", "swish", "softsign", "hard_sigmoid",
-                                      "log_sigmoid")},
+                                      "log_sigmoid", "hard_silu", "hard_swish")},
           "gelu": _GELU_TANH}  # keras.ops.nn.gelu defaults to approximate=True
 
 
