@@ -13,6 +13,7 @@ Adaptations:
   instead of ``keras.datasets.mnist.load_data()``; ``import os``/``numpy`` added for it;
 - epochs: 1 instead of 20; ``output_dim`` 1024 instead of 4096; a final ``print`` of the
   validation accuracy (for the test's bound).
+- ``history = model.fit(...)`` keeps the result for that final ``print``.
 """
 
 # ruff: noqa: I001, UP031, UP032, F811, E712  (kept as in the original text)

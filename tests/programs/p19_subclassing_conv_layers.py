@@ -13,6 +13,7 @@ Adaptations:
 - ``keras.layers.InputLayer(input_shape=...)`` -> ``keras.layers.InputLayer(shape=...)``
   (Keras 3's name);
 - epochs: 1 instead of 5; a final ``print`` of the validation accuracy.
+- ``history = model.fit(...)`` keeps the result for that final ``print``.
 """
 
 # ruff: noqa: I001, UP031, UP032, F811, E712, E402  (kept as in the original text)

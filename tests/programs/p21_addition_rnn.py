@@ -9,6 +9,7 @@ Adaptations:
 - sizes: ``TRAINING_SIZE`` 2000 instead of 50000; 2 samples shown per iteration instead of 10;
 - epochs: ``epochs = 2`` (one iteration of the loop) instead of 30; a final ``print`` of the
   validation accuracy.
+- ``history = model.fit(...)`` keeps the result for that final ``print``.
 """
 
 # ruff: noqa: I001, UP031, UP032, F811, E712, E731, C401, C416, UP030, UP034, B007  (kept as in the original text)

@@ -11,6 +11,7 @@ Adaptations:
   instead of ``mnist.load_data()``; ``import os`` added for it;
 - epochs: 1 instead of 50 and 1 instead of 100; a final ``print`` of the denoising loss;
 - ``matplotlib`` is forced to its non-interactive "Agg" backend (``plt.show()`` draws nothing).
+- ``history = autoencoder.fit(...)`` (the second fit) keeps the result for that final ``print``.
 """
 
 # ruff: noqa: I001, UP031, UP032, F811, E712, E402, A001, F401  (kept as in the original text)

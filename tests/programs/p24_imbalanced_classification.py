@@ -11,6 +11,7 @@ Adaptations:
   features are shifted) instead of the downloaded file; ``fname`` points at it;
 - epochs: 2 instead of 30; batch size 512 instead of 2048; a final ``print`` of the last
   validation recall.
+- ``history = model.fit(...)`` keeps the result for that final ``print``.
 """
 
 # ruff: noqa: I001, UP031, UP032, F811, E712, E402, F401  (kept as in the original text)

@@ -11,6 +11,7 @@ Adaptations:
   characters) instead of ``keras.utils.get_file("nietzsche.txt", ...)``; ``import os`` added;
 - epochs: 1 instead of 40; 40 generated characters per diversity instead of 400; a final
   ``print`` of the last loss.
+- ``history = model.fit(...)`` keeps the result for that final ``print``.
 """
 
 # ruff: noqa: I001, UP031, UP032, F811, E712, E203, C401, C414, C416, UP015, UP020, B007  (kept as in the original text)

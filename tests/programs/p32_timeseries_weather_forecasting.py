@@ -17,6 +17,9 @@ Adaptations:
 - the checkpoint file is ``model_checkpoint.weights.h5`` (Keras 3 requires that suffix with
   ``save_weights_only=True``) instead of ``model_checkpoint.h5``;
 - ``matplotlib`` is forced to its non-interactive "Agg" backend (``plt.show()`` draws nothing).
+- ``from zipfile import ZipFile`` and the download/extract lines are gone with the zip; the
+  ``titles`` and ``feature_keys`` lists come before the CSV is written (they name its
+  columns) instead of after ``pd.read_csv``.
 """
 
 # ruff: noqa: I001, UP031, UP032, F811, E712, E402, E203, C416, PLR1711, F401, B007  (kept as in the original text)
