@@ -28,7 +28,63 @@ PROGRAMS = sorted(p.name for p in HERE.glob("p[0-9][0-9]_*.py"))
 
 # program -> why kiln cannot run it yet (the first failure; later ones are in
 # docs/keras-compatibility.md, "Programs")
-KNOWN_GAPS: dict[str, str] = {}
+_TRACE = ("kiln runs train_step once on symbolic tensors (like TensorFlow's graph mode): use "
+          "kiln.ops on them, not NumPy conversions or Python branches on their values")
+KNOWN_GAPS: dict[str, str] = {
+    # tf.keras-era API (also gone from Keras 3): Layer.add_metric
+    "p16_endpoint_layer_pattern.py":
+        "AttributeError: 'LogisticEndpoint' object has no attribute 'add_metric'",
+    "p17_quasi_svm.py":
+        "ImportError: cannot import name 'RandomFourierFeatures' from 'kiln.layers'",
+    "p18_bidirectional_lstm_imdb.py":
+        "AttributeError: module 'kiln' has no attribute 'preprocessing' "
+        "(keras.preprocessing.sequence.pad_sequences)",
+    "p19_subclassing_conv_layers.py":
+        "AttributeError: 'StandardizedConv2DWithCall' object has no attribute 'convolution_op'",
+    "p20_trainer_pattern.py":
+        "StepTraceError: my_trainer: train_step could not be traced into one compiled step: "
+        "AttributeError: 'MyTrainer' object has no attribute 'compiled_loss'. " + _TRACE,
+    # tf.nn.softmax on kiln tensors inside train_step
+    "p23_knowledge_distillation.py":
+        "StepTraceError: distiller: train_step could not be traced into one compiled step: "
+        "ValueError: TypeError: len() of a tensor with unknown leading dimension: "
+        "float32[?, 10]. " + _TRACE,
+    # float() of the (1, 1) array an initializer returns
+    "p27_reproducibility_recipes.py":
+        "TypeError: only 0-dimensional arrays can be converted to Python scalars",
+    # tf.math ops on kiln symbolic tensors in a Lambda layer
+    "p29_siamese_contrastive.py":
+        "TypeError: len() of a tensor with unknown leading dimension: float32[?, 10]",
+    # tf.GradientTape.gradient over kiln weights
+    "p30_custom_training_loop_tensorflow.py":
+        "AttributeError: 'numpy.ndarray' object has no attribute '_id'",
+    # tf.shape / tf.random on kiln tensors inside train_step
+    "p31_dcgan_overriding_train_step.py":
+        "StepTraceError: gan: train_step could not be traced into one compiled step: "
+        "ValueError: TypeError: len() of a tensor with unknown leading dimension: "
+        "float32[?, 28, 28, 1]. " + _TRACE,
+    "p32_timeseries_weather_forecasting.py":
+        "AttributeError: module 'kiln' has no attribute 'preprocessing' "
+        "(keras.preprocessing.timeseries_dataset_from_array)",
+    "p33_structured_data_classification_from_scratch.py":
+        "ValueError: IntegerLookup: output_mode must be one of 'int', 'one_hot', 'multi_hot', "
+        "'count', 'tf_idf', received output_mode='binary'",
+    "p34_lstm_seq2seq.py":
+        "AttributeError: 'Functional' object has no attribute 'input'. Did you mean: 'inputs'?",
+    "p35_customizing_saving_and_serialization.py":
+        "AttributeError: module 'kiln.utils' has no attribute 'register_keras_serializable'",
+    "p36_structured_data_with_feature_space.py":
+        "ImportError: cannot import name 'FeatureSpace' from 'kiln.utils'",
+    "p37_preprocessing_layers.py":
+        "AttributeError: module 'kiln.layers' has no attribute 'TextVectorization'",
+    # the JAX-style stateless train_step(state, data)
+    "p38_custom_train_step_in_jax.py":
+        "StepTraceError: custom_model: train_step could not be traced into one compiled step: "
+        "TypeError: CustomModel.train_step() missing 1 required positional argument: "
+        "'data'. " + _TRACE,
+    "p39_text_classification_from_scratch.py":
+        "AttributeError: 'DirectoryDataset' object has no attribute 'cardinality'",
+}
 
 # program -> (regex with one float group, lower bound, upper bound)
 BOUNDS = {
@@ -43,6 +99,15 @@ BOUNDS = {
     "p10_text_classification_with_transformer.py": (r"val accuracy: ([0-9.]+)", 0.0, 1.0),
     "p11_timeseries_classification.py": (r"Test accuracy ([0-9.]+)", 0.6, 1.0),
     "p12_antirectifier.py": (r"Test accuracy: ([0-9.]+)", 0.3, 1.0),
+    # the programs below train on random or tiny data for 1-2 epochs: the bounds check that a
+    # finite value of the right range is printed, not that the model learned much
+    "p21_addition_rnn.py": (r"val accuracy: ([0-9.]+)", 0.05, 1.0),
+    "p22_autoencoder.py": (r"denoising val loss: ([0-9.e+-]+)", 0.0, 0.7),
+    "p24_imbalanced_classification.py": (r"val recall: ([0-9.]+)", 0.0, 1.0),
+    "p26_lstm_character_level_text_generation.py": (r"final loss: ([0-9.e+-]+)", 0.0, 6.0),
+    "p28_mixup.py": (r"Test accuracy: ([0-9.]+)%", 0.0, 100.0),
+    # 2 epochs at lr 1e-4 barely move it: the sign of the class separation is the init's
+    "p40_timeseries_classification_transformer.py": (r"Test accuracy: ([0-9.]+)", 0.0, 1.0),
 }
 
 
@@ -54,11 +119,15 @@ def run_program(name: str, workdir: str, timeout: int = 900) -> tuple[int, str]:
 
 
 def test_there_are_programs_and_each_names_its_source():
-    assert len(PROGRAMS) >= 15
+    assert len(PROGRAMS) >= 40
     for name in PROGRAMS:
         head = (HERE / name).read_text().split('"""')[1]
         assert "keras-team/keras-io" in head and "Adaptations:" in head, name
-        assert "import kiln as keras" in (HERE / name).read_text(), name
+        text = (HERE / name).read_text()
+        # ``import kiln as keras``, or ``from kiln.x import ...`` where the original imported
+        # names from ``tensorflow.keras.x`` (p22)
+        assert ("import kiln as keras" in text
+                or re.search(r"^from kiln(\.\w+)* import", text, re.M)), name
 
 
 @pytest.mark.parametrize("name", [
