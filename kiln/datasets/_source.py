@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kiln import config
 from kiln.datasets import _fetch, _idx
 
 DATA_DIR_ENV = "KILN_DATA_DIR"
@@ -158,7 +159,7 @@ def load(ds: Dataset, path: str | os.PathLike[str] | None = None) -> _idx.Splits
             return read(source)
         looked.append(f"  - {place} ({label}): {note}")
     target = default_dir(ds)
-    if os.environ.get(OFFLINE_ENV, "") not in ("", "0"):
+    if config.env_flag(OFFLINE_ENV):
         problem = f"downloads are disabled by {OFFLINE_ENV}"
     else:
         try:
