@@ -11,9 +11,9 @@ Convolutions run one of three ways, picked per op, dtype and shape (``conv_metho
 
 * ``"tile"`` (``target.current().tile_conv``: AVX-512 CPUs): a float32 forward convolution or
   kernel gradient with at most 64 output channels runs ``native_tile``'s register-blocked
-  kernels, which read the (zero-padded) input in place (docs/architecture.md,
-  "Register-tiled convolutions"); a convolution into at most 4 channels from at least 8 runs its dot kernels (vectors over the
-  input channels). Where the native path is off, numba's tiles: the forward
+  kernels, which read the (zero-padded) input in place (docs/architecture.md, "Register-tiled
+  convolutions"); a convolution into at most 4 channels from at least 8 runs its dot kernels
+  (vectors over the input channels). Where the native path is off, numba's tiles: the forward
   (``conv_tile64_kernel``) and, with exactly 64 output channels, the kernel gradient from the
   im2col buffer (``conv_filter_tn64_kernel``).
 
@@ -103,10 +103,10 @@ def conv_method(taps: int, op: str = "conv2d", dtype: str = "float32",
     gradient of layer 1 (9 taps) run 2.1 / 1.9 ms direct against 3.5 / 4.1 ms with im2col +
     GEMM; layer 2 (288 taps) 5.1 / 6.4 ms with GEMM against 10.5 / 12.0 ms direct; the input
     gradient is faster as GEMM + col2im at both sizes (1.9 vs 6.2 ms on layer 1). ``"tile"``
-    (``target.current().tile_conv``) beats both where it applies: a float32 forward with
-    Cout <= 64, a float32 kernel gradient with Cout <= 64 (native_tile's kernel: 101-116
-    GFLOPS on one core for any number of taps; CIFAR's first layer, 27 taps -> 32 channels,
-    batch 64, ran 0.8 + 5.1 ms as im2col + OpenBLAS's tall-skinny GEMM) or, numba's conv_filter_tn64 (from the
+    (``target.current().tile_conv``) beats both where it applies: a float32 forward with Cout <=
+    64, a float32 kernel gradient with Cout <= 64 (native_tile's kernel: 101-116 GFLOPS on one
+    core for any number of taps; CIFAR's first layer, 27 taps -> 32 channels, batch 64, ran 0.8
+    + 5.1 ms as im2col + OpenBLAS's tall-skinny GEMM) or, numba's conv_filter_tn64 (from the
     im2col buffer), exactly 64.
     """
     if op == "conv2d_backprop_input":
