@@ -117,6 +117,21 @@ def env_positive_float(name: str, default: float) -> float:
     return x
 
 
+def env_url(name: str) -> str | None:
+    """The base URL ``name`` (http, https or file), or None unset or empty.
+
+    Raises:
+        ValueError: not such a URL, naming the variable and the value received.
+    """
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme.lower() not in ("http", "https", "file") or not rest.strip("/"):
+        raise ValueError(f"{name} must be an http://, https:// or file:// URL, got {value!r}")
+    return value
+
+
 def default_backend() -> str:
     return env_choice("KILN_BACKEND", ("cpu", "reference", "cuda"), "cpu")
 

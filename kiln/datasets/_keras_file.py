@@ -63,7 +63,7 @@ def find(name: str, title: str, path: str | os.PathLike[str], default_name: str,
                 return folder / given
             looked.append(f"  - {folder / given} ({label}): no such file")
         target = _source.data_home() / name / given
-    env = os.environ.get(_source.MIRROR_ENV)
+    env = config.env_url(_source.MIRROR_ENV)
     base = f"{env.rstrip('/')}/{name}" if env else base_url
     url = base.rstrip("/") + "/" + default_name
     if config.env_flag(_source.OFFLINE_ENV):

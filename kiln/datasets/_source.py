@@ -62,7 +62,7 @@ def default_dir(ds: Dataset) -> Path:
 
 def mirror_url(ds: Dataset) -> str:
     """Base URL to download from: ``$KILN_DATASETS_MIRROR/<name>/`` or ``ds.base_url``."""
-    env = os.environ.get(MIRROR_ENV)
+    env = config.env_url(MIRROR_ENV)
     base = f"{env.rstrip('/')}/{ds.name}" if env else ds.base_url
     return base.rstrip("/") + "/"
 

@@ -96,7 +96,7 @@ def find(name: str, title: str, path: str | os.PathLike[str] | None,
         if found is not None:
             return _cifar.Source(found, binary[1]), True
     target = _source.data_home() / name / python[0]
-    env = os.environ.get(_source.MIRROR_ENV)
+    env = config.env_url(_source.MIRROR_ENV)
     url = (f"{env.rstrip('/')}/{name}" if env else base_url.rstrip("/")) + "/" + python[0]
     if path is not None:
         problem = "a path argument is never downloaded to"

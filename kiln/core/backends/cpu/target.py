@@ -196,13 +196,15 @@ def _numpy_blas() -> str:
         return ""
 
 
-def build(cpu: str | None = None, host: tuple[str, dict[str, bool]] | None = None) -> CpuTarget:
+def build(cpu: str | None = None, host: tuple[str, dict[str, bool]] | None = None,
+          numpy_blas: str | None = None) -> CpuTarget:
     """A target for ``cpu`` (an LLVM cpu name; default ``KILN_CPU``, else the host), with the
     choices of this platform (``sys.platform``, ``platform.machine()``) and kiln's settings.
 
     Args:
         cpu: the LLVM cpu name, or None for ``KILN_CPU`` / the host.
         host: (cpu name, features) of the host; default llvmlite's.
+        numpy_blas: the name of NumPy's BLAS; default what ``numpy.show_config`` reports.
 
     Raises:
         TargetError: ``cpu`` is unknown to LLVM, or has features the host lacks.
@@ -230,7 +232,7 @@ def build(cpu: str | None = None, host: tuple[str, dict[str, bool]] | None = Non
         name, llvm_features, source = cpu, "", "KILN_CPU"
     linux = system.startswith("linux")
     spin = linux and machine in ("x86_64", "amd64") and config.env_flag("KILN_SPIN_POOL", True)
-    numpy_blas = _numpy_blas()
+    numpy_blas = _numpy_blas() if numpy_blas is None else numpy_blas
     private = (linux and hasattr(os, "memfd_create") and hasattr(os, "RTLD_DEEPBIND")
                and "openblas" in numpy_blas.lower()
                and config.env_choice("KILN_BLAS", _BLAS_SETTINGS, "auto") != "numpy")
