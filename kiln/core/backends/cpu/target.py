@@ -129,7 +129,7 @@ class CpuTarget:
 
 
 def _llvm() -> Any:
-    import llvmlite.binding as llvm
+    import llvmlite.binding as llvm  # type: ignore[import-untyped]
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
@@ -261,7 +261,7 @@ def process() -> CpuTarget:
 def _point_numba(target: CpuTarget) -> None:
     os.environ["NUMBA_CPU_NAME"] = target.name
     os.environ["NUMBA_CPU_FEATURES"] = target.llvm_features
-    numba_config = sys.modules.get("numba.core.config")
+    numba_config: Any = sys.modules.get("numba.core.config")
     if numba_config is not None:  # numba already imported: its settings too
         numba_config.CPU_NAME = target.name
         numba_config.CPU_FEATURES = target.llvm_features
