@@ -1,5 +1,9 @@
 """Global settings and environment switches.
 
+Every ``KILN_*`` environment variable kiln reads is listed, with its values, in
+docs/configuration.md (tests/test_configuration.py keeps that page and the code in step); the
+readers below raise a ValueError naming the variable when its value is bad.
+
 Environment variables (read when kiln is imported; the setters below change them later):
     KILN_BACKEND   default backend for compiled functions: "cpu" (compiled kernels) or
                    "reference".
@@ -40,15 +44,96 @@ def set_floatx(value: str) -> None:
     _FLOATX = value
 
 
+_FALSE = ("0", "", "false", "no", "off")
+_TRUE = ("1", "true", "yes", "on")
+
+
 def env_flag(name: str, default: bool = False) -> bool:
+    """The switch ``name``: 1/true/yes/on or 0/false/no/off (or empty); ``default`` unset.
+
+    Raises:
+        ValueError: another value, naming the variable and the value received.
+    """
     value = os.environ.get(name)
     if value is None:
         return default
-    return value.strip().lower() not in ("0", "", "false", "no", "off")
+    word = value.strip().lower()
+    if word in _FALSE:
+        return False
+    if word in _TRUE:
+        return True
+    raise ValueError(f"{name} must be 0 or 1 (or false/true, no/yes, off/on), got {value!r}")
+
+
+def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    """The setting ``name`` (case-insensitive), one of ``choices``; ``default`` unset or empty.
+
+    Raises:
+        ValueError: another value, naming the variable, the choices and the value received.
+    """
+    value = os.environ.get(name, "")
+    word = value.strip().lower()
+    if not word:
+        return default
+    if word not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, "
+                         f"got {value!r}")
+    return word
+
+
+def env_positive_int(name: str) -> int | None:
+    """The positive integer ``name``, or None unset or empty.
+
+    Raises:
+        ValueError: ``"KILN_NUM_THREADS must be a positive integer, got '0'"``.
+    """
+    value = os.environ.get(name, "")
+    if not value.strip():
+        return None
+    try:
+        n = int(value.strip())
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return n
+
+
+def env_positive_float(name: str, default: float) -> float:
+    """The positive number ``name`` (seconds ...), ``default`` unset or empty.
+
+    Raises:
+        ValueError: not a number > 0, naming the variable and the value received.
+    """
+    value = os.environ.get(name, "")
+    if not value.strip():
+        return default
+    try:
+        x = float(value.strip())
+    except ValueError:
+        x = float("nan")
+    if not x > 0 or x == float("inf"):
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return x
+
+
+def env_url(name: str) -> str | None:
+    """The base URL ``name`` (http, https or file), or None unset or empty.
+
+    Raises:
+        ValueError: not such a URL, naming the variable and the value received.
+    """
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme.lower() not in ("http", "https", "file") or not rest.strip("/"):
+        raise ValueError(f"{name} must be an http://, https:// or file:// URL, got {value!r}")
+    return value
 
 
 def default_backend() -> str:
-    return os.environ.get("KILN_BACKEND", "cpu")
+    return env_choice("KILN_BACKEND", ("cpu", "reference", "cuda"), "cpu")
 
 
 def jit_enabled() -> bool:
@@ -69,4 +154,4 @@ def cache_dir() -> str:
 
 
 def device() -> str:
-    return os.environ.get("KILN_DEVICE", "cpu")
+    return env_choice("KILN_DEVICE", ("cpu", "cuda", "auto"), "cpu")

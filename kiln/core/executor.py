@@ -113,8 +113,11 @@ class Function:
                 self.optimized_graph = graph
                 n = len(self.outputs)
                 update_outputs = [(n + k, var) for k, (var, _) in enumerate(self.updates)]
-                self.program = get_backend(self.backend_name).compile_graph(
-                    graph, updates=update_outputs)
+                backend_module = get_backend(self.backend_name)
+                self.program = backend_module.compile_graph(graph, updates=update_outputs)
+                describe = getattr(backend_module, "describe", None)
+                if self.report is not None and describe is not None:
+                    self.report.target = describe()
         except Exception as exc:
             if config.debug_enabled():  # KILN_DEBUG=1: say which graph the compiler failed on
                 _add_note(exc, f"kiln: compiling {name!r} for the {self.backend_name} backend "

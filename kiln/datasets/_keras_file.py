@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kiln import config
 from kiln.datasets import _fetch, _source
 
 
@@ -62,10 +63,10 @@ def find(name: str, title: str, path: str | os.PathLike[str], default_name: str,
                 return folder / given
             looked.append(f"  - {folder / given} ({label}): no such file")
         target = _source.data_home() / name / given
-    env = os.environ.get(_source.MIRROR_ENV)
+    env = config.env_url(_source.MIRROR_ENV)
     base = f"{env.rstrip('/')}/{name}" if env else base_url
     url = base.rstrip("/") + "/" + default_name
-    if os.environ.get(_source.OFFLINE_ENV, "") not in ("", "0"):
+    if config.env_flag(_source.OFFLINE_ENV):
         problem = f"downloads are disabled by {_source.OFFLINE_ENV}"
     else:
         path, problem = _fetch.try_download(url, target, digest)

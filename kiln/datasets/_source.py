@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kiln import config
 from kiln.datasets import _fetch, _idx
 
 DATA_DIR_ENV = "KILN_DATA_DIR"
@@ -61,7 +62,7 @@ def default_dir(ds: Dataset) -> Path:
 
 def mirror_url(ds: Dataset) -> str:
     """Base URL to download from: ``$KILN_DATASETS_MIRROR/<name>/`` or ``ds.base_url``."""
-    env = os.environ.get(MIRROR_ENV)
+    env = config.env_url(MIRROR_ENV)
     base = f"{env.rstrip('/')}/{ds.name}" if env else ds.base_url
     return base.rstrip("/") + "/"
 
@@ -158,7 +159,7 @@ def load(ds: Dataset, path: str | os.PathLike[str] | None = None) -> _idx.Splits
             return read(source)
         looked.append(f"  - {place} ({label}): {note}")
     target = default_dir(ds)
-    if os.environ.get(OFFLINE_ENV, "") not in ("", "0"):
+    if config.env_flag(OFFLINE_ENV):
         problem = f"downloads are disabled by {OFFLINE_ENV}"
     else:
         try:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kiln import config
 from kiln.datasets import _cifar, _fetch, _keras_file, _source
 
 BASE_URL = "https://www.cs.toronto.edu/~kriz/"
@@ -95,11 +96,11 @@ def find(name: str, title: str, path: str | os.PathLike[str] | None,
         if found is not None:
             return _cifar.Source(found, binary[1]), True
     target = _source.data_home() / name / python[0]
-    env = os.environ.get(_source.MIRROR_ENV)
+    env = config.env_url(_source.MIRROR_ENV)
     url = (f"{env.rstrip('/')}/{name}" if env else base_url.rstrip("/")) + "/" + python[0]
     if path is not None:
         problem = "a path argument is never downloaded to"
-    elif os.environ.get(_source.OFFLINE_ENV, "") not in ("", "0"):
+    elif config.env_flag(_source.OFFLINE_ENV):
         problem = f"downloads are disabled by {_source.OFFLINE_ENV}"
     else:
         created = [d for d in (target.parent, *target.parent.parents) if not d.exists()]

@@ -39,6 +39,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from kiln import config
 from kiln.datasets import _fetch, _npz, _source
 
 # Keras' URL (keras/src/datasets/imdb.py). Overridden by $KILN_DATASETS_MIRROR/imdb/.
@@ -497,7 +498,7 @@ def _find(path: str | os.PathLike[str], default_name: str, digest: str) -> Path:
             looked.append(f"  - {folder / given} ({label}): no such file")
         target = _source.default_dir(dataset()) / given
     url = _source.mirror_url(dataset()) + default_name
-    if os.environ.get(_source.OFFLINE_ENV, "") not in ("", "0"):
+    if config.env_flag(_source.OFFLINE_ENV):
         problem = f"downloads are disabled by {_source.OFFLINE_ENV}"
     else:
         path, problem = _fetch.try_download(url, target, digest)

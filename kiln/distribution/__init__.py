@@ -17,7 +17,6 @@ behaves as without a distribution.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from kiln.core import register_group
@@ -52,7 +51,9 @@ class DataParallel:
         if unknown:
             raise TypeError(f"DataParallel: unexpected arguments {sorted(unknown)}")
         if timeout is None:
-            timeout = float(os.environ.get("KILN_DIST_TIMEOUT", "600"))
+            from kiln import config
+
+            timeout = config.env_positive_float("KILN_DIST_TIMEOUT", 600.0)
         if not timeout > 0:
             raise ValueError(f"DataParallel: timeout must be > 0 seconds, received {timeout!r}")
         from kiln.distribution._mpi import MpiGroup

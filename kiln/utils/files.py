@@ -22,6 +22,8 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+from kiln import config
+
 _CHUNK = 1 << 20
 OFFLINE_ENV = "KILN_DATASETS_OFFLINE"
 
@@ -216,7 +218,7 @@ def get_file(fname: str | None = None, origin: str | None = None, untar: bool = 
         if origin is None:
             raise OSError(f"get_file: {fpath} is not cached (or fails its hash) and no origin "
                           "was given to download it from")
-        if os.environ.get(OFFLINE_ENV, "") not in ("", "0"):
+        if config.env_flag(OFFLINE_ENV):
             raise OSError(f"get_file: {fpath} is not cached (or fails its hash) and downloads "
                           f"are disabled by {OFFLINE_ENV}; copy the file from {origin} there")
         _download(origin, fpath, file_hash, algorithm)

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from kiln.core.backends.cpu import conv, native, threads
+from kiln.core.backends.cpu import native, target, threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -20,7 +20,8 @@ try:
 finally:
     sys.path.pop(0)
 
-NATIVE = native.enabled() and conv.TILE64
+# kiln's own Dense kernel is chosen with AVX-512 (target.py: the host, or KILN_CPU's cpu)
+NATIVE = native.enabled() and target.current().native_matmul
 
 
 def _calls(m, k, n, transposed=False):

@@ -180,6 +180,10 @@ def toolchain(target: str) -> str:
     parts = [f"numba={_version('numba')}", f"python={sys.version.split()[0]}"]
     if target != "cpu":
         parts.append(f"numba-cuda={_version('numba-cuda')}")
+    else:  # the cpu the code is generated for (the host or KILN_CPU's: cpu/target.py)
+        from kiln.core.backends.cpu import target as cpu_target
+
+        parts.append(cpu_target.process().cache_tag())
     return ";".join(parts)
 
 

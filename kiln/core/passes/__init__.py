@@ -92,6 +92,8 @@ class Report:
         memory_budget: the budget in bytes, or None.
         before, after: the graphs before and after the pipeline.
         plan: the :class:`~kiln.core.memory.MemoryPlan` of the optimized graph.
+        target: the backend's line about the machine it compiled for (the CPU backend: its
+            cpu, features and the engines they enable; "" where none was given).
     """
 
     passes: list[PassEntry] = field(default_factory=list)
@@ -103,6 +105,7 @@ class Report:
     before: Graph | None = None
     after: Graph | None = None
     plan: MemoryPlan | None = None
+    target: str = ""
 
     @property
     def nodes_before(self) -> int:
@@ -131,6 +134,8 @@ class Report:
         lines.append(f"{self.num_kernels} kernels; planned peak {format_bytes(self.peak_bytes)}"
                      f" vs {format_bytes(self.naive_bytes)} without reuse "
                      f"(batch_size={self.batch_size}{budget})")
+        if self.target:
+            lines.append(self.target)
         lines += self._loop_lines()
         return "\n".join(lines)
 

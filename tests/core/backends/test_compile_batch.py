@@ -197,7 +197,7 @@ def test_the_processes_share_one_queue_of_units(cache, monkeypatch):
 def test_kiln_compile_workers_must_be_a_positive_integer(monkeypatch, value):
     monkeypatch.setenv("KILN_COMPILE_WORKERS", value)
     with pytest.raises(ValueError, match=f"KILN_COMPILE_WORKERS must be a positive integer, "
-                                         f"received '{value}'"):
+                                         f"got '{value}'"):
         compile_batch.workers()
 
 

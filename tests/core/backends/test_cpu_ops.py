@@ -6,9 +6,12 @@ hand-written kernels see every kind of layout.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conv_cases import conv_block, conv_block_reference
+from cpu_targets import AVX2, AVX512, cpu, set_cpu
 
 import kiln
 from kiln.core.backends.cpu import covered_ops
@@ -189,7 +192,7 @@ def _tile_paths(monkeypatch, native: bool) -> None:
     False) as the numba kernels conv_tile64 / conv_filter_tn64."""
     from kiln.core.backends.cpu import conv
 
-    monkeypatch.setattr(conv, "TILE64", True)
+    set_cpu(monkeypatch, avx512=True)
     monkeypatch.setattr(conv, "NATIVE_TILE", native)
 
 
@@ -208,7 +211,7 @@ def _labels(f) -> list[str]:
 @pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("shape, kernel, attrs", TILE_FORWARD_CASES)
 def test_conv2d_tile_kernels_match_the_reference(shape, kernel, attrs, native, monkeypatch):
-    """The float32 forward convolution with at most 64 output channels (conv.TILE64) against
+    """The float32 forward convolution with at most 64 output channels (AVX-512's tiles) against
     the float64 reference, with strides, dilation, padding, tail blocks and masked channel
     tails; native_tile's kernel or the numba one."""
     _tile_paths(monkeypatch, native)
@@ -412,22 +415,20 @@ def test_a_conv1ds_bias_and_relu_are_its_epilogue_through_the_squeeze(length, ci
 def test_conv_method_choices(taps, op, dtype, cout, want, monkeypatch):
     from kiln.core.backends.cpu import conv
 
-    monkeypatch.setattr(conv, "TILE64", True)
-    assert conv.conv_method(taps, op, dtype, cout) == want
-    monkeypatch.setattr(conv, "TILE64", False)  # an AVX2 host: no tiles
-    assert conv.conv_method(taps, op, dtype, cout) == ("direct" if taps <= 16 and op != (
+    with cpu(avx512=True):
+        assert conv.conv_method(taps, op, dtype, cout) == want
+    with cpu(avx512=False):  # an AVX2 host: no tiles
+        assert conv.conv_method(taps, op, dtype, cout) == ("direct" if taps <= 16 and op != (
         "conv2d_backprop_input") else "gemm")
 
 
 def test_the_tiles_are_chosen_where_the_cpu_has_avx512():
-    from kiln.core.backends.cpu import conv
+    from kiln.core.backends.cpu import conv, target
 
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        pytest.skip("no /proc/cpuinfo to tell the CPU's features")
-    assert conv.TILE64 == (" avx512f" in flags)
+    for features, tiled in ((AVX512, True), (AVX2, False), (frozenset(), False),
+                            (AVX512 - {"avx512vl"}, False)):
+        with target.use(dataclasses.replace(target.process(), features=features)):
+            assert (conv.conv_method(288, "conv2d", "float32", 32) == "tile") == tiled
 
 
 @pytest.mark.parametrize("padding", ["same", "valid"])
@@ -455,12 +456,13 @@ def test_a_pointwise_convolutions_input_gradient_is_one_gemm(padding):
                                                        ((3, 3), (2, 2), "same"),
                                                        ((3, 2), (2, 3), "valid"),
                                                        ((5, 3), (1, 2), "valid")])
+@pytest.mark.parametrize("avx512", [True, False])
 def test_the_input_gradient_runs_as_a_forward_convolution_of_the_cotangent(kernel, dilation,
-                                                                           padding):
+                                                                           padding, avx512,
+                                                                           monkeypatch):
     # stride 1, any dilation, at most 64 input channels: the flipped kernel over the
-    # cotangent padded by (k - 1) d - pad, through the forward tiles where the host has them
-    from kiln.core.backends.cpu import conv
-
+    # cotangent padded by (k - 1) d - pad, through the forward tiles where the CPU has them
+    set_cpu(monkeypatch, avx512)
     rng = np.random.default_rng(22)
     x_shape, co = (3, 11, 10, 19), 24
     attrs = {"strides": (1, 1), "padding": padding, "dilation": dilation}
@@ -474,5 +476,4 @@ def test_the_input_gradient_runs_as_a_forward_convolution_of_the_cotangent(kerne
     want = all_ops()["conv2d_backprop_input"].ref(ct.astype("float64"), w.astype("float64"),
                                                   input_shape=x_shape[1:], **attrs)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
-    if conv.TILE64:
-        assert "conv2d_backprop_input:conv_tile" in _labels(f)
+    assert ("conv2d_backprop_input:conv_tile" in _labels(f)) == avx512

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cpu_targets import set_cpu
 from step_recorder import StepRecorder
 
-from kiln.core.backends.cpu import conv, native, threads, winograd
+from kiln.core.backends.cpu import native, threads, winograd
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="needs the native path")
 
@@ -30,7 +31,7 @@ def _tiles(rng, blocks, rows, cols):
     (5, 32, 40, 128),
 ])
 def test_products_match_the_float64_product(avx512, parts, blocks, m, k, n, monkeypatch):
-    monkeypatch.setattr(conv, "TILE64", avx512)
+    set_cpu(monkeypatch, avx512)
     monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
     rng = np.random.default_rng(m * n + k)
     v = _tiles(rng, blocks, m, k)
@@ -81,7 +82,7 @@ def test_a_kernel_gradient_into_one_column_runs_transposed(n, native_kernel, mon
 @pytest.mark.parametrize("k", [8, 19, 32, 40])  # tails of 8- and 16-lane vectors
 def test_a_forward_into_one_column_runs_as_dot_products(k, avx512, monkeypatch):
     """``out (M x 1) = V U`` (a Conv2D(1) output layer's forward): dot products along K."""
-    monkeypatch.setattr(conv, "TILE64", avx512)
+    set_cpu(monkeypatch, avx512)
     monkeypatch.setattr(threads, "kernel_threads", lambda: 2)
     rng = np.random.default_rng(k)
     v = _tiles(rng, 5, 301, k)

@@ -12,12 +12,13 @@ import warnings
 
 import numpy as np
 import pytest
+from cpu_targets import set_cpu
 
 import kiln
 import kiln.ops as K
 from kiln.core.backends import jit as jit_loader
 from kiln.core.backends import numba_cache
-from kiln.core.backends.cpu import conv, elementwise, jit, llvm_loop, native, pool
+from kiln.core.backends.cpu import elementwise, jit, llvm_loop, native, pool
 from kiln.core.backends.cpu.codegen import CodegenError, LoopSpec, program_dtypes
 from kiln.core.ops import all_ops
 from kiln.core.ops.registry import ELEMENTWISE
@@ -377,7 +378,7 @@ def test_native_hand_written_kernels_give_numbas_bits(op, cache, monkeypatch):
     # against the float64 reference in tests/core/backends/test_cpu_ops.py)
     from kiln.core.ops.registry import apply
 
-    monkeypatch.setattr(conv, "TILE64", False)
+    set_cpu(monkeypatch, avx512=False)
 
     used = []
     for ex in _examples(op):
@@ -476,10 +477,10 @@ def test_a_label_out_of_range_in_a_short_row_is_an_index_error(cache):
 def test_a_small_convnet_step_runs_the_native_twins_with_numbas_bits(cache, monkeypatch):
     # conv (direct and im2col + GEMM) -> tiled max pooling, forward and gradients; Winograd
     # (native only, tests/core/backends/test_winograd.py) off so both run the twins, and the
-    # AVX-512 register tiles (conv.TILE64: native_tile's FMA kernels, not bit-equal to
+    # AVX-512 register tiles (an AVX2 CPU's choices: native_tile's FMA kernels, not bit-equal to
     # numba's) off on any host
     monkeypatch.setenv("KILN_WINOGRAD", "0")
-    monkeypatch.setattr(conv, "TILE64", False)
+    set_cpu(monkeypatch, avx512=False)
     monkeypatch.setattr(pool, "UNROLLED", False)  # the twins, not the unrolled pooling
     rng = np.random.default_rng(7)
     x = rng.normal(size=(4, 12, 12, 1)).astype(np.float32)

@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cpu_targets import set_cpu
 from step_recorder import StepRecorder
 
 import kiln
-from kiln.core.backends.cpu import conv, native, native_matmul, threads
+from kiln.core.backends.cpu import native, native_matmul, threads
 
-pytestmark = pytest.mark.skipif(not (native.enabled() and conv.TILE64),
-                                reason="needs the native path on an AVX-512 host")
+pytestmark = pytest.mark.skipif(not native.enabled(), reason="needs the native path")
+
+
+@pytest.fixture(autouse=True)
+def _avx512_choices(monkeypatch):
+    # the kernel is AVX-512's choice (target.py); its 16-lane code runs on any x86 host
+    set_cpu(monkeypatch, avx512=True)
 
 
 def _run(a, b, out, epilogue=None):

@@ -18,8 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kiln.core.backends.cpu import threads
+from kiln.core.backends.cpu import target, threads
 
+# the CPU kiln compiles for (the host, or KILN_CPU's; refused here if the host cannot run it),
+# chosen before numba compiles anything (target.py)
+target.process()
 # numba's OpenMP threads and OpenBLAS's threads spin after their work and steal the cores from
 # each other when kernels and GEMMs alternate: make both sleep soon (before numba's pool starts).
 threads.configure()
@@ -75,5 +78,10 @@ def compile_graph(graph: Graph, updates: Sequence[tuple[int, Any]] | None = None
     """
     register_kernels()
     return CpuProgram(graph, updates)
+
+
+def describe() -> str:
+    """The CPU target and the engines it enables, for the compile report (target.py)."""
+    return target.current().describe()
 
 

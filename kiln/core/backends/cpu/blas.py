@@ -361,7 +361,9 @@ def decide() -> tuple[str | None, bool]:
             found = _state.get("decision")
             if found is None:
                 setting = mode()
-                lib = _numpy_openblas() if setting != "numpy" else None
+                # the copy only on Linux where NumPy's BLAS is OpenBLAS (target.py)
+                lib = (_numpy_openblas() if setting != "numpy" and _platform_allows_copy()
+                       else None)
                 numpy_core = _corename(lib[1], lib[2]) if lib else None
                 core = wanted_core(numpy_core, _host_features(), setting,
                                    os.environ.get("OPENBLAS_CORETYPE", "").strip() or None)
@@ -401,13 +403,16 @@ def singles() -> Library | None:
     return lib if lib is not None and (lib.better or lib.placeable) else None
 
 
-def _host_features() -> dict[str, bool]:
-    try:
-        import llvmlite.binding as llvm
+def _platform_allows_copy() -> bool:
+    from kiln.core.backends.cpu import target
 
-        return dict(llvm.get_host_cpu_features())
-    except (ImportError, AttributeError, RuntimeError, OSError):
-        return {}
+    return target.current().private_blas
+
+
+def _host_features() -> dict[str, bool]:
+    from kiln.core.backends.cpu import target
+
+    return dict.fromkeys(target.current().features, True)
 
 
 def _operand(shape: tuple, strides: tuple, size: int) -> tuple[int, int] | None:

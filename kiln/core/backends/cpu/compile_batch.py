@@ -93,14 +93,11 @@ def workers() -> int:
     Raises:
         ValueError: ``KILN_COMPILE_WORKERS`` is not a positive integer.
     """
-    raw = os.environ.get("KILN_COMPILE_WORKERS", "").strip()
-    if raw:
-        try:
-            n = int(raw)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise ValueError(f"KILN_COMPILE_WORKERS must be a positive integer, received {raw!r}")
+    from kiln import config
+
+    found = config.env_positive_int("KILN_COMPILE_WORKERS")
+    if found is not None:
+        n = found
     else:
         try:
             n = min(len(os.sched_getaffinity(0)), MAX_WORKERS)

@@ -9,11 +9,11 @@ Convolutions run one of three ways, picked per op, dtype and shape (``conv_metho
   GEMM followed by col2im (scatter-add). The im2col buffer of an input is computed once per step
   and shared by the forward convolution and the kernel gradient that read the same input.
 
-* ``"tile"`` (``TILE64``, AVX-512 hosts): a float32 forward convolution or kernel gradient
-  with at most 64 output channels runs ``native_tile``'s register-blocked kernels, which read
-  the (zero-padded) input in place (docs/architecture.md, "Register-tiled convolutions"); a
-  convolution into at most 4 channels from at least 8 runs its dot kernels (vectors over the
-  input channels). Where the native path is off, numba's tiles: the forward
+* ``"tile"`` (``target.current().tile_conv``: AVX-512 CPUs): a float32 forward convolution or
+  kernel gradient with at most 64 output channels runs ``native_tile``'s register-blocked
+  kernels, which read the (zero-padded) input in place (docs/architecture.md, "Register-tiled
+  convolutions"); a convolution into at most 4 channels from at least 8 runs its dot kernels
+  (vectors over the input channels). Where the native path is off, numba's tiles: the forward
   (``conv_tile64_kernel``) and, with exactly 64 output channels, the kernel gradient from the
   im2col buffer (``conv_filter_tn64_kernel``).
 
@@ -42,6 +42,7 @@ from kiln.core.backends.cpu import (
     native_conv,
     native_groups,
     native_pool,
+    target,
     threads,
     winograd,
 )
@@ -65,18 +66,9 @@ DIRECT_MAX_TAPS = 16
 # registers of 8 lanes) it needs 32 and spills, and the GEMM path wins: on an AVX2 host
 # (no AVX-512), MNIST convnet epoch 0.85 s with the tiles against 0.61 s without (1,280
 # samples, interleaved in one process), layer 2 forward 19.4 against 12.9 ms. So the tiles
-# are used only where the CPU has AVX-512.
-def _host_has_avx512() -> bool:
-    try:
-        import llvmlite.binding as llvm
-
-        return bool(llvm.get_host_cpu_features().get("avx512f", False))
-    except (ImportError, AttributeError, RuntimeError, OSError):  # cannot tell: portable path
-        return False
-
-
-TILE64 = _host_has_avx512()
-# Where TILE64 holds, the forward and kernel-gradient tiles run as native_tile's kernels
+# are used only where the CPU has AVX-512 (target.current().tile_conv: target.py, the one
+# place the CPU's features are read).
+# Where the tiles are on, the forward and kernel-gradient tiles run as native_tile's kernels
 # (explicit vectors of 16 lanes, blocks of R pixels or taps x the output channels' vectors,
 # masked tails; no numba) before the numba kernels below. FILTER_CHUNK: output pixels per
 # chunk of the kernel gradient (their cotangent stays in cache across the tap blocks).
@@ -111,15 +103,15 @@ def conv_method(taps: int, op: str = "conv2d", dtype: str = "float32",
     gradient of layer 1 (9 taps) run 2.1 / 1.9 ms direct against 3.5 / 4.1 ms with im2col +
     GEMM; layer 2 (288 taps) 5.1 / 6.4 ms with GEMM against 10.5 / 12.0 ms direct; the input
     gradient is faster as GEMM + col2im at both sizes (1.9 vs 6.2 ms on layer 1). ``"tile"``
-    (see TILE64) beats both where it applies: a float32 forward with Cout <= 64, a float32
-    kernel gradient with Cout <= 64 (native_tile's kernel: 101-116 GFLOPS on one core for
-    any number of taps; CIFAR's first layer, 27 taps -> 32 channels, batch 64, ran 0.8 +
-    5.1 ms as im2col + OpenBLAS's tall-skinny GEMM) or, numba's conv_filter_tn64 (from the
+    (``target.current().tile_conv``) beats both where it applies: a float32 forward with Cout <=
+    64, a float32 kernel gradient with Cout <= 64 (native_tile's kernel: 101-116 GFLOPS on one
+    core for any number of taps; CIFAR's first layer, 27 taps -> 32 channels, batch 64, ran 0.8
+    + 5.1 ms as im2col + OpenBLAS's tall-skinny GEMM) or, numba's conv_filter_tn64 (from the
     im2col buffer), exactly 64.
     """
     if op == "conv2d_backprop_input":
         return "gemm"
-    tiled = TILE64 and dtype == "float32"
+    tiled = target.current().tile_conv and dtype == "float32"
     if op == "conv2d" and tiled and channels_out <= 64:
         return "tile"
     if (op == "conv2d_backprop_filter" and tiled and NATIVE_TILE and native_tiles

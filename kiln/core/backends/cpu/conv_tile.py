@@ -1,8 +1,8 @@
 """The glue between ``conv.py``'s builders and ``native_tile``'s kernels (AVX-512 hosts:
-``conv.TILE64``; docs/architecture.md, "Register-tiled convolutions"): the shared padded
-copy of an input, the tap offsets, the forward (with its bias / ReLU epilogue), the kernel
-gradient and the dot kernels of convolutions into few channels. Each ``native_*`` function
-adds its steps and returns True, or adds nothing and returns False (the caller then takes
+``target.current().tile_conv``; docs/architecture.md, "Register-tiled convolutions"): the
+shared padded copy of an input, the tap offsets, the forward (with its bias / ReLU epilogue),
+the kernel gradient and the dot kernels of convolutions into few channels. Each ``native_*``
+function adds its steps and returns True, or adds nothing and returns False (the caller then takes
 another path). The switches (``NATIVE_TILE``, ``FILTER_CHUNK``, ``DOT_MAX_OUT`` ...) live in
 ``conv.py``, next to the choice of method they change.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.core.backends.cpu import conv, native, native_tile, threads
+from kiln.core.backends.cpu import conv, native, native_tile, target, threads
 from kiln.core.ir import Node
 from kiln.core.ops.window import window2d
 
@@ -56,7 +56,7 @@ def native_forward(b, out: np.ndarray, x: np.ndarray, w2d: np.ndarray, geometry:
     """Adds ``native_tile.forward_ir`` for ``out = conv(x (padded), w2d (taps, CO))``, with
     ``epilogue = (bias, relu)`` ``out = relu?(conv + bias)``; False where it cannot run (the
     caller runs the numba kernel)."""
-    if not (conv.TILE64 and conv.NATIVE_TILE and out.dtype == np.float32):
+    if not (target.current().tile_conv and conv.NATIVE_TILE and out.dtype == np.float32):
         return False
     co = out.shape[3]
     taps = w2d.shape[0]
@@ -137,7 +137,7 @@ def native_filter(b, out: np.ndarray, x: np.ndarray, ct: np.ndarray, geometry: t
     """Adds ``native_tile.filter_ir`` for the kernel gradient ``out`` (kh, kw, CI, CO) of
     ``x`` (padded) and the cotangent ``ct``: chunks of output rows split over kiln's threads,
     one partial sum per thread, added in order; False where it cannot run."""
-    if not (conv.TILE64 and conv.NATIVE_TILE and out.dtype == np.float32):
+    if not (target.current().tile_conv and conv.NATIVE_TILE and out.dtype == np.float32):
         return False
     kh, kw, ci, co = out.shape
     taps = kh * kw * ci
@@ -170,7 +170,7 @@ def few_outputs(kernel_shape: tuple, out: np.ndarray) -> bool:
     """A float32 convolution into at most conv.DOT_MAX_OUT channels from at least 8 (a Conv2D(1)
     output layer): native_tile's dot kernels, vectors over the input channels (AVX-512
     hosts, as the tiles)."""
-    return (conv.TILE64 and conv.NATIVE_TILE and out.dtype == np.float32
+    return (target.current().tile_conv and conv.NATIVE_TILE and out.dtype == np.float32
             and kernel_shape[3] <= conv.DOT_MAX_OUT and kernel_shape[2] >= 8)
 
 
@@ -277,7 +277,8 @@ def input_as_forward(node: Node, w: np.ndarray, out: np.ndarray) -> bool:
     if not (conv.INPUT_AS_FORWARD and out.dtype == np.float32
             and tuple(node.attrs["strides"]) == (1, 1)):
         return False
-    if conv.TILE64 and conv.NATIVE_TILE and native.enabled() and w.shape[2] <= 64:
+    if (target.current().tile_conv and conv.NATIVE_TILE and native.enabled()
+            and w.shape[2] <= 64):
         return True
     return (tuple(node.attrs["dilation"]) == (1, 1) and 16 <= w.shape[2] <= 64
             and w.shape[3] <= 8)

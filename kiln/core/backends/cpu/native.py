@@ -155,7 +155,10 @@ def _init() -> None:
         addr = _address(libc, name)
         if addr:
             llvm.add_symbol(name, addr)
-    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    from kiln.core.backends.cpu import target as cpu_target
+
+    chosen = cpu_target.process()  # the host, or KILN_CPU's cpu (target.py)
+    cpu, features = chosen.name, chosen.llvm_features
     target = llvm.Target.from_default_triple()
     tm = target.create_target_machine(cpu=cpu, features=features, opt=3,
                                       codemodel="jitdefault", jit=True)
@@ -163,8 +166,8 @@ def _init() -> None:
     _state.update(llvm=llvm, tm=tm, engine=engine,
                   host=f"native={NATIVE_VERSION};python={sys.version.split()[0]};"
                        f"llvmlite={llvmlite.__version__};"
-                       f"llvm={'.'.join(map(str, llvm.llvm_version_info))};cpu={cpu};"
-                       f"features={features}")
+                       f"llvm={'.'.join(map(str, llvm.llvm_version_info))};"
+                       f"{chosen.cache_tag()}")
 
 
 def compile_object(ir: str) -> bytes:

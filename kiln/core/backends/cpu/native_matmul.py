@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kiln.core.backends.cpu import native, native_gemm, threads
+from kiln.core.backends.cpu import native, native_gemm, target, threads
 
 LANES = 16
 BLOCK = (4, 4)          # rows x vectors: 16 accumulators, 4 B vectors and a broadcast (of 32)
@@ -58,9 +58,7 @@ def suits(a: np.ndarray, b: np.ndarray, out: np.ndarray, packed: bool = False) -
     C-contiguous; ``packed``: ``b`` may instead be :func:`transposed`), ``a`` any positive
     strides; the shape inside the measured range above; no overlap between ``out`` and an
     operand."""
-    from kiln.core.backends.cpu import conv
-
-    if not (ENABLED and conv.TILE64 and a.ndim == b.ndim == out.ndim == 2):
+    if not (ENABLED and target.current().native_matmul and a.ndim == b.ndim == out.ndim == 2):
         return False
     if not (a.dtype == b.dtype == out.dtype == np.float32):
         return False

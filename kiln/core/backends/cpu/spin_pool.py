@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from kiln.core.backends.cpu import threads
+from kiln.core.backends.cpu import target, threads
 from kiln.core.backends.cpu.codegen import CodegenError
 
 SPIN_CYCLES = 1 << 20  # a worker's spin before it sleeps: ~0.3 ms at 3.5 GHz (threads.BLAS_TIMEOUT)
@@ -49,7 +49,9 @@ MAX_ARRAYS = 16        # arrays per part a trampoline passes on
 SLOT = 64              # bytes per worker slot (one cache line)
 LOCK_OFFSET = 0        # the pool's first line: its lock word, and the park word
 PARK_OFFSET = 8
-ENABLED = os.environ.get("KILN_SPIN_POOL", "1") != "0"
+# Linux x86-64 only (the futex syscall number 202 and ``pause`` below), KILN_SPIN_POOL not 0:
+# target.py decides, once; elsewhere threads.KernelPool's Python workers run the parts
+ENABLED = target.process().spin_engine
 
 # slot fields (byte offsets): i32 seq, i32 done, i32 sleeping, ptr trampoline, ptr argv,
 # i64 spin cycles, ptr pool

@@ -256,13 +256,9 @@ def kernel_threads() -> int:
 
     if not config.jit_enabled():
         return 1
-    env = os.environ.get("KILN_NUM_THREADS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise ValueError(
-                f"KILN_NUM_THREADS must be a positive integer, got {env!r}") from None
+    n = config.env_positive_int("KILN_NUM_THREADS")
+    if n is not None:
+        return n
     # numba's own default (numba.config.NUMBA_NUM_THREADS), without importing numba
     raw = os.environ.get("NUMBA_NUM_THREADS", "").strip()
     if raw:

@@ -38,6 +38,7 @@ from kiln.core.backends.cpu import (
     native,
     native_gemm,
     native_winograd,
+    target,
     threads,
     winograd_pipeline,
 )
@@ -249,9 +250,7 @@ ROW_CHOICES = {16: (8, 4), 8: (4,)}
 
 
 def _avx512() -> bool:
-    from kiln.core.backends.cpu import conv
-
-    return conv.TILE64
+    return target.current().has_avx512
 
 
 PHASES = ((0, 0), (0, 1), (1, 0), (1, 1))  # (row, column) parity of a stride-2 kernel's taps

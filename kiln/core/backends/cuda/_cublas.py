@@ -4,7 +4,6 @@ docs/architecture.md, "Backends"."""
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any
 
@@ -25,7 +24,9 @@ class _Blas:
         if self.tried:
             return self.cp
         self.tried = True
-        choice = os.environ.get("KILN_CUDA_BLAS", "auto").lower()
+        from kiln import config
+
+        choice = config.env_choice("KILN_CUDA_BLAS", ("auto", "cupy", "kiln"), "auto")
         from kiln.core.backends.cuda._device import simulator_enabled
 
         if choice == "kiln" or simulator_enabled():
