@@ -1,5 +1,5 @@
 """Dense layers' products ``C = A @ B`` (float32): kiln's register-blocked kernel
-(``kiln/core/backends/cpu/native_matmul.py``) against the BLAS kiln's other GEMMs use
+(``kiln/core/backends/cpu/gemm/native_matmul.py``) against the BLAS kiln's other GEMMs use
 (``floors.blas_matmul``), both into the same preallocated 64-byte-aligned outputs, in one run.
 
 Each shape is timed two ways:
@@ -60,7 +60,7 @@ def aligned(shape: tuple[int, ...], rng: np.random.Generator | None = None) -> n
 
 
 def measure(m: int, k: int, n: int, repeat: int, pause: float) -> dict:
-    from kiln.core.backends.cpu import native_matmul
+    from kiln.core.backends.cpu.gemm import native_matmul
 
     rng = np.random.default_rng(m + k + n)
     a, b = aligned((m, k), rng), aligned((k, n), rng)

@@ -11,7 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from kiln.core.backends.cpu import conv, native, threads
+from kiln.core.backends.cpu.codegen import native
+from kiln.core.backends.cpu.kernels.conv import conv
+from kiln.core.backends.cpu.runtime import threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))

@@ -322,7 +322,7 @@ def test_convolution_kernels_from_threads_under_numbas_workqueue_layer(tmp_path)
 GEMMS_FROM_THREADS = IN_THREADS + textwrap.dedent("""
     import numpy as np
     import kiln, kiln.ops as K
-    from kiln.core.backends.cpu import threads
+    from kiln.core.backends.cpu.runtime import threads
     rng = np.random.default_rng(0)
     x = kiln.placeholder((None, 300), "float64")
     w = kiln.Variable(rng.normal(size=(300, 200)) * 0.05, dtype="float64")

@@ -1,4 +1,4 @@
-"""kiln's GEMMs (kiln/core/backends/cpu/blas.py): the choice of a private OpenBLAS instance,
+"""kiln's GEMMs (kiln/core/backends/cpu/gemm/blas.py): the choice of a private OpenBLAS instance,
 the instance itself (loaded here with the kernels NumPy's already runs, so on any host with
 NumPy's OpenBLAS), and its GEMMs against the float64 product, with every operand layout
 the backend passes and every case that must fall back to ``np.matmul``."""
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from numpy.lib.stride_tricks import as_strided
 
-from kiln.core.backends.cpu import blas, threads
+from kiln.core.backends.cpu.gemm import blas
+from kiln.core.backends.cpu.runtime import threads
 
 AVX2 = {"avx": True, "avx2": True, "fma": True}
 AVX512 = {**AVX2, **{f: True for f in blas.CORES["Cooperlake"]}}

@@ -1,4 +1,4 @@
-"""The private OpenBLAS's worker threads (kiln/core/backends/cpu/blas.py: found when it loads,
+"""The private OpenBLAS's worker threads (kiln/core/backends/cpu/gemm/blas.py: found when it loads,
 moved off the caller's CPU by ``place``) and a plan step's GEMM (``threads.MatmulCall``: its
 BLAS call kept for the arrays it last saw, and made anew for any others)."""
 
@@ -11,7 +11,8 @@ import threading
 import numpy as np
 import pytest
 
-from kiln.core.backends.cpu import blas, feeds, threads
+from kiln.core.backends.cpu.gemm import blas
+from kiln.core.backends.cpu.runtime import feeds, threads
 
 
 @pytest.fixture(scope="module")

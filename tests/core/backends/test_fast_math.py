@@ -1,5 +1,5 @@
 """The float32 tanh, sigmoid and softmax of the CPU's generated loops (a rational approximation, see
-``kiln/core/backends/cpu/codegen.py``) against float64 NumPy on a dense grid and the special
+``kiln/core/backends/cpu/codegen/spec.py``) against float64 NumPy on a dense grid and the special
 values; float64 keeps libm's tanh."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 import kiln
 import kiln.ops as K
-from kiln.core.backends.cpu import llvm_loop
-from kiln.core.backends.cpu.codegen import LoopSpec, program_dtypes
+from kiln.core.backends.cpu.codegen import llvm_loop
+from kiln.core.backends.cpu.codegen.spec import LoopSpec, program_dtypes
 
 
 def _run(values: np.ndarray) -> np.ndarray:
@@ -280,7 +280,7 @@ def test_scalar_functions_expand_from_the_source_imported(monkeypatch, tmp_path)
     (inspect) once handed cos32's kernel sin32's lines, after an edit above them."""
     import linecache
 
-    from kiln.core.backends.cpu import llvm_expr, scalars
+    from kiln.core.backends.cpu.codegen import llvm_expr, scalars
 
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
     real = linecache.getlines

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from step_recorder import StepRecorder
 
-from kiln.core.backends.cpu import conv, native, threads, winograd
+from kiln.core.backends.cpu.codegen import native
+from kiln.core.backends.cpu.kernels.conv import conv, winograd
+from kiln.core.backends.cpu.runtime import threads
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="needs the native path")
 
@@ -113,7 +115,7 @@ def test_columns_that_do_not_fill_a_vector_go_to_blas(n):
 def test_the_accumulating_kernel_adds_into_c(lanes, rows, vecs):
     # gemm_ir(accumulate=True): C[b] += A[b] @ B[b] (the Winograd kernel gradient's chunks),
     # with a row tail (M = 13) and a column tail (N = 3 L: one wide block of 2 L, then L)
-    from kiln.core.backends.cpu import native_gemm
+    from kiln.core.backends.cpu.gemm import native_gemm
 
     rng = np.random.default_rng(lanes + rows)
     blocks, m, k, n = 3, 13, 11, lanes * 3

@@ -15,7 +15,10 @@ import pytest
 from step_recorder import StepRecorder
 
 import kiln
-from kiln.core.backends.cpu import conv, native, native_matmul, threads
+from kiln.core.backends.cpu.codegen import native
+from kiln.core.backends.cpu.gemm import native_matmul
+from kiln.core.backends.cpu.kernels.conv import conv
+from kiln.core.backends.cpu.runtime import threads
 
 pytestmark = pytest.mark.skipif(not (native.enabled() and conv.TILE64),
                                 reason="needs the native path on an AVX-512 host")

@@ -9,7 +9,7 @@ import pytest
 
 import kiln
 import kiln.ops as K
-from kiln.core.backends.cpu import threads
+from kiln.core.backends.cpu.runtime import threads
 from kiln.core.ir import Graph
 from kiln.core.passes import optimize
 from kiln.core.passes.gemm import gemm

@@ -18,29 +18,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kiln.core.backends.cpu import threads
+from kiln.core.backends.cpu.runtime import threads
 
 # numba's OpenMP threads and OpenBLAS's threads spin after their work and steal the cores from
 # each other when kernels and GEMMs alternate: make both sleep soon (before numba's pool starts).
 threads.configure()
 
-from kiln.core.backends.cpu import (  # noqa: E402,F401  (registration side effects)
+from kiln.core.backends.cpu.codegen.spec import REDUCE_OPS  # noqa: E402
+from kiln.core.backends.cpu.kernels import (  # noqa: E402,F401  (registration side effects)
     collective,
-    conv,
     gather,
     image,
     linalg,
-    loop,
     movement,
-    nn,
-    pool,
     random,
     reduce,
     sort,
 )
-from kiln.core.backends.cpu.codegen import REDUCE_OPS  # noqa: E402
-from kiln.core.backends.cpu.program import CpuProgram  # noqa: E402
+from kiln.core.backends.cpu.kernels.conv import conv  # noqa: E402,F401  (registration side effects)
+from kiln.core.backends.cpu.kernels.nn import nn  # noqa: E402,F401  (registration side effects)
+from kiln.core.backends.cpu.kernels.pool import pool  # noqa: E402,F401  (registration side effects)
 from kiln.core.backends.cpu.registry import BUILDERS  # noqa: E402
+from kiln.core.backends.cpu.runtime import loop  # noqa: E402,F401  (registration side effects)
+from kiln.core.backends.cpu.runtime.program import CpuProgram  # noqa: E402
 from kiln.core.ir import Graph  # noqa: E402
 from kiln.core.ops.registry import KERNELS  # noqa: E402
 
