@@ -7,7 +7,7 @@ Each shape is timed two ways:
 * ``back to back``: one call after another, the two sides alternated in blocks of
   ``BLOCK`` calls whose first call is not counted (OpenBLAS's threads spin ~0.35 ms after
   its calls, on the core kiln's second thread would take: a plan whose Dense products run
-  on kiln's kernel has no BLAS call, ``linalg.products_native``), the median of ``--repeat``
+  on kiln's kernel has no BLAS call, ``products.products_native``), the median of ``--repeat``
   calls per side;
 * ``after a pause``: each call after the machine idled ``--pause`` seconds (as the suite's
   epochs start; kiln's pool workers and OpenBLAS's threads are then woken cold), the sides

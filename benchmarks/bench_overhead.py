@@ -15,7 +15,7 @@ Measures, on this machine:
 4. (``--pool``) split calls of kiln's thread pool right after the machine idled 0.2 s against
    back to back, and how many ran both parts on one CPU;
 5. (``--blas``) single float32 GEMMs right after the machine idled 0.2 s: kiln's (a plan
-   step's ``threads.MatmulCall``: the private OpenBLAS whose worker threads kiln places)
+   step's ``products.MatmulCall``: the private OpenBLAS whose worker threads kiln places)
    against NumPy's own OpenBLAS (``np.matmul``), alternated, and how many calls stalled
    (took over 2 ms more than back to back); then an MLP's ``predict`` and
    ``train_on_batch`` after a pause, its products on either;
@@ -223,13 +223,13 @@ BLAS_SHAPES = ((128, 784, 512), (1024, 784, 512), (128, 512, 256), (64, 128, 128
 
 def _gemm_pair(m: int, k: int, n: int, rng: np.random.Generator) -> dict:
     """``{"kiln": f, "numpy": g}``: the same product ``(m x k) @ (k x n)`` by a plan step's
-    GEMM (``threads.MatmulCall``) and by ``np.matmul``, each into its own output."""
-    from kiln.core.backends.cpu.runtime import threads
+    GEMM (``products.MatmulCall``) and by ``np.matmul``, each into its own output."""
+    from kiln.core.backends.cpu.gemm import products
 
     a = rng.random((m, k), dtype=np.float32)
     b = rng.random((k, n), dtype=np.float32)
     outs = {"kiln": np.empty((m, n), np.float32), "numpy": np.empty((m, n), np.float32)}
-    step = threads.MatmulCall()
+    step = products.MatmulCall()
     fs = {"kiln": lambda: step(a, b, outs["kiln"]),
           "numpy": lambda: np.matmul(a, b, out=outs["numpy"])}
     for f in fs.values():

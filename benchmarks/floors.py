@@ -35,12 +35,12 @@ def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
 
 
 def step_gemm() -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
-    """A GEMM ``f(a, b, out)`` as a plan step of kiln runs one (``threads.MatmulCall``: the
+    """A GEMM ``f(a, b, out)`` as a plan step of kiln runs one (``gemm.products.MatmulCall``: the
     BLAS of :func:`blas_matmul`, its call kept for arrays that come back), so that a floor
     pays no more per product than kiln does."""
-    from kiln.core.backends.cpu.runtime import threads
+    from kiln.core.backends.cpu.gemm import products as gemm_products
 
-    return threads.MatmulCall()
+    return gemm_products.MatmulCall()
 
 
 def products(calls: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -48,7 +48,7 @@ def products(calls: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
     """One GEMM ``f(a, b, out)`` per product ``(a, b, out)`` of a step (arrays laid out as the
     step's), on what kiln's plans would run them, and whether that is kiln's kernel: its own
     kernel (kiln/core/backends/cpu/gemm/native_matmul.py) for every one where each takes it (a
-    plan's Dense products take it only then: ``linalg.products_native``), else a plan step's
+    plan's Dense products take it only then: ``products.products_native``), else a plan step's
     BLAS GEMM (:func:`step_gemm`) for all (always with ``KILN_BENCH_FLOOR_GEMM=blas``)."""
 
     if os.environ.get("KILN_BENCH_FLOOR_GEMM", "kiln") != "blas":

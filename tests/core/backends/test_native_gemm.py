@@ -11,6 +11,7 @@ import pytest
 from step_recorder import StepRecorder
 
 from kiln.core.backends.cpu.codegen import native
+from kiln.core.backends.cpu.gemm import native_matmul, products
 from kiln.core.backends.cpu.kernels.conv import conv, winograd
 from kiln.core.backends.cpu.runtime import threads
 
@@ -33,6 +34,7 @@ def _tiles(rng, blocks, rows, cols):
 ])
 def test_products_match_the_float64_product(avx512, parts, blocks, m, k, n, monkeypatch):
     monkeypatch.setattr(conv, "TILE64", avx512)
+    monkeypatch.setattr(native_matmul, "AVX512", avx512)
     monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
     rng = np.random.default_rng(m * n + k)
     v = _tiles(rng, blocks, m, k)
@@ -41,7 +43,7 @@ def test_products_match_the_float64_product(avx512, parts, blocks, m, k, n, monk
     out.view[...] = np.nan
     b = StepRecorder()
     winograd.products(b, (v.flat, v.view), u, (out.flat, out.view))
-    assert not isinstance(b.steps[0][0], threads.MatmulCall)  # the native kernel
+    assert not isinstance(b.steps[0][0], products.MatmulCall)  # the native kernel
     b.run()
     want = np.matmul(v.view.astype(np.float64), u.astype(np.float64))
     np.testing.assert_allclose(out.view, want, rtol=0, atol=2e-6 * np.abs(want).max())
@@ -73,7 +75,7 @@ def test_a_kernel_gradient_into_one_column_runs_transposed(n, native_kernel, mon
     du = np.full((4, 32, n), np.nan, np.float32)
     b = StepRecorder()
     winograd.products(b, (v.flat, v.view.transpose(0, 2, 1)), (z.flat, z.view), du)
-    assert (not isinstance(b.steps[0][0], threads.MatmulCall)) == native_kernel
+    assert (not isinstance(b.steps[0][0], products.MatmulCall)) == native_kernel
     b.run()
     want = np.matmul(v.view.transpose(0, 2, 1).astype(np.float64), z.view.astype(np.float64))
     np.testing.assert_allclose(du, want, rtol=0, atol=4e-6 * np.abs(want).max())
@@ -84,6 +86,7 @@ def test_a_kernel_gradient_into_one_column_runs_transposed(n, native_kernel, mon
 def test_a_forward_into_one_column_runs_as_dot_products(k, avx512, monkeypatch):
     """``out (M x 1) = V U`` (a Conv2D(1) output layer's forward): dot products along K."""
     monkeypatch.setattr(conv, "TILE64", avx512)
+    monkeypatch.setattr(native_matmul, "AVX512", avx512)
     monkeypatch.setattr(threads, "kernel_threads", lambda: 2)
     rng = np.random.default_rng(k)
     v = _tiles(rng, 5, 301, k)
@@ -92,7 +95,7 @@ def test_a_forward_into_one_column_runs_as_dot_products(k, avx512, monkeypatch):
     out.view[...] = np.nan
     b = StepRecorder()
     winograd.products(b, (v.flat, v.view), u, (out.flat, out.view))
-    assert not isinstance(b.steps[0][0], threads.MatmulCall)
+    assert not isinstance(b.steps[0][0], products.MatmulCall)
     b.run()
     want = np.matmul(v.view.astype(np.float64), u.astype(np.float64))
     np.testing.assert_allclose(out.view, want, rtol=0, atol=2e-6 * np.abs(want).max())
@@ -106,7 +109,7 @@ def test_columns_that_do_not_fill_a_vector_go_to_blas(n):
     out = winograd.Tiles(3, 40, n)
     b = StepRecorder()
     winograd.products(b, (v.flat, v.view), u, (out.flat, out.view))
-    assert isinstance(b.steps[0][0], threads.MatmulCall)
+    assert isinstance(b.steps[0][0], products.MatmulCall)
     b.run()
     np.testing.assert_allclose(out.view, np.matmul(v.view, u), rtol=1e-5, atol=1e-5)
 

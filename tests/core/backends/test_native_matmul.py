@@ -16,7 +16,7 @@ from step_recorder import StepRecorder
 
 import kiln
 from kiln.core.backends.cpu.codegen import native
-from kiln.core.backends.cpu.gemm import native_matmul
+from kiln.core.backends.cpu.gemm import native_matmul, products
 from kiln.core.backends.cpu.kernels.conv import conv
 from kiln.core.backends.cpu.runtime import threads
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(not (native.enabled() and conv.TILE64),
 def _run(a, b, out, epilogue=None):
     bld = StepRecorder()
     assert native_matmul.add(bld, a, b, out, epilogue=epilogue)
-    assert not isinstance(bld.steps[0][0], threads.MatmulCall)
+    assert not isinstance(bld.steps[0][0], products.MatmulCall)
     bld.run()
     return bld.steps[0][2]
 

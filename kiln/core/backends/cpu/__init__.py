@@ -1,16 +1,24 @@
-"""The CPU backend: numba kernels, NumPy's BLAS for GEMMs, a planned executor.
+"""The CPU backend: kernels compiled for the host (generated loops as LLVM IR through
+llvmlite, numba where the IR generator does not go), matrix products on kiln's private
+OpenBLAS or its own register-blocked kernels, and a planned executor.
 
 ``compile_graph(graph) -> CpuProgram``; ``program.run(feeds) -> outputs`` (graph.outputs in
-order). See ``program.py`` for the executor (host buffers and kernel calls on top of the
-device-neutral planner ``kiln/core/plan.py``, profiler), ``lowering.py`` for the rewrites
-applied before planning, ``jit.py`` for numba's side of the one JIT loader
-(``kiln/core/backends/jit.py``; ``KILN_JIT=0``), ``codegen.py`` / ``elementwise.py`` for the
-generated elementwise, fused and reduction kernels, ``threads.py`` for the thread pools, and one
-file per family for the other kernels (``linalg``, ``nn``, ``conv``, ``pool``, ``gather``,
-``random``, ``reduce``, ``movement``).
+order). The layout (docs/architecture.md, "The CPU backend"), arrows pointing down:
 
-Importing this package registers the ops it covers in ``KERNELS["cpu"]`` (elementwise ops are
-covered through code generation from their scalar bodies).
+* ``runtime/``: the program (plans of buffers and kernel calls on the device-neutral planner
+  ``kiln/core/plan.py``, feeds read in place, ``scan`` bodies) and the worker API that runs a
+  kernel's parts (kiln's thread pool, the spin pool);
+* ``kernels/``: hand-written kernels by family (elementwise and fused loops, linalg, conv,
+  pool, nn, gather, image, sort, random, movement, reduce, collective);
+* ``gemm/``: every matrix product behind ``gemm.products``, which picks the engine;
+* ``codegen/``: loop specs -> numba source or LLVM IR, native kernels, numba's side of the
+  one JIT loader (``kiln/core/backends/jit.py``; ``KILN_JIT=0``), compile batches;
+* ``registry.py`` (op -> builder), ``lowering.py`` (rewrites before planning), ``host.py``
+  (the CPU's features).
+
+This package imports the kernel families for their registration; nothing in it imports this
+``__init__``. Importing it registers the ops it covers in ``KERNELS["cpu"]`` (elementwise ops
+are covered through code generation from their scalar bodies).
 """
 
 from __future__ import annotations

@@ -73,18 +73,6 @@ class Deferred:
         return f"<deferred {self.kernel!r} {state}>"
 
 
-def settled(fn: Callable) -> Callable:
-    """``fn``, or its entry point when it is a :class:`Deferred` already compiled (inside a
-    :class:`~kiln.core.backends.cpu.runtime.threads.SplitCall` too)."""
-    from kiln.core.backends.cpu.runtime.threads import SplitCall
-
-    if isinstance(fn, Deferred) and fn.entry is not None:
-        return fn.entry
-    if isinstance(fn, SplitCall):
-        fn.entry = settled(fn.entry)
-    return fn
-
-
 def workers() -> int:
     """How many processes compile a batch at once: ``KILN_COMPILE_WORKERS``, else the CPUs
     this process may use (at most :data:`MAX_WORKERS`); 1 on platforms without a safe fork

@@ -57,7 +57,6 @@ from kiln.core.backends.cpu.codegen.spec import (
     inner_reductions,
     program_dtypes,
 )
-from kiln.core.backends.cpu.runtime import threads
 
 NATIVE_VERSION = "1"
 METH_FASTCALL = 0x0080
@@ -474,40 +473,3 @@ def try_kernel(label: str, arrays: Sequence[np.ndarray], params: Sequence[int],
         return None
     args = (*(a.reshape(-1) for a in arrays), np.asarray(params, np.int64))
     return k.specialize(args), args
-
-
-def native_split(b, name: str, make, arrays: tuple, p: list[int], n: int = 0, *,
-                 ranges: list | None = None, label: str | None = None,
-                 parts: np.ndarray | None = None, tail: list[int] | None = None,
-                 mixed: bool = False) -> bool:
-    """Adds the native kernel ``make(symbol, dtype)`` over ``arrays`` (one dtype, ``dtype``
-    the first array's; ``mixed``: others too, which ``make`` fixes) with the parameters
-    ``[*shapes, *p, n0, n1, *tail]``, its range of ``n`` items split over kiln's threads
-    (``ranges``: given), into ``parts[k]`` per part when given; False when it cannot run here
-    (the caller then runs its numba kernel)."""
-    if not mixed and any(a.dtype != arrays[0].dtype for a in arrays):
-        return False
-    ranges = ranges or threads.chunks(n, threads.kernel_threads())
-    label = label or f"{b.node.op}:{name}"
-    dims = [d for a in arrays for d in a.shape]
-    dtype = arrays[0].dtype.name
-
-    def params(lo: int, hi: int) -> list[int]:
-        return [*dims, *p, lo, hi, *(tail or ())]
-
-    found = try_kernel(f"{name} {dtype}", arrays, params(*ranges[0]),
-                       lambda s: make(s, dtype))
-    if found is None:
-        return False
-    entry, first = found
-    if len(ranges) == 1:
-        b.add(entry, first, label=label)
-        return True
-    per_part = [np.asarray(params(*r), np.int64) for r in ranges]
-    out = [a.reshape(-1) for a in parts] if parts is not None else None
-
-    def change(a: tuple, k: int) -> tuple:
-        return ((out[k] if out is not None else a[0]), *a[1:-1], per_part[k])
-
-    b.add(threads.SplitCall(entry, len(ranges), change), first, label=label)
-    return True

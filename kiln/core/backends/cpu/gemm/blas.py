@@ -7,7 +7,7 @@ their own (docs/architecture.md, "BLAS").
   product on its own and waits for its threads every time. kiln splits the batch over its
   own threads, each running its share on one BLAS thread (the instance's thread count set to
   1 for the call: nobody else uses it, and kiln's GEMMs run one at a time,
-  ``threads.matmul``). On the 2-core Zen 5 test host, before ``native_gemm`` took most of
+  ``products.matmul``). On the 2-core Zen 5 test host, before ``native_gemm`` took most of
   these batches: CIFAR CNN epoch -12% with OpenBLAS's Haswell kernels, -20% with its SkylakeX
   ones; ResNet -6 / -4.5%, Conv1D -7%; kernel-gradient products 36 x (32 x 4096) @
   (4096 x 32) 2.8 -> 2.2 ms.
@@ -38,7 +38,7 @@ else at the first batch of products): ~18 ms, and ~25 MB of memory. :func:`matmu
 GEMM through it (``cblas_?gemm``, one ctypes call of ~1.5 us per product) where the operands
 are BLAS-shaped and the work large enough; single products where its kernels are better or
 its threads known (:func:`singles`); anything else is ``np.matmul``'s. A plan step keeps the
-call it derived (``threads.MatmulCall``: :func:`prepare`, :func:`run`; ``threads.GemmCall``:
+call it derived (``products.MatmulCall``: :func:`prepare`, :func:`run`; ``products.GemmCall``:
 :func:`prepare_gemm`, :func:`run_gemm`).
 
 ``KILN_BLAS`` (read once): ``auto`` (default: as above), ``numpy`` (never the copy), or a core

@@ -19,9 +19,9 @@ checks); rows in blocks of ``R``, then one by one.
 
 from __future__ import annotations
 
+from kiln.core.backends.cpu.codegen.ir_kernel import _div, _Kernel, bias_relu_ir
 from kiln.core.backends.cpu.codegen.llvm_expr import Val
 from kiln.core.backends.cpu.codegen.spec import CodegenError
-from kiln.core.backends.cpu.kernels.conv.native_conv import _div, _Kernel, bias_relu_ir
 
 
 def _start(name: str, dtype: str, lanes: int, ranks: tuple = (1, 1, 1),

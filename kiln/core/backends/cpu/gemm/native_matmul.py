@@ -1,6 +1,6 @@
 """Dense layers' products ``C = A @ B`` on kiln's own register-blocked kernel
 (``native_gemm.matmul_ir``) in plans whose every product it takes (a Dense stack's
-``predict`` and training step: ``linalg.products_native``), with epilogues for what follows
+``predict`` and training step: ``gemm.products.products_native``), with epilogues for what follows
 a product there (docs/architecture.md, "Dense products"): the bias add and ReLU, a ReLU's
 gradient (``gate``), the ``gemm`` op's ``alpha * (A @ B) + beta * C`` in place and SGD
 momentum's ``w += v`` after it (``update``); a ``d @ W.T`` product's ``W.T`` is laid out for
@@ -33,7 +33,9 @@ import numpy as np
 
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import native_gemm
+from kiln.core.backends.cpu.host import has_avx512
 from kiln.core.backends.cpu.runtime import threads
+from kiln.core.backends.cpu.runtime.parts import native_split
 
 LANES = 16
 BLOCK = (4, 4)          # rows x vectors: 16 accumulators, 4 B vectors and a broadcast (of 32)
@@ -46,6 +48,9 @@ SERIAL_WORK = 1 << 22   # multiply-adds under which one thread runs the product
 COLUMN_ROWS = 512       # products of fewer rows are split by their columns (_ranges)
 TRANSPOSE_SPLIT = 1 << 16  # elements from which a transpose is split over the threads
 ENABLED = True
+
+# The kernel's blocks are AVX-512 vectors: it runs only where the CPU has them.
+AVX512 = has_avx512()
 
 
 def transposed(b: np.ndarray) -> bool:
@@ -60,9 +65,7 @@ def suits(a: np.ndarray, b: np.ndarray, out: np.ndarray, packed: bool = False) -
     C-contiguous; ``packed``: ``b`` may instead be :func:`transposed`), ``a`` any positive
     strides; the shape inside the measured range above; no overlap between ``out`` and an
     operand."""
-    from kiln.core.backends.cpu.kernels.conv import conv
-
-    if not (ENABLED and conv.TILE64 and a.ndim == b.ndim == out.ndim == 2):
+    if not (ENABLED and AVX512 and a.ndim == b.ndim == out.ndim == 2):
         return False
     if not (a.dtype == b.dtype == out.dtype == np.float32):
         return False
@@ -206,7 +209,7 @@ def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
     tag += "_gate" if gate is not None else ""
     n = out.shape[1]
     flags = (bias is not None, relu, update is not None, apply, gate is not None)
-    return native.native_split(b, _name(n, *flags), _make(n, *flags), arrays, p,
+    return native_split(b, _name(n, *flags), _make(n, *flags), arrays, p,
                                ranges=ranges, label=f"{b.node.op}:dense{tag}")
 
 
@@ -221,7 +224,7 @@ def add_transpose(b, src: np.ndarray, dst: np.ndarray) -> bool:
     cuts = [0] + [min(rows, -(-rows * j // parts) // LANES * LANES)
                   for j in range(1, parts)] + [rows]
     ranges = [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
-    return native.native_split(b, f"dense_transpose_l{LANES}",
+    return native_split(b, f"dense_transpose_l{LANES}",
                                lambda s, d: native_gemm.transpose_ir(s, d, LANES),
                                (dst.reshape(-1), src.reshape(-1)), [rows, cols],
                                ranges=ranges, label=f"{b.node.op}:transpose")

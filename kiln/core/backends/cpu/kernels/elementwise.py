@@ -23,6 +23,7 @@ from kiln.core.backends.cpu.codegen.spec import (
     params_length,
     split_program,
 )
+from kiln.core.backends.cpu.gemm import products
 from kiln.core.backends.cpu.runtime import threads
 from kiln.core.ir import Node, TensorType
 from kiln.core.layout import Layout, contiguous_strides, loop_nest
@@ -117,7 +118,7 @@ def build_loop(b, node: Node) -> None:
 
 
 # An in-place sum of two large contiguous float arrays (SGD momentum's w + v after the velocity's
-# gemm: kiln/core/passes/gemm.py) runs as BLAS's axpy (``threads.axpy``): OpenBLAS's threads,
+# gemm: kiln/core/passes/gemm.py) runs as BLAS's axpy (``products.axpy``): OpenBLAS's threads,
 # still spinning on the other core after the GEMM before it, take half of it, where a split
 # over kiln's own threads would first wake them (see PARALLEL_MIN_BYTES). Same bits: axpy
 # with alpha 1 is one rounded add per element. MLP training step (784 x 512 update): about
@@ -127,16 +128,15 @@ AXPY_MIN_ELEMENTS = 1 << 16
 
 
 def _axpy(b, node: Node) -> bool:
-    """Adds ``out += x`` as ``threads.axpy`` where ``node`` is such a sum (static shape, one
+    """Adds ``out += x`` as ``products.axpy`` where ``node`` is such a sum (static shape, one
     operand the result's own storage in the same layout, the other contiguous); False
     otherwise."""
     if node.dtype not in ("float32", "float64") or any(d is None for d in node.shape):
         return False
     if int(np.prod(node.shape)) < AXPY_MIN_ELEMENTS:
         return False
-    from kiln.core.backends.cpu.kernels.linalg import products_native
 
-    if products_native(b):  # a plan without BLAS calls: OpenBLAS's threads stay asleep
+    if products.products_native(b):  # a plan without BLAS calls: OpenBLAS's threads stay asleep
         return False
     out = b.out(node)
     if not out.flags.c_contiguous:
@@ -150,7 +150,7 @@ def _axpy(b, node: Node) -> bool:
     other = arrays[same.index(False)]
     if np.may_share_memory(other, out):
         return False
-    b.add(threads.axpy, (other, out), label="add(axpy)")
+    b.add(products.axpy, (other, out), label="add(axpy)")
     return True
 
 
@@ -274,12 +274,11 @@ def _min_bytes(b, kernel, plain: bool) -> int:
     native loop without a reduction in a plan without BLAS calls (its parts go to the spin
     pool: a trivial kernel split in two takes 4.0 us a call there, its two parts one after
     the other 2.7; and no OpenBLAS thread spins on the other core:
-    ``linalg.products_native``), else :data:`PARALLEL_MIN_BYTES`."""
-    from kiln.core.backends.cpu.kernels.linalg import products_native
+    ``gemm.products.products_native``), else :data:`PARALLEL_MIN_BYTES`."""
     from kiln.core.backends.cpu.runtime import spin_pool
 
     if (plain and spin_pool.ENABLED and isinstance(kernel, native.NativeKernel)
-            and products_native(b)):
+            and products.products_native(b)):
         return min(SPIN_MIN_BYTES, PARALLEL_MIN_BYTES)
     return PARALLEL_MIN_BYTES
 

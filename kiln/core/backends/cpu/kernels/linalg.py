@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.core.backends.cpu.gemm import products
 from kiln.core.backends.cpu.kernels.elementwise import Operand, emit_loop
 from kiln.core.backends.cpu.registry import builder
-from kiln.core.backends.cpu.runtime import threads
 from kiln.core.ir import Node
 
 OUTER = (("mul", (-1, -2), ()),)
@@ -34,66 +34,18 @@ def build_matmul(b, node: Node) -> None:
             y = Operand(b.layout(yn).transpose((1, 0)), yn.shape[::-1], yn.dtype, b.flat(yn))
             emit_loop(b, MATVEC, [x, y], out, "matmul(matvec)")
             return
-    x, y, out = _operands(b, node)
+    x, y, out = products.operands(b, node)
     # w.T laid out before w's update was fused into an earlier gemm (_pack_early): read that
     y = b.cache.get("packed", {}).get(id(yn), y)
-    if x.ndim == 2 and y.ndim == 2 and products_native(b) and dense(b, node, x, y, out):
+    if x.ndim == 2 and y.ndim == 2 and products.products_native(b) and dense(b, node, x, y, out):
         return
-    b.add(threads.MatmulCall(), (x, y, out))
-
-
-def _operands(b, node: Node) -> tuple:
-    """``(x, y, out)`` of a matmul node as its GEMM takes them: batch axes of ``x`` folded into
-    the rows where ``y`` is a matrix (one GEMM; np.matmul would loop over the batch)."""
-    xn, yn = node.inputs
-    x, out = b.array(xn), b.out(node)
-    if yn.ndim == 2 and xn.ndim > 2 and x.flags.c_contiguous and out.flags.c_contiguous:
-        x = x.reshape(-1, x.shape[-1])
-        out = out.reshape(-1, out.shape[-1])
-    return x, b.array(yn), out
+    b.add(products.MatmulCall(), (x, y, out))
 
 
 # d @ W.T's copy of a weight's W.T made right after the forward product read W (False: just
 # before the product). MLP training step, one process, epochs alternated: 0.912-0.972x the
 # time of the late copy (docs/architecture.md, "Dense products")
 EARLY_PACK = True
-
-# Ops whose kernels may call BLAS (a matmul: decided per node, :func:`products_native`).
-BLAS_OPS = frozenset({"gemm", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter",
-                      "scan"})
-
-
-def products_native(b) -> bool:
-    """Whether every product of the plan being built runs on kiln's own kernel (then its Dense
-    products and in-place ``gemm`` updates take it: :func:`dense`, :func:`build_gemm`);
-    decided once per plan. OpenBLAS's worker threads spin for ~0.3 ms after each of its calls
-    (``threads.BLAS_TIMEOUT``), and a kernel on kiln's threads in that window shares a core
-    with the spin: in an MLP training step whose input gradients and updates stayed
-    OpenBLAS's, running only the forward products on the kernel made the step 1.2x slower.
-    A plan that calls no BLAS (a Dense stack's ``predict`` and training step) has no such
-    spin (docs/architecture.md, "Dense products")."""
-    known = b.cache.get("products_native")
-    if known is None:
-        known = True
-        for node in b.static.kernels:
-            if node.op == "gemm":
-                known = _gemm_native(b, node) is not None
-            elif node.op in BLAS_OPS:
-                known = False
-            elif node.op == "matmul":
-                xn, yn = node.inputs
-                if xn.ndim == 2 and yn.ndim == 2 and 1 in (xn.shape[1], yn.shape[1]):
-                    continue  # the outer product and matrix-vector loops: no BLAS
-                from kiln.core.backends.cpu.gemm import native_matmul
-
-                x, y, out = _operands(b, node)
-                known = x.ndim == 2 and y.ndim == 2 and native_matmul.suits(x, y, out,
-                                                                           packed=True)
-            if not known:
-                break
-        b.cache["products_native"] = known
-    return known
-
 
 def dense(b, node: Node, x, y, out) -> bool:
     """Adds ``out = x @ y`` on kiln's register-blocked kernel (:mod:`.native_matmul`), with
@@ -186,14 +138,14 @@ def _after_first_read(b, w: np.ndarray) -> int | None:
 
 @builder("gemm")
 def build_gemm(b, node: Node) -> None:
-    """``alpha * (a @ b) + beta * c`` in one BLAS call (``threads.GemmCall``); the planner may
+    """``alpha * (a @ b) + beta * c`` in one BLAS call (``products.GemmCall``); the planner may
     give the result ``c``'s buffer (an update written in place: kiln/core/memory.py)."""
     an, bn, cn, alpha, beta = node.inputs
     c, out = b.array(cn), b.out(node)
-    if products_native(b):
+    if products.products_native(b):
         from kiln.core.backends.cpu.gemm import native_matmul
 
-        args = _gemm_native(b, node)
+        args = products.gemm_native(b, node)
         applied = _applied_update(b, node, out) if args is not None else None
         if applied is not None and native_matmul.add(b, *args[:3],
                                                      update=(*args[3:], applied[1])):
@@ -203,13 +155,8 @@ def build_gemm(b, node: Node) -> None:
             return
     # in place: the result is c's storage, decided here once (a plan is rebuilt when a
     # Variable's array changes; c is never a feed: passes/gemm.py)
-    b.add(threads.GemmCall(), (b.array(an), b.array(bn), None if _in_place(c, out) else c,
+    b.add(products.GemmCall(), (b.array(an), b.array(bn), None if products.in_place(c, out) else c,
                                 b.array(alpha), b.array(beta), out))
-
-
-def _in_place(c: np.ndarray, out: np.ndarray) -> bool:
-    return (c.__array_interface__["data"][0] == out.__array_interface__["data"][0]
-            and c.strides == out.strides)
 
 
 def _applied_update(b, node: Node, out: np.ndarray) -> tuple | None:
@@ -235,7 +182,7 @@ def _applied_update(b, node: Node, out: np.ndarray) -> tuple | None:
     if wn is node or id(add) in b.absorbed:
         return None
     w, target = b.array(wn), b.out(add)
-    if not (w.shape == out.shape and w.flags.c_contiguous and _in_place(w, target)):
+    if not (w.shape == out.shape and w.flags.c_contiguous and products.in_place(w, target)):
         return None
     readers = []
     for k in _run_between(b, at, j):
@@ -295,20 +242,3 @@ def _run_between(b, at: int, j: int) -> list[Node]:
         elif id(n) not in b.grouped:
             out.append(n)
     return out
-
-
-def _gemm_native(b, node: Node) -> tuple | None:
-    """``(a, b, out, alpha, beta)`` of a ``gemm`` node that kiln's Dense kernel computes in
-    place (``native_matmul.add``'s ``update``: matrices, the result in ``c``'s storage), or
-    None."""
-    from kiln.core.backends.cpu.gemm import native_matmul
-
-    an, bn, cn, alpha, beta = node.inputs
-    a, bm, c, out = b.array(an), b.array(bn), b.array(cn), b.out(node)
-    al, be = b.array(alpha), b.array(beta)
-    if not (a.ndim == 2 and bm.ndim == 2 and _in_place(c, out)
-            and native_matmul.suits(a, bm, out, packed=True)):
-        return None
-    if not all(s.shape == () and s.dtype == np.float32 for s in (al, be)):
-        return None
-    return a, bm, out, al, be

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from kiln.core.backends.cpu.codegen import compile_batch
 from kiln.core.backends.cpu.registry import builder
+from kiln.core.backends.cpu.runtime import parts
 from kiln.core.ir import Graph
 from kiln.core.layout import prod
 from kiln.core.ops.scan_body import offsets, output_types
@@ -143,7 +143,7 @@ def build_scan(b, node) -> None:
 
     def run_loop() -> None:
         if not settled:  # the body's kernels were compiled with the outer plan's batch
-            per_step[:] = [(t, [(compile_batch.settled(fn), args) for fn, args in step_calls])
+            per_step[:] = [(t, [(parts.settled(fn), args) for fn, args in step_calls])
                            for t, step_calls in per_step]
             settled.append(True)
         for dst, src in zip(carry_in, carries0):

@@ -55,6 +55,7 @@ from kiln.core.backends.cpu.runtime.feeds import (
     pointer_reader,
     view_maker,
 )
+from kiln.core.backends.cpu.runtime.parts import settled
 from kiln.core.backends.lowering import warn_fallback
 from kiln.core.ir import Graph, Node, TensorType
 from kiln.core.layout import Layout, as_array
@@ -293,8 +294,8 @@ class PlanBuilder:
             with compile_batch.batch():
                 plan = self._build()
             for step in plan.steps:
-                step.fn = compile_batch.settled(step.fn)
-            plan.calls = [(compile_batch.settled(fn), args) for fn, args in plan.calls]
+                step.fn = settled(step.fn)
+            plan.calls = [(settled(fn), args) for fn, args in plan.calls]
         return plan
 
     def _build(self) -> Plan:

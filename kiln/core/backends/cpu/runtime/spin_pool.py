@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from kiln.core.backends.cpu.codegen.spec import CodegenError
-from kiln.core.backends.cpu.runtime import threads
+from kiln.core.backends.cpu.runtime import cpus
 
 SPIN_CYCLES = 1 << 20  # a worker's spin before it sleeps: ~0.3 ms at 3.5 GHz (threads.BLAS_TIMEOUT)
 MAX_ARRAYS = 16        # arrays per part a trampoline passes on
@@ -358,7 +358,7 @@ class SpinPool:
             if self.module is None:
                 return False
             if self.memory is None:
-                lines = max(parts - 1, threads.kernel_threads() - 1, 1) + 1
+                lines = max(parts - 1, cpus.kernel_threads() - 1, 1) + 1
                 raw = np.zeros(SLOT * (lines + 1), np.uint8)
                 skip = (-raw.ctypes.data) % SLOT
                 self.memory = raw[skip:skip + SLOT * lines]
@@ -425,10 +425,10 @@ class SpinPool:
     def place(self) -> None:
         """Moves the workers off the calling thread's CPU where it changed since the last
         call (as ``threads.KernelPool`` does its own)."""
-        cpu = threads.current_cpu()
+        cpu = cpus.current_cpu()
         if cpu >= 0 and cpu != self.placed_for:
             self.placed_for = cpu
-            threads.move_off(self.workers, cpu)
+            cpus.move_off(self.workers, cpu)
 
 
 POOL = SpinPool()

@@ -33,11 +33,16 @@ import ctypes
 import os
 import queue
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+
+from kiln.core.backends.cpu.runtime.cpus import (  # noqa: F401  (threads.kernel_threads: the
+    current_cpu,  # count kernels split into)
+    kernel_threads,
+    move_off,
+)
 
 BLAS_TIMEOUT = 20  # 2^20 cycles: ~0.35 ms at 3 GHz
 
@@ -89,191 +94,12 @@ def configure() -> dict[str, object]:
     return status
 
 
-# ---- kiln's GEMMs, one at a time ---------------------------------------------------------------
-# OpenBLAS (0.3.28 to 0.3.33, NumPy's wheels up to 2.4 included) serializes concurrent threaded
-# GEMMs with a lock per transpose variant (NN, NT, TN, TT are four functions, each with its own
-# lock): two GEMMs of different variants at once, e.g. a forward x @ W and a gradient x.T @ g
-# from two threads predicting or training with kiln, corrupt its shared state, which gives
-# wrong results or hangs (OpenBLAS issue 5836, NumPy issue 29391; fixed in OpenBLAS 0.3.34).
-# Every GEMM of a kiln plan takes this one lock: at most one runs at a time in the process
-# (each uses all the BLAS threads already, so concurrent calls lose no throughput).
-_GEMM_LOCK = threading.Lock()
-
-
-def matmul(a: Any, b: Any, out: Any) -> None:
-    """``out = a @ b`` under kiln's process-wide GEMM lock (see above): through
-    :func:`kiln.core.backends.cpu.gemm.blas.matmul` (kiln's private OpenBLAS: batches split over
-    kiln's threads, better kernels where NumPy's picked slower ones), else ``np.matmul``."""
-    from kiln.core.backends.cpu.gemm import blas
-
-    with _GEMM_LOCK:
-        if not blas.matmul(a, b, out):
-            np.matmul(a, b, out=out)
-
-
-# What a kept step call holds where NumPy computes its product (too small for BLAS's threads,
-# or operands BLAS does not take): decided once for the arrays, as a BLAS call is.
-NUMPY = ()
-
-
-class _KeptCall:
-    """A plan step's BLAS call (``blas.prepare`` / ``prepare_gemm``) kept for the arrays it
-    last saw: weak references to them, never the arrays (a feed the step reads is still bound
-    in place: ``feeds.closure_arrays``), with their dtypes, shapes and strides."""
-
-    __slots__ = ("_seen", "_single")
-
-    def __init__(self) -> None:
-        self._seen: tuple | None = None
-        self._single: tuple | None = None
-
-    def _kept(self, a: Any, b: Any, out: Any) -> tuple | None:
-        """The kept call for these arrays: as kept when they are the ones last seen; with
-        ``a``'s address changed when only ``a`` is another array of the same layout that does
-        not overlap ``out`` (a feed bound in place is a new view at each call); else None."""
-        seen = self._seen
-        if seen is None or seen[1]() is not b or seen[2]() is not out:
-            return None
-        if seen[3] != (a.dtype, a.shape, a.strides, b.shape, b.strides, out.shape,
-                       out.strides):
-            return None
-        if seen[0]() is a or self._single is NUMPY:
-            return self._single
-        if np.may_share_memory(a, out):
-            return None
-        lib, fn, args = self._single
-        self._single = (lib, fn, (*args[:7], a.__array_interface__["data"][0], *args[8:]))
-        self._seen = (weakref.ref(a), *seen[1:])
-        return self._single
-
-    def _keep(self, a: Any, b: Any, out: Any, single: tuple | None) -> None:
-        """Keeps ``single`` (a BLAS call, or :data:`NUMPY`) for these arrays; None: nothing."""
-        if single is None:
-            self._seen = None
-            return
-        self._seen = (weakref.ref(a), weakref.ref(b), weakref.ref(out),
-                      (a.dtype, a.shape, a.strides, b.shape, b.strides, out.shape, out.strides))
-        self._single = single
-
-
-class MatmulCall(_KeptCall):
-    """``out = a @ b`` as :func:`matmul` computes it, for one plan step (``b.add(MatmulCall(),
-    (a, b, out))``): the BLAS call it derived is made again, without deriving it anew, while
-    the same arrays come back (a plan's own buffers; a bound feed changes only its address):
-    ~10 us a product less than :func:`matmul` (docs/architecture.md, "BLAS")."""
-
-    __slots__ = ()
-
-    def __call__(self, a: Any, b: Any, out: Any) -> None:
-        from kiln.core.backends.cpu.gemm import blas
-
-        with _GEMM_LOCK:
-            single = self._kept(a, b, out)
-            if single is None:
-                if a.ndim != 2:  # a batch: split over kiln's threads where BLAS takes it
-                    if not blas.matmul(a, b, out):
-                        np.matmul(a, b, out=out)
-                    return
-                single = blas.prepare(a, b, out) or NUMPY
-                self._keep(a, b, out, single)
-            if single is NUMPY:
-                np.matmul(a, b, out=out)
-            else:
-                blas.run(single)
-
-
-class GemmCall(_KeptCall):
-    """:func:`gemm` for one plan step, its BLAS call kept as :class:`MatmulCall` keeps its
-    own (``alpha`` and ``beta`` read at each call)."""
-
-    __slots__ = ()
-
-    def __call__(self, a: Any, b: Any, c: Any, alpha: Any, beta: Any, out: Any) -> None:
-        from kiln.core.backends.cpu.gemm import blas
-
-        al, be = alpha.item(), beta.item()
-        if al != 0 and be != 0:
-            if c is not None:
-                np.copyto(out, c)
-                c = None  # out holds it now
-            with _GEMM_LOCK:
-                single = self._kept(a, b, out)
-                if single is None:
-                    single = blas.prepare_gemm(a, b, out)
-                    self._keep(a, b, out, single)
-                if single is not None:
-                    blas.run_gemm(single, al, be)
-                    return
-        gemm(a, b, c, alpha, beta, out)
-
-
-def gemm(a: Any, b: Any, c: Any, alpha: Any, beta: Any, out: Any) -> None:
-    """``out = alpha * (a @ b) + beta * c`` (the ``gemm`` op; ``alpha``, ``beta`` 0-d arrays read
-    at each call: a learning rate may change between steps), under the GEMM lock. ``c`` None:
-    ``out`` holds it already (the planner writes an update in place; BLAS reads and writes it
-    element by element); otherwise ``c`` is copied into ``out`` first. One BLAS call with
-    ``beta`` (:func:`kiln.core.backends.cpu.gemm.blas.gemm`), the product never written on its own;
-    where no BLAS takes it, or ``alpha`` or ``beta`` is 0 (BLAS would skip that operand, and a
-    NaN in it would not reach the result as it does in ``0 * NaN``), NumPy in the reference's
-    order."""
-    from kiln.core.backends.cpu.gemm import blas
-
-    al, be = alpha.item(), beta.item()
-    if c is not None:
-        np.copyto(out, c)
-    with _GEMM_LOCK:
-        if al != 0 and be != 0 and blas.gemm(a, b, out, al, be):
-            return
-        product = np.matmul(a, b)
-    np.multiply(product, alpha, out=product)
-    np.multiply(out, beta, out=out)
-    np.add(product, out, out=out)
-
-
-def axpy(x: Any, out: Any) -> None:
-    """``out += x`` for two contiguous float arrays of one shape, by BLAS's axpy (alpha 1: the
-    same bits as the add) under the GEMM lock; NumPy's add where no OpenBLAS is at hand."""
-    from kiln.core.backends.cpu.gemm import blas
-
-    with _GEMM_LOCK:
-        if blas.axpy(x, out):
-            return
-    np.add(out, x, out=out)
-
-
 # ---- kiln's kernel threads ---------------------------------------------------------------------
 # A kernel that pays for threads is compiled serial (numba ``parallel=True`` costs 3-4x the
 # compile time of the same loop serial: the LSTM model's Adam update over a 20,000 x 128
 # embedding 2.3 s against 0.67 s) and run here on disjoint parts of its iteration space, one
 # part per thread, the calling thread taking the first (docs/architecture.md, "Threads").
 # Kernels release the GIL (``nogil=True``), so the parts run at once.
-
-
-def kernel_threads() -> int:
-    """Threads a split kernel uses: ``KILN_NUM_THREADS``, else numba's configured count (the
-    CPUs this process may use, or ``NUMBA_NUM_THREADS``); 1 when kernels run as Python."""
-    from kiln import config
-
-    if not config.jit_enabled():
-        return 1
-    env = os.environ.get("KILN_NUM_THREADS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise ValueError(
-                f"KILN_NUM_THREADS must be a positive integer, got {env!r}") from None
-    # numba's own default (numba.config.NUMBA_NUM_THREADS), without importing numba
-    raw = os.environ.get("NUMBA_NUM_THREADS", "").strip()
-    if raw:
-        try:
-            return max(1, int(raw))
-        except ValueError:
-            pass
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
 
 
 class _Done:
@@ -296,37 +122,6 @@ class _Done:
             self.left -= 1
             if self.left == 0:
                 self.event.set()
-
-
-def _cpu_reader() -> Callable[[], int]:
-    """A function returning the CPU the calling thread runs on (glibc's ``sched_getcpu``, a
-    vDSO read), or -1 where there is none."""
-    try:
-        fn = ctypes.CDLL(None).sched_getcpu
-    except (OSError, AttributeError, TypeError):  # no libc symbol (not glibc), or Windows
-        return lambda: -1
-    fn.restype, fn.argtypes = ctypes.c_int, []
-    return fn
-
-
-current_cpu = _cpu_reader()
-
-
-def move_off(workers: Sequence[tuple[int, frozenset[int]]], cpu: int) -> bool:
-    """Sets the affinity of each thread ``(native id, CPUs it started with)`` of ``workers``
-    to those CPUs but ``cpu`` (kept where that leaves none). A sleeping thread is then woken
-    on another CPU than its waker's (kiln's pool here, OpenBLAS's workers in blas.place).
-    False where a thread no longer exists."""
-    for tid, allowed in workers:
-        others = allowed - {cpu}
-        if others:
-            try:
-                os.sched_setaffinity(tid, others)
-            except ProcessLookupError:
-                return False
-            except OSError:  # the CPUs allowed changed: the thread stays where it is
-                pass
-    return True
 
 
 def _run_part(fn: Callable, args: tuple, done: _Done) -> None:

@@ -36,10 +36,13 @@ from collections.abc import Callable
 import numpy as np
 
 from kiln.core.backends.cpu.codegen import jit, native
+from kiln.core.backends.cpu.gemm import products
+from kiln.core.backends.cpu.host import has_avx512
 from kiln.core.backends.cpu.kernels.conv import conv_tile, native_conv, native_groups, winograd
 from kiln.core.backends.cpu.kernels.pool import native_pool
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.backends.cpu.runtime import threads
+from kiln.core.backends.cpu.runtime.parts import native_split
 from kiln.core.ir import Node
 from kiln.core.ops.window import window2d
 
@@ -60,16 +63,7 @@ DIRECT_MAX_TAPS = 16
 # (no AVX-512), MNIST convnet epoch 0.85 s with the tiles against 0.61 s without (1,280
 # samples, interleaved in one process), layer 2 forward 19.4 against 12.9 ms. So the tiles
 # are used only where the CPU has AVX-512.
-def _host_has_avx512() -> bool:
-    try:
-        import llvmlite.binding as llvm
-
-        return bool(llvm.get_host_cpu_features().get("avx512f", False))
-    except (ImportError, AttributeError, RuntimeError, OSError):  # cannot tell: portable path
-        return False
-
-
-TILE64 = _host_has_avx512()
+TILE64 = has_avx512()
 # Where TILE64 holds, the forward and kernel-gradient tiles run as native_tile's kernels
 # (explicit vectors of 16 lanes, blocks of R pixels or taps x the output channels' vectors,
 # masked tails; no numba) before the numba kernels below. FILTER_CHUNK: output pixels per
@@ -418,7 +412,7 @@ def _native_call(b, name: str, args: tuple, ranges: list, label: str, fastmath: 
     make = make or _TWINS.get(name)
     if make is None or fastmath:
         return False
-    return native.native_split(b, name, make, args[:-1], args[-1].tolist(), ranges=ranges,
+    return native_split(b, name, make, args[:-1], args[-1].tolist(), ranges=ranges,
                                label=label, parts=parts)
 
 
@@ -482,7 +476,7 @@ def build_conv2d(b, node: Node) -> None:
         return
     cols = _cols(b, x_node, k, oh, ow, p)
     kk = k[0] * k[1] * w.shape[2]
-    b.add(threads.MatmulCall(),
+    b.add(products.MatmulCall(),
           (cols.reshape(-1, kk), w.reshape(kk, -1), out.reshape(-1, w.shape[3])),
           label="conv2d:gemm")
 
@@ -527,7 +521,7 @@ def build_conv2d_filter(b, node: Node) -> None:
         _call_summed(b, conv_filter_tn64_kernel, out.reshape(kk, 64), cols.reshape(-1, kk),
                      ct.reshape(-1, 64), TN64_CHUNK, n=-(-rows // TN64_CHUNK), fastmath=True)
         return
-    b.add(threads.MatmulCall(), (cols.reshape(-1, kk).T, ct.reshape(-1, ct.shape[3]),
+    b.add(products.MatmulCall(), (cols.reshape(-1, kk).T, ct.reshape(-1, ct.shape[3]),
                                  out.reshape(kk, -1)), label="conv2d_backprop_filter:gemm")
 
 
@@ -548,7 +542,7 @@ def build_conv2d_input(b, node: Node) -> None:
         winograd.input_gradient(b, ct, id(ct_node), w, out, pads, stride)
         return
     if _pointwise(node, k):  # dx (M, Cin) = dy (M, Cout) @ w^T: no im2col-sized buffer
-        b.add(threads.MatmulCall(), (ct.reshape(-1, w.shape[3]), w.reshape(w.shape[2], -1).T,
+        b.add(products.MatmulCall(), (ct.reshape(-1, w.shape[3]), w.reshape(w.shape[2], -1).T,
                                      out.reshape(-1, w.shape[2])), label=f"{node.op}:pointwise")
         return
     if conv_method(k[0] * k[1] * w.shape[2], node.op, out.dtype.name, ct.shape[3]) == "direct":
@@ -560,7 +554,7 @@ def build_conv2d_input(b, node: Node) -> None:
     n = ct.shape[0]
     kk = k[0] * k[1] * w.shape[2]
     cols = np.empty((n, oh, ow, k[0], k[1], w.shape[2]), w.dtype)
-    b.add(threads.MatmulCall(),
+    b.add(products.MatmulCall(),
           (ct.reshape(-1, w.shape[3]), w.reshape(kk, -1).T, cols.reshape(-1, kk)),
           label="conv2d_backprop_input:gemm")
     _call(b, col2im_kernel, out, cols, p)

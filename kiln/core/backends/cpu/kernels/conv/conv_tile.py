@@ -14,6 +14,7 @@ import numpy as np
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.kernels.conv import conv, native_tile
 from kiln.core.backends.cpu.runtime import threads
+from kiln.core.backends.cpu.runtime.parts import native_split
 from kiln.core.ir import Node
 from kiln.core.ops.window import window2d
 
@@ -91,7 +92,7 @@ def native_forward(b, out: np.ndarray, x: np.ndarray, w2d: np.ndarray, geometry:
         return False
     for dst, src in pads:  # the kernel's zero-padded columns and bias, refreshed every step
         b.add(np.copyto, (dst, src), label=f"{b.node.op}:pad_kernel")
-    return native.native_split(b, name, make, arrays, [*strides, taps], out.shape[0] * out.shape[1],
+    return native_split(b, name, make, arrays, [*strides, taps], out.shape[0] * out.shape[1],
                         tail=off, label=label or f"{b.node.op}:conv_tile{tag and '_' + tag}")
 
 
@@ -158,7 +159,7 @@ def native_filter(b, out: np.ndarray, x: np.ndarray, ct: np.ndarray, geometry: t
         return native_tile.filter_ir(symbol, dtype, 16, rows, vecs, co, tail)
 
     label = f"{b.node.op}:filter_tile"
-    if not native.native_split(b, f"conv_filter_tile_l16r{rows}v{vecs}c{co}t{tail}", make,
+    if not native_split(b, f"conv_filter_tile_l16r{rows}v{vecs}c{co}t{tail}", make,
                         (flat if parts is None else parts[0], x, ct),
                         [*strides, taps, oh, ow, per], ranges=ranges, label=label,
                         parts=parts, tail=off):
@@ -204,7 +205,7 @@ def native_dot_forward(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndar
         return False
     b.add(np.copyto, (wt[:, :, :ci], w.transpose(3, 0, 1, 2).reshape(co, kh * kw, ci)),
           label=f"{node.op}:pad_kernel")
-    return native.native_split(b, f"conv_dot_r{rows}v{cvecs}i{ci}o{co}s{step}", make, (out, x, wt),
+    return native_split(b, f"conv_dot_r{rows}v{cvecs}i{ci}o{co}s{step}", make, (out, x, wt),
                         [*strides, kh * kw], out.shape[0] * out.shape[1], tail=off,
                         label=f"{node.op}:conv_dot")
 
@@ -230,7 +231,7 @@ def native_dot_filter(b, node: Node, x: np.ndarray, ct: np.ndarray, out: np.ndar
     def make(symbol: str, dtype: str) -> str:
         return native_tile.dot_filter_ir(symbol, dtype, 16, rows, cvecs, ci, co, tail)
 
-    if not native.native_split(b, name, make, (total if parts is None else parts[0], x, ct),
+    if not native_split(b, name, make, (total if parts is None else parts[0], x, ct),
                         [*strides, kk, oh, ow, per], ranges=ranges, parts=parts, tail=off,
                         label=f"{node.op}:conv_dot_filter"):
         return False

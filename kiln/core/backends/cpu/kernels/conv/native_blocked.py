@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kiln.core.backends.cpu.codegen.ir_kernel import _div, _Kernel
 from kiln.core.backends.cpu.codegen.llvm_expr import Val
 from kiln.core.backends.cpu.codegen.spec import CodegenError
-from kiln.core.backends.cpu.kernels.conv.native_conv import _div, _Kernel
 
 
 def _columns(k: _Kernel, b: str, geometry: tuple) -> tuple[str, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kiln.core.backends.cpu.codegen.ir_kernel import _check, _div, _Kernel
 from kiln.core.backends.cpu.codegen.llvm_expr import Val
 from kiln.core.backends.cpu.kernels.conv.native_blocked import (
     _filter_rows,
@@ -20,7 +21,6 @@ from kiln.core.backends.cpu.kernels.conv.native_blocked import (
     _row_blocks,
     _vector,
 )
-from kiln.core.backends.cpu.kernels.conv.native_conv import _check, _div, _Kernel
 
 
 def _windows(k: _Kernel, x_dims: list[str], w_dims: list[str], body: Callable,

@@ -32,9 +32,9 @@ output rows into its own ``dw`` (zeroed first; ``conv._call_summed`` adds the pa
 
 from __future__ import annotations
 
+from kiln.core.backends.cpu.codegen.ir_kernel import _div, _Kernel, bias_relu_ir
 from kiln.core.backends.cpu.codegen.llvm_expr import Val
 from kiln.core.backends.cpu.codegen.spec import CodegenError
-from kiln.core.backends.cpu.kernels.conv.native_conv import _div, _Kernel, bias_relu_ir
 
 # accumulators + the V kernel (or cotangent) vectors + one broadcast, within the registers
 REGISTERS = {16: 30, 8: 15}

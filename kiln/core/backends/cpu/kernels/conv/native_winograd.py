@@ -24,16 +24,16 @@ The tile buffer holds ``alpha * alpha`` blocks of ``S`` floats (``S`` a paramete
 channel loop has no branch. It runs 16 lanes at a time (AVX-512 hosts: ``<16 x float>``),
 then eight, then the rest one at a time. The arrays come flat; the parameter array holds
 every array's shape (in argument order), then ``[TH, TW, pt, pl, S]``, then the range
-``n0 <= n < n1`` of images that ``native.native_split`` splits over threads.
+``n0 <= n < n1`` of images that ``runtime.parts.native_split`` splits over threads.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
 
+from kiln.core.backends.cpu.codegen.ir_kernel import _div, _Kernel
 from kiln.core.backends.cpu.codegen.llvm_loop import Func
 from kiln.core.backends.cpu.codegen.spec import CodegenError
-from kiln.core.backends.cpu.kernels.conv.native_conv import _div, _Kernel
 
 LANES = 8
 

@@ -35,8 +35,9 @@ from numpy.lib.stride_tricks import as_strided
 
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import native_gemm
+from kiln.core.backends.cpu.gemm import products as gemm_products
 from kiln.core.backends.cpu.kernels.conv import conv_tile, native_winograd, winograd_pipeline
-from kiln.core.backends.cpu.runtime import threads
+from kiln.core.backends.cpu.runtime.parts import native_split
 from kiln.core.ir import Node
 
 # Channels the input transform reads, at least: one 8-lane vector. From tests of single
@@ -139,7 +140,6 @@ class Geometry:
         """Adds the native ``kind`` transform between an image and ``tiles`` over the ``n``
         images, split over threads; ``part = (width, offset)``: the tiles' rows hold several
         images' channels (the phases of a stride-2 convolution), this one at ``offset``."""
-        from kiln.core.backends.cpu.codegen.native import native_split
 
         m, r, rows = self.m, self.r, self.rows
         width, offset = part or (tiles.view.shape[2], 0)
@@ -169,7 +169,7 @@ class Geometry:
 def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """``out`` (any shape of ``a.shape[0] * b.shape[1]`` values) ``= a @ b``."""
     if out.flags.c_contiguous:
-        threads.matmul(a, b, out.reshape(a.shape[0], -1))
+        gemm_products.matmul(a, b, out.reshape(a.shape[0], -1))
     else:
         out[...] = (a @ b).reshape(out.shape)
 
@@ -192,7 +192,7 @@ def products(b, a: tuple | np.ndarray, bm: tuple | np.ndarray, out: tuple | np.n
     (flat buffer, view of it from its start) pair (the tile buffers). The register-blocked
     native kernel (``native_gemm``: 2-4x OpenBLAS's speed on these shapes) split over kiln's
     threads by blocks, where the columns (or, transposed, the rows) fill its vectors; else
-    ``threads.matmul``."""
+    ``gemm_products.matmul``."""
     pairs = [x if isinstance(x, tuple) else (x.reshape(-1), x) for x in (out, a, bm)]
     views = [v for _, v in pairs]
     label = f"{b.node.op}:winograd_gemm"
@@ -213,7 +213,6 @@ def products(b, a: tuple | np.ndarray, bm: tuple | np.ndarray, out: tuple | np.n
         # one column, A's rows contiguous (a Conv2D(1) layer's forward): dot products
         lanes = 16 if k >= 16 and _avx512() else 8
         p = [m, k, n, *steps[1], steps[2][0], steps[2][1], steps[0][0], steps[0][1]]
-        from kiln.core.backends.cpu.codegen.native import native_split
 
         if native_split(b, f"winograd_dot_l{lanes}",
                         lambda symbol, dtype: native_gemm.dot_ir(symbol, dtype, lanes),
@@ -228,12 +227,11 @@ def products(b, a: tuple | np.ndarray, bm: tuple | np.ndarray, out: tuple | np.n
         def make(symbol: str, dtype: str) -> str:
             return native_gemm.gemm_ir(symbol, dtype, lanes, rows, vecs)
 
-        from kiln.core.backends.cpu.codegen.native import native_split
 
         if native_split(b, f"winograd_gemm_l{lanes}r{rows}v{vecs}", make,
                         tuple(fl for fl, _ in pairs), p, nb, label=label):
             return
-    b.add(threads.MatmulCall(), (views[1], views[2], views[0]), label=label)
+    b.add(gemm_products.MatmulCall(), (views[1], views[2], views[0]), label=label)
 
 
 # Rows x vectors of a native product block per lane count: 12 accumulators, the two B vectors

@@ -12,10 +12,10 @@ raises CodegenError: the builder then uses the numba kernel.
 
 from __future__ import annotations
 
+from kiln.core.backends.cpu.codegen.ir_kernel import _div
 from kiln.core.backends.cpu.codegen.llvm_expr import Val
 from kiln.core.backends.cpu.codegen.llvm_loop import Func
 from kiln.core.backends.cpu.codegen.spec import CodegenError
-from kiln.core.backends.cpu.kernels.conv.native_conv import _div
 
 FLOAT = ("float32", "float64")
 INDEX = ("int32", "int64")

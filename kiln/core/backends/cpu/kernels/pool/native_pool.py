@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kiln.core.backends.cpu.codegen.ir_kernel import _check, _Kernel
 from kiln.core.backends.cpu.codegen.llvm_expr import Val
-from kiln.core.backends.cpu.kernels.conv.native_conv import _check, _Kernel
 
 
 def _geometry(k: _Kernel) -> tuple:

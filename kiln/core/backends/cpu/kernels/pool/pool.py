@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.core.backends.cpu.codegen.native import native_split
 from kiln.core.backends.cpu.kernels.conv.conv import _call
 from kiln.core.backends.cpu.kernels.pool import native_pool
 from kiln.core.backends.cpu.registry import builder
+from kiln.core.backends.cpu.runtime.parts import native_split
 from kiln.core.ir import Node
 from kiln.core.ops.window import window2d
 
