@@ -123,32 +123,9 @@ def test_imports_inside_functions_and_relative_imports_count():
         f"{PACKAGE}.sub.y", f"{PACKAGE}.sub.z", f"{PACKAGE}.x"}
 
 
-#: Modules whose imports of each other are still circular, each with the reason. Their edges
-#: among themselves are left out of the cycle check; any other cycle (one through a module
-#: outside the list, or among others) fails it.
-KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    frozenset(f"{PACKAGE}.kernels.conv.{m}" for m in
-              ("conv", "conv_groups", "conv_tile", "winograd", "winograd_pipeline")):
-        "issue 43: conv.py's settings (TILE64, NATIVE_TILE, ...) and its split-call helpers "
-        "(_call, _call_summed, _conv_params) still to move into a module below the builders",
-}
-
-
 def test_the_cpu_backend_has_no_import_cycle():
-    graph = import_graph()
-    for members in KNOWN_CIRCLES:
-        for u in members:
-            graph[u] = {v for v in graph.get(u, ()) if v not in members}
-    cycle = find_cycle(graph)
+    cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle in the CPU backend: " + " -> ".join(map(_short, cycle))
-
-
-def test_the_known_circles_are_still_circles():
-    """An entry of :data:`KNOWN_CIRCLES` is dropped once its circle is broken."""
-    graph = import_graph()
-    for members in KNOWN_CIRCLES:
-        sub = {u: graph[u] & members for u in members}
-        assert find_cycle(sub) is not None, f"no longer circular: {sorted(members)}"
 
 
 def test_at_most_twelve_modules_lie_flat_in_the_cpu_package():

@@ -43,7 +43,7 @@ from kiln.core.backends.cpu.kernels import (  # noqa: E402,F401  (registration s
     reduce,
     sort,
 )
-from kiln.core.backends.cpu.kernels.conv import conv  # noqa: E402,F401  (registration side effects)
+from kiln.core.backends.cpu.kernels.conv import builders  # noqa: E402,F401  (registration side effects)
 from kiln.core.backends.cpu.kernels.nn import nn  # noqa: E402,F401  (registration side effects)
 from kiln.core.backends.cpu.kernels.pool import pool  # noqa: E402,F401  (registration side effects)
 from kiln.core.backends.cpu.registry import BUILDERS  # noqa: E402
