@@ -1,4 +1,5 @@
-"""The CPU backend's kernels: numba ``njit`` over the one JIT loader (:mod:`..jit`).
+"""The CPU backend's numba kernels: ``njit`` over the one JIT loader
+(:mod:`kiln.core.backends.jit`).
 
 Every numba kernel of the CPU backend (generated or hand-written) is loaded through :func:`load`:
 

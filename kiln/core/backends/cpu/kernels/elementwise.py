@@ -59,8 +59,9 @@ _kernels: dict[LoopSpec, jit.Kernel] = {}
 
 
 def loop_kernel(spec: LoopSpec) -> jit.Kernel | native.NativeKernel:
-    """The (cached) kernel for ``spec``: native (LLVM IR compiled by llvmlite, :mod:`.native`)
-    when that path is on and generates ``spec``, else numba's of the generated source."""
+    """The (cached) kernel for ``spec``: native (LLVM IR compiled by llvmlite,
+    :mod:`..codegen.native`) when that path is on and generates ``spec``, else numba's of the
+    generated source."""
     k = native.loop_kernel(spec) if native.enabled() else None
     if k is None:
         k = _kernels.get(spec)

@@ -5,8 +5,8 @@ All view the data as (P, N, Q) around the gathered axis; negative indices wrap l
 out-of-range ones raise IndexError naming the op. The numba kernels (below) read one index
 per gathered element, (P, M, Q): ``take_along_axis``'s own indices, or ``take``'s index vector
 broadcast over P and Q. ``take`` / ``take_grad`` also have a native kernel from LLVM IR
-(:func:`take_ir`, through :mod:`.native`, compiled ~5x faster; used when that path is on and
-the dtypes are generated), which returns a status that its entry point turns into the same
+(:func:`take_ir`, through :mod:`..codegen.native`, compiled ~5x faster; used when that path
+is on and the dtypes are generated), which returns a status that its entry point turns into the same
 IndexError.
 """
 from __future__ import annotations

@@ -48,7 +48,7 @@ def build_matmul(b, node: Node) -> None:
 EARLY_PACK = True
 
 def dense(b, node: Node, x, y, out) -> bool:
-    """Adds ``out = x @ y`` on kiln's register-blocked kernel (:mod:`.native_matmul`), with
+    """Adds ``out = x @ y`` on kiln's register-blocked kernel (:mod:`..gemm.native_matmul`), with
     the bias add and ReLU of the kernel right after it as its epilogue where that kernel is
     one (``conv_tile.epilogue``: the pass over the product is gone); False where the kernel
     does not take the product."""

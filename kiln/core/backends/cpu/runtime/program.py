@@ -289,7 +289,7 @@ class PlanBuilder:
     # ---- phases -------------------------------------------------------------------------------
     def build(self) -> Plan:
         """The plan; its kernels are compiled together when the outermost build ends
-        (:mod:`.compile_batch`), and its calls then call their entry points directly."""
+        (:mod:`..codegen.compile_batch`), and its calls then call their entry points directly."""
         with gc_pause.paused():  # no collector pauses while building (kiln/core/gc_pause.py)
             with compile_batch.batch():
                 plan = self._build()

@@ -1,6 +1,6 @@
 """Native kernels' split calls on workers that wait in native code (docs/architecture.md,
-"Threads"): kiln's own kernels (:mod:`.native`) split over threads hand their parts to these
-workers instead of :data:`threads.POOL`'s Python threads.
+"Threads"): kiln's own kernels (:mod:`..codegen.native`) split over threads hand their parts
+to these workers instead of :data:`threads.POOL`'s Python threads.
 
 A split call on the Python pool wakes a worker through a queue and an event, and the worker
 takes the GIL before it calls its part: 11-15 us a call (median; 18-32 at the 90th
@@ -17,14 +17,14 @@ as any native kernel) holds:
   number. ``sleeping`` is set and the sequence number read again before it sleeps, and the
   caller reads ``sleeping`` after it publishes (both sequentially consistent), so a part is
   never missed: either the worker sees it or the caller wakes the worker.
-* ``@<sym>_py``: the plan step's entry (a builtin function, :mod:`.native`'s wrapper
+* ``@<sym>_py``: the plan step's entry (a builtin function, :mod:`..codegen.native`'s wrapper
   convention): its first argument an int64 header (pool, parts, trampoline, kernel, arrays
   per part), then each part's arrays. It reads the arrays' data pointers, releases the GIL,
   takes the pool (a compare-and-swap on its lock word: a pool in use by another thread makes
   this caller run every part itself, in order), publishes parts 1.. to the workers, runs part
   0, waits for the others (spinning; ``sched_yield`` after a while), and releases the pool.
 * ``@<sym>_call<n>(argv)``: trampolines calling ``argv[0](argv[1], ..., argv[n])``, the
-  kernels' own signature (``void @kernel(ptr, ...)``: only pointers, :mod:`.llvm_loop`).
+  kernels' own signature (``void @kernel(ptr, ...)``: only pointers, :mod:`..codegen.llvm_loop`).
 
 The parts of a call are the same parts with the same arguments as on the Python pool, so the
 results are the same bits. A forked child starts its own workers on its first split call

@@ -4,10 +4,10 @@ generator (docs/architecture.md, "Native loops").
 
 Each generator writes the same loops, in the same order and the same types, as the numba
 kernel it stands for (``nn.py``, ``movement.py``, ``random.py``: read them for the maths), the
-scalar statements lowered by :class:`.llvm_expr.Expr` under numba's typing rules, so a native
-kernel gives numba's bits (``tests/core/backends/test_native_loops.py``). Arrays are flat; the
-shapes come in the int64 parameter array (last argument). A dtype a generator does not handle
-raises CodegenError: the builder then uses the numba kernel.
+scalar statements lowered by :class:`...codegen.llvm_expr.Expr` under numba's typing rules,
+so a native kernel gives numba's bits (``tests/core/backends/test_native_loops.py``). Arrays
+are flat; the shapes come in the int64 parameter array (last argument). A dtype a generator
+does not handle raises CodegenError: the builder then uses the numba kernel.
 """
 
 from __future__ import annotations
