@@ -1,4 +1,6 @@
-"""matmul: NumPy's BLAS with a preallocated ``out=`` buffer.
+"""The matmul and gemm builders: each product runs on the engine ``gemm.products`` picks for
+the plan (kiln's register-blocked kernel with its epilogues, or OpenBLAS with a preallocated
+``out=`` buffer).
 
 Transposed operands are strided views (``x.T @ g`` from autodiff's ``transpose`` nodes): BLAS
 takes them without copies. Two degenerate 2-D shapes, where ``np.matmul`` costs several
