@@ -1,4 +1,4 @@
-"""Random graphs, the CPU backend against the reference backend (docs/architecture.md, "NaN,
+"""Random graphs, the CPU backend against the reference backend (docs/features.md, "NaN,
 extreme values and random streams").
 
 Each seed draws a small graph: one to three inputs (the later ones broadcast along some axes),
