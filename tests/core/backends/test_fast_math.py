@@ -97,7 +97,7 @@ _F32_CASES = {
     "expm1": (K.expm1, np.expm1, _ARGS, 3.0),
     "softplus": (K.softplus, lambda v: np.logaddexp(0.0, v), _ARGS, 3.0),
     "elu": (K.elu, lambda v: np.where(v > 0, v, np.expm1(np.minimum(v, 0))), _ARGS, 3.0),
-    # scalars.erf32 (codegen.FAST_F32): the float64 reference is math.erf
+    # scalars.erf32 (codegen.spec.FAST_F32): the float64 reference is math.erf
     "erf": (K.erf, np.vectorize(math.erf, otypes=[np.float64]),
             np.concatenate([np.linspace(-6, 6, 200001), np.geomspace(1e-45, 1, 4000),
                             -np.geomspace(1e-45, 1, 4000), np.linspace(0.99, 1.01, 20001)]),

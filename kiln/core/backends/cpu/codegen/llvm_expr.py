@@ -6,7 +6,7 @@ such an expression, parsed with :mod:`ast`, to LLVM instructions with numba's ty
 so that a loop generated here computes what the numba kernel of the same program computes:
 
 * literals: ``int`` -> int64, ``float`` -> float64, ``bool`` -> boolean (the float32 programs
-  wrap their literals in ``np.float32(...)``, ``codegen.type_literals``);
+  wrap their literals in ``np.float32(...)``, ``spec.type_literals``);
 * arithmetic: integers (and booleans) compute in int64 (numba's machine-int promotion; every
   instruction's result is cast back to its dtype, so wrapping is the same); floats in the
   wider of the two, float64 when mixed with an integer; ``/`` is true division (float64 for
@@ -348,7 +348,7 @@ def _dotted(n: ast.AST) -> str:
 
 
 # the functions of scalars.py a generated body may call, under the names codegen imports
-# them as (codegen.FAST_F32) and their own (they call each other)
+# them as (spec.FAST_F32) and their own (they call each other)
 SCALAR_FUNCTIONS = {prefix + name: name
                     for name in ("tanh32", "sigmoid32", "exp_reduced32", "exp_neg32", "exp32",
                                  "log32", "log1p32", "expm1_32", "erf32", "trig_pick", "trig32",

@@ -1,5 +1,5 @@
 """Scalar functions of known accuracy for the CPU's generated float32 loops (see
-``codegen.FAST_F32``): plain Python here (what ``KILN_JIT=0`` runs, and the source the native
+``spec.FAST_F32``): plain Python here (what ``KILN_JIT=0`` runs, and the source the native
 loops expand in place, ``llvm_expr``); ``scalars_numba.py`` registers them with numba
 (``register_jitable``: compiled inline, typed once per process for every numba kernel that calls
 them), so that a program without numba kernels never imports numba. Generated kernels import
@@ -15,7 +15,7 @@ tests/core/backends/test_fast_math.py checks them.
 * ``sigmoid32``: e = exp_neg32(-|x|), r = 1 / (1 + e), e * r for x < 0 (~2-3 instead of ~10
   ns): relative accuracy 1.7e-7 down to 1e-37 (below that the result is 0, within 1.2e-38).
 * ``exp32``, ``log32``, ``log1p32``, ``expm1_32``: what every float32 loop calls for
-  ``np.exp``, ``np.log``, ``np.log1p`` and ``np.expm1`` (``codegen.f32_calls``): libm's are
+  ``np.exp``, ``np.log``, ``np.log1p`` and ``np.expm1`` (``spec.f32_calls``): libm's are
   scalar calls of 4-13 ns that keep a loop from vectorizing (1M floats: exp 3.7 ms, log 12.5
   ms, NumPy's 0.6 ms). ``exp32``: Cephes' expf polynomial with 2^k in two factors, so that a
   denormal result rounds once (inf above 88.72, 0 below -103.9); ``log32``: Cephes' logf on

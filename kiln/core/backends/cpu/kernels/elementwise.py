@@ -176,7 +176,7 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
     operand): without reduction with ``out``'s shape and strides, in a reduction loop with
     the iteration space's shape, each in its own layout (codegen's module docstring);
     ``reductions`` the outputs of the reductions inside the program before its last one
-    (``codegen.inner_reductions``, in order), each in ``out``'s layout."""
+    (``spec.inner_reductions``, in order), each in ``out``'s layout."""
     head, red, red_attrs = split_program(program)
     head = canonical(head)
     in_dtypes = [i.dtype for i in ins]
