@@ -38,8 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from kiln.core.backends.cpu.runtime.cpus import (  # noqa: F401  (threads.kernel_threads: the
-    current_cpu,  # count kernels split into)
+# kernel_threads (cpus.py) is read through this module by the kernels that split their work
+# (threads.kernel_threads()), so that one setting reaches all of them.
+from kiln.core.backends.cpu.runtime.cpus import (  # noqa: F401
+    current_cpu,
     kernel_threads,
     move_off,
 )
