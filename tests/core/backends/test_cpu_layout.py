@@ -149,6 +149,9 @@ FORBIDDEN = {
     "codegen": ("kernels", "gemm", "runtime", "registry", "lowering"),
     "gemm": ("kernels", "registry", *PROGRAM),
     "kernels": PROGRAM,
+    # the worker API: below the kernels and engines that hand it their parts
+    **{f"runtime.{m}": ("kernels", "gemm", "registry", "lowering", *PROGRAM)
+       for m in ("threads", "spin_pool", "parts")},
     "runtime.cpus": ("runtime", "codegen", "gemm", "kernels"),
 }
 
