@@ -138,7 +138,7 @@ model.train_on_batch(x, y)
 
 EPILOGUE = r"""
 t_first = time.perf_counter()
-from kiln.core.backends.cpu import jit
+from kiln.core.backends.cpu.codegen import jit
 tm = os.times()
 next_s = 0.0
 if globals().get("EPOCH"):  # a second epoch: what the first one costs beyond the work

@@ -32,7 +32,7 @@ def timeit(fn, repeat: int) -> float:
 
 def kiln_times(batch: int, repeat: int) -> dict:
     import kiln
-    from kiln.core.backends.cpu import conv
+    from kiln.core.backends.cpu.kernels.conv import conv
     from kiln.core.ops.registry import apply
 
     rng = np.random.default_rng(0)

@@ -352,7 +352,7 @@ class Case:
                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                "cpus": os.cpu_count()}
         if self.framework == "kiln":
-            from kiln.core.backends.cpu import jit
+            from kiln.core.backends.cpu.codegen import jit
 
             prog = getattr(self.info.get("function"), "program", None)
             out["kernels"] = getattr(prog, "num_kernels", None)

@@ -1,5 +1,5 @@
 """Dense layers' products ``C = A @ B`` (float32): kiln's register-blocked kernel
-(``kiln/core/backends/cpu/native_matmul.py``) against the BLAS kiln's other GEMMs use
+(``kiln/core/backends/cpu/gemm/native_matmul.py``) against the BLAS kiln's other GEMMs use
 (``floors.blas_matmul``), both into the same preallocated 64-byte-aligned outputs, in one run.
 
 Each shape is timed two ways:
@@ -7,7 +7,7 @@ Each shape is timed two ways:
 * ``back to back``: one call after another, the two sides alternated in blocks of
   ``BLOCK`` calls whose first call is not counted (OpenBLAS's threads spin ~0.35 ms after
   its calls, on the core kiln's second thread would take: a plan whose Dense products run
-  on kiln's kernel has no BLAS call, ``linalg.products_native``), the median of ``--repeat``
+  on kiln's kernel has no BLAS call, ``products.products_native``), the median of ``--repeat``
   calls per side;
 * ``after a pause``: each call after the machine idled ``--pause`` seconds (as the suite's
   epochs start; kiln's pool workers and OpenBLAS's threads are then woken cold), the sides
@@ -60,7 +60,7 @@ def aligned(shape: tuple[int, ...], rng: np.random.Generator | None = None) -> n
 
 
 def measure(m: int, k: int, n: int, repeat: int, pause: float) -> dict:
-    from kiln.core.backends.cpu import native_matmul
+    from kiln.core.backends.cpu.gemm import native_matmul
 
     rng = np.random.default_rng(m + k + n)
     a, b = aligned((m, k), rng), aligned((k, n), rng)

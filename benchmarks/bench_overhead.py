@@ -15,14 +15,14 @@ Measures, on this machine:
 4. (``--pool``) split calls of kiln's thread pool right after the machine idled 0.2 s against
    back to back, and how many ran both parts on one CPU;
 5. (``--blas``) single float32 GEMMs right after the machine idled 0.2 s: kiln's (a plan
-   step's ``threads.MatmulCall``: the private OpenBLAS whose worker threads kiln places)
+   step's ``products.MatmulCall``: the private OpenBLAS whose worker threads kiln places)
    against NumPy's own OpenBLAS (``np.matmul``), alternated, and how many calls stalled
    (took over 2 ms more than back to back); then an MLP's ``predict`` and
    ``train_on_batch`` after a pause, its products on either;
 6. (``--phases``) the MLP's training step against its GEMMs alone, round by round (the host's
    fast and slow phases);
 7. (``--spin``) split calls of native kernels on the spin pool (workers waiting in native
-   code, kiln/core/backends/cpu/spin_pool.py) against the same calls on the Python pool:
+   code, kiln/core/backends/cpu/runtime/spin_pool.py) against the same calls on the Python pool:
    kiln's Dense kernel on products of a few microseconds to a few hundred, alternated in
    blocks, median us a call;
 8. (``--split``) the MLP's training step with its Dense products split over the threads as
@@ -62,7 +62,7 @@ def per_call_us(fn: Callable[[], None], n: int = 20000, repeat: int = 7) -> floa
 
 
 def kernel_call_costs() -> dict:
-    from kiln.core.backends.cpu import jit
+    from kiln.core.backends.cpu.codegen import jit
 
     src = "def touch(o, a, b, c, p):\n    o[0] = a[0] + b[0] + c[0] + p[0]\n"
     k = jit.load(src, "touch", signature="bench")
@@ -145,7 +145,7 @@ def step_overheads() -> dict:
 def parallel_threshold() -> dict:
     import kiln
     import kiln.ops as K
-    from kiln.core.backends.cpu import elementwise
+    from kiln.core.backends.cpu.kernels import elementwise
 
     res = {}
     saved = elementwise.PARALLEL_MIN_BYTES
@@ -175,10 +175,10 @@ def pool_after_pause(pause: float = 0.2, calls: int = 40, rounds: int = 8) -> di
     """Split calls of two parts (a GIL-free NumPy loop of ~0.5 ms each; the caller runs one,
     a pool worker the other) right after the machine idled ``pause`` seconds, against back to
     back: median us per call over ``rounds``, and how many calls ran both parts on one CPU
-    (the pool's workers move off their caller's CPU: kiln/core/backends/cpu/threads.py);
+    (the pool's workers move off their caller's CPU: kiln/core/backends/cpu/runtime/threads.py);
     ``after_pause_caller_moved``: the caller also runs on another CPU than before the pause
     (the CPU a worker placed off the caller's last CPU is confined to, on two CPUs)."""
-    from kiln.core.backends.cpu import threads
+    from kiln.core.backends.cpu.runtime import threads
 
     arrays = [np.random.default_rng(k).random(200_000) for k in range(2)]
     where: list[int] = [-1, -1]
@@ -223,13 +223,13 @@ BLAS_SHAPES = ((128, 784, 512), (1024, 784, 512), (128, 512, 256), (64, 128, 128
 
 def _gemm_pair(m: int, k: int, n: int, rng: np.random.Generator) -> dict:
     """``{"kiln": f, "numpy": g}``: the same product ``(m x k) @ (k x n)`` by a plan step's
-    GEMM (``threads.MatmulCall``) and by ``np.matmul``, each into its own output."""
-    from kiln.core.backends.cpu import threads
+    GEMM (``products.MatmulCall``) and by ``np.matmul``, each into its own output."""
+    from kiln.core.backends.cpu.gemm import products
 
     a = rng.random((m, k), dtype=np.float32)
     b = rng.random((k, n), dtype=np.float32)
     outs = {"kiln": np.empty((m, n), np.float32), "numpy": np.empty((m, n), np.float32)}
-    step = threads.MatmulCall()
+    step = products.MatmulCall()
     fs = {"kiln": lambda: step(a, b, outs["kiln"]),
           "numpy": lambda: np.matmul(a, b, out=outs["numpy"])}
     for f in fs.values():
@@ -271,7 +271,7 @@ def mlp_calls_after_pause(pause: float = 0.2, calls: int = 20) -> dict:
     NumPy's own instance (``blas.singles`` answering None while it runs). Both models' Dense
     products are BLAS's here (kiln's own kernel off: its ``predict`` would take it)."""
     import kiln
-    from kiln.core.backends.cpu import blas, native_matmul
+    from kiln.core.backends.cpu.gemm import blas, native_matmul
 
     native_matmul.ENABLED = False
 
@@ -366,7 +366,7 @@ def train_step_splits(rounds: int = 10, steps: int = 30) -> dict:
     the ratios, and each side's kernels over 50 us, timed in place (median per kernel)."""
     import floors
 
-    from kiln.core.backends.cpu import native_matmul
+    from kiln.core.backends.cpu.gemm import native_matmul
 
     kilns = native_matmul._ranges
     sides = {"columns": _mlp_step_plan()[2]}
@@ -416,7 +416,8 @@ def spin_split_calls(blocks: int = 40, per_block: int = 25) -> dict:
     """Median us a call of kiln's Dense kernel split in two parts (``native_matmul.add``: a
     ``threads.SplitCall``), its parts on the spin pool and on the Python pool
     (``threads.POOL``), alternated in blocks whose first call is not counted."""
-    from kiln.core.backends.cpu import native_matmul, threads
+    from kiln.core.backends.cpu.gemm import native_matmul
+    from kiln.core.backends.cpu.runtime import threads
 
     class Steps:
         class node:

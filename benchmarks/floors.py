@@ -27,28 +27,28 @@ import numpy as np
 def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """``out = a @ b`` with the BLAS kiln's own GEMMs run on: NumPy's, or the private OpenBLAS
     (with this CPU's kernels where NumPy's picked slower ones, and its threads placed:
-    kiln/core/backends/cpu/blas.py), so that a floor is one for kiln too."""
-    from kiln.core.backends.cpu import blas
+    kiln/core/backends/cpu/gemm/blas.py), so that a floor is one for kiln too."""
+    from kiln.core.backends.cpu.gemm import blas
 
     if not blas.matmul(a, b, out):
         np.matmul(a, b, out=out)
 
 
 def step_gemm() -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
-    """A GEMM ``f(a, b, out)`` as a plan step of kiln runs one (``threads.MatmulCall``: the
+    """A GEMM ``f(a, b, out)`` as a plan step of kiln runs one (``gemm.products.MatmulCall``: the
     BLAS of :func:`blas_matmul`, its call kept for arrays that come back), so that a floor
     pays no more per product than kiln does."""
-    from kiln.core.backends.cpu import threads
+    from kiln.core.backends.cpu.gemm import products as gemm_products
 
-    return threads.MatmulCall()
+    return gemm_products.MatmulCall()
 
 
 def products(calls: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
              ) -> tuple[list[Callable[[np.ndarray, np.ndarray, np.ndarray], None]], bool]:
     """One GEMM ``f(a, b, out)`` per product ``(a, b, out)`` of a step (arrays laid out as the
     step's), on what kiln's plans would run them, and whether that is kiln's kernel: its own
-    kernel (kiln/core/backends/cpu/native_matmul.py) for every one where each takes it (a
-    plan's Dense products take it only then: ``linalg.products_native``), else a plan step's
+    kernel (kiln/core/backends/cpu/gemm/native_matmul.py) for every one where each takes it (a
+    plan's Dense products take it only then: ``products.products_native``), else a plan step's
     BLAS GEMM (:func:`step_gemm`) for all (always with ``KILN_BENCH_FLOOR_GEMM=blas``)."""
 
     if os.environ.get("KILN_BENCH_FLOOR_GEMM", "kiln") != "blas":
@@ -64,7 +64,7 @@ def _native_product(a: np.ndarray, b: np.ndarray, out: np.ndarray
     as a plan's split or faster for a product alone), or None. A transposed
     ``b`` (``d @ W.T``), which a plan lays out for the kernel at each step, is laid out here
     once, beforehand: the floor counts the product alone."""
-    from kiln.core.backends.cpu import native_matmul
+    from kiln.core.backends.cpu.gemm import native_matmul
 
     if native_matmul.transposed(b) and b.strides[1] != b.itemsize:
         packed = np.ascontiguousarray(b)

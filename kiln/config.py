@@ -9,14 +9,14 @@ Environment variables (read when kiln is imported; the setters below change them
                    "reference".
     KILN_JIT=0     run every generated kernel as plain Python (debugging).
     KILN_NATIVE=0  compile the generated loops (and the hand-written kernels' native twins)
-                   with numba instead of from LLVM IR (backends/cpu/native.py).
+                   with numba instead of from LLVM IR (backends/cpu/codegen/native.py).
     KILN_WINOGRAD  CPU float32 3x3 / 1x3 / stride-2 4x4 convolutions: 4 (default) Winograd
-                   F(4x4, 3x3), 2 F(2x2, 3x3), 0 im2col + GEMM (backends/cpu/winograd.py; read
-                   when a plan is built).
+                   F(4x4, 3x3), 2 F(2x2, 3x3), 0 im2col + GEMM
+                   (backends/cpu/kernels/conv/winograd.py; read when a plan is built).
     KILN_BLAS      the BLAS of the CPU backend's GEMMs: auto (default: a private copy of
                    NumPy's OpenBLAS, with NumPy's kernels or AVX-512 ones where NumPy's picked
                    AVX2 ones on an AVX-512 CPU by itself), numpy, or an OpenBLAS core name
-                   (backends/cpu/blas.py).
+                   (backends/cpu/gemm/blas.py).
     KILN_DEBUG=1   verify graph invariants after every optimization pass.
     KILN_CACHE_DIR where generated kernel source, native object files and numba's cache live
                    (~/.cache/kiln; created with mode 0700, checked on every load:

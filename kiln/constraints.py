@@ -5,7 +5,7 @@ A constraint maps a weight to its projected value, as graph nodes. Layers take t
 ``kernel_constraint=`` ... (stored on the weight's ``Variable.constraint`` by
 ``Layer.add_weight``); the optimizer applies them to the new value of each weight it updates,
 inside the compiled train step, as Keras does after every optimizer step
-(docs/architecture.md, "Constraints").
+(docs/features.md, "Constraints").
 
 Example:
     >>> layer = kiln.layers.Dense(8, kernel_constraint=kiln.constraints.MaxNorm(2.0))

@@ -1,5 +1,5 @@
 """Random numbers, Keras 3 style: ``kiln.random.normal(shape, seed=...)`` with
-:class:`SeedGenerator` (docs/architecture.md, "Custom steps").
+:class:`SeedGenerator` (docs/features.md, "Custom steps").
 
 kiln's generator is counter-based: a draw is a pure function of a key ``[seed, counter]`` and a
 salt. Eagerly (static shapes, outside a traced step) the functions return NumPy arrays; a

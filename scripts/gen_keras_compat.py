@@ -125,7 +125,7 @@ pipeline); examples/generative/dcgan_overriding_train_step (the same custom-step
 
 A model that overrides `train_step`, `test_step`, `predict_step`, `compute_loss` or
 `compute_metrics` has that step traced ONCE per data signature on symbolic inputs and compiled
-(docs/architecture.md, "Custom steps"). What works: `keras.GradientTape` (`tape.gradient`),
+(docs/features.md, "Custom steps"). What works: `keras.GradientTape` (`tape.gradient`),
 `self.compute_loss`, `optimizer.apply` / `apply_gradients`, several optimizers in one step
 (GANs), `Metric.update_state` / `result()`, `keras.random.*` with a `SeedGenerator`,
 `Variable.assign` / `assign_add`, `ops.shape(x)[0]` of the batch (a symbolic dimension), any

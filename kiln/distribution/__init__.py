@@ -1,4 +1,4 @@
-"""Data-parallel training across processes over MPI (docs/architecture.md, "Collectives").
+"""Data-parallel training across processes over MPI (docs/features.md, "Collectives").
 
 The Keras 3 spelling::
 

@@ -1,4 +1,4 @@
-"""kiln.export: kiln's inference graph written for other runtimes (docs/architecture.md,
+"""kiln.export: kiln's inference graph written for other runtimes (docs/features.md,
 "Export to ONNX").
 
 ``Model.export(path, format="onnx")`` and :func:`to_onnx` (for a model, a ``kiln.function``

@@ -1,5 +1,5 @@
 """The ONNX emitter: one ONNX graph (the model's, or a loop body's) being written from kiln
-nodes (docs/architecture.md, "Export to ONNX").
+nodes (docs/features.md, "Export to ONNX").
 
 A *rule* (``onnx_rules.py``, ``onnx_rules_nn.py``, ``onnx_scan.py``) translates one kiln op:
 ``rule(ctx, call) -> name`` reads the op's attributes and its inputs' ONNX value names from

@@ -1,5 +1,5 @@
-"""``to_onnx``: a kiln inference graph written as an ONNX model (docs/architecture.md, "Export
-to ONNX").
+"""``to_onnx``: a kiln inference graph written as an ONNX model (docs/features.md,
+"Export to ONNX").
 
 The graph exported is the one the backends receive, up to lowering: the pass pipeline runs
 with everything but elementwise fusion (constant folding, CSE, the algebraic simplifications,

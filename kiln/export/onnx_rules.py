@@ -1,4 +1,4 @@
-"""ONNX rules for the elementwise, reduction and movement ops (docs/architecture.md,
+"""ONNX rules for the elementwise, reduction and movement ops (docs/features.md,
 "Export to ONNX"). Each rule reproduces the op's NumPy reference (its specification in
 ``kiln/core/ops/``); where ONNX has no single op with those semantics the rule writes a
 composite (``expm1``, ``logsumexp``, ``one_hot`` ...).

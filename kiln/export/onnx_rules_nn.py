@@ -1,6 +1,6 @@
 """ONNX rules for the sources, linear algebra, softmax family, convolution and pooling, image
 resizing, the ``fused`` groups of the fusion pass, and the ops that are not exportable, with
-the reason (docs/architecture.md, "Export to ONNX").
+the reason (docs/features.md, "Export to ONNX").
 
 kiln is channels-last (NHWC, kernels ``(kh, kw, Cin, Cout)``), ONNX's Conv and pools are
 channels-first: each such op is written ``Transpose -> op -> Transpose`` (onnxruntime's layout

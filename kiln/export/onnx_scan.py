@@ -1,5 +1,5 @@
 """ONNX rules for loops: ``scan`` and its ``scan_output`` views (docs/architecture.md, "Loops"
-and "Export to ONNX").
+and docs/features.md, "Export to ONNX").
 
 A kiln loop (inputs: initial carries, sequences, consts) becomes an ONNX ``Scan``: the carries
 are its state variables, the sequences its scan inputs (read backwards with

@@ -88,7 +88,7 @@ def set_constraints(layer: Any, **constraints: Any) -> None:
     """Resolves and stores ``kernel_constraint=`` ... on the layer (``constraints.get``: a
     name, config, Constraint or callable; a bad one raises here, in ``__init__``).
     ``Layer.add_weight(name)`` then attaches ``<name>_constraint`` to the weight, and the
-    optimizer applies it after each update (docs/architecture.md, "Constraints")."""
+    optimizer applies it after each update (docs/features.md, "Constraints")."""
     from kiln import constraints as constraints_module
 
     resolved = {}

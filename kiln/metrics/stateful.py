@@ -1,6 +1,6 @@
 """Keras-style metrics with variables: ``add_variable``/``add_weight`` in ``__init__``,
 ``update_state`` with ``kiln.ops`` and ``assign``/``assign_add``, ``result`` from the
-variables (docs/architecture.md, "Metrics with variables").
+variables (docs/features.md, "Metrics with variables").
 
 kiln compiles a metric's statistics into the step graph (:class:`~kiln.metrics.Metric`'s
 ``stats``). For such a metric ``stats`` traces ``update_state`` under

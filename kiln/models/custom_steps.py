@@ -1,4 +1,4 @@
-"""Custom training steps, the static-graph way (docs/architecture.md, "Custom steps").
+"""Custom training steps, the static-graph way (docs/features.md, "Custom steps").
 
 A model that overrides ``train_step(data)`` (or ``test_step``, ``predict_step``,
 ``compute_loss``, ``compute_metrics``) gets it TRACED, once per data signature, into ONE

@@ -1,4 +1,4 @@
-"""The data-parallel side of the compiled steps (docs/architecture.md, "Collectives").
+"""The data-parallel side of the compiled steps (docs/features.md, "Collectives").
 
 Under an active :mod:`kiln.distribution` (more than one rank) a step graph gets one more
 placeholder, ``replica_weight`` = (samples of this rank's slice) / (samples of the global

@@ -11,7 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from kiln.core.backends.cpu import native, target, threads
+from kiln.core.backends.cpu import target
+from kiln.core.backends.cpu.codegen import native
+from kiln.core.backends.cpu.gemm import products
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -38,7 +40,7 @@ def test_products_follow_kilns_choice_and_compute_the_product(force_blas, monkey
     calls = [_calls(256, 100, 512), _calls(256, 512, 10), _calls(300, 64, 256, True)]
     fs, native_run = floors.products(calls)
     assert native_run == (NATIVE and not force_blas)
-    assert native_run == (not any(isinstance(f, threads.MatmulCall) for f in fs))
+    assert native_run == (not any(isinstance(f, products.MatmulCall) for f in fs))
     for f, (a, b, out) in zip(fs, calls):
         f(a, b, out)
         np.testing.assert_allclose(out, a.astype(np.float64) @ b.astype(np.float64),
@@ -48,7 +50,7 @@ def test_products_follow_kilns_choice_and_compute_the_product(force_blas, monkey
 def test_one_product_the_kernel_does_not_take_puts_all_on_blas():
     calls = [_calls(256, 100, 512), _calls(64, 100, 512)]  # 64 rows: the kernel's too few
     fs, native_run = floors.products(calls)
-    assert not native_run and all(isinstance(f, threads.MatmulCall) for f in fs)
+    assert not native_run and all(isinstance(f, products.MatmulCall) for f in fs)
 
 
 def test_the_mlp_floors_follow_kilns_plans():

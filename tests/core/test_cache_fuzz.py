@@ -26,7 +26,7 @@ import pytest
 
 from kiln.core.backends import jit as loader
 from kiln.core.backends import numba_cache
-from kiln.core.backends.cpu import jit as cpu_jit
+from kiln.core.backends.cpu.codegen import jit as cpu_jit
 
 AFFINE = "def affine(o, a):\n    for i in range(a.shape[0]):\n        o[i] = a[i] * {m} + {c}\n"
 KERNELS = {"A": (3.0, 1.0), "B": (5.0, -2.0), "C": (-1.0, 0.5)}

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from kiln.core.backends import jit as loader
-from kiln.core.backends.cpu import jit as cpu_jit
+from kiln.core.backends.cpu.codegen import jit as cpu_jit
 
 SRC = "def add_one(o, a):\n    for i in range(a.shape[0]):\n        o[i] = a[i] + 1\n"
 
@@ -167,7 +167,7 @@ def test_the_cuda_layer_imports_nothing_private_from_the_cpu_backend():
 SCRIPT = textwrap.dedent("""
     import json
     import numpy as np
-    from kiln.core.backends.cpu import jit
+    from kiln.core.backends.cpu.codegen import jit
     src = "def add_one(o, a):\\n    for i in range(a.shape[0]):\\n        o[i] = a[i] + 1\\n"
     k = jit.load(src, "add_one", signature="damaged-cache-test")
     a = np.arange(5.0)

@@ -1,4 +1,4 @@
-"""Random graphs, the CPU backend against the reference backend (docs/architecture.md, "NaN,
+"""Random graphs, the CPU backend against the reference backend (docs/features.md, "NaN,
 extreme values and random streams").
 
 Each seed draws a small graph: one to three inputs (the later ones broadcast along some axes),
@@ -25,7 +25,8 @@ import pytest
 
 import kiln
 import kiln.ops as K
-from kiln.core.backends.cpu import elementwise, threads
+from kiln.core.backends.cpu.kernels import elementwise
+from kiln.core.backends.cpu.runtime import threads
 
 UNARY = [
     lambda a: a * 0.7 + 0.1, lambda a: K.exp(a * 0.3), K.relu, lambda a: K.abs(a) + 1.0, K.tanh,

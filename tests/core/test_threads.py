@@ -112,7 +112,7 @@ def test_a_function_with_updates_runs_one_call_at_a_time():
     xs = [np.full((300 + 10 * k, 96), 0.5) for k in range(4)]
     seen: dict[int, list[float]] = {k: [] for k in range(4)}
     # the oracle before the threads: NumPy GEMMs outside kiln's GEMM lock, run at once with
-    # kiln's, can hang OpenBLAS <= 0.3.33 (threads.matmul)
+    # kiln's, can hang OpenBLAS <= 0.3.33 (products.matmul)
     wants = [np.tanh(np.tanh(x @ m.numpy()) @ m.numpy()).sum() for x in xs]
 
     def run(k: int) -> None:
@@ -322,7 +322,7 @@ def test_convolution_kernels_from_threads_under_numbas_workqueue_layer(tmp_path)
 GEMMS_FROM_THREADS = IN_THREADS + textwrap.dedent("""
     import numpy as np
     import kiln, kiln.ops as K
-    from kiln.core.backends.cpu import threads
+    from kiln.core.backends.cpu.gemm import products
     rng = np.random.default_rng(0)
     x = kiln.placeholder((None, 300), "float64")
     w = kiln.Variable(rng.normal(size=(300, 200)) * 0.05, dtype="float64")
@@ -346,14 +346,14 @@ GEMMS_FROM_THREADS = IN_THREADS + textwrap.dedent("""
             if not ok:
                 bad.append((k, j))
     in_threads(work, 4)
-    print(all(isinstance(g, threads.MatmulCall) for g in gemms), len(bad))
+    print(all(isinstance(g, products.MatmulCall) for g in gemms), len(bad))
 """)
 
 
 def test_gemms_of_different_transposes_from_threads_take_turns(tmp_path):
     # OpenBLAS <= 0.3.33 corrupts its state (wrong results or a hang) when GEMMs of
     # different transpose variants run at once: every GEMM of a kiln plan goes through
-    # threads.MatmulCall's lock (a subprocess: a hang fails here instead of stalling the suite)
+    # products.MatmulCall's lock (a subprocess: a hang fails here instead of stalling the suite)
     env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path / "cache"))
     proc = subprocess.run([sys.executable, "-c", GEMMS_FROM_THREADS], env=env,
                           capture_output=True, text=True, timeout=300)

@@ -1,6 +1,7 @@
 """Grouped, depthwise, separable and 1-D transposed convolutions against torch's functional
 convolutions (``groups=``), float64, forward and gradients; on the reference backend (the
-layers) and on the CPU backend (the grouped kernels of kiln/core/backends/cpu/conv_groups.py);
+layers) and on the CPU backend (the grouped kernels of
+kiln/core/backends/cpu/kernels/conv/conv_groups.py);
 a float64 finite-difference check; and the errors for bad group counts."""
 
 from __future__ import annotations

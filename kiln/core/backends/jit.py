@@ -20,7 +20,7 @@ through :func:`load_source`, which owns the one cache-key scheme and the files:
   a full disk) leaves the kernels compiled in memory only. Either warns once per process
   (:class:`KernelCacheWarning`, naming ``KILN_CACHE_DIR`` and the path).
 
-The backends wrap the function in their own ``Kernel`` (``cpu/jit.py``: numba ``njit``;
+The backends wrap the function in their own ``Kernel`` (``cpu/codegen/jit.py``: numba ``njit``;
 ``cuda/_jit.py``: ``cuda.jit`` and launches); neither writes files or computes keys.
 
 Example:

@@ -1,7 +1,7 @@
 """Collective ops: ``allreduce`` sums a tensor over the processes of a group.
 
 A compiled step stays a pure function of its feeds on every process; the collective is one
-more node of it (docs/architecture.md, "Collectives"). The group is named by the attribute
+more node of it (docs/features.md, "Collectives"). The group is named by the attribute
 ``group`` (a string), resolved at run time in the core's group table
 (:func:`register_group`): the core never imports a transport. Without a registered group, the
 name ``"local"`` is the one-process group, where the sum over processes is the identity.

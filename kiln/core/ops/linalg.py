@@ -44,7 +44,7 @@ def _vjp(ct, out, a, b):
 def _examples(rng, dt):
     shapes = [((3, 4), (4, 5)), ((2, 3, 4), (4, 2)), ((2, 1, 3, 4), (3, 4, 2)), ((1, 4), (4, 1))]
     if dt == "float32":  # a product kiln's Dense kernel takes (its narrow variant, a row tail;
-        # AVX-512 hosts: kiln/core/backends/cpu/native_matmul.py); its wide blocks are tested
+        # AVX-512 hosts: kiln/core/backends/cpu/gemm/native_matmul.py); its wide blocks are tested
         # in tests/core/backends/test_native_matmul.py (here every backend runs each example,
         # the CUDA simulator one thread per output)
         shapes.append(((129, 5), (5, 10)))

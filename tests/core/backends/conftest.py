@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from kiln.core.backends.cpu import blas
+from kiln.core.backends.cpu.gemm import blas
 
 
 @pytest.fixture(scope="module")

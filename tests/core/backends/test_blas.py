@@ -1,4 +1,4 @@
-"""kiln's GEMMs (kiln/core/backends/cpu/blas.py): the choice of a private OpenBLAS instance,
+"""kiln's GEMMs (kiln/core/backends/cpu/gemm/blas.py): the choice of a private OpenBLAS instance,
 the instance itself (loaded here with the kernels NumPy's already runs, so on any host with
 NumPy's OpenBLAS), and its GEMMs against the float64 product, with every operand layout
 the backend passes and every case that must fall back to ``np.matmul``."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from numpy.lib.stride_tricks import as_strided
 
-from kiln.core.backends.cpu import blas, threads
+from kiln.core.backends.cpu.gemm import blas, products
 
 AVX2 = {"avx": True, "avx2": True, "fma": True}
 AVX512 = {**AVX2, **{f: True for f in blas.CORES["Cooperlake"]}}
@@ -238,9 +238,9 @@ def test_what_the_copy_does_not_take_falls_back_to_numpy(using, case, monkeypatc
     assert blas.matmul(a, b, out) is False
     if case == "shapes":
         with pytest.raises(ValueError):
-            threads.matmul(a, b, out)
+            products.matmul(a, b, out)
         return
-    threads.matmul(a, b, out)  # np.matmul, the right answer
+    products.matmul(a, b, out)  # np.matmul, the right answer
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
 
 
@@ -311,5 +311,5 @@ def test_axpy_adds_with_numpys_bits(dtype):
 def test_axpy_without_blas_is_numpys_add(monkeypatch):
     monkeypatch.setattr(blas, "axpy", lambda x, out: False)
     x, out = np.arange(6.0).reshape(2, 3), np.ones((2, 3))
-    threads.axpy(x, out)
+    products.axpy(x, out)
     np.testing.assert_array_equal(out, np.arange(6.0).reshape(2, 3) + 1)

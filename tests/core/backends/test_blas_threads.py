@@ -1,5 +1,5 @@
-"""The private OpenBLAS's worker threads (kiln/core/backends/cpu/blas.py: found when it loads,
-moved off the caller's CPU by ``place``) and a plan step's GEMM (``threads.MatmulCall``: its
+"""The private OpenBLAS's worker threads (kiln/core/backends/cpu/gemm/blas.py: found when it loads,
+moved off the caller's CPU by ``place``) and a plan step's GEMM (``products.MatmulCall``: its
 BLAS call kept for the arrays it last saw, and made anew for any others)."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import threading
 import numpy as np
 import pytest
 
-from kiln.core.backends.cpu import blas, feeds, threads
+from kiln.core.backends.cpu.gemm import blas, products
+from kiln.core.backends.cpu.runtime import feeds, threads
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +129,7 @@ def _product(rng, m, k, n, transposed=False):
 
 def test_a_step_gemm_is_right_for_the_arrays_it_is_given_each_time(using):
     rng = np.random.default_rng(3)
-    step = threads.MatmulCall()
+    step = products.MatmulCall()
     a, b, want = _product(rng, 67, 45, 33)
     out = np.full((67, 33), np.nan, np.float32)
     for _ in range(3):  # the same arrays: the kept call
@@ -154,7 +155,7 @@ def test_a_step_gemm_whose_operand_changed_strides_in_place_is_derived_anew(usin
     import warnings
 
     rng = np.random.default_rng(4)
-    step = threads.MatmulCall()
+    step = products.MatmulCall()
     a, b, _ = _product(rng, 48, 48, 40)
     out = np.empty((48, 40), np.float32)
     step(a, b, out)
@@ -168,7 +169,7 @@ def test_a_step_gemm_whose_operand_changed_strides_in_place_is_derived_anew(usin
 def test_a_step_gemm_holds_no_array(using):
     """A plan binds a feed in place only where no step holds an array it cannot rebind."""
     rng = np.random.default_rng(5)
-    step = threads.MatmulCall()
+    step = products.MatmulCall()
     a, b, _ = _product(rng, 64, 48, 40)
     step(a, b, np.empty((64, 40), np.float32))
     assert feeds.closure_arrays(step) == []
@@ -177,7 +178,7 @@ def test_a_step_gemm_holds_no_array(using):
 def test_what_blas_does_not_take_is_numpys(using):
     """Integer operands, a batch with a broadcast operand: np.matmul, the right answer."""
     rng = np.random.default_rng(6)
-    step = threads.MatmulCall()
+    step = products.MatmulCall()
     a = rng.integers(-5, 5, (20, 30))
     b = rng.integers(-5, 5, (30, 10))
     out = np.zeros((20, 10), np.int64)
@@ -194,7 +195,7 @@ def test_a_step_gemm_follows_a_bound_feed_to_its_new_address(using):
     """A feed bound in place is a new view (of new data) at each call, the same layout: only
     its address changes, and the product must be of the new data."""
     rng = np.random.default_rng(7)
-    step = threads.MatmulCall()
+    step = products.MatmulCall()
     b = rng.normal(size=(48, 40)).astype(np.float32)
     out = np.empty((64, 40), np.float32)
     data = rng.normal(size=(5, 64, 48)).astype(np.float32)
@@ -209,7 +210,7 @@ def test_a_step_gemm_follows_a_bound_feed_to_its_new_address(using):
 
 def test_a_new_operand_that_overlaps_the_output_is_left_to_numpy(using):
     rng = np.random.default_rng(8)
-    step = threads.MatmulCall()
+    step = products.MatmulCall()
     b = rng.normal(size=(40, 40)).astype(np.float32)
     out = np.empty((64, 40), np.float32)
     step(rng.normal(size=(64, 40)).astype(np.float32), b, out)
@@ -228,7 +229,7 @@ def test_a_step_gemm_with_alpha_and_beta_reads_them_at_each_call(using, alpha, b
     the scalars changed between them (a learning rate schedule); 0 goes to NumPy (a NaN in
     the skipped operand reaches the result: 0 * NaN)."""
     rng = np.random.default_rng(9)
-    step = threads.GemmCall()
+    step = products.GemmCall()
     a = rng.normal(size=(128, 48)).astype(np.float32).T  # a kernel gradient's h.T
     b = rng.normal(size=(128, 40)).astype(np.float32)
     out = rng.normal(size=(48, 40)).astype(np.float32)
@@ -252,13 +253,13 @@ def test_a_product_too_small_for_blas_threads_stays_numpys(using, monkeypatch):
     right for every new first operand, one that overlaps the output included."""
     monkeypatch.setattr(blas, "PLACED_MIN_WORK", 4 * 65536 + 1)
     rng = np.random.default_rng(10)
-    step = threads.MatmulCall()
+    step = products.MatmulCall()
     b = rng.normal(size=(32, 32)).astype(np.float32)
     out = np.empty((40, 32), np.float32)
     for _ in range(3):
         a = rng.normal(size=(40, 32)).astype(np.float32)
         step(a, b, out)
-        assert step._single is threads.NUMPY
+        assert step._single is products.NUMPY
         np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
     want = out.astype(np.float64) @ b
     step(out[:], b, out)

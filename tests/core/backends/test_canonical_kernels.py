@@ -1,13 +1,13 @@
 """Canonical loop kernels: a generated loop over one element (e.g. the update of a Dense(1)
 bias) classifies its operands as the same program over many elements does, so both use one
-kernel (kiln/core/backends/cpu/elementwise.py), with the right values."""
+kernel (kiln/core/backends/cpu/kernels/elementwise.py), with the right values."""
 
 from __future__ import annotations
 
 import numpy as np
 
 import kiln
-from kiln.core.backends.cpu import elementwise
+from kiln.core.backends.cpu.kernels import elementwise
 
 
 def _update_kernels(shape_w: tuple, shape_b: tuple, seed: int):

@@ -1,4 +1,4 @@
-"""Compile batches (kiln/core/backends/cpu/compile_batch.py): the kernels a plan needs are
+"""Compile batches (kiln/core/backends/cpu/codegen/compile_batch.py): the kernels a plan needs are
 compiled together, in forked worker processes when several kernel files need compiling; the
 entry points, the results and the cache files are the same as compiling them one by one."""
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kiln import config
-from kiln.core.backends.cpu import compile_batch, jit
+from kiln.core.backends.cpu.codegen import compile_batch, jit
 
 pytestmark = pytest.mark.skipif(not config.jit_enabled(), reason="batches compile numba code")
 
@@ -205,7 +205,7 @@ SCRIPT = textwrap.dedent("""
     import json, os
     import numpy as np
     import kiln, kiln.ops as K
-    from kiln.core.backends.cpu import jit
+    from kiln.core.backends.cpu.codegen import jit
     rng = np.random.default_rng(0)
     xv = rng.normal(size=(6, 5)).astype(np.float32)
     wv = rng.normal(size=(5, 3)).astype(np.float32)

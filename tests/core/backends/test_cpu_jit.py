@@ -15,13 +15,13 @@ import pytest
 
 import kiln
 import kiln.ops as K
-from kiln.core.backends.cpu import jit
+from kiln.core.backends.cpu.codegen import jit
 
 SCRIPT = textwrap.dedent("""
     import json
     import numpy as np
     import kiln, kiln.ops as K
-    from kiln.core.backends.cpu import jit
+    from kiln.core.backends.cpu.codegen import jit
     x = kiln.placeholder((None, 8))
     f = kiln.function([x], K.tanh(x) * 2.0 + 1.0, backend="cpu")
     out = f(np.linspace(-1, 1, 32, dtype="float32").reshape(4, 8))
@@ -40,7 +40,7 @@ def _run_script(cache_dir: str, **env: str) -> dict:
 
 @pytest.mark.parametrize("native,suffix", [("1", ".o"), ("0", ".py")])
 def test_second_process_loads_kernels_from_the_disk_cache(tmp_path, native, suffix):
-    # native loops (object files, kiln/core/backends/cpu/native.py) and numba's kernels
+    # native loops (object files, kiln/core/backends/cpu/codegen/native.py) and numba's kernels
     cache = str(tmp_path / "cache")
     first = _run_script(cache, KILN_NATIVE=native)
     assert first["stats"]["compiled"] >= 1

@@ -167,7 +167,7 @@ def test_out_of_range_indices_raise():
 @pytest.mark.nojit
 @pytest.mark.parametrize("method", ["direct", "gemm"])
 def test_both_convolution_methods_match_the_reference(method, monkeypatch):
-    from kiln.core.backends.cpu import conv
+    from kiln.core.backends.cpu.kernels.conv import conv
 
     monkeypatch.setattr(conv, "conv_method", lambda taps, op="conv2d", *a, **kw: method)
     for name in ("conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"):
@@ -190,14 +190,14 @@ TILE_FORWARD_CASES = [
 def _tile_paths(monkeypatch, native: bool) -> None:
     """The tiles on any host (chosen only with AVX-512), as native_tile's kernels or (native
     False) as the numba kernels conv_tile64 / conv_filter_tn64."""
-    from kiln.core.backends.cpu import conv
+    from kiln.core.backends.cpu.kernels.conv import conv
 
     set_cpu(monkeypatch, avx512=True)
     monkeypatch.setattr(conv, "NATIVE_TILE", native)
 
 
 def native_enabled() -> bool:
-    from kiln.core.backends.cpu import native
+    from kiln.core.backends.cpu.codegen import native
 
     return native.enabled()
 
@@ -251,7 +251,8 @@ def test_conv2d_kernel_gradient_tiles_match_the_reference(shape, kernel, attrs, 
     (any taps, at most 64 output channels; chunks of output rows that
     leave a partial last chunk, several partial sums) or the numba one (conv_filter_tn64 for
     64 output channels, with a partial last block of the im2col buffer)."""
-    from kiln.core.backends.cpu import conv, threads
+    from kiln.core.backends.cpu.kernels.conv import conv
+    from kiln.core.backends.cpu.runtime import threads
 
     _tile_paths(monkeypatch, native)
     monkeypatch.setattr(conv, "TN64_CHUNK", 7)
@@ -289,7 +290,8 @@ def test_conv2d_kernel_gradient_tiles_match_the_reference(shape, kernel, attrs, 
 def test_convolutions_into_few_channels_match_the_reference(shape, kernel, attrs, monkeypatch):
     """native_tile's dot kernels (vectors over the input channels) for the forward and the
     kernel gradient of a float32 convolution into at most 4 channels from at least 8."""
-    from kiln.core.backends.cpu import conv, threads
+    from kiln.core.backends.cpu.kernels.conv import conv
+    from kiln.core.backends.cpu.runtime import threads
 
     _tile_paths(monkeypatch, True)
     monkeypatch.setattr(conv, "FILTER_CHUNK", 10)
@@ -324,7 +326,7 @@ def test_the_bias_and_relu_after_a_tiled_convolution_are_its_epilogue(activation
     """Conv2D(+bias, relu) -> max pooling: the convolution's kernel writes relu(conv + bias)
     (the fused add/relu pass gone), the same bits as without the epilogue; a sigmoid is no
     epilogue (it stays a pass of its own)."""
-    from kiln.core.backends.cpu import conv
+    from kiln.core.backends.cpu.kernels.conv import conv
 
     _tile_paths(monkeypatch, True)
     rng = np.random.default_rng(12)
@@ -373,7 +375,7 @@ def test_a_conv1ds_bias_and_relu_are_its_epilogue_through_the_squeeze(length, ci
                                                                       monkeypatch):
     # conv1d is conv2d on (N, 1, L, C), then a squeeze (a view, no kernel) that the bias add
     # reads: the epilogue sees through it (PlanBuilder.epilogue_input)
-    from kiln.core.backends.cpu import conv
+    from kiln.core.backends.cpu.kernels.conv import conv
 
     _tile_paths(monkeypatch, True)
     rng = np.random.default_rng(14)
@@ -413,7 +415,7 @@ def test_a_conv1ds_bias_and_relu_are_its_epilogue_through_the_squeeze(length, ci
     (288, "conv2d_backprop_input", "float32", 64, "gemm"),
 ])
 def test_conv_method_choices(taps, op, dtype, cout, want, monkeypatch):
-    from kiln.core.backends.cpu import conv
+    from kiln.core.backends.cpu.kernels.conv import conv
 
     with cpu(avx512=True):
         assert conv.conv_method(taps, op, dtype, cout) == want
@@ -423,7 +425,8 @@ def test_conv_method_choices(taps, op, dtype, cout, want, monkeypatch):
 
 
 def test_the_tiles_are_chosen_where_the_cpu_has_avx512():
-    from kiln.core.backends.cpu import conv, target
+    from kiln.core.backends.cpu import target
+    from kiln.core.backends.cpu.kernels.conv import conv
 
     for features, tiled in ((AVX512, True), (AVX2, False), (frozenset(), False),
                             (AVX512 - {"avx512vl"}, False)):

@@ -148,7 +148,8 @@ def test_a_padded_convolution_of_a_large_feed_reads_the_fed_values(native_tile, 
     # A fed input of at least BIND_MIN_BYTES is read in place (its buffer never written); the
     # zero-bordered copy of a "same" convolution must copy the fed array, not the buffer (it
     # once copied the buffer: garbage, or zeros, for any 'same' first layer on a large batch)
-    from kiln.core.backends.cpu import conv, feeds
+    from kiln.core.backends.cpu.kernels.conv import conv
+    from kiln.core.backends.cpu.runtime import feeds
 
     monkeypatch.setattr(conv, "NATIVE_TILE", native_tile)
     rng = np.random.default_rng(30)
@@ -166,7 +167,7 @@ def test_a_feed_held_where_the_plan_cannot_rebind_it_is_copied():
     # x feeds a Winograd pipeline (its chunks hold views of x inside a SplitCall) and a sum
     # (x as an argument): the plan cannot rebuild the pipeline's views, so x is copied into
     # its buffer on every call and both read the fed values
-    from kiln.core.backends.cpu import feeds, threads
+    from kiln.core.backends.cpu.runtime import feeds, threads
 
     rng = np.random.default_rng(31)
     w = rng.normal(size=(3, 3, 16, 16)).astype("float32") * 0.1
@@ -318,7 +319,7 @@ def test_feeding_a_variable_buffer_that_is_updated_in_place():
 def test_thread_pools_are_configured_to_sleep_between_kernels():
     import os
 
-    from kiln.core.backends.cpu import threads
+    from kiln.core.backends.cpu.runtime import threads
 
     status = threads.configure()
     assert os.environ["OMP_WAIT_POLICY"] == status["omp_wait_policy"]
@@ -328,7 +329,7 @@ def test_thread_pools_are_configured_to_sleep_between_kernels():
 
 def test_a_fed_array_overlapping_any_written_buffer_is_found():
     # Plan._overlaps_written bisects the written ranges: the same answer as checking each
-    from kiln.core.backends.cpu.program import Plan
+    from kiln.core.backends.cpu.runtime.program import Plan
 
     rng = np.random.default_rng(0)
     for _ in range(200):
@@ -359,7 +360,7 @@ def test_feeding_one_of_many_updated_variables():
 def test_the_pointer_a_plan_reads_is_the_arrays_data_address():
     # Plan._pointer: read from the ndarray object where the native path checked its offset,
     # else __array_interface__; either way the address of the first element
-    from kiln.core.backends.cpu.program import Plan
+    from kiln.core.backends.cpu.runtime.program import Plan
 
     plan = Plan(steps=[], feed_buffers=[], outputs=[], var_checks=[])
     base = np.arange(6000, dtype=np.float32).reshape(60, 100)
@@ -370,7 +371,7 @@ def test_the_pointer_a_plan_reads_is_the_arrays_data_address():
 
 @pytest.mark.nojit
 def test_a_feed_view_is_the_array_its_reshape_or_a_new_view_with_the_same_values():
-    from kiln.core.backends.cpu import feeds
+    from kiln.core.backends.cpu.runtime import feeds
 
     buf = np.empty((8, 6, 5), np.float32)
     fed = np.arange(240, dtype=np.float32).reshape(8, 6, 5)

@@ -1,5 +1,5 @@
 """The float32 tanh, sigmoid and softmax of the CPU's generated loops (a rational approximation, see
-``kiln/core/backends/cpu/codegen.py``) against float64 NumPy on a dense grid and the special
+``kiln/core/backends/cpu/codegen/spec.py``) against float64 NumPy on a dense grid and the special
 values; float64 keeps libm's tanh."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 import kiln
 import kiln.ops as K
-from kiln.core.backends.cpu import llvm_loop
-from kiln.core.backends.cpu.codegen import LoopSpec, program_dtypes
+from kiln.core.backends.cpu.codegen import llvm_loop
+from kiln.core.backends.cpu.codegen.spec import LoopSpec, program_dtypes
 
 
 def _run(values: np.ndarray) -> np.ndarray:
@@ -97,7 +97,7 @@ _F32_CASES = {
     "expm1": (K.expm1, np.expm1, _ARGS, 3.0),
     "softplus": (K.softplus, lambda v: np.logaddexp(0.0, v), _ARGS, 3.0),
     "elu": (K.elu, lambda v: np.where(v > 0, v, np.expm1(np.minimum(v, 0))), _ARGS, 3.0),
-    # scalars.erf32 (codegen.FAST_F32): the float64 reference is math.erf
+    # scalars.erf32 (codegen.spec.FAST_F32): the float64 reference is math.erf
     "erf": (K.erf, np.vectorize(math.erf, otypes=[np.float64]),
             np.concatenate([np.linspace(-6, 6, 200001), np.geomspace(1e-45, 1, 4000),
                             -np.geomspace(1e-45, 1, 4000), np.linspace(0.99, 1.01, 20001)]),
@@ -280,7 +280,7 @@ def test_scalar_functions_expand_from_the_source_imported(monkeypatch, tmp_path)
     (inspect) once handed cos32's kernel sin32's lines, after an edit above them."""
     import linecache
 
-    from kiln.core.backends.cpu import llvm_expr, scalars
+    from kiln.core.backends.cpu.codegen import llvm_expr, scalars
 
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
     real = linecache.getlines

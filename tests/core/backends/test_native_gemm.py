@@ -11,7 +11,10 @@ import pytest
 from cpu_targets import set_cpu
 from step_recorder import StepRecorder
 
-from kiln.core.backends.cpu import native, threads, winograd
+from kiln.core.backends.cpu.codegen import native
+from kiln.core.backends.cpu.gemm import products
+from kiln.core.backends.cpu.kernels.conv import winograd
+from kiln.core.backends.cpu.runtime import threads
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="needs the native path")
 
@@ -40,7 +43,7 @@ def test_products_match_the_float64_product(avx512, parts, blocks, m, k, n, monk
     out.view[...] = np.nan
     b = StepRecorder()
     winograd.products(b, (v.flat, v.view), u, (out.flat, out.view))
-    assert not isinstance(b.steps[0][0], threads.MatmulCall)  # the native kernel
+    assert not isinstance(b.steps[0][0], products.MatmulCall)  # the native kernel
     b.run()
     want = np.matmul(v.view.astype(np.float64), u.astype(np.float64))
     np.testing.assert_allclose(out.view, want, rtol=0, atol=2e-6 * np.abs(want).max())
@@ -72,7 +75,7 @@ def test_a_kernel_gradient_into_one_column_runs_transposed(n, native_kernel, mon
     du = np.full((4, 32, n), np.nan, np.float32)
     b = StepRecorder()
     winograd.products(b, (v.flat, v.view.transpose(0, 2, 1)), (z.flat, z.view), du)
-    assert (not isinstance(b.steps[0][0], threads.MatmulCall)) == native_kernel
+    assert (not isinstance(b.steps[0][0], products.MatmulCall)) == native_kernel
     b.run()
     want = np.matmul(v.view.transpose(0, 2, 1).astype(np.float64), z.view.astype(np.float64))
     np.testing.assert_allclose(du, want, rtol=0, atol=4e-6 * np.abs(want).max())
@@ -91,7 +94,7 @@ def test_a_forward_into_one_column_runs_as_dot_products(k, avx512, monkeypatch):
     out.view[...] = np.nan
     b = StepRecorder()
     winograd.products(b, (v.flat, v.view), u, (out.flat, out.view))
-    assert not isinstance(b.steps[0][0], threads.MatmulCall)
+    assert not isinstance(b.steps[0][0], products.MatmulCall)
     b.run()
     want = np.matmul(v.view.astype(np.float64), u.astype(np.float64))
     np.testing.assert_allclose(out.view, want, rtol=0, atol=2e-6 * np.abs(want).max())
@@ -105,7 +108,7 @@ def test_columns_that_do_not_fill_a_vector_go_to_blas(n):
     out = winograd.Tiles(3, 40, n)
     b = StepRecorder()
     winograd.products(b, (v.flat, v.view), u, (out.flat, out.view))
-    assert isinstance(b.steps[0][0], threads.MatmulCall)
+    assert isinstance(b.steps[0][0], products.MatmulCall)
     b.run()
     np.testing.assert_allclose(out.view, np.matmul(v.view, u), rtol=1e-5, atol=1e-5)
 
@@ -114,7 +117,7 @@ def test_columns_that_do_not_fill_a_vector_go_to_blas(n):
 def test_the_accumulating_kernel_adds_into_c(lanes, rows, vecs):
     # gemm_ir(accumulate=True): C[b] += A[b] @ B[b] (the Winograd kernel gradient's chunks),
     # with a row tail (M = 13) and a column tail (N = 3 L: one wide block of 2 L, then L)
-    from kiln.core.backends.cpu import native_gemm
+    from kiln.core.backends.cpu.gemm import native_gemm
 
     rng = np.random.default_rng(lanes + rows)
     blocks, m, k, n = 3, 13, 11, lanes * 3

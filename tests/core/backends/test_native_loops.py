@@ -1,8 +1,8 @@
-"""Native loops (kiln/core/backends/cpu/native.py, llvm_loop.py, llvm_expr.py): the generated
-loops compiled from LLVM IR give what numba's kernel of the same program gives (bit for bit
-where no reassociation is allowed), every elementwise op is generated natively, a body the
-generator does not handle falls back to numba's kernel, bad arguments are a clear error, and a
-damaged object file in the cache is compiled again. The registry's forward and gradient tests
+"""Native loops (kiln/core/backends/cpu/codegen/native.py, llvm_loop.py, llvm_expr.py): the
+generated loops compiled from LLVM IR give what numba's kernel of the same program gives (bit
+for bit where no reassociation is allowed), every elementwise op is generated natively, a body
+the generator does not handle falls back to numba's kernel, bad arguments are a clear error, and
+a damaged object file in the cache is compiled again. The registry's forward and gradient tests
 and tests/core/test_backend_parity.py run every op through this path too."""
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import kiln
 import kiln.ops as K
 from kiln.core.backends import jit as jit_loader
 from kiln.core.backends import numba_cache
-from kiln.core.backends.cpu import elementwise, jit, llvm_loop, native, pool
-from kiln.core.backends.cpu.codegen import CodegenError, LoopSpec, program_dtypes
+from kiln.core.backends.cpu.codegen import jit, llvm_loop, native
+from kiln.core.backends.cpu.codegen.spec import CodegenError, LoopSpec, program_dtypes
+from kiln.core.backends.cpu.kernels import elementwise
+from kiln.core.backends.cpu.kernels.pool import pool
 from kiln.core.ops import all_ops
 from kiln.core.ops.registry import ELEMENTWISE
 
@@ -296,13 +298,15 @@ def test_kernels_compiled_after_the_sources_changed_stay_out_of_the_cache(cache,
 
 
 def test_the_generators_digest_covers_every_source_of_the_package():
-    folder = os.path.dirname(native.__file__)
-    names = sorted(n for n in os.listdir(folder) if n.endswith(".py"))
-    assert {"llvm_loop.py", "native_tile.py", "native_winograd.py", "conv.py"} <= set(names)
+    root = os.path.dirname(os.path.dirname(native.__file__))  # kiln/core/backends/cpu
+    names = sorted(os.path.relpath(os.path.join(d, n), root) for d, _, files in os.walk(root)
+                   for n in files if n.endswith(".py"))
+    assert {"codegen/llvm_loop.py", "kernels/conv/native_tile.py",
+            "kernels/conv/native_winograd.py", "kernels/conv/conv.py"} <= set(names)
     import hashlib
     digest = hashlib.sha256()
-    for n in names:
-        with open(os.path.join(folder, n), "rb") as f:
+    for n in sorted(names, key=lambda n: os.path.join(root, n)):
+        with open(os.path.join(root, n), "rb") as f:
             digest.update(n.encode() + b"\0" + f.read() + b"\0")
     assert native.generators() == digest.hexdigest()[:24]
 
@@ -418,7 +422,7 @@ def test_float32_softmax_and_cross_entropy_rows_in_lanes_give_numbas_bits(cache)
     eight lanes of scalars.row_max32 / row_sum32) and a long one, 37 of them (the short rows'
     loop runs in vectors with a tail), with NaN, infinities, a huge logit, soft and zero
     labels: native against numba."""
-    from kiln.core.backends.cpu import native_nn
+    from kiln.core.backends.cpu.kernels.nn import native_nn
 
     rng = np.random.default_rng(5)
     for n in [*range(1, native_nn.SHORT_ROW + 2), 4099]:
@@ -786,7 +790,7 @@ def test_kernels_loaded_from_the_cache_hold_no_arrays_and_leave_feeds_read_in_pl
     # file): that function must hold no array of the plan that first asked for the kernel
     # (it would keep the plan's buffers alive, and a step holding a view of a feed gets the
     # feed copied instead of read in place), and a pending kernel holds none for the plan
-    from kiln.core.backends.cpu import feeds
+    from kiln.core.backends.cpu.runtime import feeds
 
     rng = np.random.default_rng(4)
 

@@ -16,7 +16,9 @@ from cpu_targets import set_cpu
 from step_recorder import StepRecorder
 
 import kiln
-from kiln.core.backends.cpu import native, native_matmul, threads
+from kiln.core.backends.cpu.codegen import native
+from kiln.core.backends.cpu.gemm import native_matmul, products
+from kiln.core.backends.cpu.runtime import threads
 
 pytestmark = pytest.mark.skipif(not native.enabled(), reason="needs the native path")
 
@@ -30,7 +32,7 @@ def _avx512_choices(monkeypatch):
 def _run(a, b, out, epilogue=None):
     bld = StepRecorder()
     assert native_matmul.add(bld, a, b, out, epilogue=epilogue)
-    assert not isinstance(bld.steps[0][0], threads.MatmulCall)
+    assert not isinstance(bld.steps[0][0], products.MatmulCall)
     bld.run()
     return bld.steps[0][2]
 

@@ -1,5 +1,5 @@
 """Reductions in multi-output loops and reductions on kiln's kernel threads
-(kiln/core/passes/fuse.py ``group_chains``, kiln/core/backends/cpu/elementwise.py; docs/
+(kiln/core/passes/fuse.py ``group_chains``, kiln/core/backends/cpu/kernels/elementwise.py; docs/
 architecture.md "Passes" and "Threads").
 
 * A reduction that reads a member of a chain of same-shape elementwise kernels ends the chain:
@@ -23,7 +23,8 @@ import pytest
 
 import kiln
 import kiln.ops as K
-from kiln.core.backends.cpu import elementwise, threads
+from kiln.core.backends.cpu.kernels import elementwise
+from kiln.core.backends.cpu.runtime import threads
 from kiln.core.plan import program_order
 
 RNG = np.random.default_rng(7)
@@ -247,7 +248,7 @@ def test_batchnorm_training_matches_the_reference_backend(split, parts, monkeypa
 
 @pytest.mark.skipif(os.environ.get("KILN_JIT") == "0", reason="compares two compiled paths")
 def test_native_and_numba_reduction_loops_agree(monkeypatch, tmp_path):
-    from kiln.core.backends.cpu import native
+    from kiln.core.backends.cpu.codegen import native
 
     if not native.available():
         pytest.skip("llvmlite unusable here")

@@ -1,6 +1,6 @@
-"""The spin pool (kiln/core/backends/cpu/spin_pool.py): native kernels' split calls on workers
-that wait in native code. Oracles: the float64 product, the same kernel's parts run one after
-the other (the same bits), and specific errors."""
+"""The spin pool (kiln/core/backends/cpu/runtime/spin_pool.py): native kernels' split calls on
+workers that wait in native code. Oracles: the float64 product, the same kernel's parts run one
+after the other (the same bits), and specific errors."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from cpu_targets import set_cpu
 
-from kiln.core.backends.cpu import native, native_matmul, spin_pool, threads
+from kiln.core.backends.cpu.codegen import native
+from kiln.core.backends.cpu.gemm import native_matmul
+from kiln.core.backends.cpu.runtime import spin_pool, threads
 
 pytestmark = pytest.mark.skipif(not (native.enabled() and spin_pool.ENABLED),
                                 reason="needs the native path and the spin workers (Linux "

@@ -17,7 +17,8 @@ import pytest
 
 import kiln
 import kiln.ops as K
-from kiln.core.backends.cpu import elementwise, threads
+from kiln.core.backends.cpu.kernels import elementwise
+from kiln.core.backends.cpu.runtime import threads
 
 
 def _plan_steps(f):
@@ -143,7 +144,7 @@ def test_bad_thread_count_is_a_clear_error(monkeypatch):
 def test_a_forked_child_starts_its_own_threads():
     code = textwrap.dedent("""
         import os
-        from kiln.core.backends.cpu import threads
+        from kiln.core.backends.cpu.runtime import threads
         hits = []
         threads.POOL.run([(hits.append, (k,)) for k in range(3)])
         pid = os.fork()

@@ -1,6 +1,6 @@
-"""Winograd convolutions (kiln/core/backends/cpu/winograd.py, native_winograd.py) against the
-float64 reference: both tile sizes, odd image sizes (partial tiles), channel counts that leave
-a tail of the 8-lane loop, both paddings, the three convolution ops."""
+"""Winograd convolutions (kiln/core/backends/cpu/kernels/conv/winograd.py, native_winograd.py)
+against the float64 reference: both tile sizes, odd image sizes (partial tiles), channel counts
+that leave a tail of the 8-lane loop, both paddings, the three convolution ops."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from conv_cases import conv_block, conv_block_reference
 
 import kiln
 import kiln.ops as K
-from kiln.core.backends.cpu import native, native_winograd, winograd
+from kiln.core.backends.cpu.codegen import native
+from kiln.core.backends.cpu.kernels.conv import native_winograd, winograd, winograd_ops
 from kiln.core.ops import all_ops
 from kiln.core.ops.registry import apply
 
@@ -94,7 +95,7 @@ def _three_ops(rng, shape: tuple, kernel: tuple, attrs: dict) -> tuple:
 @pytest.mark.parametrize("shape, k, co, padding, stride", CASES)
 def test_winograd_convolutions_match_the_reference(m, shape, k, co, padding, stride,
                                                   monkeypatch):
-    from kiln.core.backends.cpu import conv
+    from kiln.core.backends.cpu.kernels.conv import conv
 
     monkeypatch.setenv("KILN_WINOGRAD", str(m))
     # one output channel runs native_tile's dot kernels first on AVX-512 hosts; Winograd's
@@ -133,7 +134,7 @@ def test_the_pipelined_convolution_and_gradients_match_the_reference(
     # the input tiles the pipeline wrote, in a pipeline of its own (the cotangent's transform
     # and the products added into one partial sum per thread). ``alone``: the kernel gradient
     # without the forward (a Conv2DTranspose's): each thread transforms its chunk's input too
-    from kiln.core.backends.cpu import threads
+    from kiln.core.backends.cpu.runtime import threads
 
     monkeypatch.setattr(winograd, "PIPELINE_BYTES", chunk_bytes)
     monkeypatch.setattr(winograd, "PIPELINE_MIN_TILES", 1)
@@ -209,7 +210,7 @@ def test_the_input_gradient_over_the_forward_tiles_matches_the_reference(
     # a "valid" convolution's input gradient as the adjoint of the forward, over its tiles
     # (the windows of neighbouring tiles overlap and are added), against the float64
     # reference, one image per chunk or several, images over 3 threads
-    from kiln.core.backends.cpu import threads
+    from kiln.core.backends.cpu.runtime import threads
 
     monkeypatch.setattr(winograd, "ADJOINT", adjoint)
     monkeypatch.setattr(winograd, "PIPELINE_BYTES", chunk_bytes)
@@ -239,7 +240,7 @@ def test_the_bias_and_relu_are_the_output_transforms_epilogue(kernel, stride, ci
                                                               activation, monkeypatch):
     # conv + bias (+ ReLU) with the pipeline: the output transform adds the bias and applies
     # the ReLU (the separate pass gone), the same bits as without; tanh is not folded
-    from kiln.core.backends.cpu import conv
+    from kiln.core.backends.cpu.kernels.conv import conv
 
     rng = np.random.default_rng(15)
     xv = rng.normal(size=(3, 12, 10, ci)).astype("float32")
@@ -269,7 +270,7 @@ def test_a_transposed_convolutions_bias_and_relu_are_its_epilogue(kernel, stride
     # Conv2DTranspose (conv2d_backprop_input of its input) + bias (+ ReLU): the pipelined
     # output transforms (at stride 2 one per phase, every other row and column) add the bias
     # and apply the ReLU; the same bits as without; tanh is not folded
-    from kiln.core.backends.cpu import conv
+    from kiln.core.backends.cpu.kernels.conv import conv
 
     rng = np.random.default_rng(16)
     ci, co = 16, 16  # the transposed convolution's input and output channels
@@ -416,8 +417,9 @@ def test_a_training_step_with_winograd_matches_im2col(layers, monkeypatch):
     rng = np.random.default_rng(7)
     xv = rng.normal(size=(4, 10, 9, 16)).astype("float32")
     results, built = [], []
-    convolve = winograd.convolve
-    monkeypatch.setattr(winograd, "convolve", lambda *a, **k: built.append(1) or convolve(*a, **k))
+    convolve = winograd_ops.convolve
+    monkeypatch.setattr(winograd_ops, "convolve",
+                        lambda *a, **k: built.append(1) or convolve(*a, **k))
     for env in ("4", "0"):
         monkeypatch.setenv("KILN_WINOGRAD", env)
         built.clear()

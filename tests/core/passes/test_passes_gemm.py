@@ -1,5 +1,5 @@
 """gemm: a scaled matrix product summed with a same-shaped tensor -> one BLAS call
-(kiln/core/passes/gemm.py), its kernel (backends/cpu/threads.gemm) and the in-place rule for its
+(kiln/core/passes/gemm.py), its kernel (backends/cpu/products.gemm) and the in-place rule for its
 accumulator (kiln/core/memory.py, kiln/core/plan.py)."""
 
 import sys
@@ -9,7 +9,7 @@ import pytest
 
 import kiln
 import kiln.ops as K
-from kiln.core.backends.cpu import threads
+from kiln.core.backends.cpu.gemm import products
 from kiln.core.ir import Graph
 from kiln.core.passes import optimize
 from kiln.core.passes.gemm import gemm
@@ -250,7 +250,7 @@ def test_the_kernel_computes_the_reference_in_place_or_into_another_buffer(dtype
     expect = alpha * (a.T.astype(np.float64) @ b) + beta * c
     acc = c.copy()
     out = acc if in_place else np.full_like(c, np.nan)
-    threads.gemm(a.T, b, None if in_place else acc, alpha, beta, out)
+    products.gemm(a.T, b, None if in_place else acc, alpha, beta, out)
     tol = 1e-5 if dtype == "float32" else 1e-12
     np.testing.assert_allclose(out, expect, rtol=tol, atol=tol)
     if not in_place:
@@ -265,10 +265,10 @@ def test_a_zero_scale_still_propagates_nan_like_the_reference():
     c[3, 4] = np.nan
     out = np.empty_like(c)
     zero, one = np.asarray(0.0, "float32"), np.asarray(1.0, "float32")
-    threads.gemm(a, b, c, one, zero, out)
+    products.gemm(a, b, c, one, zero, out)
     assert np.isnan(out[3, 4]) and np.isfinite(np.delete(out.ravel(), 3 * 10 + 4)).all()
     a[2, 5] = np.nan
-    threads.gemm(a, b, np.zeros_like(c), zero, one, out)
+    products.gemm(a, b, np.zeros_like(c), zero, one, out)
     assert np.isnan(out[2]).all() and np.isfinite(np.delete(out, 2, axis=0)).all()
 
 

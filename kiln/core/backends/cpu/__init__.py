@@ -1,16 +1,25 @@
-"""The CPU backend: numba kernels, NumPy's BLAS for GEMMs, a planned executor.
+"""The CPU backend: kernels compiled for the host (generated loops as LLVM IR through
+llvmlite, numba where the IR generator does not go), matrix products on kiln's private
+OpenBLAS or its own register-blocked kernels, and a planned executor.
 
 ``compile_graph(graph) -> CpuProgram``; ``program.run(feeds) -> outputs`` (graph.outputs in
-order). See ``program.py`` for the executor (host buffers and kernel calls on top of the
-device-neutral planner ``kiln/core/plan.py``, profiler), ``lowering.py`` for the rewrites
-applied before planning, ``jit.py`` for numba's side of the one JIT loader
-(``kiln/core/backends/jit.py``; ``KILN_JIT=0``), ``codegen.py`` / ``elementwise.py`` for the
-generated elementwise, fused and reduction kernels, ``threads.py`` for the thread pools, and one
-file per family for the other kernels (``linalg``, ``nn``, ``conv``, ``pool``, ``gather``,
-``random``, ``reduce``, ``movement``).
+order). The layout (docs/architecture.md, "The CPU backend"), arrows pointing down:
 
-Importing this package registers the ops it covers in ``KERNELS["cpu"]`` (elementwise ops are
-covered through code generation from their scalar bodies).
+* ``runtime/``: the program (plans of buffers and kernel calls on the device-neutral planner
+  ``kiln/core/plan.py``, feeds read in place, ``scan`` bodies) and the worker API that runs a
+  kernel's parts (kiln's thread pool, the spin pool);
+* ``kernels/``: hand-written kernels by family (elementwise and fused loops, linalg, conv,
+  pool, nn, gather, image, sort, random, movement, reduce, collective);
+* ``gemm/``: every matrix product behind ``gemm.products``, which picks the engine;
+* ``codegen/``: loop specs -> numba source or LLVM IR, native kernels, numba's side of the
+  one JIT loader (``kiln/core/backends/jit.py``; ``KILN_JIT=0``), compile batches;
+* ``registry.py`` (op -> builder), ``lowering.py`` (rewrites before planning), ``target.py``
+  (the CPU kiln compiles for and the choices that follow from its features: the one place
+  they are read; ``KILN_CPU``).
+
+This package imports the kernel families for their registration; nothing in it imports this
+``__init__``. Importing it registers the ops it covers in ``KERNELS["cpu"]`` (elementwise ops
+are covered through code generation from their scalar bodies).
 """
 
 from __future__ import annotations
@@ -18,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kiln.core.backends.cpu import target, threads
+from kiln.core.backends.cpu import target
+from kiln.core.backends.cpu.runtime import threads
 
 # the CPU kiln compiles for (the host, or KILN_CPU's; refused here if the host cannot run it),
 # chosen before numba compiles anything (target.py)
@@ -27,24 +37,24 @@ target.process()
 # each other when kernels and GEMMs alternate: make both sleep soon (before numba's pool starts).
 threads.configure()
 
-from kiln.core.backends.cpu import (  # noqa: E402,F401  (registration side effects)
+from kiln.core.backends.cpu.codegen.spec import REDUCE_OPS  # noqa: E402
+from kiln.core.backends.cpu.kernels import (  # noqa: E402,F401  (registration side effects)
     collective,
-    conv,
     gather,
     image,
     linalg,
     linalg_host,
-    loop,
     movement,
-    nn,
-    pool,
     random,
     reduce,
     sort,
 )
-from kiln.core.backends.cpu.codegen import REDUCE_OPS  # noqa: E402
-from kiln.core.backends.cpu.program import CpuProgram  # noqa: E402
+from kiln.core.backends.cpu.kernels.conv import builders  # noqa: E402,F401  (registration side effects)
+from kiln.core.backends.cpu.kernels.nn import nn  # noqa: E402,F401  (registration side effects)
+from kiln.core.backends.cpu.kernels.pool import pool  # noqa: E402,F401  (registration side effects)
 from kiln.core.backends.cpu.registry import BUILDERS  # noqa: E402
+from kiln.core.backends.cpu.runtime import loop  # noqa: E402,F401  (registration side effects)
+from kiln.core.backends.cpu.runtime.program import CpuProgram  # noqa: E402
 from kiln.core.ir import Graph  # noqa: E402
 from kiln.core.ops.registry import KERNELS  # noqa: E402
 

@@ -1,7 +1,7 @@
 """How each op runs on the CPU backend: ``BUILDERS`` (a
 :class:`~kiln.core.backends.lowering.KernelTable`) maps an op to the function
 ``builder(b, node)`` that adds the kernel calls computing ``node`` into its output buffer (``b``
-is the executor's :class:`~kiln.core.backends.cpu.program.PlanBuilder`); ``@builder("op")``
+is the executor's :class:`~kiln.core.backends.cpu.runtime.program.PlanBuilder`); ``@builder("op")``
 registers one.
 
 Elementwise ops, fused nodes and the generated reductions need no entry: their loops are

@@ -1,0 +1,161 @@
+"""The convolution ops' builders (conv2d and its two gradients, NHWC, TensorFlow padding):
+each picks how its node runs (kiln/core/backends/cpu/kernels/conv/conv.py's module docstring
+lists the ways), in this order: grouped kernels (``conv_groups``), native dot kernels for few
+output channels (``conv_tile``), Winograd (``winograd``, ``winograd_pipeline``), the register
+tiles (``conv_tile``), then ``conv.conv_method``'s choice of direct loops or im2col + GEMM.
+The im2col buffer of an input is computed once per step and shared by its readers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.core.backends.cpu.codegen import native
+from kiln.core.backends.cpu.gemm import products
+from kiln.core.backends.cpu.kernels.conv import conv, conv_tile, winograd, winograd_ops
+from kiln.core.backends.cpu.kernels.conv.conv_groups import build_grouped
+from kiln.core.backends.cpu.registry import builder
+from kiln.core.ir import Node
+
+
+def _cols(b, x_node: Node, k: tuple[int, int], oh: int, ow: int, p: np.ndarray) -> np.ndarray:
+    """The im2col buffer of ``x_node`` for this geometry: computed by the first reader in the
+    step, reused by the others (the input's value does not change during the step)."""
+    key = ("im2col", id(x_node), tuple(k), oh, ow, tuple(p))
+    cached = b.cache.get(key)
+    if cached is not None:
+        return cached
+    x = b.contiguous(x_node)
+    n, h, w, c = x.shape
+    cols = np.empty((n, oh, ow, k[0], k[1], c), x.dtype)
+    conv._call(b, conv.im2col_kernel, cols.reshape(n, oh, ow, k[0], k[1] * c),
+               x.reshape(n, h, w * c), np.append(p, c).astype(np.int64))
+    b.cache[key] = cols
+    return cols
+
+
+def _grouped(b, node: Node) -> None:
+    """A grouped convolution (``groups > 1``): ``conv_groups.py``'s direct kernels."""
+    build_grouped(b, node)
+
+
+def _pointwise(node: Node, k: tuple) -> bool:
+    """Whether ``node`` is a 1x1 convolution of stride 1 (no padding either way): its three ops
+    are GEMMs of the (N * H * W, C) views. The input gradient takes that path
+    (benchmarks/bench_conv_shapes.py's pw case, 64 -> 64 channels, 16 x 16, batch 32, 2
+    threads, through Function calls: 2.7 ms as a GEMM into an im2col-sized buffer + col2im ->
+    1.8 ms); the forward and the kernel gradient keep their register tiles (as fast as the
+    GEMM here: 0.41 and 0.39 ms against 0.38 for the GEMM alone)."""
+    return tuple(k) == (1, 1) and tuple(node.attrs["strides"]) == (1, 1)
+
+
+@builder("conv2d")
+def build_conv2d(b, node: Node) -> None:
+    if node.attrs.get("groups", 1) != 1:
+        _grouped(b, node)
+        return
+    x_node, w_node = node.inputs
+    w = b.contiguous(w_node)
+    k = w.shape[:2]
+    oh, ow, p = conv._conv_params(b.shape(x_node)[1:3], k, node.attrs)
+    out = b.out(node)
+    x = b.contiguous(x_node)
+    if conv_tile.few_outputs(w.shape, out) and conv_tile.native_dot_forward(b, node, x, w, out):
+        return
+    stride = winograd.usable(node.attrs, w.shape, out.dtype)
+    if stride:
+        pads = winograd.forward_pads(node, x.shape[1:3], k)
+        winograd_ops.convolve(b, x, id(x_node), w, out, pads, stride)
+        return
+    method = conv.conv_method(k[0] * k[1] * w.shape[2], node.op, out.dtype.name, w.shape[3])
+    if method == "tile":
+        conv_tile.forward_tile(b, node, x, w, out)
+        return
+    if method == "direct":
+        conv._call(b, conv.conv_direct_kernel, out, x, w, p)
+        return
+    cols = _cols(b, x_node, k, oh, ow, p)
+    kk = k[0] * k[1] * w.shape[2]
+    b.add(products.MatmulCall(),
+          (cols.reshape(-1, kk), w.reshape(kk, -1), out.reshape(-1, w.shape[3])),
+          label="conv2d:gemm")
+
+
+@builder("conv2d_backprop_filter")
+def build_conv2d_filter(b, node: Node) -> None:
+    if node.attrs.get("groups", 1) != 1:
+        _grouped(b, node)
+        return
+    x_node, ct_node = node.inputs
+    k = node.attrs["kernel_size"]
+    oh, ow, p = conv._conv_params(b.shape(x_node)[1:3], k, node.attrs)
+    out = b.out(node)
+    ct = b.contiguous(ct_node)
+    ci = b.shape(x_node)[3]
+    x = b.contiguous(x_node)
+    if conv_tile.few_outputs(out.shape, out) and conv_tile.native_dot_filter(b, node, x, ct, out):
+        return
+    stride = winograd.usable(node.attrs, (*k, ci, ct.shape[3]), out.dtype, node.op)
+    if stride:
+        pads = winograd.forward_pads(node, x.shape[1:3], k)
+        winograd_ops.kernel_gradient(b, x, id(x_node), ct, out, pads, stride)
+        return
+    # the native tiles where the native path is on (else no padded copy made for nothing)
+    method = conv.conv_method(k[0] * k[1] * ci, node.op, out.dtype.name, ct.shape[3],
+                              native.enabled())
+    if method == "tile":
+        padded = conv_tile.padded(b, x_node, x, k, node.attrs)
+        (sh, sw), (dh, dw) = node.attrs["strides"], node.attrs["dilation"]
+        if conv_tile.native_filter(b, out, padded, ct, (sh, sw, dh, dw, *k)):
+            return
+        # the native kernel did not build here: numba's choice
+        method = conv.conv_method(k[0] * k[1] * ci, node.op, out.dtype.name, ct.shape[3], False)
+    if method == "direct":
+        conv._call_summed(b, conv.conv_filter_direct_kernel, out, x, ct, p,
+                          n=ct.shape[0])
+        return
+    cols = _cols(b, x_node, k, oh, ow, p)
+    kk = k[0] * k[1] * ci
+    if method == "tile":
+        rows = cols.size // kk
+        conv._call_summed(b, conv.conv_filter_tn64_kernel, out.reshape(kk, 64),
+                          cols.reshape(-1, kk), ct.reshape(-1, 64), conv.TN64_CHUNK,
+                          n=-(-rows // conv.TN64_CHUNK), fastmath=True)
+        return
+    b.add(products.MatmulCall(), (cols.reshape(-1, kk).T, ct.reshape(-1, ct.shape[3]),
+                                 out.reshape(kk, -1)), label="conv2d_backprop_filter:gemm")
+
+
+@builder("conv2d_backprop_input")
+def build_conv2d_input(b, node: Node) -> None:
+    if node.attrs.get("groups", 1) != 1:
+        _grouped(b, node)
+        return
+    ct_node, w_node = node.inputs
+    w = b.contiguous(w_node)
+    k = w.shape[:2]
+    oh, ow, p = conv._conv_params(node.attrs["input_shape"][:2], k, node.attrs)
+    out = b.out(node)
+    ct = b.contiguous(ct_node)
+    stride = winograd.usable(node.attrs, w.shape, out.dtype, node.op)
+    if stride:
+        pads = winograd.forward_pads(node, out.shape[1:3], k)
+        winograd_ops.input_gradient(b, ct, id(ct_node), w, out, pads, stride)
+        return
+    if _pointwise(node, k):  # dx (M, Cin) = dy (M, Cout) @ w^T: no im2col-sized buffer
+        b.add(products.MatmulCall(), (ct.reshape(-1, w.shape[3]), w.reshape(w.shape[2], -1).T,
+                                     out.reshape(-1, w.shape[2])), label=f"{node.op}:pointwise")
+        return
+    if conv.conv_method(k[0] * k[1] * w.shape[2], node.op, out.dtype.name, ct.shape[3]) == "direct":
+        conv._call(b, conv.conv_input_direct_kernel, out, ct, w, p)
+        return
+    if conv_tile.input_as_forward(node, w, out):
+        conv_tile.input_gradient_tile(b, node, ct, w, out)
+        return
+    n = ct.shape[0]
+    kk = k[0] * k[1] * w.shape[2]
+    cols = np.empty((n, oh, ow, k[0], k[1], w.shape[2]), w.dtype)
+    b.add(products.MatmulCall(),
+          (ct.reshape(-1, w.shape[3]), w.reshape(kk, -1).T, cols.reshape(-1, kk)),
+          label="conv2d_backprop_input:gemm")
+    conv._call(b, conv.col2im_kernel, out, cols, p)

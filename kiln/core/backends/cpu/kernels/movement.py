@@ -1,0 +1,89 @@
+"""Movement ops that copy: a reshape of strided data (its view rule declined: see
+``OpDef.view`` and kiln/core/plan.py), and the small kernels one_hot / pad / concatenate /
+slice_grad.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from kiln.core.backends.cpu.codegen import jit, native
+from kiln.core.backends.cpu.kernels.nn.native_nn import one_hot_ir
+from kiln.core.backends.cpu.registry import builder
+from kiln.core.ir import Node
+
+
+# ---- copies -----------------------------------------------------------------------------------
+@builder("reshape", "reshape_like")
+def build_reshape_copy(b, node: Node) -> None:
+    src = b.array(node.inputs[0])
+    dst = b.out(node).reshape(src.shape)
+    b.add(np.copyto, (dst, src), label=f"{node.op}(copy)")
+
+
+def _concatenate_into(axis: int, out: np.ndarray, *arrays: np.ndarray) -> None:
+    np.concatenate(arrays, axis=axis, out=out)
+
+
+@builder("concatenate")
+def build_concatenate(b, node: Node) -> None:
+    # the arrays are the call's arguments (not held in a closure), so that feed binding and
+    # a loop's bound inputs/outputs can rebuild them
+    args = (b.out(node),) + tuple(b.array(i) for i in node.inputs)
+    b.add(functools.partial(_concatenate_into, node.attrs["axis"]), args, label="concatenate")
+
+
+@builder("pad")
+def build_pad(b, node: Node) -> None:
+    src = b.array(node.inputs[0])
+    out = b.out(node)
+    inner = out[tuple(slice(lo, lo + d) for (lo, _), d in zip(node.attrs["pads"], src.shape))]
+    value = node.attrs["value"]
+
+    def pad() -> None:
+        out.fill(value)
+        np.copyto(inner, src)
+
+    b.add(pad, ())
+
+
+@builder("slice_grad")
+def build_slice_grad(b, node: Node) -> None:
+    ct = b.array(node.inputs[0])
+    out = b.out(node)
+    inner = out[tuple(slice(*s) for s in node.attrs["spec"])]
+
+    def slice_grad() -> None:
+        out.fill(0)
+        np.copyto(inner, ct)
+
+    b.add(slice_grad, ())
+
+
+def one_hot_kernel(o, idx, p):
+    depth = p[0]
+    n = idx.shape[0]
+    for i in range(n * depth):
+        o[i] = 0
+    for m in range(n):
+        k = idx[m]
+        if 0 <= k < depth:
+            o[m * depth + k] = 1
+
+
+@builder("one_hot")
+def build_one_hot(b, node: Node) -> None:
+    idx = b.contiguous(node.inputs[0]).reshape(-1)
+    out = b.flat(node)
+    depth = node.attrs["depth"]
+    dt, it = out.dtype.name, idx.dtype.name  # the IR's maker holds names, never arrays
+    found = native.try_kernel(f"one_hot {out.dtype} {idx.dtype}", (out, idx),
+                              [depth, idx.shape[0]], lambda s: one_hot_ir(s, dt, it))
+    if found is not None:
+        b.add(*found)
+        return
+    p = np.array([depth], np.int64)
+    kernel = jit.load_function(one_hot_kernel)
+    b.add(kernel.specialize((out, idx, p)), (out, idx, p))

@@ -1,0 +1,10 @@
+"""The runtime of the CPU backend: the program (``program``: plans of buffers and kernel
+calls, ``feeds``: feeds read in place, ``loop``: ``scan`` bodies as sub-programs) and the
+worker API that runs a kernel's parts (``threads``: kiln's pool and ``SplitCall``,
+``spin_pool``: workers waiting in native code, ``parts``: a native kernel split into parts,
+``cpus``: thread counts and CPU placement).
+
+May import: ``codegen``, ``gemm``, ``kernels`` (``program`` and ``loop`` only), ``registry``,
+``lowering``, ``host`` and ``kiln.core``. The worker API (``threads``, ``spin_pool``,
+``parts``, ``cpus``) imports only ``codegen`` and itself, so kernels and engines may use it.
+"""
