@@ -42,14 +42,16 @@ def main() -> None:
         if mode == "int":
             kw["output_sequence_length"] = 32
         ours, theirs = kiln.layers.TextVectorization(**kw), keras.layers.TextVectorization(**kw)
-        rows.append((f"TextVectorization({mode}).adapt", best(lambda: ours.adapt(texts), 1),
-                     best(lambda: theirs.adapt(texts), 1)))
-        rows.append((f"TextVectorization({mode}) call, NumPy", best(lambda: ours(texts)),
-                     best(lambda: np.asarray(theirs(texts)))))
+        rows.append((f"TextVectorization({mode}).adapt",
+                     best(lambda ours=ours: ours.adapt(texts), 1),
+                     best(lambda theirs=theirs: theirs.adapt(texts), 1)))
+        rows.append((f"TextVectorization({mode}) call, NumPy",
+                     best(lambda ours=ours: ours(texts)),
+                     best(lambda theirs=theirs: np.asarray(theirs(texts)))))
         ds = tf.data.Dataset.from_tensor_slices(texts).batch(256)
         rows.append((f"TextVectorization({mode}) in tf.data",
-                     best(lambda: [None for _ in ds.map(ours)]),
-                     best(lambda: [None for _ in ds.map(theirs)])))
+                     best(lambda ds=ds, ours=ours: [None for _ in ds.map(ours)]),
+                     best(lambda ds=ds, theirs=theirs: [None for _ in ds.map(theirs)])))
     table = {"x": rng.randn(args.rows).astype("float32"),
              "c": rng.choice(["a", "b", "c", "d"], args.rows),
              "i": rng.randint(0, 10, args.rows)}

@@ -44,31 +44,31 @@ def test_the_readme_links_the_configuration_page():
 
 
 def _threads():
-    from kiln.core.backends.cpu import threads
+    from kiln.core.backends.cpu.runtime import threads
 
     return threads.kernel_threads()
 
 
 def _workers():
-    from kiln.core.backends.cpu import compile_batch
+    from kiln.core.backends.cpu.codegen import compile_batch
 
     return compile_batch.workers()
 
 
 def _winograd():
-    from kiln.core.backends.cpu import winograd
+    from kiln.core.backends.cpu.kernels.conv import winograd
 
     return winograd.tile_size()
 
 
 def _blas():
-    from kiln.core.backends.cpu import blas
+    from kiln.core.backends.cpu.gemm import blas
 
     return blas.mode()
 
 
 def _native():
-    from kiln.core.backends.cpu import native
+    from kiln.core.backends.cpu.codegen import native
 
     return native.enabled()
 

@@ -79,7 +79,7 @@ Node.__ne__ = _cmp("not_equal")  # type: ignore[method-assign,assignment]
 # call (found on the stack) and the kiln.ops equivalent, instead of NumPy iterating the tensor.
 _WRAPPERS = {"op_dispatch_handler", "error_handler", "wrapper", "wrapped", "convert",
              "convert_to_tensor", "args_to_matching_eager", "<lambda>"}
-_KILN_NAMES = {"concat": "concatenate", "resize_images": "image.resize", "rank": "ndim",
+_OPS_OF_FOREIGN = {"concat": "concatenate", "resize_images": "image.resize", "rank": "ndim",
                "reduce_sum": "sum", "reduce_mean": "mean", "reduce_max": "max",
                "reduce_min": "min", "reduce_prod": "prod", "reduce_any": "any",
                "reduce_all": "all", "reduce_std": "std", "reduce_variance": "var"}
@@ -111,7 +111,7 @@ def _plain(name: str) -> str:
 
 def _kiln_hint(name: str) -> str:
     ops = sys.modules.get("kiln.ops")  # the frontend, when it is loaded (never imported here)
-    target = _KILN_NAMES.get(name, name)
+    target = _OPS_OF_FOREIGN.get(name, name)
     obj = ops
     for part in target.split("."):
         obj = getattr(obj, part, None)

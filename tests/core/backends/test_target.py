@@ -98,7 +98,9 @@ def test_use_sets_the_kernel_choices_in_one_place():
     import numpy as np
     from cpu_targets import emulated
 
-    from kiln.core.backends.cpu import conv, native, native_matmul, winograd
+    from kiln.core.backends.cpu.codegen import native
+    from kiln.core.backends.cpu.gemm import native_matmul
+    from kiln.core.backends.cpu.kernels.conv import conv, winograd
 
     a, b = np.ones((256, 64), np.float32), np.ones((64, 256), np.float32)
     out = np.empty((256, 256), np.float32)
@@ -119,7 +121,8 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess:
 
 PROBE = """
 from kiln.core.backends import jit
-from kiln.core.backends.cpu import native, target
+from kiln.core.backends.cpu import target
+from kiln.core.backends.cpu.codegen import native
 import numba.core.config as nc
 native.available()
 print(target.process().name)

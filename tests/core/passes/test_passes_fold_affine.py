@@ -8,7 +8,7 @@ from cpu_targets import set_cpu
 import kiln
 import kiln.ops as K
 from kiln import layers as L
-from kiln.core.backends.cpu import native
+from kiln.core.backends.cpu.codegen import native
 from kiln.core.ir import Graph
 from kiln.core.passes import optimize
 from kiln.core.passes.fold_affine import fold_affine
