@@ -42,4 +42,4 @@ _METHODS = {
 for cls in (Node, Variable):
     for _name, _fn in _METHODS.items():
         setattr(cls, _name, _fn)
-    setattr(cls, "__array_ufunc__", None)
+    setattr(cls, "__array_ufunc__", None)  # noqa: B010 (typed: mypy refuses new attributes)
