@@ -242,7 +242,8 @@ def _bpf_ref(x, ct, *, kernel_size, strides, padding, dilation, groups=1):
         return _split_ref(lambda xg, cg: _bpf_ref(xg, cg, **attrs), x, ct, groups)
     (oh, ow), pads = window2d(x.shape[1:3], kernel_size, strides, dilation, padding)
     cols = im2col(pad_hw(x, pads), oh, ow, kernel_size, strides, dilation)
-    dw = cols.reshape(-1, cols.shape[-1]).T @ ct.reshape(-1, ct.shape[3])
+    rows = cols.shape[0] * oh * ow  # explicit: a -1 is ambiguous for zero-size arrays
+    dw = cols.reshape(rows, cols.shape[-1]).T @ ct.reshape(rows, ct.shape[3])
     return dw.reshape(kernel_size[0], kernel_size[1], x.shape[3], ct.shape[3]).astype(
         x.dtype, copy=False)
 

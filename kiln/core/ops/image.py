@@ -87,6 +87,9 @@ def _resize_infer(x: TensorType, *, size: tuple, interpolation: str) -> TensorTy
     if x.shape[1] is None or x.shape[2] is None:
         raise ValueError(f"resize: needs a known height and width, received images of shape "
                          f"{fmt(x.shape)}")
+    if x.shape[1] == 0 or x.shape[2] == 0:
+        raise ValueError(f"resize: an image needs at least one pixel, received images of shape "
+                         f"{fmt(x.shape)}")
     return TensorType((x.shape[0], int(size[0]), int(size[1]), x.shape[3]), x.dtype)
 
 
@@ -99,6 +102,14 @@ def _resize_ref(x, *, size, interpolation):
 
 def _resize_grad_infer(ct: TensorType, x: TensorType, *, interpolation: str) -> TensorType:
     _check_images("resize_grad", x)
+    _check_images("resize_grad", ct)
+    for i, what in ((0, "batch size"), (3, "channels")):
+        if ct.shape[i] is not None and x.shape[i] is not None and ct.shape[i] != x.shape[i]:
+            raise ValueError(f"resize_grad: the cotangent of shape {fmt(ct.shape)} and the "
+                             f"images of shape {fmt(x.shape)} differ in {what}")
+    if 0 in (x.shape[1], x.shape[2], ct.shape[1], ct.shape[2]):
+        raise ValueError(f"resize_grad: an image needs at least one pixel, received images of "
+                         f"shape {fmt(x.shape)} and a cotangent of shape {fmt(ct.shape)}")
     return TensorType(x.shape, ct.dtype)
 
 
@@ -216,6 +227,10 @@ def _affine_grad_infer(ct: TensorType, t: TensorType, x: TensorType, *, interpol
                        fill_mode: str) -> TensorType:
     _check_images("affine_transform_grad", x)
     _check_transforms("affine_transform_grad", x, t)
+    if ct.ndim != 4 or any(a is not None and b is not None and a != b
+                           for a, b in zip(ct.shape, x.shape)):
+        raise ValueError(f"affine_transform_grad: the cotangent of shape {fmt(ct.shape)} does "
+                         f"not match the images of shape {fmt(x.shape)}")
     return TensorType(x.shape, ct.dtype)
 
 

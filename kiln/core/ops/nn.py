@@ -17,12 +17,16 @@ from kiln.core.ops.registry import NN, Example, OpDef, apply, register
 
 def _softmax_ref(x, *, axis):
     x = np.asarray(x)
+    if x.size == 0:  # an empty axis or batch: nothing to normalize
+        return x.copy()
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return (e / np.sum(e, axis=axis, keepdims=True)).astype(x.dtype)
 
 
 def _log_softmax_ref(x, *, axis):
     x = np.asarray(x)
+    if x.size == 0:
+        return x.copy()
     z = x - np.max(x, axis=axis, keepdims=True)
     return (z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))).astype(x.dtype)
 
@@ -64,6 +68,9 @@ def _sparse_infer(logits: TensorType, labels: TensorType) -> TensorType:
         raise ValueError(f"sparse_softmax_cross_entropy: labels of shape {fmt(labels.shape)} do "
                          f"not match logits of shape {fmt(logits.shape)} (expected "
                          f"{fmt(logits.shape[:-1])})")
+    if logits.shape[-1] == 0:
+        raise ValueError(f"sparse_softmax_cross_entropy: logits of shape {fmt(logits.shape)} "
+                         "have no classes")
     return TensorType(logits.shape[:-1], logits.dtype)
 
 

@@ -20,6 +20,10 @@ def reduced_shape(shape: tuple, axes: tuple[int, ...], keepdims: bool) -> tuple:
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
+# Reductions with no identity element: over an empty axis they have no value (NumPy raises).
+NO_IDENTITY = frozenset({"max", "min", "logsumexp"})
+
+
 def _infer(name: str, numeric_only: bool = True, need_float: bool = False):
     def infer(x: TensorType, *, axis: tuple[int, ...], keepdims: bool) -> TensorType:
         if need_float:
@@ -29,6 +33,9 @@ def _infer(name: str, numeric_only: bool = True, need_float: bool = False):
         for a in axis:
             if not 0 <= a < x.ndim:
                 raise ValueError(f"{name}: axis {a} out of range for shape {x.shape}")
+            if x.shape[a] == 0 and name in NO_IDENTITY:
+                raise ValueError(f"{name}: cannot reduce axis {a} of shape {x.shape}: it is "
+                                 f"empty, and {name} has no value for no elements")
         return TensorType(reduced_shape(x.shape, axis, keepdims), x.dtype)
     return infer
 

@@ -101,7 +101,7 @@ def _check_inputs(types: Sequence[TensorType], body: Body, length: int | None
                                  f"time axis, received {t}")
             t = TensorType(t.shape[1:], t.dtype)
         if not _compatible(t, ph.type):
-            raise ValueError(f"{body.name}: input {k} has type {t}, the body was traced for "
+            raise ValueError(f"scan ({body.name}): input {k} has type {t}, the body was traced for "
                              f"{ph.type}")
         body_in.append(t)
     return T, body_in

@@ -156,7 +156,8 @@ def im2col(xp: np.ndarray, oh: int, ow: int, k: Pair, strides: Pair,
            dilation: Pair) -> np.ndarray:
     """(N, OH, OW, kh * kw * C) patches, ordered like a (kh, kw, C, ...) kernel."""
     cols = np.stack([xp[s] for s in slices(oh, ow, k, strides, dilation)], axis=3)
-    return cols.reshape(xp.shape[0], oh, ow, -1)
+    # the patch size is explicit: a -1 cannot be resolved when the array has no elements
+    return cols.reshape(xp.shape[0], oh, ow, k[0] * k[1] * xp.shape[3])
 
 
 def col2im(cols: np.ndarray, padded_hw: Pair, pads: tuple[Pair, Pair], oh: int, ow: int,

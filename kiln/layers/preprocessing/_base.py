@@ -104,6 +104,10 @@ class ImageLayer(Layer):
             raise ValueError(f"Layer '{self.name}' ({type(self).__name__}) expects images of "
                              "rank 4 (batch, height, width, channels) or 3 (height, width, "
                              f"channels), received shape {format_shape(inputs.shape)}")
+        if isinstance(inputs, Node) and 0 in inputs.shape[-3:-1]:
+            raise ValueError(f"Layer '{self.name}' ({type(self).__name__}): an image needs at "
+                             "least one pixel, received images of shape "
+                             f"{format_shape(inputs.shape)}")
 
     def _images(self, inputs: Node) -> tuple[Node, bool]:
         """The inputs as a float rank-4 batch, and whether a batch axis was added."""
