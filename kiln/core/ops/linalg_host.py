@@ -58,6 +58,10 @@ def _solve_infer(op: str):
         if n is not None and k is not None and n != k:
             raise ValueError(f"{op}: a {fmt(a.shape)} and b {fmt(b.shape)}: {n} unknowns but "
                              f"{k} equations")
+        for x, y in zip(a.shape[:-2], b.shape[:-2]):
+            if x is not None and y is not None and x != y:
+                raise ValueError(f"{op}: a {fmt(a.shape)} and b {fmt(b.shape)} have different "
+                                 "batch dimensions")
         batch = tuple(x if x is not None else y for x, y in zip(a.shape[:-2], b.shape[:-2]))
         return TensorType(batch + b.shape[-2:], dtype)
     return infer

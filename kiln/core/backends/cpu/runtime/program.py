@@ -60,7 +60,7 @@ from kiln.core.backends.lowering import warn_fallback
 from kiln.core.ir import Graph, Node, TensorType
 from kiln.core.layout import Layout, as_array
 from kiln.core.ops.fused import reduced_type
-from kiln.core.ops.registry import ELEMENTWISE, FUSED, REDUCE, get_op
+from kiln.core.ops.registry import COLLECTIVE, ELEMENTWISE, FUSED, REDUCE, get_op
 from kiln.core.plan import StaticPlan, is_view, planned_buffers, program_order, with_sources
 
 
@@ -398,6 +398,11 @@ class PlanBuilder:
                     self.flats[key] = raw[buffers[key]][:count * dtype.itemsize].view(dtype)
 
     def _build_node(self, node: Node) -> None:
+        op = get_op(node.op)
+        if 0 in self.shape(node) and op.kind != COLLECTIVE and not op.multi_output:
+            # nothing to compute into an empty output: no kernel runs (kernels that split
+            # their work by a size need not be safe for zero; a collective still pairs)
+            return
         fn = BUILDERS.get(node.op)
         if fn is None and is_generated(node):
             fn = build_loop
