@@ -66,6 +66,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)  # benchmarks/ is not a package: its modules, from anywhere
 
 import floors  # noqa: E402
+import harness  # noqa: E402
 from floors import blas_matmul  # noqa: E402,F401  (bench_suite and the tests use it here)
 from harness import Worker, WorkerError, _has_torch, _order  # noqa: E402,F401
 
@@ -384,7 +385,7 @@ def run_case(framework: str, workload: str, epochs: int, api: str) -> dict:
 def worker(framework: str, workload: str, api: str, case_class: type[Case] = Case) -> int:
     """Interleaved mode, one worker: builds the case, warms up, then answers ``epoch`` / ``done``
     read line by line from stdin with one ``RESULT <json>`` line each."""
-    case = case_class(framework, workload, api)
+    case = case_class(harness.base_framework(framework), workload, api)
     case.first_step()
     case.epoch()  # warm-up
     _reply({"ready": True, "first_step_s": case.first_step_s})
@@ -405,7 +406,7 @@ def _reply(obj: dict) -> None:
 
 
 def _api(framework: str, api: str) -> str:
-    return api if framework == "kiln" else "core"
+    return api if harness.base_framework(framework) == "kiln" else "core"
 
 
 def _error(framework: str, workload: str, api: str, message: str) -> dict:

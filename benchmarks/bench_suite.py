@@ -73,6 +73,8 @@ Usage::
     python benchmarks/bench_suite.py --rounds 2 --chart suite.png
     python benchmarks/bench_suite.py --workloads cifar_cnn small_resnet --epochs 5
     python benchmarks/bench_suite.py --frameworks kiln floor  # no torch
+    git worktree add /tmp/old <commit>                        # this commit against another,
+    KILN_BENCH_BASELINE=/tmp/old python benchmarks/bench_suite.py --frameworks kiln kiln@base torch
     python benchmarks/bench_suite.py --quick --epochs 1      # smoke run: two batches an epoch
 
 Prints one table (one row per workload), then one JSON line per (framework, workload) case
@@ -98,6 +100,7 @@ sys.path.insert(0, HERE)
 import bench_cpu  # noqa: E402  (benchmarks/ is not a package)
 import floors  # noqa: E402
 from floors import FLOOR_LAYERS, Gemm, conv_output_size, gemms_of  # noqa: E402,F401
+from harness import BASELINE  # noqa: E402
 
 # kind: train / predict; optimizer: the one both sides use (torch_fused only where "adam");
 # floor: "gemm" / "conv" / None
@@ -121,7 +124,7 @@ FROM_CPU = {"mlp_train": ("sgd", "gemm"), "mlp_predict": (None, "gemm"),
             "convnet_train": ("adam", "conv"), "tiny_train": ("sgd", None)}
 WORKLOADS = {**SUITE, **{w: {**bench_cpu.WORKLOADS[w], "optimizer": o, "floor": f}
                          for w, (o, f) in FROM_CPU.items()}}
-FRAMEWORKS = ["kiln", "torch", "torch_fused", "floor"]
+FRAMEWORKS = ["kiln", "torch", "torch_fused", "floor", BASELINE]
 LABELS = {"torch_fused": "torch (fused Adam)", "gemm": "gemm-floor", "conv": "conv-floor"}
 TARGET = 1.2  # kiln/torch, every workload but those of TORCH_TARGETS
 FLOOR_TARGETS = {"mlp_train": 1.15, "mlp_predict": 1.05}  # kiln_s / floor_s at most
@@ -442,7 +445,11 @@ def add_suite_ratios(results: list[dict], pairs: list[dict[str, float]]) -> None
     if kiln is None:
         return
     for key, (num, den) in {"vs_torch": ("torch", "kiln"),
-                            "vs_torch_fused": ("torch_fused", "kiln")}.items():
+                            "vs_torch_fused": ("torch_fused", "kiln"),
+                            # the baseline commit's time over this one's, and its own ratio
+                            # against torch, from the same interleaved pairs
+                            "vs_base": (BASELINE, "kiln"),
+                            "base_vs_torch": ("torch", BASELINE)}.items():
         r = _ratios(pairs, num, den)
         if r:
             kiln.update({f"{key}_{k}": v for k, v in r.items()})
@@ -511,6 +518,9 @@ def print_table(results: list[dict]) -> None:
         print(f"{w:<18}{rate(fs, 'kiln'):>9}{rate(fs, 'torch'):>9}{rate(fs, 'torch_fused'):>9}"
               f"{_spread(k, 'vs_torch'):>23}{_spread(k, 'vs_torch_fused'):>23}{floor:>12}"
               f"{vs_floor:>12}  {st}")
+        if "vs_base_median" in k:  # --frameworks ... kiln@base (KILN_BENCH_BASELINE)
+            print(f"  vs the baseline commit: new/old speed {_spread(k, 'vs_base')}, "
+                  f"old kiln/torch {_spread(k, 'base_vs_torch')}")
         for f, r in fs.items():
             if "error" in r:
                 print(f"  {LABELS.get(f, f)} error: {r['error']}")

@@ -5,6 +5,7 @@ and the in-process timing of one call that bench_conv.py and bench_kernels.py sh
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import tempfile
 import time
@@ -34,6 +35,29 @@ class WorkerError(RuntimeError):
     pass
 
 
+BASELINE = "kiln@base"  # kiln from the source tree $KILN_BENCH_BASELINE (an older commit)
+
+
+def base_framework(framework: str) -> str:
+    """What a worker runs: ``kiln@base`` is kiln (from another source tree)."""
+    return framework.split("@")[0]
+
+
+def worker_env(framework: str) -> dict[str, str] | None:
+    """The environment of ``framework``'s worker: ``kiln@base`` imports kiln from the tree
+    ``$KILN_BENCH_BASELINE`` names (e.g. ``git worktree add /tmp/old <commit>``) with a kernel
+    cache of its own, so an old and a new commit run side by side, interleaved, in one run."""
+    if framework != BASELINE:
+        return None
+    tree = os.environ.get("KILN_BENCH_BASELINE")
+    if not tree or not os.path.isdir(os.path.join(tree, "kiln")):
+        raise WorkerError("kiln@base needs KILN_BENCH_BASELINE: a source tree holding kiln/")
+    cache = os.path.join(os.environ.get("KILN_CACHE_DIR", tempfile.gettempdir()), "baseline")
+    path = os.pathsep.join([os.path.abspath(tree)] + [p for p in os.environ.get(
+        "PYTHONPATH", "").split(os.pathsep) if p])
+    return dict(os.environ, PYTHONPATH=path, KILN_CACHE_DIR=cache)
+
+
 class Worker:
     """The coordinator's handle on one ``--worker`` process (stderr goes to a temporary file)."""
 
@@ -45,7 +69,8 @@ class Worker:
         cmd = command + [
             "--worker", framework, workload, "--api", api]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._stderr, text=True, bufsize=1)
+                                     stderr=self._stderr, text=True, bufsize=1,
+                                     env=worker_env(framework))
 
     def ask(self, command: str | None = None) -> dict:
         """Sends ``command`` (None: none, just wait for the next reply) and returns the reply."""
