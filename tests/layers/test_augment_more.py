@@ -70,8 +70,10 @@ def test_equalization_flattens_the_histogram_and_leaves_a_constant_channel():
 def test_gaussian_blur_matches_keras_and_a_numpy_filter(keras):
     kw = {"factor": (1, 1), "sigma": (0.8, 0.8), "kernel_size": (3, 5)}
     got = np.asarray(L.RandomGaussianBlur(**kw)(IMAGES, training=True))
-    want = np.asarray(keras.layers.RandomGaussianBlur(**kw)(IMAGES, training=True))
-    np.testing.assert_allclose(got, want, atol=1e-3)
+    if keras.backend.backend() == "numpy":  # Keras' TensorFlow backend blurs otherwise (it
+        # matches neither kernel orientation of the filter below); kiln follows its NumPy one
+        want = np.asarray(keras.layers.RandomGaussianBlur(**kw)(IMAGES, training=True))
+        np.testing.assert_allclose(got, want, atol=1e-3)
 
     def taps(n, s):
         t = np.exp(-0.5 * ((np.arange(n) - (n - 1) / 2) / s) ** 2)

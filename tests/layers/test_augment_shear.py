@@ -30,6 +30,9 @@ def keras():
     {"x_factor": (0.1, 0.1), "y_factor": (0.25, 0.25), "fill_mode": "wrap"},
 ])
 def test_matches_keras_with_either_sign(kwargs, keras):
+    if kwargs.get("fill_mode") == "wrap" and keras.backend.backend() != "numpy":
+        pytest.skip("Keras' TensorFlow backend wraps otherwise than its NumPy backend, which "
+                    "kiln follows (run with KERAS_BACKEND=numpy)")
     got = np.asarray(L.RandomShear(**kwargs)(X, training=True))
     plus_minus = [np.asarray(keras.layers.RandomShear(seed=s, **kwargs)(X, training=True))
                   for s in range(8)]
