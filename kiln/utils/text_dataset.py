@@ -81,12 +81,17 @@ def text_dataset_from_directory(
                          f"{os.fspath(directory)!r}")
 
     def load(path: str) -> str:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        if not max_length:
-            return text
-        # Keras keeps max_length bytes (tf.strings.substr); a character cut in two is dropped
-        return text.encode("utf-8")[:max_length].decode("utf-8", "ignore")
+        # only what is kept is read: Keras keeps max_length bytes (tf.strings.substr)
+        with open(path, "rb") as f:
+            raw = f.read() if not max_length else f.read(max_length)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if max_length and exc.reason == "unexpected end of data" and \
+                    exc.start >= len(raw) - 3:  # a character cut in two by max_length: dropped
+                return raw[:exc.start].decode("utf-8")
+            raise ValueError(f"{_FN}: {path} is not UTF-8 text ({exc.reason} at byte "
+                             f"{exc.start})") from None
 
     def build(which: str) -> _directory.DirectoryDataset:
         p, lab = _directory.split(_FN, paths, int_labels, validation_split, which, verbose)

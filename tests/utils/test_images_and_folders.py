@@ -157,3 +157,28 @@ def test_text_dataset(tmp_path):
     only = kiln.utils.text_dataset_from_directory(tmp_path, labels=None, shuffle=False,
                                                   batch_size=None, verbose=False)
     assert list(only) == [texts[p] for p in sorted(texts)]
+
+
+def test_text_files_are_read_up_to_max_length_and_bad_utf8_names_the_file(tmp_path):
+    """Only max_length bytes of each file are read (a character cut in two is dropped, as
+    Keras' tf.strings.substr leaves it undecodable); a file that is not UTF-8 gives an error
+    naming it."""
+    import tracemalloc
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "big.txt").write_bytes(b"x" * (64 << 20))   # 64 MiB
+    (tmp_path / "b" / "accent.txt").write_bytes("ab\u00e9cd".encode())  # e-acute: 2 bytes
+    tracemalloc.start()
+    ds = kiln.utils.text_dataset_from_directory(tmp_path, batch_size=None, max_length=3,
+                                                shuffle=False)
+    texts = sorted(str(t if isinstance(t, str) else t.decode()) for t, _ in
+                   ((np.asarray(x).item(), y) for x, y in ds))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert texts == ["ab", "xxx"]  # "ab" + half of the e-acute: the half is dropped
+    assert peak < 8 << 20, f"peak {peak / 2**20:.1f} MiB for 3 bytes a file"
+    (tmp_path / "b" / "bad.txt").write_bytes(b"ok \xff\xfe not utf-8")
+    with pytest.raises(ValueError, match=r"bad.txt is not UTF-8 text \(invalid start byte at "
+                                         r"byte 3\)"):
+        list(kiln.utils.text_dataset_from_directory(tmp_path, batch_size=None, shuffle=False))
