@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -62,6 +62,9 @@ from kiln.core.layout import Layout, as_array
 from kiln.core.ops.fused import reduced_type
 from kiln.core.ops.registry import COLLECTIVE, ELEMENTWISE, FUSED, REDUCE, get_op
 from kiln.core.plan import StaticPlan, is_view, planned_buffers, program_order, with_sources
+
+if TYPE_CHECKING:
+    from kiln.core.variable import Variable
 
 
 @dataclass
@@ -89,7 +92,8 @@ class Plan:
     busy: Any = field(default_factory=threading.Lock)  # held by the call running in it
 
     def __post_init__(self) -> None:
-        self.calls = [(s.fn, s.args) for s in self.steps]
+        # a step's arguments, a list where a feed binding changes them in place (feed_views)
+        self.calls: list[tuple[Callable, tuple | list]] = [(s.fn, s.args) for s in self.steps]
         # the written ranges by start, with the largest end so far: one bisection finds
         # whether a fed array overlaps any (a training step of 40 Variables: ~1 us, not 10)
         spans = sorted(self.written)
@@ -227,7 +231,10 @@ class PlanBuilder:
         return as_array(self.flats[lay.root], lay)
 
     def out(self, node: Node | None = None) -> np.ndarray:
-        return self.array(self.node if node is None else node)
+        if node is None:
+            node = self.node
+            assert node is not None, "a kernel builder's own output is read while it builds"
+        return self.array(node)
 
     def epilogue(self, node: Node) -> Node | None:
         """The kernel right after ``node`` when it is ``node``'s only reader and a ``fused``
@@ -284,6 +291,7 @@ class PlanBuilder:
 
     def add(self, fn: Callable, args: tuple, label: str | None = None) -> None:
         node = self.node
+        assert node is not None, "steps are added by the builder of a node"
         self.steps.append(Step(fn, tuple(args), label or node.op, get_op(node.op).kind, node))
 
     # ---- phases -------------------------------------------------------------------------------
@@ -326,10 +334,11 @@ class PlanBuilder:
                 self._build_node(node)
         self.node = None
         outputs = []
-        upd = dict(self.program.updates)
+        upd: dict[int, Variable] = dict(self.program.updates)
         for k, o in enumerate(self.graph.outputs):
             var = upd.get(k)
-            if var is not None and inplace.get(id(o)) is var:
+            in_place: Variable | None = inplace.get(id(o))  # the storage o was computed in
+            if var is not None and var is in_place:
                 outputs.append(var.value)
             else:
                 outputs.append(self.array(o))
