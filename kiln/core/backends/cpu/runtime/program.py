@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -62,9 +62,7 @@ from kiln.core.layout import Layout, as_array
 from kiln.core.ops.fused import reduced_type
 from kiln.core.ops.registry import COLLECTIVE, ELEMENTWISE, FUSED, REDUCE, get_op
 from kiln.core.plan import StaticPlan, is_view, planned_buffers, program_order, with_sources
-
-if TYPE_CHECKING:
-    from kiln.core.variable import Variable
+from kiln.core.variable import Variable
 
 
 @dataclass
@@ -92,7 +90,6 @@ class Plan:
     busy: Any = field(default_factory=threading.Lock)  # held by the call running in it
 
     def __post_init__(self) -> None:
-        # a step's arguments, a list where a feed binding changes them in place (feed_views)
         self.calls: list[tuple[Callable, tuple | list]] = [(s.fn, s.args) for s in self.steps]
         # the written ranges by start, with the largest end so far: one bisection finds
         # whether a fed array overlaps any (a training step of 40 Variables: ~1 us, not 10)
@@ -194,15 +191,13 @@ class PlanBuilder:
     updates); adds host allocation and the kernel calls.
 
     Kernel builders (``registry.BUILDERS``) use :meth:`shape`, :meth:`layout`, :meth:`array`,
-    :meth:`flat`, :meth:`out`, :meth:`contiguous` and :meth:`add`.
-    """
+    :meth:`flat`, :meth:`out`, :meth:`contiguous` and :meth:`add`."""
 
     def __init__(self, program: CpuProgram, feeds: Sequence[np.ndarray]):
         self.program = program
         self.graph = program.graph
         self.order = program.order
-        self.static = StaticPlan(program.graph, program.order, [np.shape(f) for f in feeds],
-                                 "cpu")
+        self.static = StaticPlan(program.graph, program.order, [np.shape(f) for f in feeds], "cpu")
         self.shapes = self.static.shapes
         self.layouts = self.static.layouts
         self.flats: dict[int, np.ndarray] = {}      # root key -> flat array
@@ -231,9 +226,8 @@ class PlanBuilder:
         return as_array(self.flats[lay.root], lay)
 
     def out(self, node: Node | None = None) -> np.ndarray:
-        if node is None:
-            node = self.node
-            assert node is not None, "a kernel builder's own output is read while it builds"
+        node = self.node if node is None else node
+        assert node is not None, "a kernel builder's own output is read while it builds"
         return self.array(node)
 
     def epilogue(self, node: Node) -> Node | None:
@@ -313,7 +307,7 @@ class PlanBuilder:
         buffers, self.info["private_buffers"] = st.assign_buffers(
             self.program.planned_buffers(), lifetimes)
         self.info["memory"] = self.program.memory_info
-        inplace = st.inplace_updates(self.program.updates, lifetimes)
+        inplace: dict[int, Variable] = st.inplace_updates(self.program.updates, lifetimes)
         self._allocate(buffers, inplace)
         self._next = {id(a): b for a, b in zip(st.kernels, st.kernels[1:])}
         # every reader, views included (a value read through a view is read)
@@ -337,8 +331,7 @@ class PlanBuilder:
         upd: dict[int, Variable] = dict(self.program.updates)
         for k, o in enumerate(self.graph.outputs):
             var = upd.get(k)
-            in_place: Variable | None = inplace.get(id(o))  # the storage o was computed in
-            if var is not None and var is in_place:
+            if var is not None and var is inplace.get(id(o)):
                 outputs.append(var.value)
             else:
                 outputs.append(self.array(o))
