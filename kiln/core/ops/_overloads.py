@@ -13,6 +13,7 @@ meaning (optimizers look variables up in lists).
 from __future__ import annotations
 
 import sys
+from types import FrameType
 
 import numpy as np
 
@@ -69,8 +70,8 @@ for cls in (Node, Variable):
 
 # Elementwise ``==``/``!=`` on nodes; the identity hash stays (ir.py sets it explicitly, and
 # defining __eq__ after class creation does not reset it).
-Node.__eq__ = _cmp("equal")  # type: ignore[method-assign,assignment]
-Node.__ne__ = _cmp("not_equal")  # type: ignore[method-assign,assignment]
+for _name, _op in (("__eq__", "equal"), ("__ne__", "not_equal")):
+    setattr(Node, _name, _cmp(_op))
 
 
 # ---- foreign libraries ----------------------------------------------------------------------
@@ -88,7 +89,7 @@ _OPS_OF_FOREIGN = {"concat": "concatenate", "resize_images": "image.resize", "ra
 def _library_call() -> tuple[str, str] | None:
     """``(library, function)`` of the outermost TensorFlow/NumPy/JAX/torch call on the stack
     that led here (its wrappers skipped), or None when none did."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     found = None
     while frame is not None:
         path = frame.f_code.co_filename.replace("\\", "/")

@@ -72,7 +72,7 @@ def dynamic_input_grad(ct: Node, x: Node, w: Node, *, strides: tuple[int, int], 
                        dilation: tuple[int, int], groups: int = 1) -> Node:
     """The gradient of ``conv2d(x, w)`` in ``x`` for a cotangent ``ct``, for any spatial size
     of ``x`` (see the module docstring)."""
-    kh, kw, cin_g, cout = w.shape
+    kh, kw, cin_g, cout = w.type.dims  # a kernel's shape is static
     padded = _scatter("conv2d", ct, x, (kh, kw), strides, dilation, padding)
     flipped = apply("slice", w, spec=((None, None, -1), (None, None, -1), (None, None, 1),
                                       (None, None, 1)))

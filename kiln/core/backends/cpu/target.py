@@ -129,7 +129,7 @@ class CpuTarget:
 
 
 def _llvm() -> Any:
-    import llvmlite.binding as llvm  # type: ignore[import-untyped]
+    import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()

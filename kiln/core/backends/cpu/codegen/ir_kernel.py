@@ -20,6 +20,10 @@ class _Kernel:
     """A Func with the parameter layout above: ``dims[k]`` are array k's sizes (SSA
     names), ``p`` the kernel's parameters, ``n0``/``n1`` the outer range."""
 
+    # the indices of the loops a kernel opened, which its body helpers read (set by the
+    # convolution kernels after :meth:`open`)
+    loop: tuple[str, ...]
+
     def __init__(self, ranks: tuple[int, ...], n_p: int):
         self.f = f = Func("")
         at = 0

@@ -203,11 +203,13 @@ def load(source: str, name: str, *, signature: str = "", fastmath: Any = False,
             from kiln.core.backends import numba_cache
 
             # no C-callable wrapper (kiln calls the Python entry point only): the MNIST
-            # convnet's 24 kernels compile in 13.0-13.2 instead of 13.5-13.9 s, serially
-            dispatcher = numba.njit(cache=False, nogil=True, error_model="numpy",
-                                    boundscheck=False, no_cfunc_wrapper=True,
-                                    fastmath=set(fastmath) if isinstance(fastmath, frozenset)
-                                    else fastmath)(src.function)
+            # convnet's 24 kernels compile in 13.0-13.2 instead of 13.5-13.9 s, serially.
+            # (numba's stub omits that option, which its CPU target takes: numba/core/cpu.py)
+            dispatcher = numba.njit(  # type: ignore[call-overload]
+                cache=False, nogil=True, error_model="numpy", boundscheck=False,
+                no_cfunc_wrapper=True,
+                fastmath=set(fastmath) if isinstance(fastmath, frozenset) else fastmath,
+            )(src.function)
             if noalias:
                 _set_noalias(dispatcher)
             # numba's disk cache, checked (docs/architecture.md, "The kernel cache"); none

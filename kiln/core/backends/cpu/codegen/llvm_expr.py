@@ -239,15 +239,15 @@ class Expr:
             if sym is not None:
                 return self.arith(sym, self.node(n.left, env), self.node(n.right, env))
         elif isinstance(n, ast.UnaryOp):
-            v = self.node(n.operand, env)
+            x = self.node(n.operand, env)
             if isinstance(n.op, ast.Not):
-                return self.op(f"xor i1 {self.truth(v).ref}, true", "b")
+                return self.op(f"xor i1 {self.truth(x).ref}, true", "b")
             if isinstance(n.op, ast.USub):
-                if v.ty in FLOATS:
-                    return self.op(f"fneg {self.fast}{LL[v.ty]} {v.ref}", v.ty)
-                return self.arith("-", const(0, "i64"), v)
+                if x.ty in FLOATS:
+                    return self.op(f"fneg {self.fast}{LL[x.ty]} {x.ref}", x.ty)
+                return self.arith("-", const(0, "i64"), x)
             if isinstance(n.op, ast.UAdd):
-                return v
+                return x
         elif isinstance(n, ast.Compare) and len(n.ops) == 1:
             sym = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",
                    ast.GtE: ">="}.get(type(n.ops[0]))
@@ -256,11 +256,11 @@ class Expr:
                                     self.node(n.comparators[0], env))
         elif isinstance(n, ast.BoolOp):
             vals = [self.node(x, env) for x in n.values]
-            if all(v.ty == "b" for v in vals):
+            if all(x.ty == "b" for x in vals):
                 code = "and" if isinstance(n.op, ast.And) else "or"
                 acc = vals[0]
-                for v in vals[1:]:
-                    acc = self.op(f"{code} i1 {acc.ref}, {v.ref}", "b")
+                for x in vals[1:]:
+                    acc = self.op(f"{code} i1 {acc.ref}, {x.ref}", "b")
                 return acc
         elif isinstance(n, ast.IfExp):
             c = self.node(n.test, env)

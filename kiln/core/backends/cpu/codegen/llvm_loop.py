@@ -305,15 +305,15 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
             f.store(arr, dt, at, Val(cur, DTYPE_TYPE[dt]))
     for i, lab in reversed(opened):
         f.end(i, lab)
-    means = [("%o", out_dt, xo)] if red == "mean" else []
-    means += [(f"%r{k}", dtypes[j], None) for k, (j, op, _) in enumerate(inner) if op == "mean"]
-    for arr, dt, _ in means:
-        k = None if arr == "%o" else int(arr[2:])
+    means = [("%o", out_dt)] if red == "mean" else []
+    means += [(f"%r{k}", dtypes[j]) for k, (j, op, _) in enumerate(inner) if op == "mean"]
+    for arr, dt in means:
+        rk = None if arr == "%o" else int(arr[2:])
         cnt = Val(f.param(idx["extra"] + 1), "i64")
         q, lab = f.begin(f.param(idx["extra"]))
-        at = f.add(xo, q) if k is None else f.add(f.add(xo, dr[k]), q)
-        v = f.load(arr, dt, at)
-        f.store(arr, dt, at, f.expr.arith("/", v, cnt))
+        at = f.add(xo, q) if rk is None else f.add(f.add(xo, dr[rk]), q)
+        total = f.load(arr, dt, at)
+        f.store(arr, dt, at, f.expr.arith("/", total, cnt))
         f.end(q, lab)
     # a reduction's result is a buffer of its own (the planner never writes a reduction over
     # its inputs): with side outputs stored in the same loop, LLVM would otherwise need a

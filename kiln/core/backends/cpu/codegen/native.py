@@ -416,9 +416,9 @@ def kernel(label: str, dtypes: Sequence[str], make_ir: Callable[[str], str]) -> 
         CodegenError: ``make_ir`` does not generate it (the caller then uses numba's).
     """
     memo = (label, tuple(dtypes), jit.kernel_dir())
-    found = _kernels.get(memo)
-    if found is not None:
-        return found
+    known = _kernels.get(memo)
+    if known is not None:
+        return known
     if memo[:2] in _unsupported:
         raise CodegenError(f"native: {label} is not generated")
     host = _state["host"]

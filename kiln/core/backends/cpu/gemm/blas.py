@@ -367,7 +367,9 @@ def decide() -> tuple[str | None, bool]:
                 numpy_core = _corename(lib[1], lib[2]) if lib else None
                 core = wanted_core(numpy_core, _host_features(), setting,
                                    os.environ.get("OPENBLAS_CORETYPE", "").strip() or None)
-                found = (core, core is not None and core.lower() != numpy_core.lower())
+                # (wanted_core gives a core only where NumPy's is known)
+                found = (core, core is not None and numpy_core is not None
+                         and core.lower() != numpy_core.lower())
                 _state["numpy_core"] = numpy_core
                 _state["decision"] = found
     return found
@@ -439,7 +441,9 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
         run(single)
         return True
     lib = library()
-    call = None if lib is None else _call(lib, a, b, out, MIN_WORK)
+    if lib is None:
+        return False
+    call = _call(lib, a, b, out, MIN_WORK)
     if call is None:
         return False
     fn, nb, (m, n, k), (ta, tb), (pa, lda, sa), (pb, ldb, sb), (pc, ldc, sc) = call
@@ -576,7 +580,9 @@ def axpy(x: np.ndarray, out: np.ndarray) -> bool:
     ``cblas_?axpy`` of the OpenBLAS :func:`gemm` uses; False, doing nothing, where there is
     none or the arrays do not suit it."""
     lib = singles() or numpy_library()
-    fn = None if lib is None else lib.axpy.get(out.dtype)
+    if lib is None:
+        return False
+    fn = lib.axpy.get(out.dtype)
     if (fn is None or x.dtype != out.dtype or x.shape != out.shape
             or not (x.flags.c_contiguous and out.flags.c_contiguous)):
         return False

@@ -238,17 +238,17 @@ def matmul_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, chunk: 
     k, vec, fma = _start("matmul", dtype, lanes, ranks, 10)
     f = k.f
     f.declare.add("declare i64 @llvm.smin.i64(i64, i64)")
-    scales = None
+    scales: tuple[str, str] | None = None
     if update:
-        scales = []
+        splats = []
         for arr in ("%alpha", "%beta"):
             s, one, splat = f.tmp(), f.tmp(), f.tmp()
             f.emit(f"{s} = load float, ptr {arr}, align 4")
             f.emit(f"{one} = insertelement {vec} poison, float {s}, i64 0")
             f.emit(f"{splat} = shufflevector {vec} {one}, {vec} poison, "
                    f"<{lanes} x i32> zeroinitializer")
-            scales.append(splat)
-        scales = tuple(scales)
+            splats.append(splat)
+        scales = (splats[0], splats[1])
     threshold = None
     if gate:
         s, one, threshold = f.tmp(), f.tmp(), f.tmp()

@@ -182,9 +182,10 @@ def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
                                or any(np.shares_memory(out, s) for s in update)):
         return False
     apply = update is not None and len(update) == 3
-    if apply and not (update[2].shape == out.shape and update[2].dtype == np.float32
-                      and update[2].flags.c_contiguous
-                      and not any(np.shares_memory(update[2], x) for x in (a, bm))):
+    if update is not None and apply and not (
+            update[2].shape == out.shape and update[2].dtype == np.float32
+            and update[2].flags.c_contiguous
+            and not any(np.shares_memory(update[2], x) for x in (a, bm))):
         return False
     if gate is not None:
         g, t = gate
@@ -201,7 +202,8 @@ def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
         if pack_at is not None:
             b.steps.insert(pack_at, b.steps.pop())
         bm = packed
-    by_columns, ranges = _ranges(*a.shape, out.shape[1], update is not None, columns)
+    rows, depth = a.shape
+    by_columns, ranges = _ranges(rows, depth, out.shape[1], update is not None, columns)
     arrays, p = _arrays(a, bm, out, bias, update, gate, by_columns)
     tag = ("_bias_relu" if relu else "_bias") if bias is not None else ""
     tag += ("_update_apply" if apply else "_update") if update is not None else ""

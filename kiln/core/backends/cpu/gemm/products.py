@@ -71,6 +71,7 @@ class _KeptCall:
             return self._single
         if np.may_share_memory(a, out):
             return None
+        assert self._single is not None  # _keep sets it with _seen
         lib, fn, args = self._single
         self._single = (lib, fn, (*args[:7], a.__array_interface__["data"][0], *args[8:]))
         self._seen = (weakref.ref(a), *seen[1:])
@@ -214,7 +215,8 @@ def in_place(c: np.ndarray, out: np.ndarray) -> bool:
             and c.strides == out.strides)
 
 
-def gemm_native(b, node: Node) -> tuple | None:
+def gemm_native(b, node: Node) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                         np.ndarray] | None:
     """``(a, b, out, alpha, beta)`` of a ``gemm`` node that kiln's Dense kernel computes in
     place (``native_matmul.add``'s ``update``: matrices, the result in ``c``'s storage), or
     None."""

@@ -8,6 +8,7 @@ never by sizes), so a new batch size reuses the compiled kernels.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,14 +56,15 @@ MIN_RANK = 1
 # (convnet, wide MLP, text classifier, Conv1D: 0.96-1.00x, 10 pairs each).
 PARALLEL_MIN_BYTES = 16 << 20
 SPIN_MIN_BYTES = 512 << 10
-_kernels: dict[LoopSpec, jit.Kernel] = {}
+_kernels: dict[LoopSpec, jit.Kernel | native.NativeKernel] = {}
 
 
 def loop_kernel(spec: LoopSpec) -> jit.Kernel | native.NativeKernel:
     """The (cached) kernel for ``spec``: native (LLVM IR compiled by llvmlite,
     :mod:`..codegen.native`) when that path is on and generates ``spec``, else numba's of the
     generated source."""
-    k = native.loop_kernel(spec) if native.enabled() else None
+    k: jit.Kernel | native.NativeKernel | None = (native.loop_kernel(spec) if native.enabled()
+                                                   else None)
     if k is None:
         k = _kernels.get(spec)
         if k is None or isinstance(k, native.NativeKernel) or k.jitted != _jit_on():
@@ -134,7 +136,7 @@ def _axpy(b, node: Node) -> bool:
     otherwise."""
     if node.dtype not in ("float32", "float64") or any(d is None for d in node.shape):
         return False
-    if int(np.prod(node.shape)) < AXPY_MIN_ELEMENTS:
+    if int(np.prod(node.type.dims)) < AXPY_MIN_ELEMENTS:
         return False
 
     if products.products_native(b):  # a plan without BLAS calls: OpenBLAS's threads stay asleep
@@ -170,7 +172,8 @@ def _address(a: np.ndarray) -> int:
 
 
 def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
-              extras: list[tuple[int, Operand]] = (), reductions: list[Operand] = ()) -> None:
+              extras: Sequence[tuple[int, Operand]] = (),
+              reductions: Sequence[Operand] = ()) -> None:
     """Adds the generated loop computing ``program`` (fused-op format) over ``ins`` into
     ``out`` (a contiguous layout) to the plan; ``extras`` are side outputs (instruction index,
     operand): without reduction with ``out``'s shape and strides, in a reduction loop with
@@ -325,7 +328,7 @@ def _split_reduction(b, entry, args: tuple, parts: list[np.ndarray], ops: list[s
           label=f"{name}(partials)")
 
 
-def _bytes_per_element(out: Operand, extras: list, ins: list[Operand],
+def _bytes_per_element(out: Operand, extras: Sequence[tuple[int, Operand]], ins: list[Operand],
                        classes: list[str]) -> int:
     """Bytes a loop moves per element: its outputs and its full-size reads (an in-place
     read counts: read then written; broadcast operands, S and Z, stay in cache)."""

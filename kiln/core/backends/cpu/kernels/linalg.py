@@ -148,13 +148,14 @@ def build_gemm(b, node: Node) -> None:
         from kiln.core.backends.cpu.gemm import native_matmul
 
         args = products.gemm_native(b, node)
-        applied = _applied_update(b, node, out) if args is not None else None
-        if applied is not None and native_matmul.add(b, *args[:3],
-                                                     update=(*args[3:], applied[1])):
-            b.absorb(applied[0])
-            return
-        if args is not None and native_matmul.add(b, *args[:3], update=args[3:]):
-            return
+        if args is not None:
+            applied = _applied_update(b, node, out)
+            if applied is not None and native_matmul.add(b, *args[:3],
+                                                         update=(*args[3:], applied[1])):
+                b.absorb(applied[0])
+                return
+            if native_matmul.add(b, *args[:3], update=args[3:]):
+                return
     # in place: the result is c's storage, decided here once (a plan is rebuilt when a
     # Variable's array changes; c is never a feed: passes/gemm.py)
     b.add(products.GemmCall(), (b.array(an), b.array(bn), None if products.in_place(c, out) else c,

@@ -86,7 +86,7 @@ def build_scan(b, node) -> None:
     types = [b.static.type(i) for i in node.inputs]
     outs = output_types(types, body, node.attrs["length"])
     packed = b.out(node)
-    views = [packed[o:o + prod(t.shape)].reshape(t.shape) for o, t in zip(offsets(outs), outs)]
+    views = [packed[o:o + prod(t.dims)].reshape(t.dims) for o, t in zip(offsets(outs), outs)]
     finals, ys = views[:nc], views[nc:]
     ins = [b.array(i) for i in node.inputs]
     carries0, seqs, consts = ins[:nc], ins[nc:nc + nx], ins[nc + nx:]
@@ -159,10 +159,12 @@ def build_scan(b, node) -> None:
                 for k in copied_y:
                     np.copyto(ys[k][t], y_out[k])
                 for k in range(nc):
-                    if stage[k] is not None:
-                        np.copyto(stage[k], new_carry[k])
+                    held = stage[k]
+                    if held is not None:
+                        np.copyto(held, new_carry[k])
                 for k in range(nc):
-                    np.copyto(carry_in[k], new_carry[k] if stage[k] is None else stage[k])
+                    held = stage[k]
+                    np.copyto(carry_in[k], new_carry[k] if held is None else held)
         for dst, src in zip(finals, carry_in):
             np.copyto(dst, src)
 

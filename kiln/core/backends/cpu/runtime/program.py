@@ -62,6 +62,7 @@ from kiln.core.layout import Layout, as_array
 from kiln.core.ops.fused import reduced_type
 from kiln.core.ops.registry import COLLECTIVE, ELEMENTWISE, FUSED, REDUCE, get_op
 from kiln.core.plan import StaticPlan, is_view, planned_buffers, program_order, with_sources
+from kiln.core.variable import Variable
 
 
 @dataclass
@@ -89,7 +90,7 @@ class Plan:
     busy: Any = field(default_factory=threading.Lock)  # held by the call running in it
 
     def __post_init__(self) -> None:
-        self.calls = [(s.fn, s.args) for s in self.steps]
+        self.calls: list[tuple[Callable, tuple | list]] = [(s.fn, s.args) for s in self.steps]
         # the written ranges by start, with the largest end so far: one bisection finds
         # whether a fed array overlaps any (a training step of 40 Variables: ~1 us, not 10)
         spans = sorted(self.written)
@@ -190,15 +191,13 @@ class PlanBuilder:
     updates); adds host allocation and the kernel calls.
 
     Kernel builders (``registry.BUILDERS``) use :meth:`shape`, :meth:`layout`, :meth:`array`,
-    :meth:`flat`, :meth:`out`, :meth:`contiguous` and :meth:`add`.
-    """
+    :meth:`flat`, :meth:`out`, :meth:`contiguous` and :meth:`add`."""
 
     def __init__(self, program: CpuProgram, feeds: Sequence[np.ndarray]):
         self.program = program
         self.graph = program.graph
         self.order = program.order
-        self.static = StaticPlan(program.graph, program.order, [np.shape(f) for f in feeds],
-                                 "cpu")
+        self.static = StaticPlan(program.graph, program.order, [np.shape(f) for f in feeds], "cpu")
         self.shapes = self.static.shapes
         self.layouts = self.static.layouts
         self.flats: dict[int, np.ndarray] = {}      # root key -> flat array
@@ -227,7 +226,9 @@ class PlanBuilder:
         return as_array(self.flats[lay.root], lay)
 
     def out(self, node: Node | None = None) -> np.ndarray:
-        return self.array(self.node if node is None else node)
+        node = self.node if node is None else node
+        assert node is not None, "a kernel builder's own output is read while it builds"
+        return self.array(node)
 
     def epilogue(self, node: Node) -> Node | None:
         """The kernel right after ``node`` when it is ``node``'s only reader and a ``fused``
@@ -284,6 +285,7 @@ class PlanBuilder:
 
     def add(self, fn: Callable, args: tuple, label: str | None = None) -> None:
         node = self.node
+        assert node is not None, "steps are added by the builder of a node"
         self.steps.append(Step(fn, tuple(args), label or node.op, get_op(node.op).kind, node))
 
     # ---- phases -------------------------------------------------------------------------------
@@ -305,7 +307,7 @@ class PlanBuilder:
         buffers, self.info["private_buffers"] = st.assign_buffers(
             self.program.planned_buffers(), lifetimes)
         self.info["memory"] = self.program.memory_info
-        inplace = st.inplace_updates(self.program.updates, lifetimes)
+        inplace: dict[int, Variable] = st.inplace_updates(self.program.updates, lifetimes)
         self._allocate(buffers, inplace)
         self._next = {id(a): b for a, b in zip(st.kernels, st.kernels[1:])}
         # every reader, views included (a value read through a view is read)
@@ -326,10 +328,10 @@ class PlanBuilder:
                 self._build_node(node)
         self.node = None
         outputs = []
-        upd = dict(self.program.updates)
+        upd: dict[int, Variable] = dict(self.program.updates)
         for k, o in enumerate(self.graph.outputs):
             var = upd.get(k)
-            if var is not None and inplace.get(id(o)) is var:
+            if var is not None and var is inplace.get(id(o)):
                 outputs.append(var.value)
             else:
                 outputs.append(self.array(o))

@@ -383,6 +383,7 @@ class SpinPool:
     def _start(self, slot: int) -> bool:
         """Starts the worker of ``slot`` (a daemon thread that enters the native loop through
         ctypes, which releases the GIL, and never comes back)."""
+        assert self.module is not None  # _ready loads the module before starting workers
         worker = self.module["worker"]
         started = threading.Event()
         found: list[tuple[int, frozenset[int]]] = []
@@ -414,6 +415,8 @@ class SpinPool:
         if (not ENABLED or not 1 <= arrays <= MAX_ARRAYS or parts < 2
                 or not self._ready(parts)):
             return None
+        # workers run (_ready), so the module and the shared memory are loaded
+        assert self.module is not None and self.memory is not None
         addr = self.module["addr"]
         return self.module["entry"], np.array(
             [self.memory.ctypes.data, parts, addr[f"call{arrays}"], kernel, arrays], np.int64)

@@ -341,6 +341,7 @@ def _conv_params(hw: tuple[int, int], k: tuple[int, int], attrs: dict) -> tuple[
     (oh, ow), pads = window2d(hw, k, attrs["strides"], attrs["dilation"], attrs["padding"])
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
     p = np.array([sh, sw, dh, dw, pads[0][0], pads[1][0]], np.int64)
+    assert oh is not None and ow is not None  # a static image has a static output
     return oh, ow, p
 
 

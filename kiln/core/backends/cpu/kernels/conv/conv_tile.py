@@ -70,7 +70,7 @@ def native_forward(b, out: np.ndarray, x: np.ndarray, w2d: np.ndarray, geometry:
         wide = np.zeros((taps, vecs * 16), w2d.dtype)
         pads.append((wide[:, :co], w2d))
         w2d = wide
-    arrays = (out, x, w2d)
+    arrays: tuple[np.ndarray, ...] = (out, x, w2d)
     relu = False
     if epilogue is not None:
         bias, relu = epilogue
@@ -114,7 +114,8 @@ def bias_relu(b, node: Node, fused: Node) -> tuple | None:
     """``(bias, relu)`` where the fused node (or add) right after ``node`` computes
     ``relu(node + bias)`` (or ``node + bias``) with a float32 bias of one value per output
     channel, else None."""
-    program = fused.attrs["program"] if fused.op == "fused" else (("add", (-1, -2), ()),)
+    program: tuple[tuple, ...] = (fused.attrs["program"] if fused.op == "fused"
+                                  else (("add", (-1, -2), ()),))
     node = b.epilogue_input(node, fused)  # node, or the view of it the fused node reads
     if node is None:
         return None

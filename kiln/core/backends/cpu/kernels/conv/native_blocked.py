@@ -213,7 +213,7 @@ def conv_grouped_blocked_ir(symbol: str, dtype: str, cig: int, cog: int) -> str:
             xs = _splat(f, lanes, f.load("%x", "float32", xi).ref)
             for v in range(nv):
                 _mul_add(f, vec, accs[r][v], xs, wvs[v])
-            if checked:
+            if col_ok is not None:
                 f.done(col_ok)
         f.end(c, lc)
         f.end(b, lb)

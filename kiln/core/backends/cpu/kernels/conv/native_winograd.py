@@ -40,13 +40,13 @@ LANES = 8
 # F(m x m, 3 x 3): the input (B^T), output (A^T) and kernel (G) transforms (Lavin and Gray,
 # "Fast Algorithms for Convolutional Neural Networks", 2016; interpolation points 0, +-1,
 # +-2 and infinity for m = 4).
-_F2 = {
+_F2: dict[str, list[list]] = {
     "BT": [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
     "AT": [[1, 1, 1, 0], [0, 1, -1, -1]],
     "G": [[1, 0, 0], [Fraction(1, 2)] * 3, [Fraction(1, 2), Fraction(-1, 2), Fraction(1, 2)],
           [0, 0, 1]],
 }
-_F4 = {
+_F4: dict[str, list[list]] = {
     "BT": [[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
            [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
     "AT": [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
@@ -57,12 +57,12 @@ _F4 = {
           [Fraction(1, 24), Fraction(-1, 12), Fraction(1, 6)], [0, 0, 1]],
 }
 # F(3 x 3, 2 x 2): the 2x2 phases of a stride-2 4x4 kernel (points 0, +-1, infinity)
-_F3R2 = {
+_F3R2: dict[str, list[list]] = {
     "BT": [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, -1, 0, 1]],
     "AT": [[1, 1, 1, 0], [0, 1, -1, 0], [0, 1, 1, 1]],
     "G": [[1, 0], [Fraction(1, 2)] * 2, [Fraction(1, 2), Fraction(-1, 2)], [0, 1]],
 }
-MATRICES = {(2, 3): _F2, (4, 3): _F4, (3, 2): _F3R2}
+MATRICES: dict[tuple[int, int], dict[str, list[list]]] = {(2, 3): _F2, (4, 3): _F4, (3, 2): _F3R2}
 
 
 def matrix(m: int, name: str, r: int = 3) -> list[list]:
@@ -98,19 +98,19 @@ def _apply(f: Func, ty: str, rows: list[list[int]], vals: list[str]) -> list[str
                     _combine(f, ty, [(1, vals[a]), (-1, vals[b])]))
             merged[a], merged[b] = both, both
     if merged:
-        out = []
+        combined = []
         for i, row in enumerate(rows):
             terms = [(row[k], merged[k][i % 2] if k in merged else vals[k])
                      for k in range(width) if row[k] and not _second(k, merged)]
-            out.append(_combine(f, ty, terms))
-        return out
+            combined.append(_combine(f, ty, terms))
+        return combined
     out: list[str | None] = [None] * len(rows)
     for a in range(len(rows)):
         if out[a] is not None:
             continue
-        b = next((b for b in range(a + 1, len(rows))
-                  if out[b] is None and _paired(rows[a], rows[b])), None)
-        if b is None:
+        partner = next((b for b in range(a + 1, len(rows))
+                        if out[b] is None and _paired(rows[a], rows[b])), None)
+        if partner is None:
             out[a] = _combine(f, ty, [(c, v) for c, v in zip(rows[a], vals) if c])
             continue
         even = _combine(f, ty, [(c, v) for k, (c, v) in enumerate(zip(rows[a], vals))
@@ -118,8 +118,10 @@ def _apply(f: Func, ty: str, rows: list[list[int]], vals: list[str]) -> list[str
         odd = _combine(f, ty, [(c, v) for k, (c, v) in enumerate(zip(rows[a], vals))
                                if c and k % 2 == 1])
         out[a] = _combine(f, ty, [(1, even), (1, odd)])
-        out[b] = _combine(f, ty, [(1, even), (-1, odd)])
-    return out
+        out[partner] = _combine(f, ty, [(1, even), (-1, odd)])
+    combined = [v for v in out if v is not None]
+    assert len(combined) == len(rows)  # every row was combined
+    return combined
 
 
 def _paired(x: list, y: list) -> bool:
@@ -142,7 +144,7 @@ def _combine(f: Func, ty: str, terms: list[tuple]) -> str:
     if scale is not None:
         terms = [(1 if c > 0 else -1, v) for c, v in terms]
     terms = sorted(terms, key=lambda t: t[0] < 0)  # a positive term first: no negation
-    acc = None
+    acc: str | None = None
     for coef, v in terms:
         term = v
         if abs(coef) != 1:
@@ -161,6 +163,7 @@ def _combine(f: Func, ty: str, terms: list[tuple]) -> str:
         nxt = f.tmp()
         f.emit(f"{nxt} = fmul contract {ty} {acc}, {_const(ty, float(scale))}")
         acc = nxt
+    assert acc is not None  # terms is not empty
     return acc
 
 
@@ -242,7 +245,7 @@ def transform_ir(symbol: str, dtype: str, m: int, kind: str, rows: int = 3, r: i
     alpha = m + r - 1
     alpha_h, m_h = (alpha, m) if rows > 1 else (1, 1)
     image_first = kind in ("output", "input_adjoint")
-    add = kind == "input_adjoint"
+    add: bool | str = kind == "input_adjoint"
     if epilogue not in ("", "bias", "bias_relu") or (epilogue and kind != "output"):
         raise CodegenError(f"native winograd: no {epilogue!r} epilogue for {kind}")
     # an output transform's epilogue: + bias[c] (a fourth argument), then ReLU (x <= 0 ? 0 : x)

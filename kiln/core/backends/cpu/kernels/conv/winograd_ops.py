@@ -33,6 +33,7 @@ def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
     """``out = conv(x, w)`` (``pads`` top/left), the forward convolution."""
     n, oh, ow, co = out.shape
     ci = x.shape[3]
+    kernel: tuple[Callable, tuple, np.ndarray]  # (transform, its arguments, its result)
     if stride == 1:
         geo = winograd._stride1(w.shape[0], (oh, ow))
         u = np.empty((geo.blocks, ci, co), np.float32)

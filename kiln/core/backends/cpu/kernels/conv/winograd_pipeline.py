@@ -54,6 +54,12 @@ def _gemm_call(lanes: int, m: int, arrays: tuple, accumulate: bool = False) -> C
     return None if found is None else found[0]
 
 
+def _built(calls: list[tuple | None]) -> list[tuple] | None:
+    """``calls`` (of :func:`_transform_call`) where every one built, else None."""
+    built = [c for c in calls if c is not None]
+    return built if len(built) == len(calls) else None
+
+
 def _chunk(call: tuple, n0: int, n1: int) -> tuple:
     """A transform call of :func:`_transform_call` for the images ``n0 <= n < n1``."""
     entry, arrays, params = call
@@ -113,7 +119,8 @@ def forward(b, geo: winograd.Geometry, x: np.ndarray, key: object, pads: tuple[i
             for at, step, part in (outputs or [((0, 0), 1, None)])]
     flat_u = u.reshape(-1)
     gemm = _gemm_call(lanes, 0, (prod.flat, v.flat, flat_u))
-    if gemm is None or None in first or None in last:
+    first_calls, last_calls = _built(first), _built(last)
+    if gemm is None or first_calls is None or last_calls is None:
         return False
     b.cache[cache_key] = v
     b.add(fn, args, label=f"{b.node.op}:winograd_kernel")
@@ -127,8 +134,9 @@ def forward(b, geo: winograd.Geometry, x: np.ndarray, key: object, pads: tuple[i
             a, cc = v.flat[r0 * k_in:], prod.flat[r0 * width:]
             gp = np.array([cc.size, a.size, flat_u.size, m, k_in, width, v.stride, k_in, 1,
                            k_in * width, width, prod.stride, width, 0, geo.blocks], np.int64)
-            part.append([_chunk(t, n0, n1) for t in first] + [(gemm, (cc, a, flat_u, gp))]
-                        + [_chunk(t, n0, n1) for t in last])
+            part.append([_chunk(t, n0, n1) for t in first_calls]
+                        + [(gemm, (cc, a, flat_u, gp))]
+                        + [_chunk(t, n0, n1) for t in last_calls])
         jobs.append(part)
     _add_pipeline(b, jobs)
     return True
@@ -166,7 +174,8 @@ def adjoint(b, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
     adjoints = [_transform_call(geo, "input_adjoint", (out, dv.flat, np.empty(ci, np.float32)),
                                 dv, pads, offset=-lo * per_image * ci)
                 for dv, (lo, _) in zip(dvs, parts)]
-    if gemm is None or None in grads or None in adjoints:
+    grad_calls, adjoint_calls = _built(grads), _built(adjoints)
+    if gemm is None or grad_calls is None or adjoint_calls is None:
         return False
     b.add(geo.kernel_transform, (w.transpose(0, 1, 3, 2), ut),
           label=f"{b.node.op}:winograd_kernel")
@@ -178,8 +187,8 @@ def adjoint(b, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
             n1 = min(hi, n0 + per)
             m = (n1 - n0) * per_image
             shift = (n0 - lo) * per_image
-            g_entry, g_arrays, g_params = grads[k]
-            a_entry, a_arrays, a_params = adjoints[k]
+            g_entry, g_arrays, g_params = grad_calls[k]
+            a_entry, a_arrays, a_params = adjoint_calls[k]
             gp = np.array([dv.flat.size, z.flat.size, flat_u.size, m, co, ci, z.stride, co, 1,
                            co * ci, ci, dv.stride, ci, 0, geo.blocks], np.int64)
             part.append([
@@ -236,7 +245,8 @@ def kernel_gradient(b, geo: winograd.Geometry, x: np.ndarray, key: object, ct: n
     transforms = [_transform_call(geo, "gradient", (z.flat, ct, zeros), z, (0, 0),
                                   offset=-lo * per_image * co)
                   for z, (lo, _) in zip(scratch, parts)]
-    if None in gemms or None in transforms or any(None in calls for calls in inputs):
+    transform_calls = _built(transforms)
+    if None in gemms or transform_calls is None or any(None in calls for calls in inputs):
         return False
     jobs = []
     for k, (lo, hi) in enumerate(parts):
@@ -248,7 +258,7 @@ def kernel_gradient(b, geo: winograd.Geometry, x: np.ndarray, key: object, ct: n
             a = vs[k].flat if v is None else v.flat[n0 * per_image * k_in:]
             calls = [_chunk((e, arrays, params[:-1] + [params[-1] - shift * k_in]), n0, n1)
                      for e, arrays, params in inputs[k]]
-            entry, arrays, params = transforms[k]
+            entry, arrays, params = transform_calls[k]
             params = params[:-1] + [params[-1] - shift * co]
             gp = np.array([du.size, a.size, z.flat.size, k_in, m, co, vs[k].stride, 1, k_in,
                            z.stride, co, k_in * co, co, 0, geo.blocks], np.int64)
