@@ -98,8 +98,7 @@ def split_dataset(dataset: Any, left_size: Any = None, right_size: Any = None,
             raise ValueError("split_dataset: the kiln dataset is infinite (repeat())")
         samples = list(dataset)
     elif isinstance(dataset, np.ndarray | tuple | list | dict):
-        data = dataset if isinstance(dataset, dict | tuple) or isinstance(dataset, np.ndarray) \
-            else tuple(dataset)
+        data = tuple(dataset) if isinstance(dataset, list) else dataset  # a list: its arrays
         data = _map_structure(np.asarray, data)
         lengths = {_rows(a) for a in _flatten(data)}
         if len(lengths) != 1:
