@@ -179,3 +179,22 @@ def test_stored_code_and_unknown_modules_are_refused():
 def test_keras_file_editor_is_refused_with_a_reason():
     with pytest.raises(NotImplementedError, match="no weights editor.*load_model"):
         S.KerasFileEditor("model.keras")
+
+
+def test_models_round_trip_with_keras():
+    keras = pytest.importorskip("keras")
+    theirs = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="relu"),
+                               keras.layers.Dense(1)])
+    theirs.compile(optimizer="adam", loss="mse")
+    ours = U.deserialize_keras_object(
+        json.loads(json.dumps(keras.saving.serialize_keras_object(theirs))))
+    assert type(ours) is kiln.Sequential and ours.compiled
+    assert [layer.units for layer in ours.layers] == [3, 1]
+    ours.set_weights([np.asarray(w) for w in theirs.get_weights()])
+    x = np.random.default_rng(1).normal(size=(3, 4)).astype("float32")
+    np.testing.assert_allclose(ours.predict(x, verbose=0), np.asarray(theirs(x)), rtol=1e-5,
+                               atol=1e-6)
+    inputs = kiln.Input((4,))
+    model = kiln.Model(inputs, kiln.layers.Dense(2)(inputs))
+    back = keras.saving.deserialize_keras_object(U.serialize_keras_object(model))
+    assert isinstance(back, keras.Model) and tuple(back.outputs[0].shape) == (None, 2)

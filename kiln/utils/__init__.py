@@ -14,7 +14,6 @@ from kiln.saving import (
 from kiln.saving.keras_objects import (
     CustomObjectScope,
     custom_object_scope,
-    deserialize_keras_object,
     serialize_keras_object,
 )
 from kiln.utils.audio_dataset import audio_dataset_from_directory
@@ -26,6 +25,7 @@ from kiln.utils.image_utils import array_to_img, img_to_array, load_img, save_im
 from kiln.utils.keras_utils import (
     Config,
     clear_session,
+    deserialize_keras_object,
     disable_interactive_logging,
     enable_interactive_logging,
     get_source_inputs,

@@ -22,7 +22,8 @@ import kiln.config
 # kiln.core, kiln.layers and kiln.models are imported inside the functions: `import
 # kiln.utils` stays light.
 
-__all__ = ["Config", "clear_session", "get_source_inputs", "is_keras_tensor",
+__all__ = ["Config", "clear_session", "deserialize_keras_object", "get_source_inputs",
+           "is_keras_tensor",
            "pack_x_y_sample_weight", "unpack_x_y_sample_weight", "standardize_dtype",
            "enable_interactive_logging", "disable_interactive_logging",
            "is_interactive_logging_enabled", "print_msg"]
@@ -270,3 +271,13 @@ def print_msg(message: str, line_break: bool = True) -> None:
         sys.stdout.flush()
     else:
         _log.info(message)
+
+
+def deserialize_keras_object(config: Any, custom_objects: Any = None, safe_mode: bool = True,
+                             **kwargs: Any) -> Any:
+    """:func:`kiln.saving.deserialize_keras_object`, with kiln's model classes registered
+    first (so a serialized ``Sequential``/``Functional`` model rebuilds too)."""
+    import kiln.models  # noqa: F401  (registers Sequential, Functional, Model)
+    from kiln.saving.keras_objects import deserialize_keras_object as deserialize
+
+    return deserialize(config, custom_objects, safe_mode, **kwargs)
