@@ -78,14 +78,19 @@ def audio_dataset_from_directory(
         shuffle, seed, validation_split, subset, follow_links, verbose: As for images.
 
     Returns:
-        kiln's dataset (``len()`` batches, iterable once per epoch) of ``(audio, labels)``
-        with ``audio`` float32 ``(batch, samples, channels)``; it has ``class_names`` and
-        ``file_paths``. ``[training, validation]`` with ``subset="both"``.
+        A dataset of ``(audio, labels)`` with ``audio`` float32 ``(batch, samples,
+        channels)``, with ``class_names``; ``[training, validation]`` with
+        ``subset="both"``. With TensorFlow installed, a ``tf.data.Dataset`` as Keras returns
+        (ragged batches: ``tf.RaggedTensor``); otherwise, or after
+        ``kiln.utils.set_dataset_format("kiln")``, kiln's dataset (``len()`` batches,
+        ``file_paths``; ragged batches are lists of arrays).
 
     Raises:
         ValueError: Bad arguments, no ``.wav`` file, or a file at another ``sampling_rate``.
     """
     label_mode = _directory.check_label_mode(_FN, label_mode, labels)
+    if label_mode is None:  # Keras: no labels at all (files anywhere under directory)
+        labels = None
     if ragged and output_sequence_length is not None:
         raise ValueError(f"{_FN}: cannot set both ragged=True and output_sequence_length="
                          f"{output_sequence_length!r}")
@@ -134,6 +139,46 @@ def audio_dataset_from_directory(
         y = _directory.encode_labels(_FN, lab, label_mode, len(names))
         return _directory.DirectoryDataset(p, y, load, stack, batch_size, shuffle, seed, names)
 
-    if subset == "both":
-        return [build("training"), build("validation")]
-    return build(subset or "training")
+    from kiln.utils.tf_interop import dataset_format
+
+    parts = [build("training"), build("validation")] if subset == "both" else \
+        [build(subset or "training")]
+    if dataset_format() == "tf":
+        parts = [_to_tf(d, shuffle and k == 0, ragged, output_sequence_length)
+                 for k, d in enumerate(parts)]
+    return parts if subset == "both" else parts[0]
+
+
+def _to_tf(d: _directory.DirectoryDataset, shuffle: bool, ragged: bool,
+           length: int | None) -> Any:
+    """Keras' ``tf.data`` pipeline over the same files: (path, label) pairs shuffled with a
+    buffer of ``8 * batch_size`` (the validation part of ``subset="both"`` unshuffled), read
+    by kiln's WAV reader, then ``padded_batch`` (or ``batch``, ``ragged_batch``)."""
+    import tensorflow as tf
+
+    channels = d._load(d.file_paths[0]).shape[1]
+    ds = tf.data.Dataset.from_tensor_slices(d.file_paths)
+    if d.labels is not None:
+        ds = tf.data.Dataset.zip((ds, tf.data.Dataset.from_tensor_slices(d.labels)))
+    if shuffle:
+        ds = ds.shuffle(buffer_size=d.batch_size * 8 if d.batch_size else 1024, seed=d.seed)
+
+    def read(path: Any) -> Any:
+        audio = tf.numpy_function(lambda p: d._load(p.decode()), [path], tf.float32)
+        audio.set_shape((length, channels))
+        return audio
+
+    if d.labels is not None:
+        ds = ds.map(lambda p, y: (read(p), y), num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        ds = ds.map(read, num_parallel_calls=tf.data.AUTOTUNE)
+    if d.batch_size is not None:
+        if ragged:
+            ds = ds.ragged_batch(d.batch_size)
+        elif length is None:
+            ds = ds.padded_batch(d.batch_size)
+        else:
+            ds = ds.batch(d.batch_size)
+    ds = ds.prefetch(tf.data.AUTOTUNE)
+    ds.class_names = d.class_names if d.labels is not None else None  # as Keras
+    return ds

@@ -164,3 +164,29 @@ def test_audio_sample_widths_channels_and_errors(tmp_path):
     (tmp_path / "empty" / "class_a").mkdir(parents=True)
     with pytest.raises(ValueError, match="no .wav files found"):
         U.audio_dataset_from_directory(tmp_path / "empty", verbose=False)
+
+
+def test_audio_as_tf_data_matches_keras_with_shuffling(audio_dir):
+    keras = pytest.importorskip("keras")
+    tf = pytest.importorskip("tensorflow")
+    root, _ = audio_dir
+    U.set_dataset_format("tf")
+    try:
+        for kwargs in ({"shuffle": True, "seed": 3}, {"shuffle": False, "label_mode": None},
+                       {"shuffle": True, "seed": 5, "output_sequence_length": 8}):
+            ours = U.audio_dataset_from_directory(root, batch_size=2, verbose=False, **kwargs)
+            theirs = keras.utils.audio_dataset_from_directory(str(root), batch_size=2,
+                                                              verbose=False, **kwargs)
+            assert isinstance(ours, tf.data.Dataset) and ours.class_names == theirs.class_names
+            for a, b in zip(ours.as_numpy_iterator(), theirs.as_numpy_iterator(),
+                            strict=True):
+                for u, v in zip(a if isinstance(a, tuple) else (a,),
+                                b if isinstance(b, tuple) else (b,), strict=True):
+                    np.testing.assert_array_equal(u, v)
+        ragged = U.audio_dataset_from_directory(root, batch_size=2, shuffle=False, ragged=True,
+                                                verbose=False)
+        clips, _ = next(iter(ragged))
+        assert isinstance(clips, tf.RaggedTensor)
+        assert clips.row_lengths().numpy().tolist() == [6, 4]
+    finally:
+        U.set_dataset_format("kiln")
