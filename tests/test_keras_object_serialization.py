@@ -198,3 +198,17 @@ def test_models_round_trip_with_keras():
     model = kiln.Model(inputs, kiln.layers.Dense(2)(inputs))
     back = keras.saving.deserialize_keras_object(U.serialize_keras_object(model))
     assert isinstance(back, keras.Model) and tuple(back.outputs[0].shape) == (None, 2)
+
+
+def test_built_layers_carry_their_build_config_both_ways():
+    keras = pytest.importorskip("keras")
+    theirs = keras.layers.Dense(2, name="d")
+    theirs.build((None, 4))
+    ours = U.deserialize_keras_object(keras.saving.serialize_keras_object(theirs))
+    assert ours.built and [tuple(w.shape) for w in ours.weights] == [(4, 2), (2,)]
+    layer = kiln.layers.Dense(2, name="d")
+    layer(kiln.Input((4,)))
+    config = json.loads(json.dumps(U.serialize_keras_object(layer)))
+    assert config["build_config"] == {"input_shape": [None, 4]}
+    back = keras.saving.deserialize_keras_object(config)
+    assert back.built and [tuple(w.shape) for w in back.weights] == [(4, 2), (2,)]
