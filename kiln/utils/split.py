@@ -16,12 +16,47 @@ import numpy as np
 
 from kiln.utils.dataset_ops import Dataset, _map_structure, _rows, stack_elements
 
-_BACKENDS = (None, "kiln", "numpy", "tensorflow")
+_BACKENDS = (None, "kiln", "numpy", "tensorflow", "torch")
 
 
 def _is_tf_dataset(x: Any) -> bool:
     return any(c.__module__.startswith("tensorflow") and c.__name__ in ("DatasetV2", "Dataset")
                for c in type(x).__mro__)
+
+
+def _is_torch_dataset(x: Any) -> bool:
+    return any(c.__module__.startswith("torch.utils.data") and c.__name__ == "Dataset"
+               for c in type(x).__mro__)
+
+
+def _split_torch(dataset: Any, left_size: Any, right_size: Any, shuffle: bool,
+                 seed: Any) -> tuple[Any, Any]:
+    """torch ``Subset`` s, as Keras gives for ``preferred_backend="torch"``: arrays become a
+    ``TensorDataset``; with ``shuffle`` the order is ``torch.randperm`` of a generator seeded
+    with ``seed`` (Keras' ``random_split`` order when the sizes cover the dataset)."""
+    import torch
+    from torch.utils.data import Subset, TensorDataset
+
+    if not _is_torch_dataset(dataset):
+        if isinstance(dataset, np.ndarray):
+            dataset = TensorDataset(torch.from_numpy(dataset))
+        elif isinstance(dataset, list | tuple):
+            dataset = TensorDataset(*(torch.from_numpy(np.asarray(a)) for a in dataset))
+        else:
+            raise TypeError("split_dataset: with preferred_backend='torch', dataset must be a "
+                            "torch Dataset, an array or a tuple/list of arrays, received "
+                            f"{type(dataset).__name__}")
+    total = len(dataset)
+    n_left, n_right = _sizes(left_size, right_size, total)
+    order = list(range(total))
+    if shuffle:
+        generator = torch.Generator()
+        if seed is not None:
+            generator.manual_seed(seed)
+        else:
+            generator.seed()
+        order = torch.randperm(total, generator=generator).tolist()
+    return Subset(dataset, order[:n_left]), Subset(dataset, order[total - n_right:])
 
 
 def _sizes(left: Any, right: Any, total: int) -> tuple[int, int]:
@@ -71,7 +106,8 @@ def split_dataset(dataset: Any, left_size: Any = None, right_size: Any = None,
         shuffle: shuffle the samples before splitting.
         seed: the shuffling seed (Python's ``random``; None: a random one).
         preferred_backend: None (a ``tf.data`` input gives ``tf.data`` splits, anything else
-            kiln datasets), ``"kiln"``/``"numpy"`` (kiln datasets) or ``"tensorflow"``.
+            kiln datasets; a torch dataset torch subsets), ``"kiln"``/``"numpy"`` (kiln
+            datasets), ``"tensorflow"`` or ``"torch"`` (``torch.utils.data.Subset`` s).
 
     Returns:
         ``(left, right)``.
@@ -83,7 +119,10 @@ def split_dataset(dataset: Any, left_size: Any = None, right_size: Any = None,
     """
     if preferred_backend not in _BACKENDS:
         raise ValueError(f"split_dataset: preferred_backend must be one of {_BACKENDS}, "
-                         f"received {preferred_backend!r} (torch datasets are not supported)")
+                         f"received {preferred_backend!r}")
+    if preferred_backend == "torch" or (preferred_backend is None and
+                                        _is_torch_dataset(dataset)):
+        return _split_torch(dataset, left_size, right_size, shuffle, seed)
     batch_size = None
     is_tf = _is_tf_dataset(dataset)
     if is_tf:

@@ -39,7 +39,7 @@ def test_split_sizes_and_order():
     ({"left_size": 0.7, "right_size": 0.5}, "is above 1"),
     ({"left_size": "half"}, "left_size must be an int, a float or None"),
     ({"left_size": 0.01}, "leave the left split empty"),
-    ({"left_size": 5, "preferred_backend": "torch"}, "preferred_backend must be one of"),
+    ({"left_size": 5, "preferred_backend": "jax"}, "preferred_backend must be one of"),
 ])
 def test_split_argument_errors(kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):
@@ -68,6 +68,22 @@ def test_split_of_a_tf_dataset_gives_tf_datasets():
     assert [b.tolist() for b in right.as_numpy_iterator()] == [[5, 6, 7], [8, 9]]
     left, _ = U.split_dataset(np.arange(4), left_size=2, preferred_backend="tensorflow")
     assert isinstance(left, tf.data.Dataset)
+
+
+def test_split_for_torch_matches_keras():
+    keras = pytest.importorskip("keras")
+    torch = pytest.importorskip("torch")
+    x, y = np.arange(24, dtype="float32").reshape(12, 2), np.arange(12)
+    ours = U.split_dataset((x, y), left_size=0.75, shuffle=True, seed=11,
+                           preferred_backend="torch")
+    theirs = keras.utils.split_dataset((x, y), left_size=0.75, shuffle=True, seed=11,
+                                       preferred_backend="torch")
+    for a, b in zip(ours, theirs, strict=True):
+        assert isinstance(a, torch.utils.data.Dataset) and len(a) == len(b)
+        for i in range(len(a)):
+            assert [t.tolist() for t in a[i]] == [t.tolist() for t in b[i]]
+    left, right = U.split_dataset(torch.utils.data.TensorDataset(torch.arange(5)), left_size=2)
+    assert [e[0].item() for e in left] == [0, 1] and [e[0].item() for e in right] == [2, 3, 4]
 
 
 # ---- audio ------------------------------------------------------------------------------------
