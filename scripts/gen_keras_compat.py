@@ -80,7 +80,7 @@ source and lists every adaptation. `tests/programs/test_programs.py` (slow) runs
 | p17 examples/keras_recipes/quasi_svm (tf.keras version) | no: `layers.RandomFourierFeatures` is missing | no: no `RandomFourierFeatures` in Keras 3 |
 | p18 examples/nlp/bidirectional_lstm_imdb (tf.keras version) | no: `keras.preprocessing` (`sequence.pad_sequences`) is missing | yes |
 | p19 examples/keras_recipes/subclassing_conv_layers (tf.keras version) | no: `Conv2D.convolution_op` is missing (and the program calls `tf.nn` on the kernel) | no: Keras cannot build the model (`tf.nn` in `convolution_op`) |
-| p20 examples/keras_recipes/trainer_pattern (tf.keras version) | no: `self.compiled_loss` (tf.keras API) inside a `tf.GradientTape` `train_step` | no: a TensorFlow-style `train_step(self, data)` |
+| p20 examples/keras_recipes/trainer_pattern (tf.keras version) | no: `tf.GradientTape` over kiln tensors in `train_step` (`compiled_loss`/`compiled_metrics` work) | no: a TensorFlow-style `train_step(self, data)` |
 | p21 examples/nlp/addition_rnn (tf.keras version) | yes | yes |
 | p22 examples/vision/autoencoder (tf.keras version) | yes | yes |
 | p23 examples/vision/knowledge_distillation (tf.keras version) | no: `tf.nn.softmax` on kiln tensors in `train_step` ("len() of a tensor with unknown leading dimension") | no: Keras cannot build the model for its TensorFlow-style `train_step` |
@@ -94,8 +94,8 @@ source and lists every adaptation. `tests/programs/test_programs.py` (slow) runs
 | p31 examples/generative/dcgan_overriding_train_step (tf.keras version, smaller) | no: `tf.shape`/`tf.random` on kiln tensors in `train_step` | no: Keras cannot build the model for its TensorFlow-style `train_step` |
 | p32 examples/timeseries/timeseries_weather_forecasting (tf.keras version) | no: `keras.preprocessing.timeseries_dataset_from_array` is missing | yes |
 | p33 examples/structured_data/structured_data_classification_from_scratch | no: `IntegerLookup(output_mode="binary")` is refused | no here: `plot_model` needs pydot, not installed (the program selects PyTorch) |
-| p34 examples/nlp/lstm_seq2seq | no: `Model.input` is missing (kiln has `inputs`) | yes |
-| p35 guides/customizing_saving_and_serialization | no: `keras.utils.register_keras_serializable` is missing | no: Keras cannot build the model of the `tf.Variable` layer |
+| p34 examples/nlp/lstm_seq2seq | yes | yes |
+| p35 guides/customizing_saving_and_serialization | no: a `tf.Variable` stored in a kiln layer, multiplied with kiln tensors in `call()` | no: Keras cannot build the model of the `tf.Variable` layer |
 | p36 examples/structured_data/structured_data_classification_with_feature_space (tf.keras version) | no: `keras.utils.FeatureSpace` is missing | no: "data type 'string' not understood" in `FeatureSpace` |
 | p37 guides/preprocessing_layers (tf.keras version, without the last recipes) | no: `layers.TextVectorization` is missing | no: `.numpy()` on a JAX array |
 | p38 guides/custom_train_step_in_jax | no: the JAX-style stateless `train_step(state, data)` | yes |

@@ -25,6 +25,25 @@ Example:
     0.5
 """
 
+# Keras exports the loss functions under keras.metrics too: the same functions.
+from kiln.losses import (
+    binary_crossentropy,
+    binary_focal_crossentropy,
+    categorical_crossentropy,
+    categorical_focal_crossentropy,
+    categorical_hinge,
+    hinge,
+    huber,
+    kl_divergence,
+    log_cosh,
+    mean_absolute_error,
+    mean_absolute_percentage_error,
+    mean_squared_error,
+    mean_squared_logarithmic_error,
+    poisson,
+    sparse_categorical_crossentropy,
+    squared_hinge,
+)
 from kiln.losses.base import EPSILON, eager, squeeze_or_expand_to_same_rank
 from kiln.metrics.accuracy import (
     Accuracy,
@@ -109,4 +128,10 @@ __all__ = [
     "ConcordanceCorrelation", "CosineSimilarity", "PearsonCorrelation",
     "concordance_correlation", "cosine_similarity", "pearson_correlation", "F1Score",
     "FBetaScore", "R2Score", "IoU", "BinaryIoU", "MeanIoU", "OneHotIoU", "OneHotMeanIoU",
+    # the loss functions, as keras.metrics exports them
+    "binary_crossentropy", "binary_focal_crossentropy", "categorical_crossentropy",
+    "categorical_focal_crossentropy", "categorical_hinge", "hinge", "huber", "kl_divergence",
+    "log_cosh", "mean_absolute_error", "mean_absolute_percentage_error", "mean_squared_error",
+    "mean_squared_logarithmic_error", "poisson", "sparse_categorical_crossentropy",
+    "squared_hinge",
 ]

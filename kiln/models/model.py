@@ -27,6 +27,7 @@ from kiln.layers.base import Layer, flatten, map_structure
 from kiln.layers.context import trace
 from kiln.layers.serialization import jsonable
 from kiln.models import snapshot
+from kiln.models.compat import ModelCompatMixin
 from kiln.models.data import TensorSpec, spec_from_shapes, structure_of
 from kiln.models.summary import print_summary
 from kiln.models.trainer import Trainer
@@ -76,7 +77,7 @@ def is_input_layer(layer: Any) -> bool:
 
 
 # ---- Model -------------------------------------------------------------------------------------
-class Model(Trainer, Layer):
+class Model(ModelCompatMixin, Trainer, Layer):
     """A group of layers with training and inference (``compile``/``fit``/``evaluate``/
     ``predict``).
 
@@ -131,6 +132,8 @@ class Model(Trainer, Layer):
                     "built", "name", "dtype") and "_inbound" not in self.__dict__:
             raise RuntimeError(f"{type(self).__name__}: it looks like you are subclassing "
                                "Model and forgot to call super().__init__() in __init__")
+        if name in ("input", "output"):  # the property's own error, not a generic one
+            return self._structure_of(name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ---- structure ------------------------------------------------------------------------

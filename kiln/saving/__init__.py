@@ -24,6 +24,7 @@ from kiln.saving.api import (
 )
 from kiln.saving.atomic import atomic_path, atomic_write
 from kiln.saving.h5util import FileFormatError
+from kiln.saving.keras_objects import CustomObjectScope, KerasFileEditor, serialize_keras_object
 from kiln.saving.registration import (
     custom_object_scope,
     get_custom_objects,
@@ -46,6 +47,11 @@ def __getattr__(name: str) -> Any:
         from kiln.saving import api
 
         return getattr(api, name)
+    if name == "deserialize_keras_object":  # may rebuild models too
+        import kiln.models  # noqa: F401, F811
+        from kiln.saving import keras_objects
+
+        return keras_objects.deserialize_keras_object
     raise AttributeError(f"module 'kiln.saving' has no attribute {name!r}")
 
 
@@ -57,4 +63,5 @@ __all__ = [
     "register_serializable", "get_registered_name", "get_registered_object",
     "resolve_class", "custom_object_scope", "register_keras_serializable", "get_custom_objects",
     "serialize", "serialize_model", "deserialize_model",
+    "CustomObjectScope", "KerasFileEditor", "serialize_keras_object", "deserialize_keras_object",
 ]
