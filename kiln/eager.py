@@ -40,6 +40,7 @@ import numpy as np
 import kiln.config
 import kiln.core
 import kiln.ops
+import kiln.tape
 from kiln.core import Function
 
 #: default size of a cache (entries; the least recently used one is dropped beyond it)
@@ -235,8 +236,19 @@ def run(key: Hashable, graph: Callable[..., Any], arrays: Sequence[Any], float_d
             cache.lookup(dyn_key, lambda: (found.function, _STATIC))
         if found.info is _STATIC:
             found = entry(False)
-        return found(*arrays)
-    return entry(dynamic)(*arrays)
+    else:
+        found = entry(dynamic)
+    out = found(*arrays)
+    if kiln.tape.recording():  # an active GradientTape: record how to rebuild this call
+        kiln.tape.record(("kiln.eager", key, float_dtype, None if owner is None else id(owner)),
+                         lambda nodes: _as_list(graph(*nodes)), arrays,
+                         [dtype_for(a, float_dtype, who=who) for a in arrays],
+                         out if isinstance(out, list) else [out])
+    return out
+
+
+def _as_list(out: Any) -> list:
+    return list(out) if isinstance(out, list | tuple) else [out]
 
 
 class EagerArray(np.ndarray):
