@@ -244,6 +244,7 @@ def run(key: Hashable, graph: Callable[..., Any], arrays: Sequence[Any], float_d
                          lambda nodes: _as_list(graph(*nodes)), arrays,
                          [dtype_for(a, float_dtype, who=who) for a in arrays],
                          out if isinstance(out, list) else [out])
+        out = kiln.tape.wrap(out)
     return out
 
 
@@ -251,11 +252,12 @@ def _as_list(out: Any) -> list:
     return list(out) if isinstance(out, list | tuple) else [out]
 
 
-class EagerArray(np.ndarray):
+class EagerArray(kiln.tape.TapeArray):
     """A layer called on arrays returns these: NumPy arrays with the conveniences of an eager
     Keras tensor: ``.numpy()`` (a plain copy) and ``._keras_mask`` (the mask the layer
     computed, e.g. ``Embedding(mask_zero=True)``; None otherwise). Arrays derived from one
-    by arithmetic carry no mask."""
+    by arithmetic carry no mask; while a GradientTape records, NumPy arithmetic on them is
+    recorded (:class:`kiln.tape.TapeArray`)."""
 
     _keras_mask: Any = None
 

@@ -74,6 +74,84 @@ def ident(a: Any) -> tuple | None:
     return (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
 
 
+#: NumPy ufuncs that a :class:`TapeArray` routes to kiln.ops while a tape records
+_UFUNCS = {"add": "add", "subtract": "subtract", "multiply": "multiply",
+           "true_divide": "divide", "negative": "negative", "power": "power",
+           "matmul": "matmul", "exp": "exp", "log": "log", "sqrt": "sqrt", "square": "square",
+           "absolute": "absolute", "maximum": "maximum", "minimum": "minimum", "tanh": "tanh"}
+
+
+class TapeArray(np.ndarray):
+    """The arrays kiln's eager calls return while a tape records: plain NumPy arrays, except
+    that NumPy arithmetic on them (``+ - * / ** @``, ``np.exp`` ... and ``+=``, which then
+    makes a new array as TensorFlow's immutable tensors do) runs through ``kiln.ops`` while a
+    tape records, so it is recorded too (``loss += sum(model.losses)``)."""
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        name = _UFUNCS.get(ufunc.__name__)
+        if name is not None and method == "__call__" and not kwargs and recording():
+            import kiln.ops  # noqa: PLC0415 (kiln.ops imports this module)
+
+            args = [np.asarray(a) if isinstance(a, np.ndarray) else a for a in inputs]
+            return getattr(kiln.ops, name)(*args)
+        plain = [np.asarray(a) if isinstance(a, np.ndarray) else a for a in inputs]
+        if "out" in kwargs:
+            kwargs["out"] = tuple(np.asarray(o) if isinstance(o, np.ndarray) else o
+                                  for o in kwargs["out"])
+        return getattr(ufunc, method)(*plain, **kwargs)
+
+    def __getitem__(self, index: Any) -> Any:
+        if recording() and _plain_index(index):
+            from kiln.ops import _eager  # noqa: PLC0415 (kiln.ops imports this module)
+
+            return _eager.call(f"getitem{index!r}", lambda t: t[index], (np.asarray(self),),
+                               {})
+        return super().__getitem__(index)
+
+    def __repr__(self) -> str:  # printing inside a tape block is not recorded
+        return repr(np.asarray(self)) if recording() else super().__repr__()
+
+    def __str__(self) -> str:
+        return str(np.asarray(self)) if recording() else super().__str__()
+
+    def _inplace(self, other: Any, ufunc: Any) -> Any:
+        if recording():
+            return ufunc(self, other)  # a new (recorded) array, not an in-place update
+        ufunc(np.asarray(self), other, out=np.asarray(self))
+        return self
+
+    def __iadd__(self, other: Any) -> Any:
+        return self._inplace(other, np.add)
+
+    def __isub__(self, other: Any) -> Any:
+        return self._inplace(other, np.subtract)
+
+    def __imul__(self, other: Any) -> Any:
+        return self._inplace(other, np.multiply)
+
+    def __itruediv__(self, other: Any) -> Any:
+        return self._inplace(other, np.true_divide)
+
+
+def _plain_index(index: Any) -> bool:
+    """Integers, slices, None and Ellipsis (or a tuple of them): what a graph slice takes."""
+    parts = index if isinstance(index, tuple) else (index,)
+    return all(p is None or p is Ellipsis or isinstance(p, int | slice | np.integer)
+               for p in parts)
+
+
+def wrap(value: Any) -> Any:
+    """``value`` (an array, or a list/tuple of them) viewed as :class:`TapeArray` while a tape
+    records; unchanged otherwise or for other values."""
+    if not recording():
+        return value
+    if isinstance(value, list | tuple):
+        return type(value)(wrap(v) for v in value)
+    if type(value) is np.ndarray:
+        return value.view(TapeArray)
+    return value
+
+
 class Record:
     """One eager call: ``replay(nodes) -> list of output nodes`` rebuilds its graph from one
     node per input; ``specs`` are the inputs' ``(shape, dtype)`` placeholders; ``key``
@@ -443,4 +521,5 @@ def _flatten_structure(value: Any) -> tuple[list, Any]:
     return leaves, rebuild
 
 
-__all__ = ["GradientTape", "cache_info", "clear", "record", "recording", "stop_recording"]
+__all__ = ["GradientTape", "TapeArray", "cache_info", "clear", "record", "recording",
+           "stop_recording", "wrap"]

@@ -493,8 +493,10 @@ class Layer:
         values = entry(*flat)
         if kiln.tape.recording():  # an active GradientTape: record how to rebuild the call
             from kiln.layers.eager_tape import record_call
+            losses = list(values[len(values) - n_losses:]) if n_losses else []
             record_call(self, key, arrays, tensor_kwargs, args, kwargs, training, flat,
-                        values[:len(has_mask)])
+                        list(values[:len(has_mask)]) + losses)
+            values = kiln.tape.wrap(list(values))
         self.__dict__["_eager_losses"] = list(values[len(values) - n_losses:]) \
             if n_losses else []
         n = len(has_mask)

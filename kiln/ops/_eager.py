@@ -137,6 +137,7 @@ def call(name: str, graph_fn: Callable[..., Any], args: tuple, kwargs: dict) -> 
     results = function(*feeds)
     if kiln.tape.recording():  # an active GradientTape: record how to rebuild this call
         _record(key, graph_fn, targs, tkw, arrays, function, results)
+        results = kiln.tape.wrap(results)
     return rebuild(results)
 
 
