@@ -95,10 +95,18 @@ class TapeArray(np.ndarray):
             args = [np.asarray(a) if isinstance(a, np.ndarray) else a for a in inputs]
             return getattr(kiln.ops, name)(*args)
         plain = [np.asarray(a) if isinstance(a, np.ndarray) else a for a in inputs]
-        if "out" in kwargs:
+        outs = kwargs.get("out")
+        if outs is not None:
             kwargs["out"] = tuple(np.asarray(o) if isinstance(o, np.ndarray) else o
-                                  for o in kwargs["out"])
-        return getattr(ufunc, method)(*plain, **kwargs)
+                                  for o in outs)
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        if outs is not None:
+            return outs[0] if len(outs) == 1 else outs
+        kind = type(self)  # as NumPy does for subclasses: results keep the class
+
+        def view(r: Any) -> Any:
+            return r.view(kind) if type(r) is np.ndarray else r
+        return tuple(view(r) for r in result) if isinstance(result, tuple) else view(result)
 
     def __getitem__(self, index: Any) -> Any:
         if recording() and _plain_index(index):
