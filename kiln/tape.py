@@ -128,16 +128,16 @@ class TapeArray(np.ndarray):
         ufunc(np.asarray(self), other, out=np.asarray(self))
         return self
 
-    def __iadd__(self, other: Any) -> Any:
+    def __iadd__(self, other: Any) -> Any:  # type: ignore[misc]
         return self._inplace(other, np.add)
 
-    def __isub__(self, other: Any) -> Any:
+    def __isub__(self, other: Any) -> Any:  # type: ignore[misc]
         return self._inplace(other, np.subtract)
 
-    def __imul__(self, other: Any) -> Any:
+    def __imul__(self, other: Any) -> Any:  # type: ignore[misc]
         return self._inplace(other, np.multiply)
 
-    def __itruediv__(self, other: Any) -> Any:
+    def __itruediv__(self, other: Any) -> Any:  # type: ignore[misc]
         return self._inplace(other, np.true_divide)
 
 
@@ -239,8 +239,8 @@ class GradientTape:
         self.persistent = bool(persistent)
         self.watch_accessed_variables = bool(watch_accessed_variables)
         self._records: list[Record] = []
-        self._made: dict[tuple, tuple[int, int]] = {}  # output ident -> (record, output)
-        self._watched: dict[tuple, Any] = {}
+        self._made: dict[Any, tuple[int, int]] = {}  # output ident -> (record, output)
+        self._watched: dict[Any, Any] = {}
         self._watched_vars: dict[int, Variable] = {}
         self._used = False
 
@@ -349,8 +349,7 @@ class GradientTape:
                         _CACHE.popitem(last=False)
         function, connected = entry
         feeds = plan.feeds(function)
-        values = list(function(*feeds)) if function is not None else []
-        values = iter(values)
+        values = iter(list(function(*feeds)) if function is not None else [])
         out = [next(values) if c else (np.zeros(np.shape(s), _dtype_of(s)) if zeros else None)
                for c, s in zip(connected, sources)]
         if recording() and function is not None:  # nested tapes: this gradient is a record
@@ -394,7 +393,7 @@ class _Plan:
         self.order = sorted(needed)
         self.records = [records[i] for i in self.order]
         pos = {i: n for n, i in enumerate(self.order)}
-        leaf_index: dict[tuple, int] = {}
+        leaf_index: dict[Any, int] = {}
         self.leaf_values: list[np.ndarray] = []
         self.leaf_specs: list[tuple] = []
         self.wiring: list[tuple] = []  # per record: per input ("leaf", n) or ("rec", r, j)
@@ -408,7 +407,7 @@ class _Plan:
             return leaf_index[k]
 
         for i, rec in zip(self.order, self.records):
-            wires = []
+            wires: list[tuple] = []
             for a, spec in zip(rec.inputs, rec.specs):
                 src = tape._made.get(ident(a))
                 if src is not None and src[0] < i and src[0] in pos:
@@ -458,7 +457,7 @@ class _Plan:
                     nodes.append(leaves[w[1]])
                 else:
                     node = outs[w[1]][w[2]]
-                    nodes.append(node if node.dtype == w[3] else kiln.ops.cast(node, w[3]))
+                    nodes.append(node if node.dtype == w[3] else kiln.ops.cast(node, w[3]))  # type: ignore[attr-defined]
             outs.append(list(rec.replay(nodes)))
         return outs
 
@@ -471,7 +470,7 @@ class _Plan:
             node = None if s is None else s[1] if s[0] == "var" else (
                 leaves[s[1]] if s[0] == "leaf" else outs[s[1]][s[2]])
             probe = node.__kiln_node__() if isinstance(node, Variable) else node
-            ok = node is not None and (probe is y or depends_on([y], probe))
+            ok = probe is not None and (probe is y or depends_on([y], probe))
             connected.append(ok)
             if ok:
                 wrt.append(node)
