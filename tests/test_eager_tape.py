@@ -260,3 +260,21 @@ def test_unrecorded_target_is_a_clear_error():
         y = np.sum(x * 2.0)  # NumPy on plain arrays: not recorded
     with pytest.raises(ValueError, match="not computed by a kiln call recorded on this tape"):
         tape.gradient(y, x)
+
+
+def test_value_dependent_branches_replay_the_path_taken():
+    x = np.array([1.5, -0.5])
+    for scale, expected in ((1.0, 2 * x), (-1.0, np.cos(x))):
+        with kiln.GradientTape() as tape:
+            tape.watch(x)
+            s = ops.sum(ops.multiply(x, scale))
+            y = ops.sum(ops.square(x)) if float(s) > 0 else ops.sum(ops.sin(x))
+        np.testing.assert_allclose(tape.gradient(y, x), expected, rtol=1e-12)
+
+
+def test_output_gradients_seed_a_vector_target():
+    x, seed = np.array([1.0, -2.0, 0.5]), np.array([0.5, 1.0, -3.0])
+    with kiln.GradientTape() as tape:
+        tape.watch(x)
+        y = ops.square(x)
+    np.testing.assert_allclose(tape.gradient(y, x, output_gradients=seed), 2 * x * seed)
