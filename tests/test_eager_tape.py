@@ -278,3 +278,24 @@ def test_output_gradients_seed_a_vector_target():
         tape.watch(x)
         y = ops.square(x)
     np.testing.assert_allclose(tape.gradient(y, x, output_gradients=seed), 2 * x * seed)
+
+
+def test_a_layer_called_twice_shares_its_weights(float64):
+    kiln.utils.set_random_seed(7)
+    dense = layers.Dense(3, activation="tanh")
+    x = np.random.default_rng(7).normal(size=(2, 3))
+
+    def target():
+        return ops.sum(ops.square(dense(dense(x))))
+
+    with kiln.GradientTape() as tape:
+        y = target()
+    kernel = dense.kernel
+    g = tape.gradient(y, kernel)
+    w = kernel.numpy().copy()
+
+    def f():
+        kernel.assign(w)
+        return float(target())
+
+    np.testing.assert_allclose(g, numeric_grad(f, w), rtol=1e-6, atol=1e-8)
