@@ -40,6 +40,7 @@ import numpy as np
 import kiln.config
 import kiln.core
 import kiln.ops
+import kiln.tape
 from kiln.core import Function
 
 #: default size of a cache (entries; the least recently used one is dropped beyond it)
@@ -235,15 +236,28 @@ def run(key: Hashable, graph: Callable[..., Any], arrays: Sequence[Any], float_d
             cache.lookup(dyn_key, lambda: (found.function, _STATIC))
         if found.info is _STATIC:
             found = entry(False)
-        return found(*arrays)
-    return entry(dynamic)(*arrays)
+    else:
+        found = entry(dynamic)
+    out = found(*arrays)
+    if kiln.tape.recording():  # an active GradientTape: record how to rebuild this call
+        kiln.tape.record(("kiln.eager", key, float_dtype, None if owner is None else id(owner)),
+                         lambda nodes: _as_list(graph(*nodes)), arrays,
+                         [dtype_for(a, float_dtype, who=who) for a in arrays],
+                         out if isinstance(out, list) else [out])
+        out = kiln.tape.wrap(out)
+    return out
 
 
-class EagerArray(np.ndarray):
+def _as_list(out: Any) -> list:
+    return list(out) if isinstance(out, list | tuple) else [out]
+
+
+class EagerArray(kiln.tape.TapeArray):
     """A layer called on arrays returns these: NumPy arrays with the conveniences of an eager
     Keras tensor: ``.numpy()`` (a plain copy) and ``._keras_mask`` (the mask the layer
     computed, e.g. ``Embedding(mask_zero=True)``; None otherwise). Arrays derived from one
-    by arithmetic carry no mask."""
+    by arithmetic carry no mask; while a GradientTape records, NumPy arithmetic on them is
+    recorded (:class:`kiln.tape.TapeArray`)."""
 
     _keras_mask: Any = None
 

@@ -29,7 +29,7 @@ ORDER: list[set[str]] = [
     # "registry" (the one class registry) imports nothing from kiln: every package may use it.
     {"config", "registry"},
     {"core"},
-    {"ops"},
+    {"ops", "tape"},
     # "eager" (the one eager path, compile-and-cache for layers, losses and metrics) is
     # placed with the small helper modules that layers build on.
     {"activations", "initializers", "regularizers", "constraints", "random_state", "eager",

@@ -17,6 +17,7 @@ import numpy as np
 
 import kiln.config
 import kiln.ops as K
+import kiln.tape
 from kiln.core import (
     TENSOR_MASKS,
     Node,
@@ -490,6 +491,12 @@ class Layer:
         if keyed:  # a fresh key from kiln's global generator (set_random_seed reproduces it)
             flat = flat + [np.array([next_seed(), 0], dtype=np.int64)]
         values = entry(*flat)
+        if kiln.tape.recording():  # an active GradientTape: record how to rebuild the call
+            from kiln.layers.eager_tape import record_call
+            losses = list(values[len(values) - n_losses:]) if n_losses else []
+            record_call(self, key, arrays, tensor_kwargs, args, kwargs, training, flat,
+                        list(values[:len(has_mask)]) + losses)
+            values = kiln.tape.wrap(list(values))
         self.__dict__["_eager_losses"] = list(values[len(values) - n_losses:]) \
             if n_losses else []
         n = len(has_mask)

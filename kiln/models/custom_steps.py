@@ -28,7 +28,7 @@ import numpy as np
 
 import kiln.config
 from kiln import ops
-from kiln.core import Node, depends_on, grad, is_tensor, placeholder, trace_variables
+from kiln.core import Node, depends_on, is_tensor, placeholder, trace_variables
 from kiln.layers.base import flatten
 from kiln.layers.context import DeferredResult, current, trace
 from kiln.models import distributed
@@ -40,6 +40,7 @@ from kiln.models.data import (
     is_iterable_data,
     train_validation_split,
 )
+from kiln.tape import GradientTape
 
 _OVERRIDABLE = ("train_step", "test_step", "predict_step", "compute_loss", "compute_metrics")
 
@@ -63,69 +64,6 @@ def unpack_x_y_sample_weight(data: Any) -> tuple[Any, Any, Any]:
         return data[0], data[1], data[2]
     raise ValueError("Data is expected to be in format `x`, `(x,)`, `(x, y)`, or "
                      f"`(x, y, sample_weight)`, found a tuple of {len(data)} items")
-
-
-class GradientTape:
-    """TensorFlow's ``GradientTape`` spelling over :func:`kiln.grad`, for custom train steps.
-
-    kiln records nothing while the block runs: the step is one symbolic graph, so
-    ``tape.gradient(loss, variables)`` differentiates that graph. It works on the symbolic
-    tensors of a traced step (``train_step``) or any kiln graph.
-
-    Example:
-        >>> with kiln.GradientTape() as tape:
-        ...     loss = self.compute_loss(x, y, self(x, training=True))
-        >>> grads = tape.gradient(loss, self.trainable_weights)
-    """
-
-    def __init__(self, persistent: bool = False, watch_accessed_variables: bool = True):
-        self.persistent = persistent
-
-    def __enter__(self) -> GradientTape:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-    def watch(self, tensor: Any) -> None:
-        """Accepted for compatibility (every tensor of the graph can be differentiated)."""
-
-    def gradient(self, target: Any, sources: Any, output_gradients: Any = None,
-                 unconnected_gradients: Any = None) -> Any:
-        """Gradients of ``target`` (summed if not scalar) with respect to ``sources`` (a
-        Variable/tensor or a nested list/tuple/dict of them), in the same structure; zeros for
-        sources the target does not depend on."""
-        if not is_tensor(target):
-            raise TypeError("GradientTape.gradient: the target must be a symbolic tensor of a "
-                            "traced step (kiln differentiates the step's graph); received "
-                            f"{type(target).__name__}")
-        leaves, rebuild = _flatten_structure(sources)
-        grads = grad(target, leaves, seed=output_gradients) if leaves else []
-        return rebuild(grads)
-
-
-def _flatten_structure(value: Any) -> tuple[list, Any]:
-    if isinstance(value, dict):
-        keys = list(value)
-        parts = [_flatten_structure(value[k]) for k in keys]
-    elif isinstance(value, list | tuple):
-        keys = None
-        parts = [_flatten_structure(v) for v in value]
-    else:
-        return [value], lambda flat: flat[0]
-    sizes = [len(p[0]) for p in parts]
-    leaves = [leaf for p in parts for leaf in p[0]]
-
-    def rebuild(flat: list) -> Any:
-        out, start = [], 0
-        for (_, sub), n in zip(parts, sizes):
-            out.append(sub(flat[start:start + n]))
-            start += n
-        if keys is not None:
-            return dict(zip(keys, out))
-        return type(value)(out) if isinstance(value, tuple) else out
-
-    return leaves, rebuild
 
 
 class CustomStepsMixin:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+import kiln.tape
 from kiln import distribution, export, saving
 from kiln.core import Graph, placeholder
 from kiln.layers import serialization as layer_serialization
@@ -202,7 +203,7 @@ class Model(ModelCompatMixin, Trainer, Layer):
                     **kwargs: Any) -> Any:
         # ``model(arrays)`` in inference: the cached predict function, with the same input
         # conversion (dtypes, dict keys) as predict().
-        if not training and not args and not kwargs:
+        if not training and not args and not kwargs and not kiln.tape.recording():
             return self.predict_on_batch(inputs)  # builds an unbuilt model from the data
         return Layer._call_eager(self, inputs, *args, training=training, **kwargs)
 

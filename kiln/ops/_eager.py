@@ -19,6 +19,7 @@ import numpy as np
 
 import kiln.config
 import kiln.core
+import kiln.tape
 
 #: the most compiled ops kept (least recently used dropped beyond it)
 MAXSIZE = 256
@@ -133,7 +134,23 @@ def call(name: str, graph_fn: Callable[..., Any], args: tuple, kwargs: dict) -> 
         return rebuild(None)
     feeds = [a if a.dtype == np.dtype(p.dtype) else a.astype(p.dtype)
              for a, p in zip(arrays, function.inputs)]
-    return rebuild(function(*feeds))
+    results = function(*feeds)
+    if kiln.tape.recording():  # an active GradientTape: record how to rebuild this call
+        _record(key, graph_fn, targs, tkw, arrays, function, results)
+        results = kiln.tape.wrap(results)
+    return rebuild(results)
+
+
+def _record(key: Hashable, graph_fn: Callable[..., Any], targs: Any, tkw: dict,
+            arrays: list[np.ndarray], function: Any, results: Any) -> None:
+    def replay(nodes: list) -> list:
+        out = graph_fn(*_fill(targs, nodes), **{k: _fill(v, nodes) for k, v in tkw.items()})
+        leaves = list(out) if type(out) is list or type(out) is tuple else [out]
+        return [kiln.core.convert_to_tensor(v) for v in leaves if kiln.core.is_tensor(v)]
+
+    outputs = results if isinstance(results, list) else [results]
+    kiln.tape.record(None if key is None else ("kiln.ops", key), replay, arrays,
+                     [p.dtype for p in function.inputs], outputs)
 
 
 def _build(name: str, graph_fn: Callable[..., Any], targs: Any, tkw: dict,
