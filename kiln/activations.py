@@ -226,12 +226,46 @@ def hard_sigmoid(x: Any) -> Node:
     return K.clip(x * _c(1.0 / 6.0, x) + _c(0.5, x), _c(0.0, x), _c(1.0, x))
 
 
+def _op(name: str, doc: str) -> Callable[..., Any]:
+    """The activation ``name`` of Keras 3.15, built on the op ``kiln.ops.<name>``."""
+    op = getattr(K, name)
+
+    def fn(x: Any, *args: Any, **kwargs: Any) -> Node:
+        return op(convert_to_tensor(x), *args, **kwargs)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    fn.__signature__ = __import__("inspect").signature(op)  # type: ignore[attr-defined]
+    return _eager(fn)
+
+
+celu = _op("celu", "Continuously-differentiable ELU: ``max(x, 0) + min(0, alpha * "
+           "(exp(x / alpha) - 1))``.")
+glu = _op("glu", "Gated linear unit: ``a * sigmoid(b)`` for the halves ``a, b`` of ``x`` "
+          "along ``axis`` (its size must be even).")
+hard_shrink = _op("hard_shrink", "``x`` where ``|x| > threshold``, else 0.")
+hard_tanh = _op("hard_tanh", "``clip(x, -1, 1)``.")
+soft_shrink = _op("soft_shrink", "``x - threshold`` above ``threshold``, ``x + threshold`` "
+                  "below ``-threshold``, else 0.")
+sparse_plus = _op("sparse_plus", "0 for ``x <= -1``, ``(x + 1)**2 / 4`` for ``|x| < 1``, "
+                  "``x`` for ``x >= 1``.")
+sparse_sigmoid = _op("sparse_sigmoid", "0 for ``x <= -1``, ``(x + 1) / 2`` for ``|x| < 1``, "
+                     "1 for ``x >= 1``.")
+sparsemax = _op("sparsemax", "Sparsemax along ``axis``: the Euclidean projection of ``x`` "
+                "onto the probability simplex.")
+squareplus = _op("squareplus", "``(x + sqrt(x**2 + b)) / 2``.")
+tanh_shrink = _op("tanh_shrink", "``x - tanh(x)``.")
+threshold = _op("threshold", "``x`` where ``x > threshold``, else ``default_value``.")
+
+
 _ALL: dict[str, Callable[..., Node]] = {
     "relu": relu, "relu6": relu6, "leaky_relu": leaky_relu, "sigmoid": sigmoid, "tanh": tanh,
     "softmax": softmax, "log_softmax": log_softmax, "linear": linear, "elu": elu, "selu": selu,
     "gelu": gelu, "silu": silu, "swish": swish, "hard_silu": hard_silu, "hard_swish": hard_swish,
     "softplus": softplus, "softsign": softsign, "mish": mish, "log_sigmoid": log_sigmoid,
-    "exponential": exponential, "hard_sigmoid": hard_sigmoid,
+    "exponential": exponential, "hard_sigmoid": hard_sigmoid, "celu": celu, "glu": glu,
+    "hard_shrink": hard_shrink, "hard_tanh": hard_tanh, "soft_shrink": soft_shrink,
+    "sparse_plus": sparse_plus, "sparse_sigmoid": sparse_sigmoid, "sparsemax": sparsemax,
+    "squareplus": squareplus, "tanh_shrink": tanh_shrink, "threshold": threshold,
 }
 
 
