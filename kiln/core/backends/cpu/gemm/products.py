@@ -12,6 +12,7 @@ imports codegen and the runtime's worker API, never a hand-written kernel.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from typing import Any
@@ -30,6 +31,13 @@ from kiln.core.ir import Node
 # Every GEMM of a kiln plan takes this one lock: at most one runs at a time in the process
 # (each uses all the BLAS threads already, so concurrent calls lose no throughput).
 _GEMM_LOCK = threading.Lock()
+# fork() while another thread is inside an OpenBLAS GEMM hangs: OpenBLAS's own fork handler
+# stops its worker threads while the GEMM waits on them (7 of 7 tries; issue 46). The fork
+# waits here for the GEMM in flight and holds off the next until the child exists; the child
+# starts OpenBLAS's threads anew at its first GEMM (kiln's pools: threads.py, spin_pool.py).
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_GEMM_LOCK.acquire, after_in_parent=_GEMM_LOCK.release,
+                        after_in_child=_GEMM_LOCK.release)
 
 
 def matmul(a: Any, b: Any, out: Any) -> None:
