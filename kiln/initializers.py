@@ -354,11 +354,102 @@ class Orthogonal(RandomInitializer):
 
 OrthogonalInitializer = Orthogonal
 
+# the windows of the STFT initializer, computed with NumPy (SciPy's definitions; no SciPy at
+# run time)
+_STFT_WINDOWS = {"hann": np.hanning, "hanning": np.hanning, "hamming": np.hamming,
+                 "blackman": np.blackman, "bartlett": np.bartlett, "boxcar": np.ones,
+                 "box": np.ones, "ones": np.ones, "rectangular": np.ones}
+
+
+def _stft_window(name: str, length: int, periodic: bool) -> np.ndarray:
+    """SciPy's ``get_window(name, length, fftbins=periodic)`` for the windows above."""
+    fn = _STFT_WINDOWS[name]
+    if periodic:
+        return np.asarray(fn(length + 1), np.float64)[:-1]
+    return np.asarray(fn(length), np.float64)
+
+
+class STFT(Initializer):
+    """Initializer of Conv1D kernels computing a short-time Fourier transform.
+
+    Args:
+        side: ``"real"`` (cosines) or ``"imag"`` (negated sines), default ``"real"``.
+        window: a window name (hann, hamming, blackman, bartlett, boxcar), an array of ``frame_length`` values, or
+            ``None``; default ``"hann"``.
+        scaling: ``"density"`` (divide by the window's L2 norm), ``"spectrum"`` (by its L1
+            norm) or ``None``; default ``"density"``.
+        periodic: use the periodic (DFT-even) form of a named window; default False.
+    """
+
+    def __init__(self, side: str = "real", window: Any = "hann", scaling: str | None = "density",
+                 periodic: bool = False):
+        if side not in ("real", "imag"):
+            raise ValueError(f"STFT initializer: side should be 'real' or 'imag', not {side!r}")
+        if isinstance(window, str) and window not in _STFT_WINDOWS:
+            raise ValueError(f"STFT initializer: unknown window {window!r}; kiln supports "
+                             f"{', '.join(sorted(_STFT_WINDOWS))}, an array or None")
+        if scaling is not None and scaling not in ("density", "spectrum"):
+            raise ValueError("STFT initializer: scaling must be None, 'density' or 'spectrum', "
+                             f"received scaling={scaling!r}")
+        self.side = side
+        self.window = window
+        self.scaling = scaling
+        self.periodic = periodic
+
+    def __call__(self, shape: Any, dtype: Any = None) -> np.ndarray:
+        shape = tuple(int(d) for d in shape)
+        if len(shape) != 3:
+            raise ValueError("STFT initializer: shape must be (frame_length, input_channels, "
+                             f"fft_length // 2 + 1), received {shape}")
+        dtype = np.dtype(dtype or kiln.config.floatx())
+        frame_length, _, bins = shape
+        time = np.arange(frame_length, dtype=np.float64).reshape(frame_length, 1, 1)
+        freq = np.arange(bins, dtype=np.float64).reshape(1, 1, bins) / ((bins - 1) * 2)
+        angle = -2.0 * time * freq * np.pi
+        kernel = np.cos(angle) if self.side == "real" else np.sin(angle)
+        if self.window is not None:
+            if isinstance(self.window, str):
+                win = _stft_window(self.window, frame_length, bool(self.periodic))
+            else:
+                win = np.asarray(self.window, np.float64)
+            if win.shape != (frame_length,):
+                raise ValueError("STFT initializer: the window must have shape "
+                                 f"({frame_length},) (frame_length), received {win.shape}")
+            scale = 1.0
+            if self.scaling == "density":
+                scale = float(np.sqrt(np.sum(win * win)))
+            elif self.scaling == "spectrum":
+                scale = float(np.sum(np.abs(win)))
+            kernel = kernel * win.reshape(frame_length, 1, 1) / scale
+        return np.broadcast_to(kernel, shape).astype(dtype)
+
+    def get_config(self) -> dict:
+        window = self.window
+        if window is not None and not isinstance(window, str):
+            window = np.asarray(window).tolist()
+        return {"side": self.side, "window": window, "periodic": self.periodic,
+                "scaling": self.scaling}
+
+
+STFTInitializer = STFT
+
+# Keras' lowercase exports: the classes under their function-style names
+IdentityInitializer = identity = Identity
+constant, ones, zeros, orthogonal = Constant, Ones, Zeros, Orthogonal
+random_normal, random_uniform, truncated_normal = RandomNormal, RandomUniform, TruncatedNormal
+variance_scaling, glorot_normal, glorot_uniform = VarianceScaling, GlorotNormal, GlorotUniform
+he_normal, he_uniform, lecun_normal, lecun_uniform = HeNormal, HeUniform, LecunNormal, LecunUniform
+stft = STFT
+
 _CLASSES: list[type[Initializer]] = [
     Zeros, Ones, Constant, Identity, RandomNormal, TruncatedNormal, RandomUniform,
     VarianceScaling, GlorotUniform, GlorotNormal, HeNormal, HeUniform, LecunNormal,
-    LecunUniform, Orthogonal,
+    LecunUniform, Orthogonal, STFT,
 ]
+_ALIASES = ["IdentityInitializer", "identity", "constant", "ones", "zeros", "orthogonal",
+            "random_normal", "random_uniform", "truncated_normal", "variance_scaling",
+            "glorot_normal", "glorot_uniform", "he_normal", "he_uniform", "lecun_normal",
+            "lecun_uniform", "STFTInitializer", "stft"]
 
 
 def _snake(name: str) -> str:
@@ -371,7 +462,8 @@ def _snake(name: str) -> str:
 _ALL: dict[str, type[Initializer]] = {c.__name__: c for c in _CLASSES}
 _ALL.update({_snake(c.__name__): c for c in _CLASSES})
 _ALL.update({"uniform": RandomUniform, "normal": RandomNormal, "OrthogonalInitializer": Orthogonal,
-             "orthogonal_initializer": Orthogonal, "one": Ones, "zero": Zeros})
+             "orthogonal_initializer": Orthogonal, "one": Ones, "zero": Zeros,
+             "IdentityInitializer": Identity, "STFTInitializer": STFT, "stft": STFT})
 
 
 def serialize(initializer: Initializer) -> dict:
@@ -437,6 +529,6 @@ def get(identifier: Any) -> Any:
     raise TypeError(f"Could not interpret initializer identifier {identifier!r}")
 
 
-__all__ = [c.__name__ for c in _CLASSES] + [
+__all__ = [c.__name__ for c in _CLASSES] + _ALIASES + [
     "Initializer", "RandomInitializer", "OrthogonalInitializer", "compute_fans", "get",
     "serialize", "deserialize"]
