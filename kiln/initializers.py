@@ -374,8 +374,8 @@ class STFT(Initializer):
 
     Args:
         side: ``"real"`` (cosines) or ``"imag"`` (negated sines), default ``"real"``.
-        window: a window name (hann, hamming, blackman, bartlett, boxcar), an array of ``frame_length`` values, or
-            ``None``; default ``"hann"``.
+        window: a window name (hann, hamming, blackman, bartlett, boxcar), an array of
+            ``frame_length`` values, or ``None``; default ``"hann"``.
         scaling: ``"density"`` (divide by the window's L2 norm), ``"spectrum"`` (by its L1
             norm) or ``None``; default ``"density"``.
         periodic: use the periodic (DFT-even) form of a named window; default False.
