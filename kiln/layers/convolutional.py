@@ -250,12 +250,8 @@ class Conv2DTranspose(_Conv):
                          activity_regularizer=activity_regularizer,
                          kernel_constraint=kernel_constraint, bias_constraint=bias_constraint,
                          **kwargs)
-        self.output_padding = None if output_padding is None else normalize_tuple(
-            "Conv2DTranspose", output_padding, 2, "output_padding", allow_zero=True)
-        if self.output_padding is not None and any(
-                o >= s for o, s in zip(self.output_padding, self.strides)):
-            raise ValueError(f"Conv2DTranspose: output_padding {self.output_padding} must be "
-                             f"smaller than the strides {self.strides}")
+        self.output_padding = transpose_output_padding("Conv2DTranspose", output_padding, 2,
+                                                       self.strides)
 
     def _kernel_shape(self, channels: int) -> tuple[int, ...]:
         return self.kernel_size + (self.filters, channels)
@@ -345,3 +341,17 @@ class Conv1DTranspose(_Conv):
         config.pop("groups", None)
         config["output_padding"] = self.output_padding
         return config
+
+
+def transpose_output_padding(layer: str, value: Any, rank: int,
+                             strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    """A transposed convolution's ``output_padding`` (None, or one int per spatial axis, each
+    smaller than its stride), or ValueError naming the layer and both values."""
+    if value is None:
+        return None
+    padding = normalize_tuple(layer, value, rank, "output_padding", allow_zero=True)
+    if any(o >= s for o, s in zip(padding, strides)):
+        raise ValueError(f"{layer}: output_padding {padding} must be smaller than the strides "
+                         f"{strides}")
+    return padding
+

@@ -10,8 +10,8 @@ from typing import Any
 
 from kiln.core import Node
 from kiln.layers._ops3d import conv3d, conv3d_transpose
-from kiln.layers._utils import keras_args, normalize_tuple
-from kiln.layers.convolutional import _Conv
+from kiln.layers._utils import keras_args
+from kiln.layers.convolutional import _Conv, transpose_output_padding
 
 
 class Conv3D(_Conv):
@@ -104,12 +104,8 @@ class Conv3DTranspose(_Conv):
                          activity_regularizer=activity_regularizer,
                          kernel_constraint=kernel_constraint, bias_constraint=bias_constraint,
                          **kwargs)
-        self.output_padding = None if output_padding is None else normalize_tuple(
-            "Conv3DTranspose", output_padding, 3, "output_padding", allow_zero=True)
-        if self.output_padding is not None and any(
-                o >= s for o, s in zip(self.output_padding, self.strides)):
-            raise ValueError(f"Conv3DTranspose: output_padding {self.output_padding} must be "
-                             f"smaller than the strides {self.strides}")
+        self.output_padding = transpose_output_padding("Conv3DTranspose", output_padding, 3,
+                                                       self.strides)
 
     def _kernel_shape(self, channels: int) -> tuple[int, ...]:
         return self.kernel_size + (self.filters, channels)
