@@ -4,7 +4,7 @@ its ops (``registry.builder``). Elementwise ops, fused groups and generated redu
 reduce and collective ops; the families with several modules are subpackages (``conv``,
 ``pool``, ``nn``).
 
-May import: ``codegen``, ``gemm``, ``registry``, ``host``, the runtime's worker API
+May import: ``codegen``, ``gemm``, ``registry``, ``target``, the runtime's worker API
 (``runtime.threads``, ``runtime.spin_pool``, ``runtime.parts``, ``runtime.cpus``) and
 ``kiln.core``; never ``runtime.program``, ``runtime.feeds`` or ``runtime.loop``.
 """

@@ -5,6 +5,6 @@ worker API that runs a kernel's parts (``threads``: kiln's pool and ``SplitCall`
 ``cpus``: thread counts and CPU placement).
 
 May import: ``codegen``, ``gemm``, ``kernels`` (``program`` and ``loop`` only), ``registry``,
-``lowering``, ``host`` and ``kiln.core``. The worker API (``threads``, ``spin_pool``,
+``lowering``, ``target`` and ``kiln.core``. The worker API (``threads``, ``spin_pool``,
 ``parts``, ``cpus``) imports only ``codegen`` and itself, so kernels and engines may use it.
 """
