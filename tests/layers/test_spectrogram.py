@@ -29,6 +29,7 @@ KW = [
 @pytest.fixture(scope="module")
 def keras():
     os.environ.setdefault("KERAS_BACKEND", "numpy")
+    pytest.importorskip("scipy", reason="Keras' STFTSpectrogram imports scipy")
     return pytest.importorskip("keras")
 
 

@@ -33,6 +33,9 @@ class _NumpyBackendOps:
     def __init__(self, only=None):
         import importlib
 
+        for needed in ("scipy", "jax"):  # Keras' NumPy backend imports both
+            pytest.importorskip(needed, reason="Keras' NumPy backend imports scipy and jax")
+
         import keras.src.backend as kb
 
         self._space = only[0] if only else None
