@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+import kiln.config
 from kiln import callbacks as callbacks_module
 from kiln import distribution as dist_module
 from kiln.models import distributed, snapshot
@@ -151,6 +152,8 @@ class LoopsMixin:
                                              validation_batch_size)
         if isinstance(epochs, bool) or not isinstance(epochs, int | np.integer) or epochs < 0:
             raise ValueError(f"fit: epochs must be a non-negative integer, received {epochs!r}")
+        # kiln.config.set_max_epochs / set_max_steps_per_epoch (Keras' debugging caps)
+        epochs, steps_per_epoch = kiln.config.fit_limits(int(epochs), steps_per_epoch)
         if isinstance(validation_split, bool) or not isinstance(
                 validation_split, int | float) or not 0.0 <= validation_split < 1.0:
             raise ValueError("fit: validation_split must be a float in [0, 1), received "
