@@ -383,9 +383,10 @@ def is_nnx_enabled() -> bool:
 
 
 def enable_unsafe_deserialization() -> None:
-    """Turns safe mode off for every later load (as Keras: it overrides ``safe_mode=True``):
-    a model with a ``Lambda`` layer loads when its function is given in ``custom_objects``.
-    kiln still never runs Python bytecode stored in a file."""
+    """Turns safe mode off for every later load, as Keras does: every load then behaves as
+    with ``safe_mode=False``. kiln never runs Python code stored in a file, so a ``Lambda``
+    layer still does not load from a file (the error then says so, instead of naming
+    safe_mode); rebuild such a model in code and use ``load_weights``."""
     _STATE["safe_mode"] = False
 
 

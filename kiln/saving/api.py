@@ -113,6 +113,9 @@ def save_weights(model: Any, filepath: str | os.PathLike, overwrite: bool = True
                     opt, "built", False) else None
                 wt.write_keras3_model(h5, model, arrays,
                                       str(getattr(opt, "name", "optimizer")))
+                build = _build_config(model)
+                if build is not None:  # lets load_weights build an unbuilt model
+                    set_json_attr(h5, "build_config", build)
                 return
             _stamp(h5, "weights")
             build = _build_config(model)
