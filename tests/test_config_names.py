@@ -43,7 +43,7 @@ def test_backend_is_kiln_and_set_backend_refuses_others():
         config.set_backend("jax")
 
 
-# ---- epsilon --------------------------------------------------------------------------------------
+# ---- epsilon -------------------------------------------------------------------------------------
 def test_epsilon_default_and_setter():
     assert config.epsilon() == 1e-7
     config.set_epsilon(1e-5)
@@ -67,7 +67,7 @@ def test_losses_read_epsilon_when_called():
     np.testing.assert_allclose(bce(ones, zeros), [-np.log(1e-3)], rtol=1e-4)
 
 
-# ---- image data format ----------------------------------------------------------------------------
+# ---- image data format ---------------------------------------------------------------------------
 def test_image_data_format_is_channels_last_only():
     assert config.image_data_format() == "channels_last"
     config.set_image_data_format("channels_last")
@@ -80,7 +80,7 @@ def test_image_data_format_is_channels_last_only():
     assert config.image_data_format() == "channels_last"
 
 
-# ---- dtype policy ---------------------------------------------------------------------------------
+# ---- dtype policy --------------------------------------------------------------------------------
 def test_dtype_policy_default_and_float_policies():
     policy = config.dtype_policy()
     assert isinstance(policy, config.DTypePolicy)
@@ -110,7 +110,7 @@ def test_set_dtype_policy_needs_floatx_and_a_policy():
         config.set_dtype_policy(3)
 
 
-# ---- interactive logging --------------------------------------------------------------------------
+# ---- interactive logging -------------------------------------------------------------------------
 def test_fit_output_goes_to_logging_when_interactive_logging_is_off(capsys, caplog):
     x, y = _data()
     model = _model()
@@ -128,7 +128,7 @@ def test_fit_output_goes_to_logging_when_interactive_logging_is_off(capsys, capl
     assert config.is_interactive_logging_enabled()
 
 
-# ---- recorded switches ----------------------------------------------------------------------------
+# ---- recorded switches ---------------------------------------------------------------------------
 def test_traceback_flash_attention_and_nnx_switches():
     assert config.is_traceback_filtering_enabled() is True
     config.disable_traceback_filtering()
@@ -143,7 +143,7 @@ def test_traceback_flash_attention_and_nnx_switches():
     assert config.is_nnx_enabled() is False
 
 
-# ---- unsafe deserialization -----------------------------------------------------------------------
+# ---- unsafe deserialization ----------------------------------------------------------------------
 def test_enable_unsafe_deserialization_makes_loads_behave_as_safe_mode_false(tmp_path):
     model = kiln.Sequential([kiln.Input((3,)), kiln.layers.Lambda(lambda t: t * 2.0)])
     path = tmp_path / "lam.keras"
@@ -160,7 +160,7 @@ def test_enable_unsafe_deserialization_makes_loads_behave_as_safe_mode_false(tmp
         kiln.models.load_model(path)
 
 
-# ---- fit caps -------------------------------------------------------------------------------------
+# ---- fit caps ------------------------------------------------------------------------------------
 class _Count(kiln.callbacks.Callback):
     def __init__(self):
         super().__init__()
