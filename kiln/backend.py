@@ -104,11 +104,11 @@ def _least_upper_bound(*nodes: str) -> str:
             raise ValueError(f"kiln.backend.result_type: dtype={node!r} has no place in the "
                              "type promotion lattice")
     common = frozenset.intersection(*(_UB[n] for n in nodes))
-    least = (common & set(nodes)) or {c for c in common if common <= _UB[c]}
+    least = set(common & set(nodes)) or {c for c in common if common <= _UB[c]}
     if len(least) != 1:
         raise ValueError(f"kiln.backend.result_type: dtypes {nodes} have no implicit "
                          "promotion path; cast them explicitly")
-    return least.pop()
+    return next(iter(least))
 
 
 def _weak(dtype: str) -> str:

@@ -67,8 +67,8 @@ def device(device_name: str) -> _DeviceScope:
     if not isinstance(device_name, str):
         raise ValueError(f"kiln.device: device_name must be a string such as 'cpu:0' or "
                          f"'gpu:0', received {device_name!r}")
-    kind, _, index = device_name.strip().lower().partition(":")
-    kind = kind.removeprefix("/device:").removeprefix("/")
+    name = device_name.strip().lower().removeprefix("/device:").removeprefix("/")
+    kind, _, index = name.partition(":")
     target = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda"}.get(kind)
     if target is None or (index and not index.isdigit()):
         raise ValueError(f"kiln.device: unknown device {device_name!r}; kiln compiles for "
