@@ -95,6 +95,13 @@ def test_dtype_policy_default_and_float_policies():
     assert kiln.FloatDTypePolicy is config.FloatDTypePolicy
 
 
+def test_a_layer_takes_a_dtype_policy():
+    layer = kiln.layers.Dense(2, dtype=kiln.DTypePolicy("float64"))
+    out = layer(np.ones((1, 3)))
+    assert layer.dtype == "float64" and layer.kernel.dtype == "float64"
+    assert np.asarray(out).dtype == np.float64
+
+
 @pytest.mark.parametrize("name", ["mixed_float16", "mixed_bfloat16", "bfloat16", "int8"])
 def test_dtype_policy_refuses_what_kiln_cannot_compute(name):
     with pytest.raises(ValueError, match=f"float32 or float64 only .* name='{name}'"):
