@@ -67,6 +67,19 @@ def test_losses_read_epsilon_when_called():
     np.testing.assert_allclose(bce(ones, zeros), [-np.log(1e-3)], rtol=1e-4)
 
 
+def test_constraints_read_epsilon():
+    """UnitNorm divides by epsilon + norm (Keras' backend.epsilon())."""
+    w = np.array([[3.0], [4.0]], "float32")
+
+    def projected():
+        p = kiln.placeholder((2, 1))
+        return kiln.function([p], kiln.constraints.UnitNorm(axis=0)(p))(w)
+
+    np.testing.assert_allclose(projected(), w / (5.0 + 1e-7), rtol=1e-6)
+    config.set_epsilon(0.25)
+    np.testing.assert_allclose(projected(), w / 5.25, rtol=1e-6)
+
+
 # ---- image data format ---------------------------------------------------------------------------
 def test_image_data_format_is_channels_last_only():
     assert config.image_data_format() == "channels_last"
