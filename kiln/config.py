@@ -424,8 +424,8 @@ def set_max_epochs(max_epochs: int | None) -> None:
 def set_max_steps_per_epoch(max_steps_per_epoch: int | None) -> None:
     """Caps the steps of every epoch of ``fit`` (Keras' rule: ``steps_per_epoch`` becomes
     ``max_steps_per_epoch`` when unset or larger, with a warning "Limiting steps_per_epoch to
-    N"). None lifts the cap; ``KILN_MAX_STEPS_PER_EPOCH`` (or ``KERAS_MAX_STEPS_PER_EPOCH``)
-    sets it too."""
+    N"; an epoch with fewer batches ends with its data). None lifts the cap;
+    ``KILN_MAX_STEPS_PER_EPOCH`` (or ``KERAS_MAX_STEPS_PER_EPOCH``) sets it too."""
     _STATE["max_steps_per_epoch"] = _check_cap("set_max_steps_per_epoch", max_steps_per_epoch)
 
 
@@ -443,9 +443,12 @@ def max_steps_per_epoch() -> int | None:
     return _env_cap("KILN_MAX_STEPS_PER_EPOCH", "KERAS_MAX_STEPS_PER_EPOCH")
 
 
-def fit_limits(epochs: int, steps_per_epoch: int | None) -> tuple[int, int | None]:
-    """``(epochs, steps_per_epoch)`` of a ``fit`` call under the caps, warning as Keras does
-    when a cap applies."""
+def fit_limits(epochs: int, steps_per_epoch: int | None
+               ) -> tuple[int, int | None, int | None]:
+    """``(epochs, steps_per_epoch, step_cap)`` of a ``fit`` call under the caps, warning as
+    Keras does when a cap applies. A ``steps_per_epoch`` above the cap becomes the cap; when
+    it is unset, ``step_cap`` ends each epoch after at most that many steps (an epoch of
+    fewer batches ends with its data, as in Keras, instead of cycling it)."""
     import warnings
 
     cap = max_epochs()
@@ -453,7 +456,11 @@ def fit_limits(epochs: int, steps_per_epoch: int | None) -> tuple[int, int | Non
         warnings.warn(f"Limiting epochs to {cap}", stacklevel=3)
         epochs = cap
     cap = max_steps_per_epoch()
+    step_cap = None
     if cap and (not steps_per_epoch or cap < steps_per_epoch):
         warnings.warn(f"Limiting steps_per_epoch to {cap}", stacklevel=3)
-        steps_per_epoch = cap
-    return epochs, steps_per_epoch
+        if steps_per_epoch:
+            steps_per_epoch = cap
+        else:
+            step_cap = cap
+    return epochs, steps_per_epoch, step_cap

@@ -216,6 +216,12 @@ def test_max_epochs_and_max_steps_per_epoch_cap_fit():
         config.set_max_steps_per_epoch(None)
         _model().fit(x, y, epochs=1, batch_size=8, verbose=0, callbacks=[count])
     assert count.batches == [4, 4, 8]
+    # a cap above the data's own steps: the epoch ends with its data (8 steps), no cycling
+    config.set_max_steps_per_epoch(50)
+    count = _Count()
+    with pytest.warns(UserWarning, match="Limiting steps_per_epoch to 50"):
+        _model().fit(x, y, epochs=2, batch_size=8, verbose=0, callbacks=[count])
+    assert count.batches == [8, 8]
 
 
 def test_fit_caps_from_the_environment_and_refusals(monkeypatch):
