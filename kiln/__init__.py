@@ -23,7 +23,8 @@ __version__ = "0.1.0"
 # on its own.
 _LAZY_MODULES = {"ops", "layers", "models", "optimizers", "callbacks", "losses", "metrics",
                  "activations", "initializers", "regularizers", "saving", "datasets", "utils",
-                 "distribution", "export", "random", "constraints", "preprocessing"}
+                 "distribution", "export", "random", "constraints", "preprocessing",
+                 "backend"}
 _LAZY_ATTRS = {
     "Input": ("kiln.layers", "Input"),
     "Sequential": ("kiln.models", "Sequential"),
@@ -38,6 +39,19 @@ _LAZY_ATTRS = {
     "Initializer": ("kiln.initializers", "Initializer"),
     "Regularizer": ("kiln.regularizers", "Regularizer"),
     "Constraint": ("kiln.constraints", "Constraint"),
+    "InputSpec": ("kiln.layers", "InputSpec"),
+    "DTypePolicy": ("kiln.config", "DTypePolicy"),
+    "FloatDTypePolicy": ("kiln.config", "FloatDTypePolicy"),
+    # Keras' top-level helpers, as far as they mean something in kiln (kiln/scopes.py)
+    "device": ("kiln.scopes", "device"),
+    "name_scope": ("kiln.scopes", "name_scope"),
+    "remat": ("kiln.scopes", "remat"),
+    "RematScope": ("kiln.scopes", "RematScope"),
+    "StatelessScope": ("kiln.scopes", "StatelessScope"),
+    "SymbolicScope": ("kiln.scopes", "SymbolicScope"),
+    "Operation": ("kiln.scopes", "Operation"),
+    "Quantizer": ("kiln.scopes", "Quantizer"),
+    "version": ("kiln.scopes", "version"),
 }
 
 

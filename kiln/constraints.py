@@ -17,10 +17,11 @@ import math
 from typing import Any
 
 import kiln.ops as K
+from kiln.config import epsilon
 from kiln.core import Node, convert_to_tensor
 from kiln.registry import deserialize_object, serialize_object
 
-EPSILON = 1e-7
+EPSILON = 1e-7  # the default of kiln.config.epsilon(), which the constraints read
 
 
 class Constraint:
@@ -89,7 +90,7 @@ class MaxNorm(Constraint):
         w = convert_to_tensor(w)
         norms = _norms(w, self.axis)
         desired = K.clip(norms, _c(0.0, w), _c(self.max_value, w))
-        return w * (desired / (_c(EPSILON, w) + norms))
+        return w * (desired / (_c(epsilon(), w) + norms))
 
     def get_config(self) -> dict:
         return {"max_value": self.max_value, "axis": self.axis}
@@ -114,7 +115,7 @@ class MinMaxNorm(Constraint):
         norms = _norms(w, self.axis)
         clipped = K.clip(norms, _c(self.min_value, w), _c(self.max_value, w))
         desired = _c(self.rate, w) * clipped + _c(1.0 - self.rate, w) * norms
-        return w * (desired / (_c(EPSILON, w) + norms))
+        return w * (desired / (_c(epsilon(), w) + norms))
 
     def get_config(self) -> dict:
         return {"min_value": self.min_value, "max_value": self.max_value, "rate": self.rate,
@@ -137,7 +138,7 @@ class UnitNorm(Constraint):
 
     def __call__(self, w: Any) -> Node:
         w = convert_to_tensor(w)
-        return w / (_c(EPSILON, w) + _norms(w, self.axis))
+        return w / (_c(epsilon(), w) + _norms(w, self.axis))
 
     def get_config(self) -> dict:
         return {"axis": self.axis}

@@ -84,7 +84,8 @@ class FunctionCache:
     def lookup(self, key: Hashable, build: Callable[[], tuple[Function, Any]]) -> Entry:
         """The entry for ``key``; on a miss ``build()`` returns ``(function, info)``, which is
         stored (dropping the least recently used entry beyond ``maxsize``)."""
-        key = (key, kiln.config.device(), kiln.config.default_backend())
+        key = (key, kiln.config.device(), kiln.config.default_backend(),
+               kiln.config.epsilon())  # graphs read epsilon when traced
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:

@@ -235,7 +235,7 @@ KILN_MODULES = {
     "constraints": "kiln.constraints", "random": "kiln.random", "utils": "kiln.utils",
     "ops": "kiln.ops", "ops.nn": "kiln.ops.nn", "ops.numpy": "kiln.ops.numpy",
     "ops.image": "kiln.ops.image", "models": "kiln.models", "saving": "kiln.saving",
-    "config": "kiln.config",
+    "config": "kiln.config", "backend": "kiln.backend",
 }
 
 

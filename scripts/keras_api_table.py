@@ -51,7 +51,7 @@ METHODS = {
 # Keras namespace -> the kiln modules that hold its names, first match wins.
 KILN_MODULES = {
     "": ("kiln",), "ops.core": ("kiln.ops",), "ops.math": ("kiln.ops",),
-    "ops.linalg": ("kiln.ops",), "backend": ("kiln.config",),
+    "ops.linalg": ("kiln.ops",), "backend": ("kiln.backend",),
 }
 # kiln objects that share a Keras name but are another thing, and why (not compared):
 NOT_COMPARED = {

@@ -44,8 +44,11 @@ ORDER: list[set[str]] = [
     # (kiln.core, kiln.ops) to a file (kiln.saving.atomic).
     {"callbacks", "saving", "export"},
     {"models"},
-    # "preprocessing" (kiln.preprocessing: Keras' aliases of kiln.utils' functions)
-    {"utils", "preprocessing"},
+    # "preprocessing" (kiln.preprocessing: Keras' aliases of kiln.utils' functions);
+    # "backend" (kiln.backend: Keras' keras.backend names, kiln.config's settings and
+    # kiln.utils' dtype helpers); "scopes" (Keras' top-level helpers: device, name_scope,
+    # remat ..., Operation, which names itself as layers do)
+    {"utils", "preprocessing", "backend", "scopes"},
 ]
 RANK = {pkg: i for i, tier in enumerate(ORDER) for pkg in tier}
 

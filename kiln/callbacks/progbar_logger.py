@@ -14,11 +14,13 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sys
 import time
 from typing import IO, Any
 
+import kiln.config
 from kiln.callbacks.callback import Callback
 
 
@@ -120,11 +122,18 @@ class ProgbarLogger(Callback):
 
     def _bar_wanted(self) -> bool:
         """A bar on a terminal that reports its width, or in a notebook writing to stdout."""
+        if self.file is None and not kiln.config.is_interactive_logging_enabled():
+            return False
         if self.file is None and in_notebook():
             return True
         return self._is_tty() and terminal_columns() > 0
 
     def _print(self, line: str) -> None:
+        if self.file is None and not kiln.config.is_interactive_logging_enabled():
+            # kiln.config.disable_interactive_logging(): to the "kiln" logger, as Keras'
+            # io_utils.print_msg sends it to absl logging
+            logging.getLogger("kiln").info(line)
+            return
         stream = self._stream()
         stream.write(line + "\n")
         stream.flush()

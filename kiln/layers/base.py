@@ -128,6 +128,8 @@ class Layer:
                             f"{sorted(kwargs)}")
         if isinstance(dtype, dict):  # Keras DTypePolicy config
             dtype = dtype.get("config", {}).get("name", None)
+        elif isinstance(dtype, kiln.config.DTypePolicy):  # kiln.DTypePolicy("float64")
+            dtype = dtype.name
         self.name = name or unique_name(snake_case(type(self).__name__))
         self._trainable = bool(trainable)
         self.dtype = dtype or kiln.config.floatx()

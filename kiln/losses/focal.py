@@ -13,8 +13,9 @@ import math
 from typing import Any
 
 import kiln.ops as K
+from kiln.config import epsilon
 from kiln.core import Node, format_shape
-from kiln.losses.base import EPSILON, _align, _c, _float, _to_node, eager, wrapper_class
+from kiln.losses.base import _align, _c, _float, _to_node, eager, wrapper_class
 
 
 def _check_focal(who: str, gamma: float, alpha: float | None = None) -> None:
@@ -41,7 +42,7 @@ def binary_focal_crossentropy(y_true: Any, y_pred: Any, apply_class_balancing: b
         p = K.sigmoid(y_pred)
     else:
         p = y_pred
-        pc = K.clip(p, _c(EPSILON, p), _c(1.0 - EPSILON, p))
+        pc = K.clip(p, _c(epsilon(), p), _c(1.0 - epsilon(), p))
         bce = -(y_true * K.log(pc) + (one - y_true) * K.log(one - pc))
     p_t = y_true * p + (one - y_true) * (one - p)
     focal = K.power(one - p_t, _c(float(gamma), p)) * bce
@@ -73,12 +74,12 @@ def categorical_focal_crossentropy(y_true: Any, y_pred: Any, alpha: float = 0.25
             perm = [d for d in range(y_pred.ndim) if d != axis] + [axis]
             y_pred, y_true = K.transpose(y_pred, perm), K.transpose(y_true, perm)
             axis = y_pred.ndim - 1
-        log_p = K.clip(K.log_softmax(y_pred), _c(math.log(EPSILON), y_pred),
-                       _c(math.log1p(-EPSILON), y_pred))
+        log_p = K.clip(K.log_softmax(y_pred), _c(math.log(epsilon()), y_pred),
+                       _c(math.log1p(-epsilon()), y_pred))
         p = K.exp(log_p)
     else:
         p = y_pred / K.sum(y_pred, axis=axis, keepdims=True)
-        p = K.clip(p, _c(EPSILON, p), _c(1.0 - EPSILON, p))
+        p = K.clip(p, _c(epsilon(), p), _c(1.0 - epsilon(), p))
         log_p = K.log(p)
     one = _c(1.0, p)
     weight = _c(alpha, p) * K.power(one - p, _c(float(gamma), p))

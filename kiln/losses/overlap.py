@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import kiln.ops as K
+from kiln.config import epsilon
 from kiln.core import Node
-from kiln.losses.base import EPSILON, _align, _c, eager, wrapper_class
+from kiln.losses.base import _align, _c, eager, wrapper_class
 
 
 def _sum(x: Node, axis: Any) -> Node:
@@ -25,7 +26,7 @@ def dice(y_true: Any, y_pred: Any, axis: Any = None) -> Node:
     y_true, y_pred = _align("dice", y_true, y_pred)
     inter = _sum(y_true * y_pred, axis)
     denom = _sum(y_true, axis) + _sum(y_pred, axis)
-    return _c(1.0, inter) - _c(2.0, inter) * inter / (denom + _c(EPSILON, denom))
+    return _c(1.0, inter) - _c(2.0, inter) * inter / (denom + _c(epsilon(), denom))
 
 
 @eager
@@ -40,7 +41,7 @@ def tversky(y_true: Any, y_pred: Any, alpha: float = 0.5, beta: float = 0.5,
     a = _sum((one - y_pred) * y_true, axis)
     b = _sum(y_pred * (one - y_true), axis)
     denom = tp + _c(alpha, tp) * a + _c(beta, tp) * b
-    return _c(1.0, tp) - tp / (denom + _c(EPSILON, denom))
+    return _c(1.0, tp) - tp / (denom + _c(epsilon(), denom))
 
 
 Dice = wrapper_class("Dice", dice, "dice", {"axis": None},

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 import kiln.ops as K
+from kiln.config import epsilon
 from kiln.core import Node, format_shape
 from kiln.layers.base import set_mask
 from kiln.losses.base import (
-    EPSILON,
     _align,
     _c,
     _float,
@@ -31,7 +31,7 @@ from kiln.losses.base import (
 def kl_divergence(y_true: Any, y_pred: Any) -> Node:
     """``sum(y_true * log(y_true / y_pred), axis=-1)`` with both clipped to ``[eps, 1]``."""
     y_true, y_pred = _align("kl_divergence", y_true, y_pred)
-    eps, one = _c(EPSILON, y_pred), _c(1.0, y_pred)
+    eps, one = _c(epsilon(), y_pred), _c(1.0, y_pred)
     y_true = K.clip(y_true, eps, one)
     y_pred = K.clip(y_pred, eps, one)
     return K.sum(y_true * K.log(y_true / y_pred), axis=-1)
@@ -41,7 +41,7 @@ def kl_divergence(y_true: Any, y_pred: Any) -> Node:
 def poisson(y_true: Any, y_pred: Any) -> Node:
     """``mean(y_pred - y_true * log(y_pred + eps), axis=-1)``."""
     y_true, y_pred = _align("poisson", y_true, y_pred)
-    return K.mean(y_pred - y_true * K.log(y_pred + _c(EPSILON, y_pred)), axis=-1)
+    return K.mean(y_pred - y_true * K.log(y_pred + _c(epsilon(), y_pred)), axis=-1)
 
 
 @eager
@@ -60,7 +60,7 @@ def binary_crossentropy(y_true: Any, y_pred: Any, from_logits: bool = False,
     if logits is not None:
         bce = K.softplus(logits) - logits * y_true
     else:
-        p = K.clip(y_pred, _c(EPSILON, y_pred), _c(1.0 - EPSILON, y_pred))
+        p = K.clip(y_pred, _c(epsilon(), y_pred), _c(1.0 - epsilon(), y_pred))
         one = _c(1.0, p)
         bce = -(y_true * K.log(p) + (one - y_true) * K.log(one - p))
     return K.mean(bce, axis=axis)
@@ -96,7 +96,7 @@ def categorical_crossentropy(y_true: Any, y_pred: Any, from_logits: bool = False
             logits, y_true = K.transpose(logits, perm), K.transpose(y_true, perm)
         return K.softmax_cross_entropy(logits, y_true)
     p = y_pred / K.sum(y_pred, axis=axis, keepdims=True)
-    log_prob = K.log(K.clip(p, _c(EPSILON, p), _c(1.0 - EPSILON, p)))
+    log_prob = K.log(K.clip(p, _c(epsilon(), p), _c(1.0 - epsilon(), p)))
     return -K.sum(y_true * log_prob, axis=axis)
 
 
@@ -138,7 +138,7 @@ def sparse_categorical_crossentropy(y_true: Any, y_pred: Any, from_logits: bool 
     else:
         n = y_pred.shape[-1]
         p = y_pred / K.sum(y_pred, axis=-1, keepdims=True)
-        log_prob = K.log(K.clip(p, _c(EPSILON, p), _c(1.0 - EPSILON, p)))
+        log_prob = K.log(K.clip(p, _c(epsilon(), p), _c(1.0 - epsilon(), p)))
         res = -K.sum(K.one_hot(labels, n, dtype=y_pred.dtype) * log_prob, axis=-1)
     if ignore_class is not None:
         res = K.where(valid, res, _c(0.0, res))

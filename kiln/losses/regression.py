@@ -7,8 +7,9 @@ import math
 from typing import Any
 
 import kiln.ops as K
+from kiln.config import epsilon
 from kiln.core import Node
-from kiln.losses.base import EPSILON, _align, _c, eager, wrapper_class
+from kiln.losses.base import _align, _c, eager, wrapper_class
 
 
 @eager
@@ -29,7 +30,7 @@ def mean_absolute_error(y_true: Any, y_pred: Any) -> Node:
 def mean_absolute_percentage_error(y_true: Any, y_pred: Any) -> Node:
     """``100 * mean(abs((y_true - y_pred) / max(abs(y_true), epsilon)), axis=-1)``."""
     y_true, y_pred = _align("mean_absolute_percentage_error", y_true, y_pred)
-    diff = K.abs((y_true - y_pred) / K.maximum(K.abs(y_true), _c(EPSILON, y_true)))
+    diff = K.abs((y_true - y_pred) / K.maximum(K.abs(y_true), _c(epsilon(), y_true)))
     return _c(100.0, diff) * K.mean(diff, axis=-1)
 
 
@@ -37,7 +38,7 @@ def mean_absolute_percentage_error(y_true: Any, y_pred: Any) -> Node:
 def mean_squared_logarithmic_error(y_true: Any, y_pred: Any) -> Node:
     """``mean(square(log(max(y_pred, eps) + 1) - log(max(y_true, eps) + 1)), axis=-1)``."""
     y_true, y_pred = _align("mean_squared_logarithmic_error", y_true, y_pred)
-    one, eps = _c(1.0, y_pred), _c(EPSILON, y_pred)
+    one, eps = _c(1.0, y_pred), _c(epsilon(), y_pred)
     first = K.log(K.maximum(y_pred, eps) + one)
     second = K.log(K.maximum(y_true, eps) + one)
     return K.mean(K.square(first - second), axis=-1)

@@ -25,6 +25,16 @@ def load_model(filepath: Any, custom_objects: dict | None = None, compile: bool 
                              safe_mode=safe_mode)
 
 
+def save_model(model: Model, filepath: Any, overwrite: bool = True, zipped: bool | None = None,
+               **kwargs: Any) -> None:
+    """Saves ``model`` (Keras' ``keras.models.save_model``, which is ``model.save``): a
+    ``.keras`` zip or kiln's ``.h5``; see ``kiln.saving.save_model``."""
+    save = getattr(model, "save", None)
+    if not callable(save):
+        raise TypeError(f"save_model: expected a kiln model, received {type(model).__name__}")
+    save(filepath, overwrite, zipped, **kwargs)
+
+
 def model_from_config(config: dict, custom_objects: dict | None = None) -> Model:
     """Rebuilds a model from ``{"class_name", "config"}`` (Keras' layout)."""
     return deserialize_layer(config, custom_objects)
@@ -51,6 +61,6 @@ def clone_model(model: Model, input_tensors: Any = None, clone_function: Any = N
     return model_from_config(json.loads(model.to_json()), custom_objects)
 
 
-__all__ = ["Model", "Sequential", "Functional", "load_model", "model_from_config",
+__all__ = ["Model", "Sequential", "Functional", "load_model", "save_model", "model_from_config",
            "model_from_json", "clone_model",
            "GradientTape", "StepTraceError", "unpack_x_y_sample_weight"]

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+import kiln.config
 from kiln import callbacks as callbacks_module
 from kiln import distribution as dist_module
 from kiln.models import distributed, snapshot
@@ -151,6 +152,10 @@ class LoopsMixin:
                                              validation_batch_size)
         if isinstance(epochs, bool) or not isinstance(epochs, int | np.integer) or epochs < 0:
             raise ValueError(f"fit: epochs must be a non-negative integer, received {epochs!r}")
+        # kiln.config.set_max_epochs / set_max_steps_per_epoch (Keras' debugging caps); a cap
+        # on an epoch of unknown length ends the epoch early (step_cap), never cycles data
+        epochs, steps_per_epoch, step_cap = kiln.config.fit_limits(int(epochs),
+                                                                   steps_per_epoch)
         if isinstance(validation_split, bool) or not isinstance(
                 validation_split, int | float) or not 0.0 <= validation_split < 1.0:
             raise ValueError("fit: validation_split must be a float in [0, 1), received "
@@ -198,8 +203,8 @@ class LoopsMixin:
                                            "steps": train.steps, "batch_size": batch_size,
                                            "epochs": int(epochs), "feeds": _specs(first)}):
             step = self._train_step(y_specs, sw_specs)  # rank 0's random streams
-        callbacks = self._callback_list(callbacks, verbose, epochs, train.steps,
-                                        add_history=True)
+        steps = train.steps if not step_cap else min(train.steps or step_cap, step_cap)
+        callbacks = self._callback_list(callbacks, verbose, epochs, steps, add_history=True)
         for cb in getattr(callbacks, "callbacks", []):
             if hasattr(cb, "set_callback_list"):
                 cb.set_callback_list(callbacks)
@@ -214,7 +219,7 @@ class LoopsMixin:
             skip = int(self._initial_step or 0)
             rng_key = np.array([self._rng_seed or 0, 0], dtype=np.int64)
             self._fit_epochs(train, val, step, callbacks, initial_epoch, epochs, skip,
-                             validation_freq, rng_key, batch_begin, batch_end)
+                             validation_freq, rng_key, batch_begin, batch_end, step_cap)
         finally:
             self.resume_at(None)
         history = _find_history(callbacks)
@@ -224,7 +229,8 @@ class LoopsMixin:
 
     def _fit_epochs(self, train: Any, val: Any, step: Any, callbacks: Any,
                     initial_epoch: int, epochs: int, skip: int, validation_freq: Any,
-                    rng_key: np.ndarray, batch_begin: bool, batch_end: bool) -> None:
+                    rng_key: np.ndarray, batch_begin: bool, batch_end: bool,
+                    step_cap: int | None = None) -> None:
         """The epoch loop of :meth:`fit` (kept flat: this is the per-step hot path).
 
         Batches are grouped in executions of ``steps_per_execution``: the batch callbacks run
@@ -252,6 +258,8 @@ class LoopsMixin:
             steps_done = 0
             in_execution = 0  # batches run in the current execution
             for feeds in train.epoch():
+                if step_cap and steps_done >= step_cap:
+                    break
                 if skip:  # batches of this epoch trained before the restart
                     skip -= 1
                     steps_done += 1

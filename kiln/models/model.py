@@ -328,8 +328,9 @@ class Model(ModelCompatMixin, Trainer, Layer):
 
     @snapshot.consistent
     def save_weights(self, filepath: Any, overwrite: bool = True, max_shard_size: Any = None,
-                     *, format: str = "kiln") -> Any:  # noqa: A002
-        """Saves the weights (``.weights.h5``, ``.h5``): see ``kiln.saving.save_weights``.
+                     *, format: str | None = None) -> Any:  # noqa: A002
+        """Saves the weights: Keras 3's layout for a ``.weights.h5`` path, kiln's for others
+        unless ``format`` says (see ``kiln.saving.save_weights``).
         With several ranks only rank 0 writes (as :meth:`save`)."""
         if not distribution.is_chief():
             return None

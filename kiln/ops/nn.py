@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+import kiln.config
 from kiln.ops import _G, _dual
 
 _N = _G.as_node
@@ -146,7 +147,8 @@ one_hot.__doc__ = ("One-hot encoding of the labels ``x`` in a new axis of size `
 
 
 def _clipped(p):
-    return _G.clip(p, _c(_EPS, p), _c(1.0 - _EPS, p))
+    eps = kiln.config.epsilon()  # Keras' backend.epsilon(), read when the graph is built
+    return _G.clip(p, _c(eps, p), _c(1.0 - eps, p))
 
 
 def _binary_crossentropy(target, output, from_logits=False):

@@ -66,18 +66,25 @@ def _no_extra(where: str, kwargs: dict) -> None:
 
 # ---- weights ------------------------------------------------------------------------------------
 def save_weights(model: Any, filepath: str | os.PathLike, overwrite: bool = True,
-                 max_shard_size: Any = None, *, format: str = "kiln",  # noqa: A002
+                 max_shard_size: Any = None, *, format: str | None = None,  # noqa: A002
                  **kwargs: Any) -> None:
     """Saves the model's weights to an HDF5 file (atomically).
+
+    A ``*.weights.h5`` path gets Keras 3's layout by default, the one
+    ``keras.Model.load_weights`` reads for that name; other paths get kiln's own layout.
+    :func:`load_weights` reads both (and Keras' legacy ``.h5``).
 
     Args:
         model: a model or layer.
         filepath: the target; any name (``.weights.h5`` and ``.h5`` are customary).
         overwrite: if False and the file exists, raise FileExistsError.
         max_shard_size: not supported (kiln writes one file): a value raises ValueError.
-        format: ``"kiln"`` (default: weights keyed by layer and weight name, dtypes kept) or
-            ``"keras"`` (Keras 3's ``.weights.h5`` layout, loadable by Keras; like Keras, it
-            includes the optimizer's variables once the optimizer is built).
+        format: None (default: ``"keras"`` for a ``.weights.h5`` path, else ``"kiln"``),
+            ``"keras"`` (Keras 3's ``.weights.h5`` layout, loadable by Keras: layers keyed
+            by class name and counter, variables in Keras' order; like Keras, it includes
+            the optimizer's variables once the optimizer is built) or ``"kiln"`` (kiln's
+            layout: weights keyed by layer and weight name, dtypes and the build config
+            kept).
 
     Example:
         >>> model.save_weights("mlp.weights.h5")
@@ -91,8 +98,11 @@ def save_weights(model: Any, filepath: str | os.PathLike, overwrite: bool = True
         raise ValueError(f"save_weights: max_shard_size={max_shard_size!r} is not supported by "
                          "kiln (the weights are written to one file)")
     _no_extra("save_weights", kwargs)
+    if format is None:
+        format = "keras" if path.endswith(".weights.h5") else "kiln"  # noqa: A001
     if format not in ("kiln", "keras"):
-        raise ValueError(f"save_weights: format must be 'kiln' or 'keras', received {format!r}")
+        raise ValueError(f"save_weights: format must be None, 'kiln' or 'keras', received "
+                         f"{format!r}")
 
     def write(tmp: str) -> None:
         with h5py.File(tmp, "w") as h5:
@@ -103,6 +113,9 @@ def save_weights(model: Any, filepath: str | os.PathLike, overwrite: bool = True
                     opt, "built", False) else None
                 wt.write_keras3_model(h5, model, arrays,
                                       str(getattr(opt, "name", "optimizer")))
+                build = _build_config(model)
+                if build is not None:  # lets load_weights build an unbuilt model
+                    set_json_attr(h5, "build_config", build)
                 return
             _stamp(h5, "weights")
             build = _build_config(model)

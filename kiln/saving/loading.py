@@ -208,7 +208,9 @@ def plan_weights(model: Any, h5: Any, source: str, skip_mismatch: bool = False,
         wt.ensure_built(model, build, what)
         return wt.plan(wt.weight_owners(model), wt.read_kiln_group(group), source,
                        skip_mismatch, what=what)
-    wt.ensure_built(model, None, what)
+    # kiln's Keras-layout files carry the build config as a root attribute (Keras ignores it)
+    build = json_attr(h5, "build_config", source=source) if layout == "keras3" else None
+    wt.ensure_built(model, build, what)
     if layout == "legacy":
         # the legacy layout lists a layer's weights in Keras' tracking order (Bidirectional:
         # forward then backward), not in the attribute-walk order of .weights.h5

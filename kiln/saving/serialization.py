@@ -14,6 +14,7 @@ import inspect
 import warnings
 from typing import Any
 
+import kiln.config
 from kiln.saving import keras_ops
 from kiln.saving.registration import (
     custom_object_scope,
@@ -175,6 +176,8 @@ def check_config(config: dict, custom_objects: dict | None = None, safe_mode: bo
     if not isinstance(config, dict) or "class_name" not in config:
         raise ValueError(f"{source}: expected a model config with a 'class_name', received "
                          f"{str(config)[:200]}")
+    if kiln.config.in_safe_mode() is False:  # kiln.config.enable_unsafe_deserialization()
+        safe_mode = False
     entries = [("(the model)", config)] + _walk_layers(config)
     for path, entry in entries:
         cls_name = entry.get("class_name")

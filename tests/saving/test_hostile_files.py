@@ -45,8 +45,8 @@ def source_model():
 def _save(model, tmp_path, kind):
     path = {"weights": tmp_path / "w.weights.h5", "keras_weights": tmp_path / "k.weights.h5",
             "model": tmp_path / "m.h5", "checkpoint": tmp_path / "c.h5"}[kind]
-    if kind == "weights":
-        model.save_weights(path)
+    if kind == "weights":  # kiln's own layout (a .weights.h5 path gets Keras' by default)
+        model.save_weights(path, format="kiln")
     elif kind == "keras_weights":
         kiln.saving.save_weights(model, path, format="keras")
     elif kind == "model":

@@ -80,8 +80,8 @@ def _file(tmp_path, model, kind):
         model.save(path)
     elif kind == "checkpoint":
         save_checkpoint(model, path, epoch=1)
-    else:
-        model.save_weights(path)
+    else:  # kiln's own layout (a .weights.h5 path gets Keras' by default)
+        model.save_weights(path, format="kiln")
     if kind == "legacy":  # without kiln's stamp, the same layout is Keras' legacy one
         with h5py.File(path, "a") as f:
             del f.attrs["kiln_format"], f.attrs["kiln_format_version"]
