@@ -1,0 +1,289 @@
+"""Adafactor, Ftrl, Lamb, Muon and ScheduleFreeAdamW: several steps of kiln's graph update
+against NumPy references written from Keras 3's documented rules, and (where keras is
+importable) against Keras' own optimizers on the same variables and gradients; fit, config
+round trips and a saved model that continues identically."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import optimizers as O
+
+sys.path.insert(0, str(Path(__file__).parent))
+from more_problem import run_graph, run_keras, run_numpy  # noqa: E402
+
+
+def rms(x):
+    return np.sqrt(np.mean(np.square(x)))
+
+
+# ---- NumPy references (keras/src/optimizers/<name>.py, written from the formulas) ---------
+def ftrl_rule(power=-0.5, init=0.1, l1=0.0, l2=0.0, shrink=0.0, beta=0.0):
+    def rule(g, w, st, t, lr):
+        n = st.get("n", np.full_like(w, init))
+        z = st.get("z", np.zeros_like(w))
+        p = -power
+        n_new = n + g * g
+        z = z + (g + 2 * shrink * w) - (n_new**p - n**p) / lr * w
+        st["n"], st["z"] = n_new, z
+        quadratic = n_new**p / lr + 2 * (l2 + beta / (2 * lr))
+        return (np.clip(z, -l1, l1) - z) / quadratic
+    return rule
+
+
+def lamb_rule(b1=0.9, b2=0.999, eps=1e-7):
+    def rule(g, w, st, t, lr):
+        m = b1 * st.get("m", 0.0) + (1 - b1) * g
+        v = b2 * st.get("v", 0.0) + (1 - b2) * g * g
+        st["m"], st["v"] = m, v
+        u = (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
+        wn, un = np.linalg.norm(w), np.linalg.norm(u)
+        ratio = wn / un if wn > 0 and un > 0 else 1.0
+        return w - ratio * lr * u
+    return rule
+
+
+def adafactor_rule(decay=-0.8, eps1=1e-30, eps2=1e-3, clip=1.0):
+    def rule(g, w, st, t, lr):
+        rho = min(lr, 1 / np.sqrt(t))
+        alpha = max(eps2, rms(w)) * rho
+        g2 = g * g + eps1
+        beta = 1 - t**decay
+        if w.ndim >= 2:
+            st["r"] = beta * st.get("r", 0.0) + (1 - beta) * g2.mean(axis=-1)
+            st["c"] = beta * st.get("c", 0.0) + (1 - beta) * g2.mean(axis=-2)
+            v = (st["r"] / st["r"].mean(axis=-1, keepdims=True))[..., None] * st["c"][..., None, :]
+        else:
+            v = st["v"] = beta * st.get("v", 0.0) + (1 - beta) * g2
+        u = g / np.sqrt(v)
+        return w - alpha * u / max(1.0, rms(u) / clip)
+    return rule
+
+
+def newton_schulz(x, steps=5, a=3.4445, b=-4.7750, c=2.0315):
+    tall = x.shape[0] > x.shape[1]
+    x = x.T if tall else x
+    x = x / (np.linalg.norm(x) + 1e-7)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if tall else x
+
+
+def muon_rule(momentum=0.95, rms_rate=0.2, b1=0.9, b2=0.999, eps=1e-7, ratio=1.0):
+    adam = adam_rule(b1, b2, eps)
+
+    def rule(g, w, st, t, lr):
+        if w.ndim != 2:
+            return adam(g, w, st, t, lr * ratio)
+        m = st["m"] = momentum * st.get("m", 0.0) + g
+        x = newton_schulz(g + momentum * m)
+        return w - lr * x * np.sqrt(max(w.shape)) * rms_rate
+    return rule
+
+
+def adam_rule(b1=0.9, b2=0.999, eps=1e-7):
+    def rule(g, w, st, t, lr):
+        m = st["m"] = b1 * st.get("m", 0.0) + (1 - b1) * g
+        v = st["v"] = b2 * st.get("v", 0.0) + (1 - b2) * g * g
+        return w - m * lr * np.sqrt(1 - b2**t) / (1 - b1**t) / (np.sqrt(v) + eps)
+    return rule
+
+
+def schedule_free_rule(b1=0.9, b2=0.999, eps=1e-8, warmup=0):
+    def rule(g, w, st, t, lr):
+        if warmup:
+            lr = lr * min(t / warmup, 1.0)
+        z = st.get("z", w)  # z starts as a copy of the variable (before any decay: t=1 uses
+        v = st["v"] = st.get("v", 0.0) + (g * g - st.get("v", 0.0)) * (1 - b2)  # no decay)
+        z_new = z - lr * g / (np.sqrt(v / (1 - b2**t)) + eps)
+        x = (w - (1 - b1) * z) / b1
+        x = (1 - 1 / t) * x + z_new / t
+        st["z"] = z_new
+        return (1 - b1) * z_new + b1 * x
+    return rule
+
+
+# (kiln optimizer, Keras class name and arguments, NumPy rule, weight decay per variable)
+CASES = {
+    "ftrl": (dict(learning_rate=0.1, learning_rate_power=-0.5, initial_accumulator_value=0.1,
+                  l1_regularization_strength=0.01, l2_regularization_strength=0.02,
+                  l2_shrinkage_regularization_strength=0.01, beta=0.1),
+             "Ftrl", ftrl_rule(-0.5, 0.1, 0.01, 0.02, 0.01, 0.1), None),
+    "lamb": (dict(learning_rate=0.01, weight_decay=0.01), "Lamb", lamb_rule(), 0.01),
+    "adafactor": (dict(learning_rate=0.1), "Adafactor", adafactor_rule(), None),
+    "muon": (dict(learning_rate=0.02, weight_decay=0.01, adam_weight_decay=0.02),
+             "Muon", muon_rule(), [0.01, 0.02]),
+    "schedule_free_adamw": (dict(learning_rate=0.05, warmup_steps=3), "ScheduleFreeAdamW",
+                            schedule_free_rule(warmup=3), None),
+}
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_graph_update_matches_numpy_reference(key):
+    kwargs, cls_name, rule, wd = CASES[key]
+    got = run_graph(getattr(O, cls_name)(**kwargs), steps=8)
+    expected = run_numpy(rule, steps=8, lr=kwargs["learning_rate"], weight_decay=wd)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12)
+    assert not np.allclose(got[0], run_graph(O.SGD(0.0), steps=1)[0])  # it moved
+
+
+def test_ftrl_l1_gives_exact_zeros_and_rejects_bad_arguments():
+    got = run_graph(O.Ftrl(0.1, l1_regularization_strength=1e4), steps=3)
+    assert np.all(got[0] == 0.0) and np.all(got[1] == 0.0)
+    with pytest.raises(ValueError, match="initial_accumulator_value"):
+        O.Ftrl(initial_accumulator_value=-1.0)
+    with pytest.raises(ValueError, match="learning_rate_power"):
+        O.Ftrl(learning_rate_power=0.5)
+
+
+def test_adafactor_factors_matrices_only():
+    opt = O.Adafactor()
+    w = kiln.Variable(np.ones((4, 6, 5)), name="w3")
+    b = kiln.Variable(np.ones((5,)), name="b1")
+    opt.build([w, b])
+    assert opt.get_slot(w, "r").shape == (4, 6) and opt.get_slot(w, "c").shape == (4, 5)
+    assert opt.get_slot(w, "velocity").shape == (4, 6, 5)
+    with pytest.raises(KeyError, match="no slot 'r'"):
+        opt.get_slot(b, "r")
+
+
+def test_muon_newton_schulz_approximately_orthogonalizes():
+    x = np.random.default_rng(0).normal(size=(6, 4))
+    out = O.Muon().zeropower_via_newtonschulz5(kiln.ops.constant(x), 5)
+    got = kiln.function([], out, backend="reference")()
+    np.testing.assert_allclose(got, newton_schulz(x), rtol=1e-9, atol=1e-12)
+    u, _, vt = np.linalg.svd(x, full_matrices=False)
+    core = u.T @ got @ vt.T  # U^T X V: diagonal, with the singular values in (0.6, 1.2)
+    assert np.abs(core - np.diag(np.diag(core))).max() < 1e-6
+    assert 0.6 < np.diag(core).min() and np.diag(core).max() < 1.2
+
+
+def test_muon_routes_rank_and_embeddings_to_adamw():
+    opt = O.Muon(exclude_layers=["head"])
+    assert opt._should_use_adamw(kiln.Variable(np.ones(3), name="dense/bias"))
+    assert opt._should_use_adamw(kiln.Variable(np.ones((3, 2)), name="embedding/embeddings"))
+    assert opt._should_use_adamw(kiln.Variable(np.ones((3, 2)), name="head/kernel"))
+    assert not opt._should_use_adamw(kiln.Variable(np.ones((3, 2)), name="dense/kernel"))
+    assert not O.Muon(exclude_embeddings=False)._should_use_adamw(
+        kiln.Variable(np.ones((3, 2)), name="embedding/embeddings"))
+
+
+# ---- Keras 3 itself -----------------------------------------------------------------------
+def _keras_backend_is_tensorflow(keras) -> bool:
+    return keras.backend.backend() == "tensorflow"
+
+
+@pytest.mark.parametrize("key", ["ftrl", "lamb", "adafactor", "muon"])
+def test_matches_keras(key):
+    keras = pytest.importorskip("keras")
+    kwargs, cls_name, _, _ = CASES[key]
+    expected = run_keras(keras, getattr(keras.optimizers, cls_name)(**kwargs), steps=6)
+    got = run_graph(getattr(O, cls_name)(**kwargs), steps=6, dtype="float32")
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+
+
+_SF_SCRIPT = """
+import sys, numpy as np
+sys.path.insert(0, {here!r})
+import keras
+from more_problem import run_keras
+out = run_keras(keras, keras.optimizers.ScheduleFreeAdamW(**{kwargs!r}), steps=6)
+np.savez({path!r}, *out)
+"""
+
+
+def test_schedule_free_adamw_matches_keras(tmp_path):
+    """On the TensorFlow backend Keras reads ``momentum.value`` after ``assign_sub`` (a live
+    tf.Variable), so its ``x_old`` uses the new ``z``; the formula, and Keras on its other
+    backends, use the old one: compare with Keras' NumPy backend in a fresh process."""
+    keras = pytest.importorskip("keras")
+    kwargs = CASES["schedule_free_adamw"][0]
+    if _keras_backend_is_tensorflow(keras):
+        pytest.importorskip("scipy")  # Keras' NumPy backend imports it
+        path = str(tmp_path / "sf.npz")
+        script = _SF_SCRIPT.format(here=str(Path(__file__).parent), kwargs=kwargs, path=path)
+        env = dict(os.environ, KERAS_BACKEND="numpy")
+        subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=300)
+        with np.load(path) as f:
+            expected = [f["arr_0"], f["arr_1"]]
+    else:
+        expected = run_keras(keras, keras.optimizers.ScheduleFreeAdamW(**kwargs), steps=6)
+    got = run_graph(O.ScheduleFreeAdamW(**kwargs), steps=6, dtype="float32")
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+
+
+# ---- names, defaults and configs ----------------------------------------------------------
+@pytest.mark.parametrize("name,cls", [("adafactor", O.Adafactor), ("ftrl", O.Ftrl),
+                                      ("lamb", O.Lamb), ("muon", O.Muon),
+                                      ("schedulefreeadamw", O.ScheduleFreeAdamW)])
+def test_get_by_name_and_config_round_trip(name, cls):
+    assert type(O.get(name)) is cls and type(O.get(cls.__name__)) is cls
+    kwargs = CASES[{"schedulefreeadamw": "schedule_free_adamw"}.get(name, name)][0]
+    opt = cls(**kwargs, clipnorm=2.0, name=f"my_{name}")
+    config = opt.get_config()
+    again = O.deserialize(O.serialize(opt))
+    assert type(again) is cls and again.get_config() == config
+    assert cls.from_config(config).get_config() == config
+    for arg, value in kwargs.items():
+        assert config[arg] == pytest.approx(value)
+
+
+def test_keras_defaults():
+    a = O.Adafactor()
+    assert (a.learning_rate, a.beta_2_decay, a.epsilon_1, a.epsilon_2, a.clip_threshold,
+            a.relative_step) == (pytest.approx(0.001), -0.8, 1e-30, 1e-3, 1.0, True)
+    m = O.Muon()
+    assert (m.weight_decay, m.adam_weight_decay, m.momentum, m.ns_steps, m.nesterov,
+            m.rms_rate, m.exclude_embeddings) == (0.004, 0.004, 0.95, 5, True, 0.2, True)
+    s = O.ScheduleFreeAdamW()
+    assert (s.learning_rate, s.epsilon, s.warmup_steps) == (pytest.approx(0.0025), 1e-8, 0)
+
+
+# ---- in a model: fit, save, reload, continue ----------------------------------------------
+def _data():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(64, 4)).astype("float32")
+    y = (np.tanh(x @ rng.normal(size=(4, 2)))).astype("float32")
+    return x, y
+
+
+def _model():
+    kiln.utils.set_random_seed(11)
+    return kiln.Sequential([kiln.Input((4,)), kiln.layers.Dense(8, activation="tanh"),
+                            kiln.layers.Dense(2)])
+
+
+FIT = [O.Adafactor(0.05), O.Ftrl(0.2), O.Lamb(0.02), O.Muon(0.02),
+       O.ScheduleFreeAdamW(0.02)]
+
+
+@pytest.mark.parametrize("opt", FIT, ids=lambda o: type(o).__name__)
+def test_fit_decreases_loss_and_a_saved_model_continues_identically(opt, tmp_path):
+    x, y = _data()
+    model = _model()
+    model.compile(optimizer=opt, loss="mse")
+    hist = model.fit(x, y, epochs=4, batch_size=16, shuffle=False, verbose=0).history["loss"]
+    assert hist[-1] < hist[0]
+    path = tmp_path / "m.keras"
+    model.save(path)
+    again = kiln.saving.load_model(path)
+    assert type(again.optimizer) is type(opt)
+    assert again.optimizer.get_config() == opt.get_config()
+    for a, b in zip(again.optimizer.variables, opt.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    h1 = model.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0).history["loss"]
+    h2 = again.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0).history["loss"]
+    assert h1 == h2
+    for a, b in zip(model.get_weights(), again.get_weights()):
+        np.testing.assert_array_equal(a, b)
