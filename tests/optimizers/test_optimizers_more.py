@@ -17,7 +17,8 @@ import kiln
 from kiln import optimizers as O
 
 sys.path.insert(0, str(Path(__file__).parent))
-from more_problem import run_graph, run_keras, run_numpy  # noqa: E402
+from more_problem import (C0, W0, f32, np_grads, run_graph, run_graph_grads,  # noqa: E402
+                          run_keras, run_numpy)
 
 
 def rms(x):
@@ -287,3 +288,209 @@ def test_fit_decreases_loss_and_a_saved_model_continues_identically(opt, tmp_pat
     assert h1 == h2
     for a, b in zip(model.get_weights(), again.get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+# ---- LossScaleOptimizer -------------------------------------------------------------------
+def _scaled_grads(params, step):
+    """Gradients of a loss scaled by 64, with an inf at step 2 and a NaN at step 5."""
+    g = [x * 64.0 for x in np_grads(params)]
+    if step == 2:
+        g[0][0, 0] = np.inf
+    if step == 5:
+        g[1][1] = np.nan
+    return g
+
+
+def _lso_reference(steps, lr=0.1, momentum=0.5, scale=32.0, growth=2):
+    params = [W0.copy(), C0.copy()]
+    vel = [np.zeros_like(p) for p in params]
+    counter = iterations = 0
+    lr = f32(lr)
+    for step in range(steps):
+        g = _scaled_grads(params, step)
+        if all(np.all(np.isfinite(x)) for x in g):
+            g = [x / scale for x in g]
+            vel = [momentum * v - lr * gi for v, gi in zip(vel, g)]
+            params = [p + v for p, v in zip(params, vel)]
+            iterations += 1
+            if counter == growth - 1:
+                counter, scale = 0, scale * 2.0
+            else:
+                counter += 1
+        else:
+            counter, scale = 0, scale * 0.5
+    return params, scale, counter, iterations
+
+
+def test_loss_scale_optimizer_skips_non_finite_steps_and_adapts_the_scale():
+    steps = 8
+    opt = O.LossScaleOptimizer(O.SGD(0.1, momentum=0.5), initial_scale=32.0,
+                               dynamic_growth_steps=2)
+    got = run_graph_grads(opt, steps, _scaled_grads, dtype="float64")
+    params, scale, counter, iterations = _lso_reference(steps)
+    for g, e in zip(got, params):
+        np.testing.assert_allclose(g, e, rtol=1e-12)
+    assert float(opt.dynamic_scale.value) == scale
+    assert int(opt.step_counter.value) == counter
+    assert int(opt.iterations.value) == iterations == steps - 2
+    assert opt.iterations is opt.inner_optimizer.iterations
+
+
+def test_loss_scale_optimizer_matches_keras():
+    keras = pytest.importorskip("keras")
+    steps = 8
+    k_opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1, momentum=0.5),
+                                                initial_scale=32.0, dynamic_growth_steps=2)
+    expected = run_keras(keras, k_opt, steps, grad_fn=_scaled_grads)
+    opt = O.LossScaleOptimizer(O.SGD(0.1, momentum=0.5), initial_scale=32.0,
+                               dynamic_growth_steps=2)
+    got = run_graph_grads(opt, steps, _scaled_grads, dtype="float32")
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+    assert float(opt.dynamic_scale.value) == float(np.asarray(k_opt.dynamic_scale.value))
+    assert int(opt.step_counter.value) == int(np.asarray(k_opt.step_counter.value))
+    assert int(opt.iterations.value) == int(np.asarray(k_opt.iterations.value))
+
+
+def test_loss_scale_optimizer_arguments_config_and_names():
+    with pytest.raises(ValueError, match="does not support `clipnorm`"):
+        O.LossScaleOptimizer(O.SGD(), clipnorm=1.0)
+    with pytest.raises(ValueError, match="dynamic=False"):
+        O.LossScaleOptimizer(O.SGD(), dynamic=False)
+    with pytest.raises(ValueError, match="does not support arguments: `foo`"):
+        O.LossScaleOptimizer(O.SGD(), foo=1)
+    with pytest.raises(ValueError, match="cannot be made from its name"):
+        O.get("lossscaleoptimizer")
+    inner = O.Adam(0.01, loss_scale_factor=8.0)
+    opt = O.LossScaleOptimizer(inner, initial_scale=128.0, dynamic_growth_steps=10)
+    assert inner.loss_scale_factor is None  # the dynamic scale replaces it, as in Keras
+    assert opt.learning_rate == pytest.approx(0.01)
+    opt.learning_rate = 0.5
+    assert inner.learning_rate == pytest.approx(0.5)
+    config = opt.get_config()
+    assert config["inner_optimizer"]["class_name"] == "Adam"
+    again = O.deserialize(O.serialize(opt))
+    assert type(again) is O.LossScaleOptimizer and again.get_config() == config
+    assert type(again.inner_optimizer) is O.Adam
+
+
+# ---- MultiOptimizer / OptimizerMap --------------------------------------------------------
+def _multi_reference(steps):
+    sgd, adam = sgd_momentum_rule(0.9), adam_rule()
+    params = [W0.copy(), C0.copy()]
+    states: list[dict] = [{}, {}]
+    for step in range(steps):
+        g = np_grads(params)
+        params = [sgd(g[0], params[0], states[0], step + 1, f32(0.1)),
+                  adam(g[1], params[1], states[1], step + 1, f32(0.05))]
+    return params
+
+
+def sgd_momentum_rule(momentum):
+    def rule(g, w, st, t, lr):
+        v = st["v"] = momentum * st.get("v", 0.0) - lr * g
+        return w + v
+    return rule
+
+
+def test_multi_optimizer_routes_variables():
+    opt = O.MultiOptimizer(O.OptimizerMap(O.SGD(0.1, momentum=0.9), {"c": O.Adam(0.05)}))
+    got = run_graph(opt, steps=6)
+    for g, e in zip(got, _multi_reference(6)):
+        np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12)
+    assert int(opt.iterations.value) == 6
+    assert [int(o.iterations.value) for o in opt.optimizers] == [6, 6]
+    assert [type(o).__name__ for o in opt.optimizers] == ["Adam", "SGD"]
+    with pytest.raises(AttributeError, match="cannot be accessed on a MultiOptimizer"):
+        opt.learning_rate
+    with pytest.raises(AttributeError, match="cannot be set on a MultiOptimizer"):
+        opt.learning_rate = 0.1
+
+
+def test_multi_optimizer_with_a_callable_matches_keras():
+    keras = pytest.importorskip("keras")
+    k_map = keras.optimizers.OptimizerMap(keras.optimizers.SGD(0.1, momentum=0.9),
+                                          {"c": keras.optimizers.Adam(0.05)})
+    expected = run_keras(keras, keras.optimizers.MultiOptimizer(k_map), 6)
+    sgd, adam = O.SGD(0.1, momentum=0.9), O.Adam(0.05)
+    opt = O.MultiOptimizer(lambda v: adam if v.name == "c" else sgd)
+    got = run_graph(opt, steps=6, dtype="float32")
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+    with pytest.raises(TypeError, match="cannot be serialized"):
+        opt.get_config()
+
+
+def test_optimizer_map_lookup_and_errors():
+    adam, sgd, rms = O.Adam(), O.SGD(), O.RMSprop()
+    m = O.OptimizerMap(default_optimizer=rms)
+    m["encoder/layer_0/dense"] = adam
+    m["encoder/.*"] = sgd
+    m["decoder"] = adam
+    assert m["decoder"] is adam and m["encoder/layer_0/dense"] is adam
+    assert m["encoder/layer_0/attention/query"] is sgd  # Keras' documented example
+    assert m["decoder/layer_0/dense"] is rms
+    with pytest.raises(ValueError, match="already exists"):
+        m["decoder"] = sgd
+    with pytest.raises(ValueError, match="cannot be LossScaleOptimizer"):
+        m["x"] = O.LossScaleOptimizer(O.SGD())
+    m["encoder/layer_0/.*"] = rms
+    with pytest.raises(ValueError, match="multiple optimizers"):
+        m["encoder/layer_0/ffn"]
+    with pytest.raises(TypeError, match="default_optimizer must be"):
+        O.OptimizerMap("adam")
+
+
+def test_multi_optimizer_config_round_trip():
+    opt = O.MultiOptimizer(O.OptimizerMap(O.SGD(0.1), {"dense_1/.*": O.Adam(0.01)}),
+                           loss_scale_factor=4.0, name="multi")
+    assert all(o.loss_scale_factor == 4.0 for o in opt.optimizers)
+    config = opt.get_config()
+    again = O.deserialize(O.serialize(opt))
+    assert type(again) is O.MultiOptimizer and again.get_config() == config
+    assert [type(o) for o in again.optimizers] == [O.Adam, O.SGD]
+
+
+# ---- wrappers in a model; loss scaling in the train step ----------------------------------
+def _fit_weights(opt, epochs=3):
+    x, y = _data()
+    model = _model()
+    model.compile(optimizer=opt, loss="mse")
+    hist = model.fit(x, y, epochs=epochs, batch_size=16, shuffle=False, verbose=0)
+    return model, hist.history["loss"]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: O.LossScaleOptimizer(O.SGD(0.05, momentum=0.9), initial_scale=1024.0,
+                                 dynamic_growth_steps=3),
+    lambda: O.SGD(0.05, momentum=0.9, loss_scale_factor=8.0)], ids=["dynamic", "factor"])
+def test_train_step_scales_the_loss_and_unscales_the_gradients(make):
+    """The step differentiates scale * loss and divides the gradients back: with powers of
+    two the training is exactly that of the plain optimizer."""
+    model, loss = _fit_weights(make())
+    plain, plain_loss = _fit_weights(O.SGD(0.05, momentum=0.9))
+    assert loss == plain_loss
+    for a, b in zip(model.get_weights(), plain.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    if isinstance(model.optimizer, O.LossScaleOptimizer):  # 12 finite steps: 4 doublings
+        assert float(model.optimizer.dynamic_scale.value) == 1024.0 * 2**4
+
+
+@pytest.mark.parametrize("make", [
+    lambda: O.LossScaleOptimizer(O.Adam(0.01), initial_scale=64.0, dynamic_growth_steps=5),
+    lambda: O.MultiOptimizer(O.OptimizerMap(O.SGD(0.05, momentum=0.9),
+                                            {"dense_1/.*": O.Adam(0.01)}))],
+    ids=["LossScaleOptimizer", "MultiOptimizer"])
+def test_wrappers_fit_save_reload_continue(make, tmp_path):
+    model, loss = _fit_weights(make(), epochs=4)
+    assert loss[-1] < loss[0]
+    model.save(tmp_path / "m.keras")
+    again = kiln.saving.load_model(tmp_path / "m.keras")
+    assert type(again.optimizer) is type(model.optimizer)
+    assert again.optimizer.get_config() == model.optimizer.get_config()
+    for a, b in zip(again.optimizer.variables, model.optimizer.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    x, y = _data()
+    h1 = model.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0).history["loss"]
+    h2 = again.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0).history["loss"]
+    assert h1 == h2
