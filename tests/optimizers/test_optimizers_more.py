@@ -261,8 +261,9 @@ def _data():
 
 def _model():
     kiln.utils.set_random_seed(11)
-    return kiln.Sequential([kiln.Input((4,)), kiln.layers.Dense(8, activation="tanh"),
-                            kiln.layers.Dense(2)])
+    return kiln.Sequential([kiln.Input((4,)),
+                            kiln.layers.Dense(8, activation="tanh", name="hidden"),
+                            kiln.layers.Dense(2, name="out")])
 
 
 FIT = [O.Adafactor(0.05), O.Ftrl(0.2), O.Lamb(0.02), O.Muon(0.02),
@@ -479,11 +480,15 @@ def test_train_step_scales_the_loss_and_unscales_the_gradients(make):
 @pytest.mark.parametrize("make", [
     lambda: O.LossScaleOptimizer(O.Adam(0.01), initial_scale=64.0, dynamic_growth_steps=5),
     lambda: O.MultiOptimizer(O.OptimizerMap(O.SGD(0.05, momentum=0.9),
-                                            {"dense_1/.*": O.Adam(0.01)}))],
+                                            {"out/.*": O.Adam(0.01)}))],
     ids=["LossScaleOptimizer", "MultiOptimizer"])
 def test_wrappers_fit_save_reload_continue(make, tmp_path):
     model, loss = _fit_weights(make(), epochs=4)
     assert loss[-1] < loss[0]
+    if isinstance(model.optimizer, O.MultiOptimizer):  # both got their variables
+        adam, sgd = model.optimizer.optimizers
+        assert [v.name for v in adam._trainable_variables] == ["out/kernel", "out/bias"]
+        assert [v.name for v in sgd._trainable_variables] == ["hidden/kernel", "hidden/bias"]
     model.save(tmp_path / "m.keras")
     again = kiln.saving.load_model(tmp_path / "m.keras")
     assert type(again.optimizer) is type(model.optimizer)
