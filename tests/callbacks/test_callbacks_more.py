@@ -27,7 +27,8 @@ def _data():
 
 def _model(optimizer):
     kiln.utils.set_random_seed(2)
-    model = kiln.Sequential([kiln.Input((3,)), kiln.layers.Dense(4, activation="tanh", name="hidden"),
+    model = kiln.Sequential([kiln.Input((3,)),
+                             kiln.layers.Dense(4, activation="tanh", name="hidden"),
                              kiln.layers.Dense(1, name="out")])
     model.compile(optimizer=optimizer, loss="mse")
     return model

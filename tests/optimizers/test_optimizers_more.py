@@ -12,13 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from more_problem import C0, W0, f32, np_grads, run_graph, run_graph_grads, run_keras, run_numpy
 
 import kiln
 from kiln import optimizers as O
-
-sys.path.insert(0, str(Path(__file__).parent))
-from more_problem import (C0, W0, f32, np_grads, run_graph, run_graph_grads,  # noqa: E402
-                          run_keras, run_numpy)
 
 
 def rms(x):
@@ -403,7 +400,7 @@ def test_multi_optimizer_routes_variables():
     assert [int(o.iterations.value) for o in opt.optimizers] == [6, 6]
     assert [type(o).__name__ for o in opt.optimizers] == ["Adam", "SGD"]
     with pytest.raises(AttributeError, match="cannot be accessed on a MultiOptimizer"):
-        opt.learning_rate
+        _ = opt.learning_rate
     with pytest.raises(AttributeError, match="cannot be set on a MultiOptimizer"):
         opt.learning_rate = 0.1
 
