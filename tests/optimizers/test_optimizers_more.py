@@ -496,3 +496,21 @@ def test_wrappers_fit_save_reload_continue(make, tmp_path):
     h1 = model.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0).history["loss"]
     h2 = again.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0).history["loss"]
     assert h1 == h2
+
+
+def test_keras_serialized_configs_load():
+    keras = pytest.importorskip("keras")
+    for name in ("Adafactor", "Ftrl", "Muon", "ScheduleFreeAdamW", "Lamb"):
+        config = keras.optimizers.serialize(getattr(keras.optimizers, name)())
+        opt = O.deserialize(config)
+        assert type(opt) is getattr(O, name)
+        mine = opt.get_config()
+        assert {k: mine[k] for k in config["config"]} == config["config"]
+    k_map = keras.optimizers.OptimizerMap(keras.optimizers.SGD(0.1),
+                                          {"out/.*": keras.optimizers.Adam(0.01)})
+    multi = O.deserialize(keras.optimizers.serialize(keras.optimizers.MultiOptimizer(k_map)))
+    assert [type(o) for o in multi.optimizers] == [O.Adam, O.SGD]
+    assert multi._optimizer_map["out/kernel"] is multi.optimizers[0]
+    lso = O.deserialize(keras.optimizers.serialize(keras.optimizers.LossScaleOptimizer(
+        keras.optimizers.Adam(0.01), initial_scale=64.0)))
+    assert (type(lso.inner_optimizer), lso.initial_scale) == (O.Adam, 64.0)
