@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import urllib.error
 import urllib.parse
-import urllib.request
 import warnings
 from typing import Any
 
@@ -46,6 +44,9 @@ class RemoteMonitor(Callback):
         self.send_as_json = send_as_json
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        import urllib.error  # here, not at import: `import kiln` stays free of http.client
+        import urllib.request
+
         send: dict[str, Any] = {"epoch": epoch}
         for k, v in (logs or {}).items():
             send[k] = v.item() if isinstance(v, np.ndarray | np.generic) else v
