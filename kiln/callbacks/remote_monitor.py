@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import urllib.parse
 import warnings
 from typing import Any
 
@@ -45,6 +44,7 @@ class RemoteMonitor(Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         import urllib.error  # here, not at import: `import kiln` stays free of http.client
+        import urllib.parse
         import urllib.request
 
         send: dict[str, Any] = {"epoch": epoch}
