@@ -20,10 +20,14 @@ from kiln.callbacks.early_stopping import EarlyStopping
 from kiln.callbacks.history import History
 from kiln.callbacks.misc import CSVLogger, LambdaCallback, LearningRateScheduler, TerminateOnNaN
 from kiln.callbacks.model_checkpoint import ModelCheckpoint
+from kiln.callbacks.orbax_checkpoint import OrbaxCheckpoint
 from kiln.callbacks.progbar_logger import ProgbarLogger
 from kiln.callbacks.reduce_lr_on_plateau import ReduceLROnPlateau
+from kiln.callbacks.remote_monitor import RemoteMonitor
+from kiln.callbacks.swap_ema_weights import SwapEMAWeights
 from kiln.callbacks.tensorboard import TensorBoard
 
 __all__ = ["BackupAndRestore", "Callback", "CallbackList", "History", "ProgbarLogger",
            "EarlyStopping", "ModelCheckpoint", "ReduceLROnPlateau", "LearningRateScheduler",
-           "CSVLogger", "TerminateOnNaN", "LambdaCallback", "TensorBoard"]
+           "CSVLogger", "TerminateOnNaN", "LambdaCallback", "TensorBoard", "SwapEMAWeights",
+           "RemoteMonitor", "OrbaxCheckpoint"]

@@ -161,9 +161,12 @@ class StepGraphsMixin:
         self._build_optimizer_if_ready()
         layer_updates = _layer_updates(ctx, assigned)
         if weight is None:
-            grads = grad(total, variables)
+            # Keras differentiates optimizer.scale_loss(loss) (loss_scale_factor, the dynamic
+            # scale of LossScaleOptimizer); the optimizer divides the gradients back
+            grads = grad(self.optimizer.scale_loss(total), variables)
         else:  # data-parallel: one allreduce of everything the ranks must agree on
-            grads = grad(total * ops.cast(weight, total.dtype), variables)
+            grads = grad(self.optimizer.scale_loss(total * ops.cast(weight, total.dtype)),
+                         variables)
             grads, losses_, stats, layer_updates = distributed.reduce_values(
                 dist, weight, grads, [total] + out_losses, stats, layer_updates)
             total, out_losses = losses_[0], losses_[1:]

@@ -15,20 +15,28 @@ from typing import Any
 
 from kiln.optimizers import schedules
 from kiln.optimizers.adadelta import Adadelta
+from kiln.optimizers.adafactor import Adafactor
 from kiln.optimizers.adagrad import Adagrad
 from kiln.optimizers.adam import Adam, AdamW
 from kiln.optimizers.adamax import Adamax
 from kiln.optimizers.base import Optimizer
 from kiln.optimizers.clipping import clip_by_global_norm, global_norm
+from kiln.optimizers.ftrl import Ftrl
+from kiln.optimizers.lamb import Lamb
 from kiln.optimizers.lion import Lion
+from kiln.optimizers.loss_scale_optimizer import LossScaleOptimizer
+from kiln.optimizers.multi_optimizer import MultiOptimizer, OptimizerMap
+from kiln.optimizers.muon import Muon
 from kiln.optimizers.nadam import Nadam
 from kiln.optimizers.rmsprop import RMSprop
+from kiln.optimizers.schedule_free_adamw import ScheduleFreeAdamW
 from kiln.optimizers.schedules import LearningRateSchedule
 from kiln.optimizers.sgd import SGD
 
 _BUILTINS: dict[str, type[Optimizer]] = {
     c.__name__.lower(): c for c in (SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax,
-                                    Nadam, Lion)}
+                                    Nadam, Lion, Adafactor, Ftrl, Lamb, Muon,
+                                    ScheduleFreeAdamW, LossScaleOptimizer, MultiOptimizer)}
 
 
 def serialize(optimizer: Optimizer) -> dict[str, Any]:
@@ -76,7 +84,8 @@ def get(identifier: Any) -> Optimizer:
 
     Args:
         identifier: a name (``"sgd"``, ``"adam"``, ``"adamw"``, ``"rmsprop"``,
-            ``"adagrad"``, ``"adadelta"``, ``"adamax"``, ``"nadam"``, ``"lion"``;
+            ``"adagrad"``, ``"adadelta"``, ``"adamax"``, ``"nadam"``, ``"lion"``,
+            ``"adafactor"``, ``"ftrl"``, ``"lamb"``, ``"muon"``, ``"schedulefreeadamw"``;
             case-insensitive) giving the optimizer with default arguments, a config dict
             ``{"class_name": ..., "config": ...}``, or an Optimizer (returned as is).
 
@@ -97,6 +106,9 @@ def get(identifier: Any) -> Optimizer:
         return deserialize(identifier)
     if isinstance(identifier, str):
         cls = _BUILTINS.get(identifier.lower())
+        if cls in (LossScaleOptimizer, MultiOptimizer):
+            raise ValueError(f"optimizers.get: {identifier!r} wraps other optimizers and "
+                             "cannot be made from its name alone; construct it")
         if cls is None:
             raise ValueError(f"optimizers.get: unknown optimizer {identifier!r}; valid names: "
                              f"{', '.join(sorted(_BUILTINS))}")
@@ -107,5 +119,6 @@ def get(identifier: Any) -> Optimizer:
 
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax",
-           "Nadam", "Lion", "LearningRateSchedule", "schedules", "get", "serialize",
-           "deserialize", "global_norm", "clip_by_global_norm"]
+           "Nadam", "Lion", "Adafactor", "Ftrl", "Lamb", "Muon", "ScheduleFreeAdamW",
+           "LossScaleOptimizer", "MultiOptimizer", "OptimizerMap", "LearningRateSchedule",
+           "schedules", "get", "serialize", "deserialize", "global_norm", "clip_by_global_norm"]

@@ -332,6 +332,17 @@ class Optimizer(ApplyMixin):
         self._exclude_pattern = re.compile("|".join(map(re.escape, var_names))) if var_names \
             else None
 
+    def _weight_decay_for(self, var: Variable) -> float | None:
+        """The decoupled weight decay of ``var`` (None: none); Muon picks one per variable."""
+        return self.weight_decay if self._use_weight_decay(var) else None
+
+    def scale_loss(self, loss: Any) -> Any:
+        """``loss * loss_scale_factor`` when that is set (the trainer differentiates the
+        scaled loss; :meth:`update_nodes` divides the gradients back), else ``loss``."""
+        if self.loss_scale_factor is None:
+            return loss
+        return loss * self.loss_scale_factor
+
     def _use_weight_decay(self, var: Variable) -> bool:
         if id(var) in self._exclude_ids:
             return False
@@ -431,9 +442,9 @@ class Optimizer(ApplyMixin):
         values: list[Node] = []
         for v in vs:
             x = convert_to_tensor(v)
-            if self.weight_decay is not None and self._use_weight_decay(v):
-                lr = ops.cast(lr32, v.dtype)
-                x = x - x * self.weight_decay * lr
+            wd = self._weight_decay_for(v)
+            if wd is not None:
+                x = x - x * wd * ops.cast(lr32, v.dtype)
             values.append(x)
         self._before_update_steps(vs)
         new_values = [self.update_step(g, v, x, ops.cast(lr32, v.dtype))
