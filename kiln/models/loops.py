@@ -298,6 +298,8 @@ class LoopsMixin:
             training_logs = epoch_logs
             if self.stop_training:
                 break
+        if training_logs is not None:  # as Keras: with use_ema, fit ends on the averages
+            self.optimizer.finalize_variable_values(self.trainable_weights)
         callbacks.on_train_end(logs=training_logs)
 
     def _callback_list(self, callbacks: Any, verbose: int, epochs: int, steps: int | None,

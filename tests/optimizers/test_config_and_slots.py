@@ -194,3 +194,28 @@ def test_optimizer_weights_round_trip():
         np.testing.assert_array_equal(got, want)
     with pytest.raises(ValueError, match="expected 5"):
         opt.set_weights(weights[:2])
+
+
+def test_fit_ends_with_the_moving_averages_in_the_weights_like_keras():
+    """``use_ema=True``: Keras' ``fit`` ends by writing each weight's moving average into it
+    (``finalize_variable_values``); the oracle is Keras itself on the same data and start."""
+    keras = pytest.importorskip("keras")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, 3)).astype("float32")
+    y = rng.normal(size=(16, 1)).astype("float32")
+    w0 = [rng.normal(size=(3, 1)).astype("float32"), np.zeros(1, "float32")]
+
+    def run(lib, **ema):
+        m = lib.Sequential([lib.Input((3,)), lib.layers.Dense(1)])
+        m.set_weights(w0)
+        m.compile(lib.optimizers.SGD(0.1, **ema), "mse")
+        m.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0)
+        return m.get_weights()
+
+    ema = {"use_ema": True, "ema_momentum": 0.5}
+    want = run(keras, **ema)
+    got = run(kiln, **ema)
+    plain = run(kiln)
+    for g, w, p in zip(got, want, plain):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+        assert not np.allclose(g, p, rtol=1e-4)
