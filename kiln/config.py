@@ -221,25 +221,23 @@ def set_epsilon(value: float) -> None:
 
 
 def image_data_format() -> str:
-    """The image layout of kiln's layers: ``"channels_last"`` (the only one kiln has)."""
-    return "channels_last"
+    """The default ``data_format`` of image layers: ``"channels_last"`` unless
+    :func:`set_image_data_format` chose ``"channels_first"`` (the spatial layers run it
+    between two transposes: kiln/layers/channels_first.py; others refuse it clearly)."""
+    return _STATE.get("image_data_format", "channels_last")
 
 
 def set_image_data_format(data_format: str) -> None:
-    """Accepts ``"channels_last"``; kiln's layers compute in channels_last only, so
-    ``"channels_first"`` raises (as the layers' own ``data_format="channels_first"`` does).
+    """Sets the default ``data_format`` of layers made afterwards, as Keras'.
 
     Raises:
-        ValueError: anything else, naming the setting and the value.
+        ValueError: anything but ``"channels_last"``/``"channels_first"``, naming the value.
     """
     value = str(data_format).lower()
-    if value == "channels_first":
-        raise ValueError("kiln.config.set_image_data_format: data_format='channels_first' is "
-                         "not supported; kiln's layers compute in 'channels_last' only "
-                         "(transpose inputs with kiln.ops.transpose)")
-    if value != "channels_last":
+    if value not in ("channels_first", "channels_last"):
         raise ValueError("kiln.config.set_image_data_format: data_format must be one of "
                          f"{{'channels_first', 'channels_last'}}, received {data_format!r}")
+    _STATE["image_data_format"] = value
 
 
 class DTypePolicy:

@@ -32,8 +32,13 @@ def test_the_fourteen_names_and_one_state_with_kiln_config():
         config.set_epsilon(saved)
     assert B.floatx() == config.floatx() == "float32"
     assert B.image_data_format() == "channels_last"
-    with pytest.raises(ValueError, match="channels_first"):
+    try:
         B.set_image_data_format("channels_first")
+        assert config.image_data_format() == "channels_first"
+    finally:
+        B.set_image_data_format("channels_last")
+    with pytest.raises(ValueError, match="received 'nchw'"):
+        B.set_image_data_format("nchw")
 
 
 # Keras' examples and lattice: (dtypes, result); kiln keeps int64 and float64 (as Keras on

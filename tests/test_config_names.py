@@ -81,13 +81,15 @@ def test_constraints_read_epsilon():
 
 
 # ---- image data format ---------------------------------------------------------------------------
-def test_image_data_format_is_channels_last_only():
+def test_image_data_format_is_channels_last_unless_set():
     assert config.image_data_format() == "channels_last"
     config.set_image_data_format("channels_last")
     config.set_image_data_format("CHANNELS_LAST")
-    with pytest.raises(ValueError, match="set_image_data_format: data_format='channels_first' "
-                                         "is not supported"):
+    try:
         config.set_image_data_format("channels_first")
+        assert config.image_data_format() == "channels_first"
+    finally:
+        config.set_image_data_format("channels_last")
     with pytest.raises(ValueError, match="must be one of .* received 'nhwc'"):
         config.set_image_data_format("nhwc")
     assert config.image_data_format() == "channels_last"

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+import kiln.config
 import kiln.ops as K
 from kiln.core import Node, format_shape
 from kiln.layers.base import Layer
@@ -52,19 +53,23 @@ def normalize_tuple(layer_or_name: Any, value: Any, n: int, arg: str,
     return out
 
 
-def normalize_data_format(cls_name: str, data_format: Any) -> str:
-    """kiln is channels-last only: ``None`` and ``"channels_last"`` pass, anything else fails."""
+def normalize_data_format(cls_name: str, data_format: Any, channels_first: bool = False
+                          ) -> str:
+    """``data_format`` checked: ``None`` is :func:`kiln.config.image_data_format`;
+    ``"channels_first"`` only where the layer runs it (``channels_first=True``: the spatial
+    layers, kiln/layers/channels_first.py), a clear error elsewhere."""
     if data_format is None:
-        return "channels_last"
+        data_format = kiln.config.image_data_format()
     value = str(data_format).lower()
-    if value == "channels_last":
+    if value == "channels_last" or (value == "channels_first" and channels_first):
         return value
     if value == "channels_first":
-        raise ValueError(f"{cls_name}: data_format='channels_first' is not supported; kiln "
-                         "layers are channels_last only (batch, ..., channels). Transpose the "
-                         "data (e.g. with a Permute layer) or use data_format='channels_last'")
-    raise ValueError(f"{cls_name}: data_format must be 'channels_last' (or None), received "
-                     f"{data_format!r}")
+        raise ValueError(f"{cls_name}: data_format='channels_first' is not supported by this "
+                         "layer; it computes channels_last (batch, ..., channels). Transpose "
+                         "the data (e.g. with a Permute layer) or use "
+                         "data_format='channels_last'")
+    raise ValueError(f"{cls_name}: data_format must be 'channels_last' or 'channels_first', "
+                     f"received {data_format!r}")
 
 
 def normalize_padding(cls_name: str, padding: Any, allowed: tuple[str, ...] = ("valid", "same")

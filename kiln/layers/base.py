@@ -28,6 +28,7 @@ from kiln.core import (
     placeholder,
     trace_variables,
 )
+from kiln.layers import channels_first
 from kiln.layers.context import current, trace
 from kiln.layers.naming import reset_names as reset_names  # re-exported (tests use it here)
 from kiln.layers.naming import snake_case, unique_name
@@ -373,11 +374,12 @@ class Layer:
             del kwargs["mask"]
         if not is_symbolic(inputs) and not any(is_symbolic(a) for a in args):
             return self._call_eager(inputs, *args, training=training, **kwargs)
-        self._check_inputs(inputs)
+        inner = channels_first.to_last(self, inputs)  # the layout the kernels compute in
+        self._check_inputs(inner)
         if getattr(self, "input_spec", None) is not None:  # Keras' InputSpec
             from kiln.layers.input_spec import assert_input_compatibility
-            assert_input_compatibility(self.input_spec, inputs, self.name)
-        self._maybe_build(inputs)
+            assert_input_compatibility(self.input_spec, inner, self.name)
+        self._maybe_build(inner)
         recorded = dict(kwargs)  # what the functional API replays (not the implicit mask)
         if training is not None or self._call_accepts("training"):
             if self._call_accepts("training"):
@@ -389,7 +391,7 @@ class Layer:
             if mask is not None and self._call_accepts("mask") and \
                     "mask" in inspect.signature(self.call).parameters:
                 kwargs["mask"] = mask
-        outputs = self.call(inputs, *args, **kwargs)
+        outputs = channels_first.back(self, self.call(inner, *args, **kwargs), inputs, inner)
         if getattr(self, "_base_activity_regularizer", None) is not None and isinstance(
                 outputs, Node):
             from kiln.layers._utils import add_activity_loss
@@ -545,7 +547,7 @@ class Layer:
     def build_from_config(self, config: dict | None) -> None:
         if config and config.get("input_shape") is not None and not self.built:
             shape = config["input_shape"]
-            self.build(tuple(shape) if not isinstance(shape, dict) else shape)
+            self.build(channels_first.build_shape(self, shape))
             self.build_input_shape = shape
             self.built = True
 

@@ -49,7 +49,7 @@ class _Conv(Layer):
         self.kernel_size = normalize_tuple(cls, kernel_size, self.rank, "kernel_size")
         self.strides = normalize_tuple(cls, strides, self.rank, "strides")
         self.padding = normalize_padding(cls, padding, self.paddings)
-        self.data_format = normalize_data_format(cls, data_format)
+        self.data_format = normalize_data_format(cls, data_format, channels_first=True)
         self.dilation_rate = normalize_tuple(cls, dilation_rate, self.rank, "dilation_rate")
         if any(s > 1 for s in self.strides) and any(d > 1 for d in self.dilation_rate):
             raise ValueError(f"{cls}: strides > 1 together with dilation_rate > 1 is not "
@@ -139,7 +139,8 @@ class Conv1D(_Conv):
         kernel_size: int (or 1-tuple).
         strides: int (default 1).
         padding: "valid" (default), "same" or "causal" (left padding, for sequence models).
-        data_format: None or "channels_last" (channels_first is refused).
+        data_format: None (kiln.config.image_data_format()), "channels_last" or
+            "channels_first" (kiln/layers/channels_first.py).
         dilation_rate: int (default 1).
         groups: grouped convolution (default 1), as in Conv2D.
         activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer,
@@ -171,7 +172,8 @@ class Conv2D(_Conv):
         kernel_size: int or pair.
         strides: int or pair (default 1).
         padding: "valid" (default) or "same".
-        data_format: None or "channels_last" (channels_first is refused).
+        data_format: None (kiln.config.image_data_format()), "channels_last" or
+            "channels_first" (kiln/layers/channels_first.py).
         dilation_rate: int or pair (default 1).
         groups: grouped convolution (default 1): the input channels and the filters split
             into ``groups`` blocks, filter block g sees only input block g; kernel ``(kh, kw,

@@ -26,7 +26,8 @@ class Conv3D(_Conv):
         kernel_size: int or triple.
         strides: int or triple (default 1).
         padding: "valid" (default) or "same".
-        data_format: None or "channels_last" (channels_first is refused).
+        data_format: None (kiln.config.image_data_format()), "channels_last" or
+            "channels_first" (kiln/layers/channels_first.py).
         dilation_rate: int or triple (default 1).
         groups: grouped convolution (default 1), as in Conv2D.
         activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer,

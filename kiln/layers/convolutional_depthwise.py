@@ -50,7 +50,7 @@ class _DepthwiseBase(Layer):
         self.kernel_size = normalize_tuple(cls, kernel_size, self.rank, "kernel_size")
         self.strides = normalize_tuple(cls, strides, self.rank, "strides")
         self.padding = normalize_padding(cls, padding)
-        self.data_format = normalize_data_format(cls, data_format)
+        self.data_format = normalize_data_format(cls, data_format, channels_first=True)
         self.dilation_rate = normalize_tuple(cls, dilation_rate, self.rank, "dilation_rate")
         if any(s > 1 for s in self.strides) and any(d > 1 for d in self.dilation_rate):
             raise ValueError(f"{cls}: strides > 1 together with dilation_rate > 1 is not "

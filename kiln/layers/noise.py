@@ -162,7 +162,8 @@ class SpatialDropout2D(SpatialDropout1D):
     def __init__(self, rate: float, data_format: str | None = None, seed: int | None = None,
                  name: str | None = None, dtype: Any = None, **kwargs: Any):
         super().__init__(rate, seed=seed, name=name, dtype=dtype, **kwargs)
-        self.data_format = normalize_data_format("SpatialDropout2D", data_format)
+        self.data_format = normalize_data_format("SpatialDropout2D", data_format,
+                                                 channels_first=True)
 
     def get_config(self) -> dict:
         config = super().get_config()

@@ -27,7 +27,7 @@ class _Pooling(Layer):
         self.strides = self.pool_size if strides is None else normalize_tuple(
             cls, strides, self.rank, "strides")
         self.padding = normalize_padding(cls, padding)
-        self.data_format = normalize_data_format(cls, data_format)
+        self.data_format = normalize_data_format(cls, data_format, channels_first=True)
 
     def _check_inputs(self, inputs: Any) -> None:
         if isinstance(inputs, Node):
@@ -54,7 +54,8 @@ _SHAPE_DOC = """
         pool_size: int{pair} (default 2).
         strides: int{pair}; default ``pool_size``.
         padding: "valid" (default) or "same".
-        data_format: None or "channels_last" (channels_first is refused).
+        data_format: None (kiln.config.image_data_format()), "channels_last" or
+            "channels_first" (kiln/layers/channels_first.py).
 """
 
 
@@ -110,7 +111,8 @@ class _GlobalPooling(Layer):
 
     def __init__(self, data_format: str | None = None, keepdims: bool = False, **kwargs: Any):
         super().__init__(**kwargs)
-        self.data_format = normalize_data_format(type(self).__name__, data_format)
+        self.data_format = normalize_data_format(type(self).__name__, data_format,
+                                                 channels_first=True)
         self.keepdims = bool(keepdims)
 
     def _check_inputs(self, inputs: Any) -> None:

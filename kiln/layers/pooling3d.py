@@ -78,7 +78,7 @@ class _AdaptivePooling(Layer):
         if any(v < 1 for v in sizes):
             raise ValueError(f"{cls}: `output_size` must be positive, received {output_size!r}")
         self.output_size = sizes
-        self.data_format = normalize_data_format(cls, data_format)
+        self.data_format = normalize_data_format(cls, data_format, channels_first=True)
 
     def _check_inputs(self, inputs: Any) -> None:
         if isinstance(inputs, Node):

@@ -20,7 +20,8 @@ class Flatten(Layer):
     known.
 
     Args:
-        data_format: ``None`` or ``"channels_last"`` (channels_first is refused).
+        data_format: ``None``, ``"channels_last"`` or ``"channels_first"`` (transposed to
+            channels-last before flattening, as Keras does).
 
     Example:
         >>> kiln.layers.Flatten()(kiln.Input((28, 28, 1))).shape
@@ -29,7 +30,7 @@ class Flatten(Layer):
 
     def __init__(self, data_format: str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
-        self.data_format = normalize_data_format("Flatten", data_format)
+        self.data_format = normalize_data_format("Flatten", data_format, channels_first=True)
 
     def call(self, inputs: Node) -> Node:
         check_static(self, inputs, range(1, inputs.ndim), "size for every non-batch dimension")
@@ -161,7 +162,7 @@ class ZeroPadding2D(Layer):
 
     def __init__(self, padding: Any = (1, 1), data_format: str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
-        self.data_format = normalize_data_format("ZeroPadding2D", data_format)
+        self.data_format = normalize_data_format("ZeroPadding2D", data_format, channels_first=True)
         if isinstance(padding, int | np.integer):
             pads = ((int(padding),) * 2,) * 2
         elif len(padding) == 2 and all(isinstance(p, int | np.integer) for p in padding):
@@ -207,7 +208,8 @@ class UpSampling2D(Layer):
                  interpolation: str = "nearest", **kwargs: Any):
         super().__init__(**kwargs)
         self.size = normalize_tuple("UpSampling2D", size, 2, "size")
-        self.data_format = normalize_data_format("UpSampling2D", data_format)
+        self.data_format = normalize_data_format("UpSampling2D", data_format,
+                                                 channels_first=True)
         if interpolation != "nearest":
             raise ValueError(f"UpSampling2D: only interpolation='nearest' is supported, "
                              f"received {interpolation!r}")
@@ -262,7 +264,7 @@ class ZeroPadding1D(Layer):
     def __init__(self, padding: Any = 1, data_format: str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.padding = _pair("ZeroPadding1D", "padding", padding)
-        self.data_format = normalize_data_format("ZeroPadding1D", data_format)
+        self.data_format = normalize_data_format("ZeroPadding1D", data_format, channels_first=True)
 
     def _check_inputs(self, inputs: Any) -> None:
         if isinstance(inputs, Node):
@@ -374,7 +376,7 @@ class Cropping2D(Layer):
                  **kwargs: Any):
         super().__init__(**kwargs)
         who = "Cropping2D"
-        self.data_format = normalize_data_format(who, data_format)
+        self.data_format = normalize_data_format(who, data_format, channels_first=True)
         if isinstance(cropping, int | np.integer) and not isinstance(cropping, bool):
             crops = (_pair(who, "cropping", cropping),) * 2
         elif isinstance(cropping, list | tuple) and len(cropping) == 2:

@@ -50,7 +50,7 @@ class ZeroPadding3D(_Spatial3D):
                  **kwargs: Any):
         super().__init__(**kwargs)
         self.padding = _triple_pairs("ZeroPadding3D", "padding", padding)
-        self.data_format = normalize_data_format("ZeroPadding3D", data_format)
+        self.data_format = normalize_data_format("ZeroPadding3D", data_format, channels_first=True)
 
     def call(self, inputs: Node) -> Node:
         return K.pad(inputs, ((0, 0),) + self.padding + ((0, 0),))
@@ -78,7 +78,7 @@ class Cropping3D(_Spatial3D):
                  **kwargs: Any):
         super().__init__(**kwargs)
         self.cropping = _triple_pairs("Cropping3D", "cropping", cropping)
-        self.data_format = normalize_data_format("Cropping3D", data_format)
+        self.data_format = normalize_data_format("Cropping3D", data_format, channels_first=True)
 
     def call(self, inputs: Node) -> Node:
         return _crop(self, inputs, self.cropping)
@@ -102,7 +102,7 @@ class UpSampling3D(_Spatial3D):
     def __init__(self, size: Any = (2, 2, 2), data_format: str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.size = normalize_tuple("UpSampling3D", size, 3, "size")
-        self.data_format = normalize_data_format("UpSampling3D", data_format)
+        self.data_format = normalize_data_format("UpSampling3D", data_format, channels_first=True)
 
     def call(self, inputs: Node) -> Node:
         check_static(self, inputs, (1, 2, 3, 4), "depth, height, width and channels")

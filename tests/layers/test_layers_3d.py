@@ -169,7 +169,7 @@ def test_spatial_dropout3d_drops_whole_channels():
     (lambda: L.AdaptiveAveragePooling2D((1, 2, 3)), "output_size"),
     (lambda: L.ZeroPadding3D((1, 2)), "ZeroPadding3D"),
     (lambda: L.Conv3DTranspose(2, 3, strides=2, output_padding=2), "smaller than the strides"),
-    (lambda: L.Conv3D(2, 3, data_format="channels_first"), "channels_last"),
+    (lambda: L.Conv3D(2, 3, data_format="channels_middle"), "channels_last"),
 ])
 def test_bad_input_errors(make, match):
     with pytest.raises((ValueError, TypeError), match=match):

@@ -55,10 +55,10 @@ def test_conv_wrong_channels_after_build() -> None:
 
 
 @pytest.mark.parametrize("cls,args", [
-    (L.Conv1D, (2, 3)), (L.Conv2D, (2, 3)), (L.Conv2DTranspose, (2, 3)), (L.MaxPooling2D, ()),
-    (L.AveragePooling1D, (2,)), (L.GlobalMaxPooling2D, ()), (L.GlobalAveragePooling1D, ()),
-    (L.UpSampling2D, ()), (L.ZeroPadding2D, ()), (L.Flatten, ())])
-def test_channels_first_is_refused(cls, args) -> None:
+    (L.ConvLSTM2D, (2, 3)), (L.ConvLSTM1D, (2, 3)), (L.Resizing, (4, 4)),
+    (L.SpatialDropout3D, (0.1,))])
+def test_channels_first_is_refused_where_the_layer_cannot_run_it(cls, args) -> None:
+    """The spatial layers run channels_first (tests/layers/test_channels_first.py)."""
     with pytest.raises(ValueError, match=rf"{cls.__name__}: data_format='channels_first' is not "
                                          "supported.*channels_last"):
         cls(*args, data_format="channels_first")
