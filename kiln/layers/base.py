@@ -29,6 +29,7 @@ from kiln.core import (
     trace_variables,
 )
 from kiln.layers.context import current, trace
+from kiln.layers.host_tensor import has_host_tensor, refuse_host_input
 from kiln.layers.naming import reset_names as reset_names  # re-exported (tests use it here)
 from kiln.layers.naming import snake_case, unique_name
 
@@ -369,6 +370,8 @@ class Layer:
             # Keras passes ``mask=None`` to every layer (its functional configs record
             # ``"kwargs": {"mask": null}``); a call without a mask argument simply has none.
             del kwargs["mask"]
+        if has_host_tensor(inputs, args, kwargs):  # strings: only host preprocessing layers
+            raise refuse_host_input(self, inputs)
         if not is_symbolic(inputs) and not any(is_symbolic(a) for a in args):
             return self._call_eager(inputs, *args, training=training, **kwargs)
         self._check_inputs(inputs)
