@@ -110,8 +110,9 @@ def _output_specs(layer: Any, inputs: Any) -> Any:
     one-sample probe; a dimension the layer's own ``compute_output_shape`` leaves open (a
     TextVectorization without ``output_sequence_length``) stays None."""
     from kiln.layers.base import Layer, flatten, map_structure
-    probe = map_structure(lambda t: _probe(layer, t) if isinstance(t, HostTensor | Node)
-                          else t, inputs)
+    make_probe = getattr(layer, "_host_probe", None)  # a layer's own (FeatureSpace's)
+    probe = make_probe(inputs) if callable(make_probe) else map_structure(
+        lambda t: _probe(layer, t) if isinstance(t, HostTensor | Node) else t, inputs)
     try:
         out = layer(probe)
     except Exception as exc:

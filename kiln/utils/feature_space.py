@@ -34,8 +34,6 @@ from typing import Any
 import numpy as np
 
 from kiln import layers
-from kiln.layers.base import is_symbolic
-from kiln.layers.host_tensor import has_host_tensor, host_call
 from kiln.layers.preprocessing._hashes import fingerprint64
 from kiln.layers.preprocessing.encoding import encode_numpy
 from kiln.layers.preprocessing.tf_data import is_tf_tensor, tf_entry
@@ -459,7 +457,8 @@ class FeatureSpace:
         outputs (see the module docstring)."""
         self._check_adapted()
         if getattr(self, "_encoded", None) is None:
-            self._encoded = _FeatureSpaceLayer(self)(self.get_inputs())
+            from kiln.utils.feature_space_layer import FeatureSpaceLayer
+            self._encoded = FeatureSpaceLayer(self)(self.get_inputs())
         return self._encoded
 
     # ---- config and files ------------------------------------------------------------------
@@ -577,21 +576,3 @@ class _TFOps:
 
 __all__ = ["FeatureSpace", "Feature", "Cross", "hashed_cross"]
 
-
-class _FeatureSpaceLayer(layers.Layer):
-    """A FeatureSpace as the host-side layer of a functional model
-    (:meth:`FeatureSpace.get_encoded_features`)."""
-
-    def __init__(self, space: FeatureSpace):
-        super().__init__(name=space.name)
-        self.space = space
-        self.built = True
-
-    def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
-        if is_symbolic(inputs) or has_host_tensor(inputs):
-            return host_call(self, inputs, *args, **kwargs)
-        return self.space(inputs)
-
-    def get_config(self) -> dict:
-        raise NotImplementedError(f"'{self.name}': a model holding a FeatureSpace cannot be "
-                                  "serialized yet; save the FeatureSpace with its own save()")

@@ -66,10 +66,6 @@ KNOWN_GAPS: dict[str, str] = {
     "p35_customizing_saving_and_serialization.py":
         "TypeError: expected a kiln tensor, Variable, NumPy array or number, received "
         "ResourceVariable",
-    # the tf.keras version feeds string features into the model itself
-    "p36_structured_data_with_feature_space.py":
-        "ValueError: FeatureSpace.get_inputs: the string features ['thal'] cannot be inputs "
-        "of a kiln graph (strings never enter it)",
     # keras.applications (pretrained models: no weights offline) is not in kiln
     "p37_preprocessing_layers.py":
         "AttributeError: module 'kiln' has no attribute 'applications'",
@@ -78,9 +74,6 @@ KNOWN_GAPS: dict[str, str] = {
         "StepTraceError: custom_model: train_step could not be traced into one compiled step: "
         "TypeError: CustomModel.train_step() missing 1 required positional argument: "
         "'data'. " + _TRACE,
-    # strings never enter a kiln graph: TextVectorization inside the model
-    "p39_text_classification_from_scratch.py":
-        "TypeError: unknown dtype 'string' (a keras.Input(dtype='string') model input)",
 }
 
 # program -> (regex with one float group, lower bound, upper bound)
