@@ -32,6 +32,7 @@ from kiln.layers.context import current, trace
 from kiln.layers.host_tensor import has_host_tensor, refuse_host_input
 from kiln.layers.naming import reset_names as reset_names  # re-exported (tests use it here)
 from kiln.layers.naming import snake_case, unique_name
+from kiln.layers.stateless import StatelessLayerMixin
 
 # Symbolic tensor -> (layer, call index, output index): the functional API's layer graph.
 HISTORY: WeakIdentityDict = WeakIdentityDict()
@@ -95,7 +96,7 @@ _CONSTRAINT_ATTRS = {"recurrent_kernel": "recurrent_constraint",
                      "pointwise_kernel": "pointwise_constraint"}
 
 
-class Layer:
+class Layer(StatelessLayerMixin):
     """Base class of all layers.
 
     Args:

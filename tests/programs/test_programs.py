@@ -69,11 +69,15 @@ KNOWN_GAPS: dict[str, str] = {
     # keras.applications (pretrained models: no weights offline) is not in kiln
     "p37_preprocessing_layers.py":
         "AttributeError: module 'kiln' has no attribute 'applications'",
-    # the JAX-style stateless train_step(state, data)
+    # the JAX-style stateless train_step(state, data) differentiates with jax.value_and_grad,
+    # which cannot trace kiln (the stateless methods themselves work eagerly on arrays;
+    # where jax is absent, the program stops at `import jax`)
     "p38_custom_train_step_in_jax.py":
-        "StepTraceError: custom_model: train_step could not be traced into one compiled step: "
-        "TypeError: CustomModel.train_step() missing 1 required positional argument: "
-        "'data'. " + _TRACE,
+        "StepTraceError: custom_model: train_step(state, data) has the JAX backend's stateless "
+        "signature train_step(self, state, data), which kiln cannot run (it differentiates "
+        "with jax.grad, and JAX cannot trace kiln). Write the TensorFlow-style "
+        "train_step(self, data) of the guide 'Customizing what happens in fit() with "
+        "TensorFlow' (https://keras.io/guides/custom_train_step_in_tensorflow/) ...",
 }
 
 # program -> (regex with one float group, lower bound, upper bound)

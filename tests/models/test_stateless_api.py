@@ -1,0 +1,200 @@
+"""Keras 3's stateless API, eagerly on NumPy arrays (issue 44): each stateless method gives the
+stateful call's numbers (or a closed form), returns the new state, and leaves the object's own
+variables untouched."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import layers
+from kiln.models.custom_steps import StepTraceError
+
+RNG = np.random.default_rng(0)
+X = RNG.random((8, 4)).astype(np.float32)
+Y = RNG.random((8, 1)).astype(np.float32)
+
+
+def _values(variables):
+    return [v.numpy() for v in variables]
+
+
+def _assert_same(a, b, **kw):
+    assert len(a) == len(b)
+    for u, v in zip(a, b):
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), **kw)
+
+
+def _bn_model(seed=0):
+    kiln.utils.set_random_seed(seed)
+    inp = kiln.Input((4,))
+    h = layers.Dense(3, kernel_regularizer=kiln.regularizers.L2(0.1), name="d1")(inp)
+    h = layers.BatchNormalization(name="bn")(h)
+    model = kiln.Model(inp, layers.Dense(1, name="d2")(h))
+    model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+    return model
+
+
+def test_layer_stateless_call_equals_the_stateful_call_and_changes_nothing():
+    dense = layers.Dense(2)
+    dense(X)
+    own = _values(dense.trainable_variables)
+    kernel, bias = RNG.random((4, 2)).astype(np.float32), np.ones(2, np.float32)
+    out, non_trainable = dense.stateless_call([kernel, bias], [], X)
+    np.testing.assert_allclose(out, X @ kernel + bias, rtol=1e-6)
+    assert non_trainable == []
+    _assert_same(_values(dense.trainable_variables), own)  # untouched
+
+
+def test_model_stateless_call_returns_the_new_batchnorm_statistics():
+    model = _bn_model()
+    trainable = [v + 0.1 for v in _values(model.trainable_variables)]
+    non_trainable = _values(model.non_trainable_variables)
+    before = _values(model.weights)
+    out, new_nt = model.stateless_call(trainable, non_trainable, X, training=True)
+    _assert_same(_values(model.weights), before)
+    # NumPy oracle: BatchNormalization's moving statistics after one training batch
+    kernel, bias = trainable[0], trainable[1]
+    h = X @ kernel + bias
+    np.testing.assert_allclose(new_nt[0], 0.99 * non_trainable[0] + 0.01 * h.mean(0),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(new_nt[1], 0.99 * non_trainable[1] + 0.01 * h.var(0),
+                               rtol=1e-5, atol=1e-6)
+    # the stateful call with the same weights: the same outputs and statistics
+    for v, a in zip(model.trainable_variables, trainable):
+        v.assign(a)
+    np.testing.assert_allclose(out, np.asarray(model(X, training=True)), rtol=1e-5, atol=1e-6)
+    _assert_same(new_nt, _values(model.non_trainable_variables), rtol=1e-6)
+
+
+def test_stateless_call_losses_and_errors():
+    model = _bn_model()
+    trainable = [v * 2.0 for v in _values(model.trainable_variables)]
+    non_trainable = _values(model.non_trainable_variables)
+    _, _, losses = model.stateless_call(trainable, non_trainable, X, return_losses=True)
+    np.testing.assert_allclose(losses, [0.1 * np.sum(trainable[0] ** 2)], rtol=1e-5)
+    with pytest.raises(ValueError, match=r"`trainable_variables` must be a list of values "
+                                         r"corresponding 1:1 to its trainable_variables \(6\), "
+                                         "received a list of 3"):
+        model.stateless_call(trainable[:3], non_trainable, X)
+    with pytest.raises(ValueError, match=r"trainable_variables\[0\] \(for 'd1/kernel'\) must have "
+                                         r"shape \(4, 3\), received shape \(3,\)"):
+        model.stateless_call([np.zeros(3)] + trainable[1:], non_trainable, X)
+    with pytest.raises(ValueError, match="must be built"):
+        layers.Dense(2).stateless_call([], [], X)
+
+
+def test_compute_loss_on_arrays_matches_numpy():
+    model = _bn_model()
+    y_pred = model.predict(X, verbose=0)
+    kernel = model.get_layer("d1").kernel.numpy()
+    want = np.mean((Y - y_pred) ** 2) + 0.1 * np.sum(kernel ** 2)
+    np.testing.assert_allclose(model.compute_loss(X, Y, y_pred), want, rtol=1e-5)
+    sw = np.linspace(0.5, 1.5, 8).astype(np.float32)
+    want_sw = np.mean(np.mean((Y - y_pred) ** 2, axis=1) * sw) + 0.1 * np.sum(kernel ** 2)
+    np.testing.assert_allclose(model.compute_loss(X, Y, y_pred, sample_weight=sw), want_sw,
+                               rtol=1e-5)
+
+
+def test_stateless_compute_loss_and_compute_loss_and_updates():
+    model = _bn_model()
+    model.compute_loss(X, Y, model.predict(X, verbose=0))  # resolves the compiled metrics
+    trainable = [v * 1.5 for v in _values(model.trainable_variables)]
+    non_trainable = _values(model.non_trainable_variables)
+    metrics = model.metrics_variables
+    before = _values(model.weights)
+    y_pred = RNG.random((8, 1)).astype(np.float32)
+    loss, (tv, nt, mv) = model.stateless_compute_loss(trainable, non_trainable, metrics,
+                                                      x=X, y=Y, y_pred=y_pred)
+    np.testing.assert_allclose(loss, np.mean((Y - y_pred) ** 2)
+                               + 0.1 * np.sum(trainable[0] ** 2), rtol=1e-5)
+    _assert_same(tv, trainable)
+    _assert_same(nt, non_trainable)
+    _assert_same(mv, metrics)
+    loss, (unscaled, y_pred, nt, mv) = model.compute_loss_and_updates(
+        trainable, non_trainable, metrics, X, Y, None, training=True)
+    _assert_same(_values(model.weights), before)
+    out, want_nt = model.stateless_call(trainable, non_trainable, X, training=True)
+    np.testing.assert_allclose(y_pred, out, rtol=1e-6)
+    _assert_same(nt, want_nt, rtol=1e-6)
+    np.testing.assert_allclose(loss, np.mean((Y - out) ** 2) + 0.1 * np.sum(trainable[0] ** 2),
+                               rtol=1e-5)
+    assert unscaled == loss
+
+
+def test_optimizer_stateless_apply():
+    w = kiln.Variable(np.array([1.0, 2.0], np.float32), name="w")
+    sgd = kiln.optimizers.SGD(learning_rate=0.1)
+    sgd.build([w])
+    opt_vars = _values(sgd.variables)
+    new_w, new_opt = sgd.stateless_apply(opt_vars, [np.array([1.0, -1.0])],
+                                         [np.array([0.0, 0.0])])
+    np.testing.assert_allclose(new_w[0], [-0.1, 0.1], rtol=1e-6)  # w - lr * g
+    assert int(new_opt[0]) == 1 and int(sgd.iterations.numpy()) == 0
+    np.testing.assert_allclose(w.numpy(), [1.0, 2.0])  # untouched
+    # Adam: the same numbers as the stateful apply, state threaded through two steps
+    model = _bn_model()
+    opt = model.optimizer
+    opt.build(model.trainable_variables)
+    start_w, start_opt = _values(model.trainable_variables), _values(opt.variables)
+    grads = [RNG.random(v.shape).astype(np.float32) for v in model.trainable_variables]
+    tv, ov = opt.stateless_apply(start_opt, grads, start_w)
+    tv, ov = opt.stateless_apply(ov, grads, tv)
+    _assert_same(_values(model.trainable_variables), start_w)
+    _assert_same(_values(opt.variables), start_opt)
+    opt.apply(grads)
+    opt.apply(grads)
+    _assert_same(tv, _values(model.trainable_variables), rtol=1e-6)
+    _assert_same(ov, _values(opt.variables), rtol=1e-6)
+    with pytest.raises(ValueError, match="`optimizer_variables` must be a list"):
+        opt.stateless_apply(start_opt[:1], grads, start_w)
+
+
+def test_metric_stateless_methods():
+    mean = kiln.metrics.Mean()
+    mean.update_state(np.array([10.0]))
+    state = mean.stateless_reset_state()
+    _assert_same(state, [0.0, 0.0])
+    state = mean.stateless_update_state(state, np.array([1.0, 3.0]))
+    state = mean.stateless_update_state(state, np.array([5.0]), sample_weight=np.array([2.0]))
+    _assert_same(state, [14.0, 4.0])
+    assert float(mean.stateless_result(state)) == pytest.approx(3.5)
+    assert mean.result() == pytest.approx(10.0)  # its own state is unchanged
+    mae = kiln.metrics.MeanAbsoluteError()
+    y_true, y_pred = np.array([[1.0], [2.0]]), np.array([[1.5], [1.0]])
+    state = mae.stateless_update_state(mae.stateless_reset_state(), y_true, y_pred)
+    assert float(mae.stateless_result(state)) == pytest.approx(0.75)
+    assert mae.result() == 0.0
+
+    class Total(kiln.metrics.Metric):  # a Keras-style metric with its own variable
+        def __init__(self):
+            super().__init__(name="total")
+            self.total = self.add_variable((), name="total")
+
+        def update_state(self, values, sample_weight=None):
+            self.total.assign_add(kiln.ops.sum(values))
+
+        def result(self):
+            return self.total
+
+    total = Total()
+    state = total.stateless_update_state([np.array(2.0)], np.array([1.0, 4.0]))
+    _assert_same(state, [7.0])
+    assert float(total.stateless_result(state)) == 7.0 and float(total.total.numpy()) == 0.0
+
+
+def test_jax_style_train_step_is_refused_with_the_tensorflow_alternative():
+    class JaxStyle(kiln.Model):
+        def train_step(self, state, data):
+            raise AssertionError("never called")
+
+    inp = kiln.Input((4,))
+    model = JaxStyle(inp, layers.Dense(1)(inp), name="jax_style")
+    model.compile(optimizer="adam", loss="mse")
+    before = model.get_weights()
+    with pytest.raises(StepTraceError, match=r"jax_style: train_step\(state, data\) has the "
+                                             "JAX backend's stateless signature.*"
+                                             "custom_train_step_in_tensorflow"):
+        model.fit(X, Y, epochs=1, verbose=0)
+    _assert_same(model.get_weights(), before)
