@@ -90,7 +90,7 @@ source and lists every adaptation. `tests/programs/test_programs.py` (slow) runs
 | p27 examples/keras_recipes/reproducibility_recipes | no: `float()` of an initializer's (1, 1) output ("only 0-dimensional arrays can be converted to Python scalars") | no: the same `float()` of a (1, 1) array |
 | p28 examples/vision/mixup (tf.keras version; `tf.data` pipeline) | yes | yes |
 | p29 examples/vision/siamese_contrastive (tf.keras version) | no: `tf.math` on kiln symbolic tensors in a `Lambda` layer (kiln's error names `tf.math.square` and `kiln.ops.square`) | no: Keras cannot infer the `Lambda`'s output (`tf.math` on JAX tensors) |
-| p30 guides/writing_a_custom_training_loop_in_tensorflow (without the GAN section) | no: `tf.GradientTape` over kiln weights ("'numpy.ndarray' object has no attribute '_id'") | yes (the guide selects the TensorFlow backend) |
+| p30 guides/writing_a_custom_training_loop_in_tensorflow (without the GAN section) | no: `tf.GradientTape` over kiln weights (kiln's error names `kiln.GradientTape`, which runs the same loop: p41) | yes (the guide selects the TensorFlow backend) |
 | p31 examples/generative/dcgan_overriding_train_step (tf.keras version, smaller) | no: `tf.shape`/`tf.random` on kiln tensors in `train_step` (kiln's error names the call) | no: Keras cannot build the model for its TensorFlow-style `train_step` |
 | p32 examples/timeseries/timeseries_weather_forecasting (tf.keras version) | yes | yes |
 | p33 examples/structured_data/structured_data_classification_from_scratch | no: `IntegerLookup(output_mode="binary")` is refused | no here: `plot_model` needs pydot, not installed (the program selects PyTorch) |

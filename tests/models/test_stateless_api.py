@@ -198,3 +198,20 @@ def test_jax_style_train_step_is_refused_with_the_tensorflow_alternative():
                                              "custom_train_step_in_tensorflow"):
         model.fit(X, Y, epochs=1, verbose=0)
     _assert_same(model.get_weights(), before)
+
+
+def test_tf_gradient_tape_over_kiln_weights_names_kiln_gradient_tape():
+    dense = layers.Dense(1)
+    dense(X)
+    assert not hasattr(dense.kernel, "_should_act_as_resource_variable")  # only inside TF
+    with kiln.GradientTape() as tape:  # the supported loop: kiln's own tape
+        loss = kiln.ops.mean((dense(X) - Y) ** 2)
+    grads = tape.gradient(loss, dense.trainable_weights)
+    residual = X @ dense.kernel.numpy() + dense.bias.numpy() - Y
+    np.testing.assert_allclose(grads[0], 2 * X.T @ residual / len(X), rtol=1e-5, atol=1e-6)
+    tf = pytest.importorskip("tensorflow")
+    with tf.GradientTape() as tf_tape:
+        loss = kiln.ops.mean((dense(X) - Y) ** 2)
+    with pytest.raises(TypeError, match=r"tf.GradientTape.gradient\(\) was given the kiln "
+                                        r"Variable '[\w/]*kernel'.*Use kiln.GradientTape"):
+        tf_tape.gradient(loss, dense.trainable_weights)

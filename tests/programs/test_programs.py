@@ -52,9 +52,11 @@ KNOWN_GAPS: dict[str, str] = {
     # tf.math ops on kiln symbolic tensors in a Lambda layer: kiln's clear error
     "p29_siamese_contrastive.py":
         "TypeError: TensorFlow's square() was given a symbolic kiln tensor (use kiln.ops.square)",
-    # tf.GradientTape.gradient over kiln weights
+    # tf.GradientTape.gradient over kiln weights: kiln's clear error names kiln.GradientTape
     "p30_custom_training_loop_tensorflow.py":
-        "AttributeError: 'numpy.ndarray' object has no attribute '_id'",
+        "TypeError: tf.GradientTape.gradient() was given the kiln Variable 'dense/kernel': "
+        "TensorFlow's tape cannot see kiln's computations (they run in kiln's compiled "
+        "graphs). Use kiln.GradientTape (keras.GradientTape) ...",
     # tf.shape / tf.random on kiln tensors inside train_step: kiln's clear error
     "p31_dcgan_overriding_train_step.py":
         "StepTraceError: gan: train_step: TypeError: TensorFlow's shape() was given a "
