@@ -142,6 +142,9 @@ def test_a_string_reaching_a_numeric_layer_or_op_is_refused():
         kiln.Model(x, layers.Embedding(4, 2)(hashed))
     with pytest.raises(ValueError, match="is a string tensor"):
         kiln.Model(s, s)
+    with pytest.raises(TypeError, match="a string input cannot start a Sequential model"):
+        kiln.Sequential([kiln.Input(shape=(1,), dtype="string"),
+                         layers.TextVectorization(vocabulary=["a"])])
 
 
 def test_host_layer_needs_its_vocabulary_before_a_symbolic_call():
