@@ -98,7 +98,7 @@ source and lists every adaptation. `tests/programs/test_programs.py` (slow) runs
 | p35 guides/customizing_saving_and_serialization | no: a `tf.Variable` stored in a kiln layer, multiplied with kiln tensors in `call()` | no: Keras cannot build the model of the `tf.Variable` layer |
 | p36 examples/structured_data/structured_data_classification_with_feature_space (tf.keras version) | yes (the inference model's `FeatureSpace` runs on the host before its compiled graph) | no: "data type 'string' not understood" in `FeatureSpace` |
 | p37 guides/preprocessing_layers (tf.keras version, without the last recipes) | no: `keras.applications` (pretrained models) is not in kiln | no: `.numpy()` on a JAX array |
-| p38 guides/custom_train_step_in_jax | no: the JAX-style `train_step(state, data)` differentiates with `jax.value_and_grad`, which cannot trace kiln (kiln's error names the TensorFlow-style guide; `stateless_call`, `stateless_apply`, `stateless_update_state` ... work eagerly on arrays) | yes |
+| p38 guides/custom_train_step_in_jax | yes, where jax is installed (the JAX-style `train_step(state, data)` runs eagerly per batch; `jax.value_and_grad` differentiates kiln's stateless calls through their own VJP) | yes |
 | p39 examples/nlp/text_classification_from_scratch | yes (the string input and `TextVectorization` run on the host before the compiled graph) | yes (the program selects the TensorFlow backend) |
 | p40 examples/timeseries/timeseries_classification_transformer (tf.keras version, smaller) | yes | yes |
 | p41 guides/writing_a_training_loop_from_scratch (Keras 3, TensorFlow flavour with Keras names: `keras.GradientTape` around eager calls) | yes (the eager tape) | yes |

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+import kiln.ops as K
 from kiln.core import Node, Variable
 
 
@@ -91,6 +92,10 @@ class StatelessLayerMixin:
         trainable = list(self.trainable_variables)  # type: ignore[attr-defined]
         non_trainable = list(self.non_trainable_variables)  # type: ignore[attr-defined]
         who = f"{type(self).__name__} '{self.name}'.stateless_call"  # type: ignore[attr-defined]
+        from kiln.layers.jax_bridge import has_tracer
+        if has_tracer(trainable_variables, non_trainable_variables, args, kwargs):
+            return _jax_stateless_call(self, trainable, non_trainable, trainable_variables,
+                                       non_trainable_variables, args, kwargs, return_losses)
         with swapped(trainable, trainable_variables, who, "trainable_variables"), \
                 swapped(non_trainable, non_trainable_variables, who,
                         "non_trainable_variables"):
@@ -101,6 +106,55 @@ class StatelessLayerMixin:
         if return_losses:
             return outputs, new_non_trainable, losses
         return outputs, new_non_trainable
+
+
+def _is_array(v: Any) -> bool:
+    return hasattr(v, "shape") and hasattr(v, "dtype") and not isinstance(v, Node | Variable)
+
+
+def _jax_stateless_call(layer: Any, trainable: list, non_trainable: list, trainable_values: Any,
+                        non_trainable_values: Any, args: tuple, kwargs: dict,
+                        return_losses: bool) -> tuple:
+    """``stateless_call`` on JAX values (inside ``jax.grad``): kiln's graph as a JAX
+    function with its own VJP (``kiln.layers.jax_bridge``)."""
+    from kiln.layers.base import flatten, map_structure
+    from kiln.layers.context import current
+    from kiln.layers.jax_bridge import bridged
+    kwargs = dict(kwargs)
+    training = kwargs.pop("training", None)
+    arrays = [v for v in flatten([list(args), kwargs]) if _is_array(v)]
+    for what, vals, want in (("trainable_variables", trainable_values, trainable),
+                             ("non_trainable_variables", non_trainable_values, non_trainable)):
+        if len(vals) != len(want):
+            raise ValueError(f"{layer.name}.stateless_call: `{what}` must be a list of "
+                             f"values corresponding 1:1 to its {what} ({len(want)}), "
+                             f"received a list of {len(vals)}")
+
+    def build(phs: list) -> tuple:
+        it = iter(phs)
+        a, kw = map_structure(lambda v: next(it) if _is_array(v) else v, [list(args), kwargs])
+        out = layer(*a, training=training, **kw)
+        flat = flatten(out)
+        extra: list = []
+        if return_losses:
+            ctx = current()
+            extra = list(layer.regularization_losses()) + list(ctx.losses if ctx else [])
+            extra = [K.sum(e) if getattr(e, "ndim", 0) else e for e in extra]
+        return flat + extra, non_trainable, (out, len(flat), len(extra))
+
+    diff, new_nt, (template, n_out, _) = bridged(
+        layer, ("stateless_call", repr([type(a).__name__ for a in args]), repr(
+            sorted((k, repr(v)) for k, v in kwargs.items() if not _is_array(v))),
+            bool(return_losses)),
+        build, trainable + non_trainable, list(trainable_values) + list(non_trainable_values),
+        arrays, training=bool(training))
+    it = iter(diff[:n_out])
+    outputs = map_structure(lambda _: next(it), template)
+    new_non_trainable = [n if n is not None else v
+                         for n, v in zip(new_nt, non_trainable_values)]
+    if return_losses:
+        return outputs, new_non_trainable, list(diff[n_out:])
+    return outputs, new_non_trainable
 
 
 def _losses(layer: Any) -> list[np.ndarray]:

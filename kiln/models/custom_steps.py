@@ -40,7 +40,8 @@ from kiln.models.data import (
     is_iterable_data,
     train_validation_split,
 )
-from kiln.models.stateless import check_step_signature, eager_compute_loss
+from kiln.models.jax_steps import is_jax_style, jax_style_step
+from kiln.models.stateless import eager_compute_loss
 from kiln.tape import GradientTape
 
 _OVERRIDABLE = ("train_step", "test_step", "predict_step", "compute_loss", "compute_metrics")
@@ -282,8 +283,8 @@ class CustomStepsMixin:
             raise NotImplementedError(f"{self.name}: a custom {mode}_step with "
                                       "kiln.distribution is not supported yet (the built-in "
                                       "steps are data-parallel)")
-        if mode != "predict":
-            check_step_signature(self, mode)  # a JAX-style step(state, data): a clear error
+        if mode != "predict" and is_jax_style(self, mode):  # Keras' step(state, data)
+            return jax_style_step(self, mode, first, structure)
         cache = self.__dict__.setdefault("_custom_steps", {})
         specs = tuple(((None,) + tuple(np.shape(a)[1:]), _dtype_of(a)) for a in first)
         key = (mode, specs, repr(structure))

@@ -1,19 +1,18 @@
 """The model half of Keras 3's stateless API (``kiln.layers.stateless``): ``metrics_variables``,
 ``stateless_compute_loss`` and the JAX trainer's ``compute_loss_and_updates``, eagerly on
-NumPy arrays; and the clear error for a JAX-style ``train_step(self, state, data)``.
+NumPy arrays (and, given JAX values inside ``jax.grad``, through ``kiln.layers.jax_bridge``).
+A JAX-style ``train_step(self, state, data)`` runs in ``kiln.models.jax_steps``.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from kiln.layers.jax_bridge import bridged, has_tracer
 from kiln.layers.stateless import swapped, values_of
-
-_TF_GUIDE = "https://keras.io/guides/custom_train_step_in_tensorflow/"
 
 
 class StatelessModelMixin:
@@ -53,6 +52,11 @@ class StatelessModelMixin:
         who = f"{self.name}.stateless_compute_loss"  # type: ignore[attr-defined]
         trainable = list(self.trainable_variables)  # type: ignore[attr-defined]
         non_trainable = list(self.non_trainable_variables)  # type: ignore[attr-defined]
+        if has_tracer(trainable_variables, non_trainable_variables, y, y_pred, sample_weight):
+            loss, new_nt = _jax_compute_loss(self, trainable, non_trainable,
+                                             trainable_variables, non_trainable_variables,
+                                             y, y_pred, sample_weight, training)
+            return loss, (list(trainable_variables), new_nt, list(metrics_variables))
         metrics = list(self.metrics)  # type: ignore[attr-defined]
         saved = self._swap_metrics(metrics, metrics_variables)
         try:
@@ -84,8 +88,32 @@ class StatelessModelMixin:
             y_pred=y_pred, sample_weight=sample_weight, training=training)
         penalties = len(self.regularization_losses())  # type: ignore[attr-defined]
         for extra in losses[penalties:]:  # compute_loss counted the penalties already
-            loss = loss + np.sum(extra)
+            loss = loss + (extra.sum() if hasattr(extra, "sum") else extra)
         return loss, (loss, y_pred, non_trainable_variables, metrics_variables)
+
+
+def _jax_compute_loss(model: Any, trainable: list, non_trainable: list, trainable_values: Any,
+                      non_trainable_values: Any, y: Any, y_pred: Any, sample_weight: Any,
+                      training: bool) -> tuple[Any, list]:
+    """``stateless_compute_loss`` on JAX values (inside ``jax.grad``): the compute_loss graph
+    as a JAX function with its own VJP (``kiln.layers.jax_bridge``)."""
+    from kiln.layers.base import flatten, map_structure
+    parts = [y, y_pred, sample_weight]
+    arrays = [a for a in flatten(parts) if a is not None]
+
+    def build(phs: list) -> tuple:
+        it = iter(phs)
+        ys, preds, sws = map_structure(lambda a: None if a is None else next(it), parts)
+        loss = model.compute_loss(x=None, y=ys, y_pred=preds, sample_weight=sws,
+                                  training=training)
+        return [loss], non_trainable, None
+
+    key = ("compute_loss", id(model._compile_args), repr(map_structure(
+        lambda a: a is None, parts)))
+    diff, new_nt, _ = bridged(model, key, build, trainable + non_trainable,
+                              list(trainable_values) + list(non_trainable_values), arrays,
+                              training=bool(training))
+    return diff[0], [n if n is not None else v for n, v in zip(new_nt, non_trainable_values)]
 
 
 def eager_compute_loss(model: Any, x: Any, y: Any, y_pred: Any, sample_weight: Any,
@@ -129,29 +157,4 @@ def eager_compute_loss(model: Any, x: Any, y: Any, y_pred: Any, sample_weight: A
                      who=model.name)
 
 
-def check_step_signature(model: Any, mode: str) -> None:
-    """Refuses a JAX-style ``train_step(self, state, data)``/``test_step(state, data)``
-    (two required arguments), which kiln cannot run: it would differentiate with ``jax.grad``
-    through kiln, which JAX cannot trace."""
-    method = getattr(model, f"{mode}_step", None)
-    if method is None:
-        return
-    try:
-        params = [p for p in inspect.signature(method).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                  and p.default is p.empty]
-    except (TypeError, ValueError):
-        return
-    if len(params) == 2:
-        from kiln.models.custom_steps import StepTraceError
-        raise StepTraceError(
-            f"{model.name}: {mode}_step({', '.join(p.name for p in params)}) has the JAX "
-            f"backend's stateless signature {mode}_step(self, state, data), which kiln cannot "
-            "run (it differentiates with jax.grad, and JAX cannot trace kiln). Write the "
-            f"TensorFlow-style {mode}_step(self, data) of the guide 'Customizing what happens "
-            f"in fit() with TensorFlow' ({_TF_GUIDE}), with kiln.GradientTape in place of "
-            "tf.GradientTape; the stateless methods (stateless_call, stateless_apply, "
-            "stateless_update_state ...) work eagerly on NumPy arrays")
-
-
-__all__ = ["StatelessModelMixin", "check_step_signature", "eager_compute_loss"]
+__all__ = ["StatelessModelMixin", "eager_compute_loss"]

@@ -184,7 +184,14 @@ def test_metric_stateless_methods():
     assert float(total.stateless_result(state)) == 7.0 and float(total.total.numpy()) == 0.0
 
 
-def test_jax_style_train_step_is_refused_with_the_tensorflow_alternative():
+def test_jax_style_train_step_without_jax_is_refused(monkeypatch):
+    import importlib.util
+
+    from kiln.models import jax_steps
+    real = importlib.util.find_spec
+    monkeypatch.setattr(jax_steps.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "jax" else real(name, *a))
+
     class JaxStyle(kiln.Model):
         def train_step(self, state, data):
             raise AssertionError("never called")
@@ -194,10 +201,80 @@ def test_jax_style_train_step_is_refused_with_the_tensorflow_alternative():
     model.compile(optimizer="adam", loss="mse")
     before = model.get_weights()
     with pytest.raises(StepTraceError, match=r"jax_style: train_step\(state, data\) has the "
-                                             "JAX backend's stateless signature.*"
+                                             "JAX backend's stateless signature.*needs jax.*"
                                              "custom_train_step_in_tensorflow"):
         model.fit(X, Y, epochs=1, verbose=0)
     _assert_same(model.get_weights(), before)
+
+
+def _jax_style_model_class(jax):
+    class JaxStyle(kiln.Model):  # the guide's first CustomModel (custom_train_step_in_jax)
+        def compute_loss_and_updates(self, trainable_variables, non_trainable_variables,
+                                     metrics_variables, x, y, sample_weight, training=False):
+            y_pred, non_trainable_variables = self.stateless_call(
+                trainable_variables, non_trainable_variables, x, training=training)
+            loss, (_, non_trainable_variables, metrics_variables) = \
+                self.stateless_compute_loss(trainable_variables, non_trainable_variables,
+                                            metrics_variables, x=x, y=y, y_pred=y_pred,
+                                            sample_weight=sample_weight, training=training)
+            return loss, (y_pred, non_trainable_variables, metrics_variables)
+
+        def train_step(self, state, data):
+            trainable, non_trainable, optimizer_vars, metrics_vars = state
+            x, y, sample_weight = kiln.utils.unpack_x_y_sample_weight(data)
+            grad_fn = jax.value_and_grad(self.compute_loss_and_updates, has_aux=True)
+            (loss, (y_pred, non_trainable, metrics_vars)), grads = grad_fn(
+                trainable, non_trainable, metrics_vars, x, y, sample_weight, training=True)
+            trainable, optimizer_vars = self.optimizer.stateless_apply(
+                optimizer_vars, grads, trainable)
+            new_metrics_vars, logs = [], {}
+            for metric in self.metrics:
+                these = metrics_vars[len(new_metrics_vars):
+                                     len(new_metrics_vars) + len(metric.variables)]
+                if metric.name == "loss":
+                    these = metric.stateless_update_state(these, loss)
+                else:
+                    these = metric.stateless_update_state(these, y, y_pred)
+                logs[metric.name] = metric.stateless_result(these)
+                new_metrics_vars += these
+            return logs, (trainable, non_trainable, optimizer_vars, new_metrics_vars)
+
+    return JaxStyle
+
+
+def test_jax_grad_through_stateless_call_equals_kiln_gradient_tape():
+    jax = pytest.importorskip("jax")
+    model = _bn_model()
+    trainable = _values(model.trainable_variables)
+    non_trainable = _values(model.non_trainable_variables)
+
+    def loss_fn(tv, nt):
+        y_pred, new_nt = model.stateless_call(tv, nt, X, training=True)
+        return jax.numpy.mean((y_pred - Y) ** 2), new_nt
+
+    (loss, new_nt), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable, non_trainable)
+    _assert_same(_values(model.trainable_variables), trainable)  # untouched
+    with kiln.GradientTape() as tape:
+        want = kiln.ops.mean((model(X, training=True) - Y) ** 2)
+    _assert_same(grads, tape.gradient(want, model.trainable_variables), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(float(loss), float(want), rtol=1e-6)
+    _assert_same(new_nt, _values(model.non_trainable_variables), rtol=1e-6)
+
+
+def test_jax_style_train_step_fit_matches_the_builtin_fit():
+    jax = pytest.importorskip("jax")
+    kiln.utils.set_random_seed(3)
+    inp = kiln.Input((4,))
+    model = _jax_style_model_class(jax)(inp, layers.Dense(1)(inp))
+    model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+    inp2 = kiln.Input((4,))
+    builtin = kiln.Model(inp2, layers.Dense(1)(inp2))
+    builtin.set_weights(model.get_weights())
+    builtin.compile(optimizer="adam", loss="mse", metrics=["mae"])
+    hist = model.fit(X, Y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    want = builtin.fit(X, Y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    _assert_same(model.get_weights(), builtin.get_weights(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(hist.history["mae"], want.history["mae"], rtol=1e-5)
 
 
 def test_tf_gradient_tape_over_kiln_weights_names_kiln_gradient_tape():
