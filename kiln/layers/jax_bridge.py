@@ -67,6 +67,7 @@ class _Graphs:
         self.fwd = function(phs + [key], diff + aux_nodes, name="jax_forward")
         self.float_inputs = [i for i, d in enumerate(self.dtypes) if d == floatx]
         cts = [placeholder(n.shape, n.dtype) for n in diff]
+        self.ct_dtypes = [n.dtype for n in diff]
         target = None
         for n, c in zip(diff, cts):
             term = K.sum(n * c) if n.dtype == c.dtype and n.dtype.startswith("float") else None
@@ -111,7 +112,8 @@ def bridged(owner: Any, key: Any, build: Callable, variables: Sequence[Variable]
 
     def host(fn: Any, vals: Any, arrs: Any, extra: Any = ()) -> list:
         feeds = [np.asarray(a, d) for a, d in zip(arrs, graphs.dtypes)] + [seed] + [
-            np.asarray(c) for c in extra]
+            np.zeros(np.shape(c), d) if np.asarray(c).dtype.kind == "V"  # float0: an int output
+            else np.asarray(c, d) for c, d in zip(extra, graphs.ct_dtypes)]
         with swapped(variables, [np.asarray(v) for v in vals], who, "variables"):
             out = fn(*feeds)
         return out if isinstance(out, list) else [out]

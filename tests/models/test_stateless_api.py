@@ -261,6 +261,24 @@ def test_jax_grad_through_stateless_call_equals_kiln_gradient_tape():
     _assert_same(new_nt, _values(model.non_trainable_variables), rtol=1e-6)
 
 
+def test_jax_grad_through_a_loss_and_a_dropout_call():
+    jax = pytest.importorskip("jax")
+    mse = kiln.losses.MeanSquaredError()
+    y_pred = RNG.random((8, 1)).astype(np.float32)
+    g = jax.grad(lambda p: mse(Y, p))(y_pred)
+    np.testing.assert_allclose(g, 2 * (y_pred - Y) / Y.size, rtol=1e-5)
+    inp = kiln.Input((4,))
+    dense = layers.Dense(1, use_bias=False, kernel_initializer="ones")
+    model = kiln.Model(inp, dense(layers.Dropout(0.5)(inp)))
+    kernel = [np.ones((4, 1), np.float32)]
+    out, grads = jax.value_and_grad(
+        lambda k: jax.numpy.sum(model.stateless_call(k, [], X, training=True)[0]))(kernel)
+    # y = sum_j mask_j x_j / 0.5 with a kernel of ones, and d sum(y) / d kernel_j sums the
+    # same masked inputs: the backward pass drew the forward pass's mask
+    np.testing.assert_allclose(float(np.sum(grads[0])), float(out), rtol=1e-5)
+    assert float(out) != pytest.approx(float(np.sum(X) * 2), rel=1e-3)  # something dropped
+
+
 def test_jax_style_train_step_fit_matches_the_builtin_fit():
     jax = pytest.importorskip("jax")
     kiln.utils.set_random_seed(3)
