@@ -25,6 +25,7 @@ On symbolic tensors (a traced ``train_step``) the tape records nothing and ``gra
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
@@ -526,6 +527,39 @@ def _flatten_structure(value: Any) -> tuple[list, Any]:
         return type(value)(out) if isinstance(value, tuple) else out
 
     return leaves, rebuild
+
+
+# ---- tf.GradientTape over kiln values ---------------------------------------------------------
+_TF_TAPE_CALLS = ("gradient", "jacobian", "batch_jacobian", "watch")
+
+
+def _tf_tape_probe(self: Any) -> Any:
+    """``_should_act_as_resource_variable``, which TensorFlow asks (``hasattr``) of every
+    target and source of ``tf.GradientTape.gradient``: there, a kiln Variable or eager array
+    gets an error naming ``kiln.GradientTape`` (TensorFlow's tape cannot see kiln's compiled
+    computations; without this it fails with "'numpy.ndarray' object has no attribute
+    '_id'"). Anywhere else the attribute does not exist."""
+    frame = sys._getframe(1)
+    for _ in range(16):
+        if frame is None:
+            break
+        path = frame.f_code.co_filename.replace("\\", "/")
+        if path.endswith("tensorflow/python/eager/backprop.py") and \
+                frame.f_code.co_name in _TF_TAPE_CALLS:
+            what = f"the kiln Variable {self.name!r}" if isinstance(self, Variable) else \
+                f"a kiln array of shape {tuple(self.shape)}"
+            raise TypeError(
+                f"tf.GradientTape.{frame.f_code.co_name}() was given {what}: TensorFlow's "
+                "tape cannot see kiln's computations (they run in kiln's compiled graphs). "
+                "Use kiln.GradientTape (keras.GradientTape), which records kiln's eager calls "
+                "the same way: `with kiln.GradientTape() as tape: loss = loss_fn(y, model(x, "
+                "training=True))`, then `tape.gradient(loss, model.trainable_weights)`")
+        frame = frame.f_back
+    raise AttributeError("_should_act_as_resource_variable")
+
+
+Variable._should_act_as_resource_variable = property(_tf_tape_probe)  # type: ignore[attr-defined]
+TapeArray._should_act_as_resource_variable = property(_tf_tape_probe)  # type: ignore[attr-defined]
 
 
 __all__ = ["GradientTape", "TapeArray", "cache_info", "clear", "record", "recording",

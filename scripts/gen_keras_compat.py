@@ -90,16 +90,16 @@ source and lists every adaptation. `tests/programs/test_programs.py` (slow) runs
 | p27 examples/keras_recipes/reproducibility_recipes | no: `float()` of an initializer's (1, 1) output ("only 0-dimensional arrays can be converted to Python scalars") | no: the same `float()` of a (1, 1) array |
 | p28 examples/vision/mixup (tf.keras version; `tf.data` pipeline) | yes | yes |
 | p29 examples/vision/siamese_contrastive (tf.keras version) | no: `tf.math` on kiln symbolic tensors in a `Lambda` layer (kiln's error names `tf.math.square` and `kiln.ops.square`) | no: Keras cannot infer the `Lambda`'s output (`tf.math` on JAX tensors) |
-| p30 guides/writing_a_custom_training_loop_in_tensorflow (without the GAN section) | no: `tf.GradientTape` over kiln weights ("'numpy.ndarray' object has no attribute '_id'") | yes (the guide selects the TensorFlow backend) |
+| p30 guides/writing_a_custom_training_loop_in_tensorflow (without the GAN section) | no: `tf.GradientTape` over kiln weights (kiln's error names `kiln.GradientTape`, which runs the same loop: p41) | yes (the guide selects the TensorFlow backend) |
 | p31 examples/generative/dcgan_overriding_train_step (tf.keras version, smaller) | no: `tf.shape`/`tf.random` on kiln tensors in `train_step` (kiln's error names the call) | no: Keras cannot build the model for its TensorFlow-style `train_step` |
 | p32 examples/timeseries/timeseries_weather_forecasting (tf.keras version) | yes | yes |
 | p33 examples/structured_data/structured_data_classification_from_scratch | no: `IntegerLookup(output_mode="binary")` is refused | no here: `plot_model` needs pydot, not installed (the program selects PyTorch) |
 | p34 examples/nlp/lstm_seq2seq | yes | yes |
 | p35 guides/customizing_saving_and_serialization | no: a `tf.Variable` stored in a kiln layer, multiplied with kiln tensors in `call()` | no: Keras cannot build the model of the `tf.Variable` layer |
-| p36 examples/structured_data/structured_data_classification_with_feature_space (tf.keras version) | no: string features fed into the model itself (strings never enter a kiln graph; `FeatureSpace` works in the data pipeline) | no: "data type 'string' not understood" in `FeatureSpace` |
+| p36 examples/structured_data/structured_data_classification_with_feature_space (tf.keras version) | yes (the inference model's `FeatureSpace` runs on the host before its compiled graph) | no: "data type 'string' not understood" in `FeatureSpace` |
 | p37 guides/preprocessing_layers (tf.keras version, without the last recipes) | no: `keras.applications` (pretrained models) is not in kiln | no: `.numpy()` on a JAX array |
-| p38 guides/custom_train_step_in_jax | no: the JAX-style stateless `train_step(state, data)` | yes |
-| p39 examples/nlp/text_classification_from_scratch | no: a `keras.Input(dtype="string")` model input (strings never enter a kiln graph) | yes (the program selects the TensorFlow backend) |
+| p38 guides/custom_train_step_in_jax | yes, where jax is installed (the JAX-style `train_step(state, data)` runs eagerly per batch; `jax.value_and_grad` differentiates kiln's stateless calls through their own VJP) | yes |
+| p39 examples/nlp/text_classification_from_scratch | yes (the string input and `TextVectorization` run on the host before the compiled graph) | yes (the program selects the TensorFlow backend) |
 | p40 examples/timeseries/timeseries_classification_transformer (tf.keras version, smaller) | yes | yes |
 | p41 guides/writing_a_training_loop_from_scratch (Keras 3, TensorFlow flavour with Keras names: `keras.GradientTape` around eager calls) | yes (the eager tape) | yes |
 

@@ -30,8 +30,10 @@ from kiln.core import (
 )
 from kiln.layers import channels_first
 from kiln.layers.context import current, trace
+from kiln.layers.host_tensor import has_host_tensor, refuse_host_input
 from kiln.layers.naming import reset_names as reset_names  # re-exported (tests use it here)
 from kiln.layers.naming import snake_case, unique_name
+from kiln.layers.stateless import StatelessLayerMixin
 
 # Symbolic tensor -> (layer, call index, output index): the functional API's layer graph.
 HISTORY: WeakIdentityDict = WeakIdentityDict()
@@ -95,7 +97,7 @@ _CONSTRAINT_ATTRS = {"recurrent_kernel": "recurrent_constraint",
                      "pointwise_kernel": "pointwise_constraint"}
 
 
-class Layer:
+class Layer(StatelessLayerMixin):
     """Base class of all layers.
 
     Args:
@@ -372,6 +374,8 @@ class Layer:
             # Keras passes ``mask=None`` to every layer (its functional configs record
             # ``"kwargs": {"mask": null}``); a call without a mask argument simply has none.
             del kwargs["mask"]
+        if has_host_tensor(inputs, args, kwargs):  # strings: only host preprocessing layers
+            raise refuse_host_input(self, inputs)
         if not is_symbolic(inputs) and not any(is_symbolic(a) for a in args):
             return self._call_eager(inputs, *args, training=training, **kwargs)
         inner = channels_first.to_last(self, inputs)  # the layout the kernels compute in

@@ -6,6 +6,7 @@ from typing import Any
 
 from kiln.core import Node, canonical_dtype, placeholder
 from kiln.layers.base import HISTORY, CallRecord, Layer
+from kiln.layers.host_tensor import HostTensor, is_string_dtype
 
 
 class InputLayer(Layer):
@@ -55,9 +56,16 @@ class InputLayer(Layer):
                 shape = (shape,)
             batch_shape = (batch_size,) + tuple(shape)
         batch_shape = tuple(None if d is None else int(d) for d in batch_shape)
-        super().__init__(name=name, dtype=canonical_dtype(dtype) if dtype else None)
+        strings = is_string_dtype(dtype)
+        super().__init__(name=name, dtype=canonical_dtype(dtype) if dtype and not strings
+                         else None)
         self.batch_shape = batch_shape
-        self.output: Node = placeholder(batch_shape, self.dtype, name=self.name)
+        self.output: Node | HostTensor
+        if strings:  # strings never enter a kiln graph: a host-side input (host_tensor.py)
+            self.dtype = "string"
+            self.output = HostTensor(batch_shape, "string", name=self.name)
+        else:
+            self.output = placeholder(batch_shape, self.dtype, name=self.name)
         self.built = True
         self.build_input_shape = batch_shape
         self._inbound.append(CallRecord([], self.output, {}))
@@ -83,7 +91,9 @@ def Input(shape: Any = None, batch_size: int | None = None, dtype: Any = None,  
     Args:
         shape: the shape of one sample, e.g. ``(784,)`` or ``(28, 28, 1)``.
         batch_size: optional fixed batch size (default: any).
-        dtype: the dtype (default ``kiln.config.floatx()``; ``"int32"`` for token ids).
+        dtype: the dtype (default ``kiln.config.floatx()``; ``"int32"`` for token ids;
+            ``"string"`` for raw texts or categories, which only host preprocessing layers
+            such as TextVectorization take: see ``kiln.layers.host_tensor``).
         name: optional name.
         batch_shape: the full shape including the batch dimension, instead of ``shape``.
         sparse, ragged, tensor, optional: Keras' sparse, ragged, wrapped and optional inputs

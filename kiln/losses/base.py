@@ -234,6 +234,9 @@ class Loss:
         return (type(self), config)
 
     def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
+        from kiln.layers.jax_bridge import has_tracer
+        if has_tracer(y_true, y_pred, sample_weight):  # inside jax.grad (jax_bridge.py)
+            return _jax_loss(self, y_true, y_pred, sample_weight)
         if _symbolic(y_true, y_pred, sample_weight):
             return self._reduced(_to_node(y_true), _to_node(y_pred), sample_weight)
         arrays = [y_true, y_pred] + ([] if sample_weight is None else [sample_weight])
@@ -250,6 +253,16 @@ class Loss:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r}>"
+
+
+def _jax_loss(loss: Loss, y_true: Any, y_pred: Any, sample_weight: Any) -> Any:
+    """A loss on JAX values: its graph as a JAX function with its own VJP."""
+    from kiln.layers.jax_bridge import bridged
+    arrays = [y_true, y_pred] + ([] if sample_weight is None else [sample_weight])
+
+    def build(phs: list) -> tuple:
+        return [loss(*phs[:2], sample_weight=phs[2] if len(phs) > 2 else None)], [], None
+    return bridged(loss, ("loss", loss._graph_key()), build, [], [], arrays)[0][0]
 
 
 class LossFunctionWrapper(Loss):

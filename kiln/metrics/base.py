@@ -211,6 +211,45 @@ class Metric:
     def _state_values(self) -> list[Any]:
         return [v.numpy() for v in self._metric_variables]
 
+    # -- Keras 3's stateless API (kiln/layers/stateless.py): state in, new state out
+    def _stateless(self, metric_variables: Any, fn: Any) -> Any:
+        from kiln.layers.stateless import values_of
+        saved = values_of(self._state_values())
+        if metric_variables is not None and len(metric_variables) != len(saved):
+            raise ValueError(f"{self.name}: `metric_variables` must be a list of "
+                             f"{len(saved)} values corresponding 1:1 to its variables, "
+                             f"received {len(metric_variables)}")
+        try:
+            if metric_variables is not None:
+                self._set_state_values(values_of(metric_variables))
+            return fn()
+        finally:
+            self._set_state_values(saved)
+
+    def stateless_update_state(self, metric_variables: Any, *args: Any, **kwargs: Any
+                               ) -> list[np.ndarray]:
+        """The state after ``update_state(*args, **kwargs)`` from ``metric_variables`` (one
+        value per :attr:`variables`); this metric's own state is unchanged."""
+        from kiln.layers.stateless import values_of
+
+        def run() -> list[np.ndarray]:
+            self.update_state(*args, **kwargs)
+            return values_of(self._state_values())
+        return self._stateless(metric_variables, run)
+
+    def stateless_result(self, metric_variables: Any) -> Any:
+        """:meth:`result` of the state ``metric_variables``."""
+        return self._stateless(metric_variables, lambda: np.asarray(self.result()))
+
+    def stateless_reset_state(self) -> list[np.ndarray]:
+        """The state :meth:`reset_state` sets (this metric's own state is unchanged)."""
+        from kiln.layers.stateless import values_of
+
+        def run() -> list[np.ndarray]:
+            self.reset_state()
+            return values_of(self._state_values())
+        return self._stateless(None, run)
+
     def get_state(self) -> list:
         """The accumulated state as JSON-able lists (checkpoints store it mid-epoch, so that
         a resumed epoch logs the same values as an uninterrupted one)."""

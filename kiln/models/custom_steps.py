@@ -40,6 +40,8 @@ from kiln.models.data import (
     is_iterable_data,
     train_validation_split,
 )
+from kiln.models.jax_steps import is_jax_style, jax_style_step
+from kiln.models.stateless import eager_compute_loss
 from kiln.tape import GradientTape
 
 _OVERRIDABLE = ("train_step", "test_step", "predict_step", "compute_loss", "compute_metrics")
@@ -102,7 +104,10 @@ class CustomStepsMixin:
     def compute_loss(self, x: Any = None, y: Any = None, y_pred: Any = None,
                      sample_weight: Any = None, training: bool = True) -> Node:
         """The total loss of a batch: the compiled losses of the outputs (weighted by
-        ``loss_weights``), plus the regularization penalties and the losses layers added."""
+        ``loss_weights``), plus the regularization penalties and the losses layers added.
+        On NumPy arrays outside a traced step: computed eagerly (a NumPy scalar)."""
+        if current() is None and not _symbolic_data(y, y_pred):
+            return eager_compute_loss(self, x, y, y_pred, sample_weight, training)
         specs = self._outputs_for(y)
         preds = flatten(y_pred) if y_pred is not None else []
         ys = _flat(y)
@@ -278,6 +283,8 @@ class CustomStepsMixin:
             raise NotImplementedError(f"{self.name}: a custom {mode}_step with "
                                       "kiln.distribution is not supported yet (the built-in "
                                       "steps are data-parallel)")
+        if mode != "predict" and is_jax_style(self, mode):  # Keras' step(state, data)
+            return jax_style_step(self, mode, first, structure)
         cache = self.__dict__.setdefault("_custom_steps", {})
         specs = tuple(((None,) + tuple(np.shape(a)[1:]), _dtype_of(a)) for a in first)
         key = (mode, specs, repr(structure))
@@ -379,6 +386,10 @@ class _LogReader:
             else:
                 out[name] = value
         return out
+
+
+def _symbolic_data(*values: Any) -> bool:
+    return any(is_tensor(a) for v in values for a in flatten(v) if a is not None)
 
 
 def _batch_size(x: Any) -> Node:

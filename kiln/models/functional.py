@@ -14,10 +14,13 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+import kiln.tape
 from kiln import ops
 from kiln.core import Node, format_shape, rebuild
 from kiln.layers.base import HISTORY, Layer, flatten, map_structure
+from kiln.layers.host_tensor import HostTensor
 from kiln.models.data import TensorSpec, structure_of
+from kiln.models.host_prefix import split_host_prefix
 from kiln.models.model import Model, deserialize_layer, is_input_layer, serialize_layer
 from kiln.saving.registration import register_builtin
 
@@ -39,12 +42,12 @@ class _Call:
         rec = self.record
         items = flatten(rec.inputs) + flatten(list(getattr(rec, "args", ()))) + flatten(
             list(rec.kwargs.values()))
-        return [t for t in items if isinstance(t, Node)]
+        return [t for t in items if isinstance(t, Node | HostTensor)]
 
     def output_tensors(self) -> list[Node]:
         if self.layer is None:
             return [self.op_node]
-        return [t for t in flatten(self.record.outputs) if isinstance(t, Node)]
+        return [t for t in flatten(self.record.outputs) if isinstance(t, Node | HostTensor)]
 
 
 def _disconnected(t: Node, found: list[str]) -> ValueError:
@@ -152,7 +155,7 @@ def init_functional(model: Model, inputs: Any = None, outputs: Any = None,
     flat_in, flat_out = flatten(inputs), flatten(outputs)
     for what, flat in (("inputs", flat_in), ("outputs", flat_out)):
         for t in flat:
-            if not isinstance(t, Node):
+            if not isinstance(t, Node | HostTensor):
                 raise TypeError(f"Model: all {what} must be symbolic tensors (from kiln.Input "
                                 f"and layer calls), received {type(t).__name__}")
     if not flat_in or not flat_out:
@@ -170,6 +173,8 @@ def init_functional(model: Model, inputs: Any = None, outputs: Any = None,
     names = list(in_struct[1]) if in_struct[0] == "dict" else [
         _tensor_name(t, f"input_{i}") for i, t in enumerate(flat_in)]
     model._input_specs = [TensorSpec(t.shape, t.dtype, n) for t, n in zip(flat_in, names)]
+    # string inputs and the host preprocessing on them run before the compiled graph
+    model._host = split_host_prefix(model, calls)
     model._build_input_spec = map_structure(TensorSpec.of, inputs)
     model.build_input_shape = map_structure(lambda t: tuple(t.shape), inputs)
 
@@ -220,12 +225,29 @@ class Functional(Model):
     def output_shape(self) -> Any:
         return map_structure(lambda t: tuple(t.shape), self._outputs_struct)
 
-    # trainer hooks
+    # trainer hooks (a model with a host prefix: its compiled graph's inputs, host_prefix.py)
     def _model_input_specs(self) -> list[TensorSpec]:
-        return self._input_specs
+        host = getattr(self, "_host", None)
+        return self._input_specs if host is None else host.graph_specs
 
     def _model_input_structure(self) -> tuple:
-        return structure_of(self._inputs_struct)
+        host = getattr(self, "_host", None)
+        return structure_of(self._inputs_struct) if host is None else host.graph_structure()
+
+    def _standardize_x(self, x: Any) -> list:
+        host = getattr(self, "_host", None)
+        if host is not None:  # raw inputs -> the host prefix -> the graph's inputs
+            x = host.run(self, x)
+        return super()._standardize_x(x)
+
+    def _call_eager(self, inputs: Any, *args: Any, training: bool | None = None,
+                    **kwargs: Any) -> Any:
+        host = getattr(self, "_host", None)
+        if host is None or (not training and not args and not kwargs
+                            and not kiln.tape.recording()):
+            return super()._call_eager(inputs, *args, training=training, **kwargs)
+        return Layer._call_eager(self, self._pack_inputs(host.run(self, inputs)), *args,
+                                 training=training, **kwargs)
 
     def _model_output_specs(self) -> list[TensorSpec]:
         return [TensorSpec.of(t) for t in self.outputs]
@@ -290,10 +312,15 @@ def adjust_input_rank(t: Node, spec: Any) -> Node:
 
 
 def run_graph(model: Model, inputs: Any, training: bool | None = None) -> Any:
-    """Replays ``model``'s layer calls on new input tensors."""
-    flat = _match_inputs(model, inputs)
+    """Replays ``model``'s layer calls on new input tensors (with a host prefix: the
+    compiled part's calls on its inputs)."""
+    host = getattr(model, "_host", None)
+    graph_inputs, calls = (model.inputs, model._calls) if host is None else (
+        host.graph_inputs, host.graph_calls)
+    flat = _match_inputs(model, inputs) if host is None else _match_graph_inputs(
+        model, host, inputs)
     mapping: dict[int, Any] = {}
-    for orig, new in zip(model.inputs, flat):
+    for orig, new in zip(graph_inputs, flat):
         if isinstance(new, Node) and new.dtype != orig.dtype:
             new = ops.cast(new, orig.dtype)
         mapping[id(orig)] = new
@@ -303,7 +330,7 @@ def run_graph(model: Model, inputs: Any, training: bool | None = None) -> Any:
             return mapping.get(id(v), v)
         return v
 
-    for call in model._calls:
+    for call in calls:
         if call.layer is None:
             node = call.op_node
             mapping[id(node)] = rebuild(node, [conv(i) for i in node.inputs])
@@ -318,6 +345,17 @@ def run_graph(model: Model, inputs: Any, training: bool | None = None) -> Any:
             mapping[id(old)] = new
     return map_structure(lambda t: mapping[id(t)] if isinstance(t, Node) else t,
                          model._outputs_struct)
+
+
+def _match_graph_inputs(model: Model, host: Any, inputs: Any) -> list:
+    flat = flatten(inputs)
+    if any(isinstance(t, HostTensor) for t in flat) or len(flat) != len(host.graph_inputs):
+        raise ValueError(f"{model.name}: its string inputs run through host preprocessing "
+                         "layers before its graph, so a symbolic call must pass the graph's "
+                         f"{len(host.graph_inputs)} numeric input(s) "
+                         f"{[s.name for s in host.graph_specs]}, received {len(flat)} "
+                         "tensor(s); on data, call it on the raw arrays")
+    return flat
 
 
 # ---- config -------------------------------------------------------------------------------
@@ -346,7 +384,7 @@ def functional_config(model: Functional) -> dict:
         return [layer.name, reindex[(id(layer), ci)], oi]
 
     def serialize_arg(v: Any) -> Any:
-        if isinstance(v, Node):
+        if isinstance(v, Node | HostTensor):
             return {"class_name": "__keras_tensor__",
                     "config": {"shape": list(v.shape), "dtype": v.dtype,
                                "keras_history": tensor_config(v)}}
@@ -371,7 +409,7 @@ def functional_config(model: Functional) -> dict:
         layer_configs.append(entry)
 
     def map_tensors(struct: Any) -> Any:
-        if isinstance(struct, Node):
+        if isinstance(struct, Node | HostTensor):
             return [tensor_config(struct)]
         if isinstance(struct, dict):
             return {k: tensor_config(v) for k, v in struct.items()}

@@ -30,6 +30,7 @@ from kiln.layers.serialization import jsonable
 from kiln.models import snapshot
 from kiln.models.compat import ModelCompatMixin
 from kiln.models.data import TensorSpec, spec_from_shapes, structure_of
+from kiln.models.stateless import StatelessModelMixin
 from kiln.models.summary import print_summary
 from kiln.models.trainer import Trainer
 from kiln.saving.registration import register_builtin, resolve_class
@@ -78,7 +79,7 @@ def is_input_layer(layer: Any) -> bool:
 
 
 # ---- Model -------------------------------------------------------------------------------------
-class Model(ModelCompatMixin, Trainer, Layer):
+class Model(ModelCompatMixin, StatelessModelMixin, Trainer, Layer):
     """A group of layers with training and inference (``compile``/``fit``/``evaluate``/
     ``predict``).
 

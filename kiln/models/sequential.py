@@ -6,6 +6,7 @@ from typing import Any
 
 from kiln.core import Node, format_shape
 from kiln.layers.base import HISTORY, Layer
+from kiln.layers.host_tensor import HostTensor
 from kiln.layers.input_layer import InputLayer
 from kiln.layers.preprocessing.tf_data import is_tf_tensor, tf_entry
 from kiln.models.data import TensorSpec
@@ -72,6 +73,12 @@ class Sequential(Model):
             ValueError: for a duplicate layer name, a second input, or a layer that does not
                 accept the current output shape.
         """
+        if isinstance(layer, HostTensor) or (is_input_layer(layer)
+                                             and getattr(layer, "dtype", None) == "string"):
+            raise TypeError(f"Sequential model '{self.name}': a string input cannot start a "
+                            "Sequential model in kiln; use the functional API, whose string "
+                            "inputs feed host preprocessing layers: `text = kiln.Input(shape="
+                            "(1,), dtype='string')`, `kiln.Model(text, model(vectorize(text)))`")
         if isinstance(layer, Node):
             h = HISTORY.get(layer)
             if h is None or not is_input_layer(h[0]):

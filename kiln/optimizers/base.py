@@ -292,6 +292,24 @@ class Optimizer(ApplyMixin):
         self._slot_variables.append(s)
         return s
 
+    def stateless_apply(self, optimizer_variables: Sequence[Any], grads: Sequence[Any],
+                        trainable_variables: Sequence[Any]) -> tuple[list, list]:
+        """Keras 3's stateless ``apply`` (``kiln.layers.stateless``): one update of the
+        given values with NumPy ``grads``, returning ``(new trainable values, new optimizer
+        values)`` (in the order of the variables the optimizer was built with, and of
+        :attr:`variables`); the optimizer's and the model's variables are unchanged."""
+        from kiln.layers.stateless import swapped, values_of
+        if not self.built:
+            raise ValueError(f"To call stateless_apply, {type(self).__name__} must be built "
+                             "(its variables must exist): call optimizer.build("
+                             "trainable_variables) first")
+        who = f"{type(self).__name__}.stateless_apply"
+        targets, own = list(self._trainable_variables), list(self.variables)
+        with swapped(targets, trainable_variables, who, "trainable_variables"), \
+                swapped(own, optimizer_variables, who, "optimizer_variables"):
+            self.apply(grads)
+            return values_of(targets), values_of(own)
+
     def get_slot(self, variable: Variable, slot: str) -> Variable:
         """The slot Variable ``slot`` (e.g. ``"momentum"``) of ``variable``."""
         try:

@@ -16,9 +16,13 @@ Keras does. Strings never enter a kiln graph: map the data through the FeatureSp
 a model on :meth:`FeatureSpace.get_encoded_features` (Keras' "training model")::
 
     space.adapt(train_dict)
-    encoded = space.get_encoded_features()          # kiln.Input of the encoded width
+    encoded = space.get_encoded_features()          # a tensor of the encoded width
     model = kiln.Model(encoded, kiln.layers.Dense(1, "sigmoid")(encoded))
     model.fit(space(train_dict), labels)            # or tf_ds.map(lambda x, y: (space(x), y))
+    inference = kiln.Model(space.get_inputs(), model.outputs)   # takes the raw features
+
+The inference model's FeatureSpace runs on the host, on the arrays, before its compiled graph
+(``kiln.models.host_prefix``).
 """
 
 from __future__ import annotations
@@ -436,35 +440,26 @@ class FeatureSpace:
 
     def get_inputs(self) -> dict:
         """kiln ``Input`` s ``(batch, 1)`` of the raw features, by name (Keras'
-        ``get_inputs``). A kiln graph holds numbers only: with a string feature this raises,
-        and the model is built on :meth:`get_encoded_features` instead."""
+        ``get_inputs``; the same ones at every call). A string feature's input is a host-side
+        string input (``kiln.layers.host_tensor``): a model built on these inputs runs the
+        FeatureSpace on the host before its compiled graph."""
         from kiln.layers import Input
-        strings = [k for k, f in self.features.items() if f.dtype == "string"]
-        if strings:
-            raise ValueError(f"FeatureSpace.get_inputs: the string features {strings} cannot "
-                             "be inputs of a kiln graph (strings never enter it); build the "
-                             "model on get_encoded_features() and map the data through the "
-                             "FeatureSpace")
-        return {k: Input((1,), dtype=f.dtype, name=k) for k, f in self.features.items()}
+        if getattr(self, "_inputs", None) is None:
+            self._inputs = {k: Input((1,), dtype=f.dtype, name=k)
+                            for k, f in self.features.items()}
+        return self._inputs
 
     def get_encoded_features(self) -> Any:
-        """kiln ``Input`` s of the encoded features (one of the concatenated width, or a dict
-        of them named by feature): build the model that trains on the FeatureSpace's output
-        on them (see the module docstring)."""
-        from kiln.layers import Input
+        """The encoded features of :meth:`get_inputs` (one tensor of the concatenated width,
+        or a dict of them named by feature), as Keras: the output of this FeatureSpace
+        called on its inputs, a host-side step. Train a model that starts at these tensors on
+        the mapped data, and build the inference model from :meth:`get_inputs` to the same
+        outputs (see the module docstring)."""
         self._check_adapted()
-        probe = {}
-        for k, f in self.features.items():  # one sample of each feature (a known token)
-            pre = f.preprocessor
-            vocab = pre.get_vocabulary(include_special_tokens=False) \
-                if isinstance(pre, layers.IntegerLookup | layers.StringLookup) else []
-            value = vocab[0] if vocab else "" if f.dtype == "string" else 0
-            probe[k] = np.array([[value]], dtype=object if f.dtype == "string" else
-                                np.float32 if f.dtype.startswith("float") else np.int64)
-        encoded = self(probe)
-        if self.output_mode == "concat":
-            return Input((encoded.shape[-1],), dtype="float32", name="encoded_features")
-        return {k: Input(v.shape[1:], dtype=str(v.dtype), name=k) for k, v in encoded.items()}
+        if getattr(self, "_encoded", None) is None:
+            from kiln.utils.feature_space_layer import FeatureSpaceLayer
+            self._encoded = FeatureSpaceLayer(self)(self.get_inputs())
+        return self._encoded
 
     # ---- config and files ------------------------------------------------------------------
     def get_config(self) -> dict:
@@ -580,3 +575,4 @@ class _TFOps:
 
 
 __all__ = ["FeatureSpace", "Feature", "Cross", "hashed_cross"]
+

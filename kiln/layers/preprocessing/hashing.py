@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from kiln.layers.base import Layer, is_symbolic
+from kiln.layers.host_tensor import has_host_tensor, host_call
 from kiln.layers.preprocessing._base import check_choice
 from kiln.layers.preprocessing._hashes import hash_buckets
 from kiln.layers.preprocessing.encoding import ENCODE_MODES, encode_numpy
@@ -82,8 +83,8 @@ class Hashing(TFDataLayer, Layer):
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         if is_tf_tensor(inputs):  # inside tf.data: TF ops (tf_data.py)
             return tf_call(self, inputs, *args, **kwargs)
-        if is_symbolic(inputs):
-            raise host_only(self)
+        if is_symbolic(inputs) or has_host_tensor(inputs):
+            return host_call(self, inputs, *args, **kwargs)  # a model's host prefix
         return self.call(np.asarray(inputs))
 
     def call(self, inputs: Any) -> np.ndarray:

@@ -25,10 +25,11 @@ import numpy as np
 import kiln.ops as K
 from kiln.core import Node
 from kiln.layers.base import Layer, is_symbolic
+from kiln.layers.host_tensor import has_host_tensor, host_call
 from kiln.layers.preprocessing._base import check_choice
 from kiln.layers.preprocessing._hashes import hash_buckets
 from kiln.layers.preprocessing.encoding import ENCODE_MODES, encode, encode_numpy
-from kiln.layers.preprocessing.hashing import host_only, parse_salt
+from kiln.layers.preprocessing.hashing import parse_salt
 from kiln.layers.preprocessing.numerical import _batches
 from kiln.layers.preprocessing.tf_data import TFDataLayer, is_tf_tensor, tf_call, tf_entry
 
@@ -217,10 +218,12 @@ class IndexLookup(TFDataLayer, Layer):
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         if is_tf_tensor(inputs):  # inside tf.data: TF ops (tf_data.py)
             return tf_call(self, inputs, *args, **kwargs)
+        if has_host_tensor(inputs):
+            return host_call(self, inputs, *args, **kwargs)  # a model's host prefix
         self._check_ready()
         if is_symbolic(inputs):
             if self._strings or self.oov_method == "farmhash":
-                raise host_only(self)
+                return host_call(self, inputs, *args, **kwargs)
             return super().__call__(inputs, *args, **kwargs)
         return self.lookup(inputs)
 

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from kiln.layers.base import Layer, is_symbolic
+from kiln.layers.host_tensor import has_host_tensor, host_call
 from kiln.layers.preprocessing._base import check_choice
 from kiln.layers.preprocessing.encoding import encode_numpy
-from kiln.layers.preprocessing.hashing import host_only
 from kiln.layers.preprocessing.lookup import StringLookup
 from kiln.layers.preprocessing.tf_data import is_tf_tensor, tf_entry
 from kiln.registry import get_registered_name, get_registered_object
@@ -222,8 +222,8 @@ class TextVectorization(Layer):
         if is_tf_tensor(inputs):
             from kiln.layers.preprocessing.tf_data import text_vectorization
             return text_vectorization(self, inputs)
-        if is_symbolic(inputs):
-            raise host_only(self)
+        if is_symbolic(inputs) or has_host_tensor(inputs):
+            return host_call(self, inputs, *args, **kwargs)  # a model's host prefix
         return self.call(inputs)
 
     def call(self, inputs: Any) -> np.ndarray:
