@@ -30,9 +30,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -246,6 +248,40 @@ def run(key: Hashable, graph: Callable[..., Any], arrays: Sequence[Any], float_d
                          out if isinstance(out, list) else [out])
         out = kiln.tape.wrap(out)
     return out
+
+
+# ---- define-by-run (``compile(run_eagerly=True)``, kiln/models/eager_loop.py) ---------------
+class ByRun:
+    """An active define-by-run block: models run their ``call()`` on arrays op by op (each
+    layer and op through the eager path above), ``training`` is the flag layers called
+    without one inherit, and ``losses`` collects the ``add_loss`` values of the calls."""
+
+    __slots__ = ("training", "losses")
+
+    def __init__(self, training: bool, losses: list | None = None):
+        self.training = bool(training)
+        self.losses: list = [] if losses is None else losses
+
+
+_BY_RUN: contextvars.ContextVar[ByRun | None] = contextvars.ContextVar("kiln_by_run",
+                                                                        default=None)
+
+
+def by_run() -> ByRun | None:
+    """The active define-by-run block, or None (compiled mode)."""
+    return _BY_RUN.get()
+
+
+@contextlib.contextmanager
+def define_by_run(training: bool, losses: list | None = None) -> Iterator[ByRun]:
+    """Runs the block define-by-run (see :class:`ByRun`); ``losses``: a list to collect the
+    ``add_loss`` values into (default a new one)."""
+    run = ByRun(training, losses)
+    token = _BY_RUN.set(run)
+    try:
+        yield run
+    finally:
+        _BY_RUN.reset(token)
 
 
 def _as_list(out: Any) -> list:

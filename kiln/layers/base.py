@@ -18,6 +18,7 @@ import numpy as np
 import kiln.config
 import kiln.ops as K
 import kiln.tape
+from kiln.eager import by_run
 from kiln.core import (
     TENSOR_MASKS,
     Node,
@@ -331,7 +332,7 @@ class Layer:
 
     def add_loss(self, loss: Node) -> None:
         """Adds a loss term (a scalar tensor) computed inside ``call`` to the training loss."""
-        ctx = current()
+        ctx = current() or by_run()  # define-by-run (run_eagerly): the run collects them
         if ctx is not None:
             ctx.losses.append(loss)
 
@@ -370,6 +371,8 @@ class Layer:
             # ``"kwargs": {"mask": null}``); a call without a mask argument simply has none.
             del kwargs["mask"]
         if not is_symbolic(inputs) and not any(is_symbolic(a) for a in args):
+            run = by_run() if training is None else None  # run_eagerly: inherit the flag
+            training = run.training if run is not None else training
             return self._call_eager(inputs, *args, training=training, **kwargs)
         self._check_inputs(inputs)
         if getattr(self, "input_spec", None) is not None:  # Keras' InputSpec
@@ -499,6 +502,8 @@ class Layer:
             values = kiln.tape.wrap(list(values))
         self.__dict__["_eager_losses"] = list(values[len(values) - n_losses:]) \
             if n_losses else []
+        if n_losses and by_run() is not None:
+            by_run().losses.extend(self.__dict__["_eager_losses"])  # type: ignore[union-attr]
         n = len(has_mask)
         masks = iter(values[n:])
         results = iter([eager.eager_result(v, next(masks) if m else None)

@@ -27,7 +27,8 @@ from kiln.layers import serialization as layer_serialization
 from kiln.layers.base import Layer, flatten, map_structure
 from kiln.layers.context import trace
 from kiln.layers.serialization import jsonable
-from kiln.models import snapshot
+from kiln.eager import by_run
+from kiln.models import eager_loop, snapshot
 from kiln.models.compat import ModelCompatMixin
 from kiln.models.data import TensorSpec, spec_from_shapes, structure_of
 from kiln.models.summary import print_summary
@@ -203,6 +204,8 @@ class Model(ModelCompatMixin, Trainer, Layer):
                     **kwargs: Any) -> Any:
         # ``model(arrays)`` in inference: the cached predict function, with the same input
         # conversion (dtypes, dict keys) as predict().
+        if (self.run_eagerly or by_run() is not None) and eager_loop.can_call_directly(self):
+            return eager_loop.call_direct(self, inputs, args, training, kwargs)  # run_eagerly
         if not training and not args and not kwargs and not kiln.tape.recording():
             return self.predict_on_batch(inputs)  # builds an unbuilt model from the data
         return Layer._call_eager(self, inputs, *args, training=training, **kwargs)
