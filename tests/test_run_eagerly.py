@@ -1,0 +1,226 @@
+"""``compile(run_eagerly=True)`` (kiln/models/eager_loop.py): the steps run define-by-run.
+Oracles: the compiled run of the same model on the same batches (weights, History, metrics),
+the batches themselves (what ``call()`` sees), a NumPy forward pass, and specific errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import layers, ops
+
+
+def _data(n=48, d=5, classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, d)).astype("float32"), rng.integers(0, classes, n)
+
+
+def _mlp(seed=0, reg=None):
+    kiln.utils.set_random_seed(seed)
+    return kiln.Sequential([kiln.Input((5,)),
+                            layers.Dense(8, activation="tanh", kernel_regularizer=reg),
+                            layers.Dense(3)])
+
+
+def _loss():
+    return kiln.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _fit(model, eager, opt, x, y, **kw):
+    model.compile(kiln.optimizers.get(opt), _loss(), metrics=["accuracy"], run_eagerly=eager)
+    assert model.run_eagerly is eager
+    return model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, **kw)
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adam"])
+@pytest.mark.parametrize("reg", [None, "l2"])
+def test_weights_and_history_equal_the_compiled_run(opt, reg):
+    x, y = _data()
+    runs = []
+    for eager in (False, True):
+        model = _mlp(reg=reg)
+        hist = _fit(model, eager, opt, x, y, validation_data=(x[:16], y[:16]))
+        runs.append((model.get_weights(), hist.history, model.evaluate(x, y, verbose=0),
+                     model.predict(x[:4], verbose=0)))
+    (w0, h0, e0, p0), (w1, h1, e1, p1) = runs
+    for a, b in zip(w0, w1):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    assert h0.keys() == h1.keys() == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    for k in h0:
+        np.testing.assert_allclose(h1[k], h0[k], rtol=1e-5)
+    np.testing.assert_allclose(e1, e0, rtol=1e-5)
+    np.testing.assert_allclose(p1, p0, rtol=1e-5, atol=1e-6)
+
+
+class Branchy(kiln.Model):
+    """call() converts its input to NumPy, keeps it, and branches on a value."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = layers.Dense(8, activation="relu")
+        self.out = layers.Dense(3)
+        self.seen: list = []
+        self.branches: list = []
+
+    def call(self, x, training=False):
+        if training:
+            self.seen.append(np.asarray(x).copy())
+        h = self.hidden(x)
+        positive = bool(ops.sum(h) > 0)
+        self.branches.append(positive)
+        if positive:
+            h = h * 2.0
+        return self.out(h)
+
+
+def test_subclassed_call_sees_each_batch_and_branches_on_values():
+    x, y = _data()
+    model = Branchy()
+    model.compile("adam", _loss(), metrics=["accuracy"], run_eagerly=True)
+    hist = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    assert len(model.seen) == 6
+    np.testing.assert_array_equal(np.concatenate(model.seen[:3]), x)
+    np.testing.assert_array_equal(np.concatenate(model.seen[3:]), x)
+    assert all(isinstance(b, bool) for b in model.branches)
+    assert len(hist.history["loss"]) == 2 and np.isfinite(hist.history["loss"]).all()
+    # predict runs call() too and matches a NumPy forward pass of the trained weights
+    k1, b1, k2, b2 = model.get_weights()
+    h = np.maximum(x[:4] @ k1 + b1, 0)
+    h = h * 2.0 if h.sum() > 0 else h
+    np.testing.assert_allclose(model.predict(x[:4], verbose=0), h @ k2 + b2, rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_the_same_model_compiled_cannot_branch_on_values():
+    x, y = _data()
+    model = Branchy()
+    model.compile("adam", _loss(), run_eagerly=False)
+    with pytest.raises(TypeError, match="truth value of a symbolic kiln tensor"):
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+
+
+def test_error_raises_at_the_users_line():
+    class Broken(kiln.Model):
+        def __init__(self):
+            super().__init__()
+            self.d = layers.Dense(3)
+
+        def call(self, x, training=False):
+            if np.asarray(x).shape[0] > 4:
+                raise RuntimeError("user check failed")  # the user's own line
+            return self.d(x)
+
+    x, y = _data()
+    model = Broken()
+    model.compile("sgd", _loss(), run_eagerly=True)
+    with pytest.raises(RuntimeError, match="user check failed") as info:
+        model.fit(x, y, batch_size=16, verbose=0)
+    assert info.traceback[-1].name == "call"
+
+
+def test_callbacks_checkpoint_and_on_batch(tmp_path):
+    x, y = _data()
+    seen = []
+
+    class Recorder(kiln.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append((batch, round(logs["loss"], 6)))
+
+    runs = []
+    for eager in (False, True):
+        seen.clear()
+        model = _mlp()
+        path = tmp_path / f"best_{eager}.weights.h5"
+        ckpt = kiln.callbacks.ModelCheckpoint(str(path), save_weights_only=True,
+                                              monitor="loss")
+        _fit(model, eager, "adam", x, y, callbacks=[Recorder(), ckpt])
+        assert path.exists()
+        out = [model.train_on_batch(x[:16], y[:16]), model.test_on_batch(x[:16], y[:16]),
+               model.predict_on_batch(x[:2])]
+        runs.append((list(seen), out))
+    assert [b for b, _ in runs[0][0]] == [b for b, _ in runs[1][0]] == [0, 1, 2] * 2
+    np.testing.assert_allclose([v for _, v in runs[1][0]], [v for _, v in runs[0][0]],
+                               rtol=1e-5)
+    for a, b in zip(runs[0][1], runs[1][1]):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_custom_train_step_runs_on_arrays():
+    class Custom(kiln.Model):
+        def __init__(self):
+            super().__init__()
+            self.d = layers.Dense(3)
+            self.types: list = []
+
+        def call(self, x, training=False):
+            return self.d(x)
+
+        def train_step(self, data):
+            x, y = data
+            self.types.append(type(x))
+            with kiln.GradientTape() as tape:
+                y_pred = self(x, training=True)
+                loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
+            grads = tape.gradient(loss, self.trainable_weights)
+            self.optimizer.apply(grads, self.trainable_weights)
+            for m in self.metrics:
+                m.update_state(loss) if m.name == "loss" else m.update_state(y, y_pred)
+            return {m.name: m.result() for m in self.metrics}
+
+    x, y = _data()
+    runs = []
+    for eager in (True, False):
+        kiln.utils.set_random_seed(3)
+        model = Custom()
+        model.compile("sgd", _loss(), metrics=["accuracy"], run_eagerly=eager)
+        hist = model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+        runs.append((model.get_weights(), hist.history, model.types))
+    (w_eager, h_eager, types), (w_graph, h_graph, _) = runs
+    assert len(types) == 3 and all(issubclass(t, np.ndarray) for t in types)
+    assert set(h_eager) == {"loss", "accuracy"}
+    for k in h_eager:
+        np.testing.assert_allclose(h_eager[k], h_graph[k], rtol=1e-5)
+    for a, b in zip(w_eager, w_graph):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_add_loss_in_call_joins_the_loss():
+    class WithLoss(kiln.Model):
+        def __init__(self):
+            super().__init__()
+            self.d = layers.Dense(3)
+
+        def call(self, x, training=False):
+            out = self.d(x)
+            self.add_loss(0.1 * ops.mean(ops.square(out)))
+            return out
+
+    x, y = _data()
+    runs = []
+    for eager in (True, False):
+        kiln.utils.set_random_seed(5)
+        model = WithLoss()
+        model.compile("sgd", _loss(), run_eagerly=eager)
+        hist = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+        runs.append((hist.history["loss"], model.get_weights()))
+    np.testing.assert_allclose(runs[0][0], runs[1][0], rtol=1e-5)
+    for a, b in zip(runs[0][1], runs[1][1]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # without the added loss the weights would differ: the term did reach the gradients
+    kiln.utils.set_random_seed(5)
+    plain = kiln.Sequential([kiln.Input((5,)), layers.Dense(3)])
+    plain.compile("sgd", _loss())
+    plain.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    assert not np.allclose(plain.get_weights()[0], runs[0][1][0], rtol=1e-4)
+
+
+def test_run_eagerly_attribute_is_settable():
+    x, y = _data()
+    model = _mlp()
+    model.compile("sgd", _loss())
+    assert model.run_eagerly is False
+    model.run_eagerly = True
+    assert model.run_eagerly is True
+    model.fit(x, y, batch_size=16, verbose=0)
+    assert model.train_function is None  # no compiled step was built
