@@ -25,6 +25,7 @@ from kiln import distribution, export, saving
 from kiln.core import Graph, placeholder
 from kiln.layers import serialization as layer_serialization
 from kiln.layers.base import Layer, flatten, map_structure
+from kiln.layers.context import current as trace_context
 from kiln.layers.context import trace
 from kiln.layers.serialization import jsonable
 from kiln.eager import by_run
@@ -190,6 +191,8 @@ class Model(ModelCompatMixin, Trainer, Layer):
     # ---- building -------------------------------------------------------------------------
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         was_built = self.built
+        ctx = trace_context()
+        first_loss = len(ctx.losses) if ctx is not None else 0
         try:
             out = Layer.__call__(self, inputs, *args, **kwargs)
         except BaseException:  # re-raised: a failed first call leaves the model unbuilt
@@ -198,6 +201,8 @@ class Model(ModelCompatMixin, Trainer, Layer):
             raise
         if not was_built and self.built:
             self._after_build()
+        if ctx is not None:  # traced (@kiln.function, a custom step): `model.losses` of it
+            self.__dict__["_eager_losses"] = list(ctx.losses[first_loss:])
         return out
 
     def _call_eager(self, inputs: Any, *args: Any, training: bool | None = None,
