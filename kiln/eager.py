@@ -44,6 +44,7 @@ import kiln.core
 import kiln.ops
 import kiln.tape
 from kiln.core import Function
+from kiln.ops._eager import reading_values
 
 #: default size of a cache (entries; the least recently used one is dropped beyond it)
 MAXSIZE = 64
@@ -223,7 +224,8 @@ def run(key: Hashable, graph: Callable[..., Any], arrays: Sequence[Any], float_d
     def build(dynamic: bool) -> Callable[[], tuple[Function, Any]]:
         def fill() -> tuple[Function, Any]:
             phs = [placeholder_for(a, float_dtype, batch=dynamic, who=who) for a in arrays]
-            return kiln.core.function(phs, graph(*phs), name=name), None
+            with reading_values(False):
+                return kiln.core.function(phs, graph(*phs), name=name), None
         return fill
 
     def entry(dynamic: bool) -> Entry:
@@ -243,7 +245,7 @@ def run(key: Hashable, graph: Callable[..., Any], arrays: Sequence[Any], float_d
     out = found(*arrays)
     if kiln.tape.recording():  # an active GradientTape: record how to rebuild this call
         kiln.tape.record(("kiln.eager", key, float_dtype, None if owner is None else id(owner)),
-                         lambda nodes: _as_list(graph(*nodes)), arrays,
+                         lambda nodes: _replay(graph, nodes), arrays,
                          [dtype_for(a, float_dtype, who=who) for a in arrays],
                          out if isinstance(out, list) else [out])
         out = kiln.tape.wrap(out)
@@ -282,6 +284,21 @@ def define_by_run(training: bool, losses: list | None = None) -> Iterator[ByRun]
         yield run
     finally:
         _BY_RUN.reset(token)
+
+
+@contextlib.contextmanager
+def outside_run() -> Iterator[None]:
+    """No define-by-run block in the block (a compiled eager call inside one)."""
+    token = _BY_RUN.set(None)
+    try:
+        yield
+    finally:
+        _BY_RUN.reset(token)
+
+
+def _replay(graph: Callable[..., Any], nodes: list) -> list:
+    with reading_values(False):
+        return _as_list(graph(*nodes))
 
 
 def _as_list(out: Any) -> list:

@@ -224,3 +224,62 @@ def test_run_eagerly_attribute_is_settable():
     assert model.run_eagerly is True
     model.fit(x, y, batch_size=16, verbose=0)
     assert model.train_function is None  # no compiled step was built
+
+
+class ScaledDense(layers.Layer):
+    """A user's layer using its Variables in ops and Python operators."""
+
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        self.inputs_seen: list = []
+
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1], self.units),
+                                 initializer="glorot_uniform", name="w")
+        self.b = self.add_weight(shape=(self.units,), initializer="zeros", name="b")
+        self.scale = self.add_weight(shape=(), initializer="ones", name="scale")
+
+    def call(self, x):
+        self.inputs_seen.append(np.asarray(x).copy() if isinstance(x, np.ndarray) else None)
+        return ops.tanh(ops.matmul(x, self.w) + self.b) * self.scale
+
+
+class Holder(kiln.Model):
+    def __init__(self):
+        super().__init__()
+        self.custom = ScaledDense(8)
+        self.head = layers.Dense(3)
+
+    def call(self, x):
+        return self.head(self.custom(x))
+
+
+def test_a_users_layer_call_sees_arrays_and_trains_like_compiled():
+    x, y = _data()
+    runs = []
+    for eager in (False, True):
+        kiln.utils.set_random_seed(2)
+        model = Holder()
+        model.compile("adam", _loss(), run_eagerly=eager)
+        hist = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+        runs.append((model.get_weights(), hist.history["loss"], model.custom.inputs_seen))
+    (w0, l0, seen0), (w1, l1, seen1) = runs
+    assert all(s is None for s in seen0)  # compiled: call() saw symbolic tensors
+    batches = [s for s in seen1 if len(s) == 16]
+    assert len(batches) == 6 and all(s.dtype == np.float32 for s in seen1)
+    np.testing.assert_array_equal(np.concatenate(batches[:3]), x)
+    np.testing.assert_allclose(l1, l0, rtol=1e-5)
+    for a, b in zip(w0, w1):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(w1[2], 1.0)  # the scale Variable, used by `*`, was trained
+
+
+def test_model_call_outside_fit_with_run_eagerly():
+    model = Holder()
+    model.compile("sgd", _loss(), run_eagerly=True)
+    x, _ = _data(n=4)
+    out = model(x)
+    w, b, scale, k, c = model.get_weights()
+    np.testing.assert_allclose(out, np.tanh(x @ w + b) * scale @ k + c, rtol=1e-5, atol=1e-6)
+    assert model.custom.inputs_seen[-1].shape == (4, 5)

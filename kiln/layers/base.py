@@ -371,8 +371,6 @@ class Layer:
             # ``"kwargs": {"mask": null}``); a call without a mask argument simply has none.
             del kwargs["mask"]
         if not is_symbolic(inputs) and not any(is_symbolic(a) for a in args):
-            run = by_run() if training is None else None  # run_eagerly: inherit the flag
-            training = run.training if run is not None else training
             return self._call_eager(inputs, *args, training=training, **kwargs)
         self._check_inputs(inputs)
         if getattr(self, "input_spec", None) is not None:  # Keras' InputSpec
@@ -436,6 +434,9 @@ class Layer:
         from kiln.core import function
         from kiln.random_state import next_seed
 
+        if (run := by_run()) is not None:  # define-by-run (run_eagerly): eager_tape.py
+            from kiln.layers.eager_tape import by_run_call
+            return by_run_call(self, run, inputs, args, training, kwargs)
         arrays = map_structure(np.asarray, inputs)
         # Array keyword arguments (``mask=``, ``initial_state=``) are fed like the inputs
         tensor_kwargs = {k: map_structure(np.asarray, v) for k, v in kwargs.items()
@@ -502,8 +503,6 @@ class Layer:
             values = kiln.tape.wrap(list(values))
         self.__dict__["_eager_losses"] = list(values[len(values) - n_losses:]) \
             if n_losses else []
-        if n_losses and by_run() is not None:
-            by_run().losses.extend(self.__dict__["_eager_losses"])  # type: ignore[union-attr]
         n = len(has_mask)
         masks = iter(values[n:])
         results = iter([eager.eager_result(v, next(masks) if m else None)

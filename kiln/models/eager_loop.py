@@ -172,7 +172,8 @@ def call_direct(model: Any, inputs: Any, args: tuple, training: Any, kwargs: dic
         model.built = True
     if model._call_accepts("training"):
         kwargs = dict(kwargs, training=bool(training))
-    with eager.define_by_run(bool(training), run.losses if run is not None else None):
+    with eager.define_by_run(bool(training), run.losses if run is not None else None), \
+            eager_ops.reading_values(True):
         return model.call(inputs, *args, **kwargs)
 
 
@@ -195,7 +196,8 @@ def eager_extra_losses(model: Any, run: Any) -> list:
 def _regularization(model: Any) -> Any:
     """The weights' regularization penalty as one eager call (recorded on an active tape, so
     its gradient reaches the weights); None without regularizers."""
-    nodes = tuple(model.regularization_losses())
+    with eager_ops.reading_values(False):
+        nodes = tuple(model.regularization_losses())
     if not nodes:
         return None
 
