@@ -22,6 +22,7 @@ traced and raises :class:`CaptureError` naming the user's file and line (use
 from __future__ import annotations
 
 import functools
+import importlib
 import linecache
 import os
 import threading
@@ -102,7 +103,7 @@ class Captured:
         functools.update_wrapper(self, fn)
         self.python_function = fn
         self.reduce_retracing = bool(reduce_retracing or experimental_relax_shapes)
-        self.name = name or getattr(fn, "__name__", "function")
+        self.name: str = str(name or getattr(fn, "__name__", "function"))
         self.maxsize = int(maxsize)
         self._entries: dict = {}
         self._lock = threading.RLock()
@@ -132,8 +133,9 @@ class Captured:
 
     # ---- tracing -------------------------------------------------------------------------
     def _trace(self, template: Any, arrays: list[np.ndarray]) -> _Entry:
-        from kiln.layers.context import DeferredResult, trace
-        from kiln.ops._eager import graph_dtype
+        context = _module("kiln.layers.context")
+        DeferredResult, trace = context.DeferredResult, context.trace
+        graph_dtype = _module("kiln.ops._eager").graph_dtype
 
         phs = [placeholder(((None,) + a.shape[1:]) if self.reduce_retracing and a.ndim
                            else a.shape, graph_dtype(a, self.name), name=f"arg_{i}")
@@ -175,7 +177,7 @@ class Captured:
         return _Entry(fn, uses_key, n_out, metrics, list(ctx.optimizers), rebuild)
 
     def _run(self, entry: _Entry, arrays: list[np.ndarray]) -> Any:
-        from kiln.random_state import next_seed
+        next_seed = _module("kiln.random_state").next_seed
 
         for opt in entry.optimizers:
             opt.before_step()
@@ -204,8 +206,7 @@ def _template(value: Any, leaves: list, tensors: bool = False) -> Any:
     """``value`` with its arrays (arguments) or tensors (results, ``tensors=True``) replaced
     by slots into ``leaves``; lists, tuples and dicts are searched."""
     if tensors:
-        from kiln.layers.context import DeferredResult
-
+        DeferredResult = _module("kiln.layers.context").DeferredResult
         hit = (is_tensor(value) and not isinstance(value, np.ndarray)) or isinstance(
             value, DeferredResult)
     else:
@@ -246,9 +247,7 @@ def _fill(value: Any, items: list) -> Any:
 
 
 def _as_output(value: Any) -> Any:
-    from kiln.layers.context import DeferredResult
-
-    if isinstance(value, DeferredResult):  # read after the run: compute nothing for it
+    if isinstance(value, _module("kiln.layers.context").DeferredResult):
         return _zero()
     if isinstance(value, Variable):
         return value.__kiln_node__()
@@ -256,9 +255,13 @@ def _as_output(value: Any) -> Any:
 
 
 def _zero() -> Node:
-    import kiln.ops
+    return _module("kiln.ops").convert_to_tensor(np.zeros((), kiln.config.floatx()))
 
-    return kiln.ops.convert_to_tensor(np.zeros((), kiln.config.floatx()))
+
+def _module(name: str) -> Any:
+    """A module above the core, imported when a function is captured (``import kiln`` loads
+    this module: it stays as light as the core, and kiln/core's type check stays in it)."""
+    return importlib.import_module(name)
 
 
 def _trace_variables() -> Any:

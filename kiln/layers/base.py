@@ -18,7 +18,6 @@ import numpy as np
 import kiln.config
 import kiln.ops as K
 import kiln.tape
-from kiln.eager import by_run
 from kiln.core import (
     TENSOR_MASKS,
     Node,
@@ -29,6 +28,7 @@ from kiln.core import (
     placeholder,
     trace_variables,
 )
+from kiln.eager import by_run
 from kiln.layers.context import current, trace
 from kiln.layers.naming import reset_names as reset_names  # re-exported (tests use it here)
 from kiln.layers.naming import snake_case, unique_name

@@ -9,10 +9,10 @@ from typing import Any
 
 import kiln.tape
 from kiln import eager
-from kiln.ops import _eager as eager_ops
 from kiln.core import Variable, trace_variables
 from kiln.layers.base import flatten, map_structure, ops_sum_scalar
 from kiln.layers.context import trace
+from kiln.ops import _eager as eager_ops
 
 
 def record_call(layer: Any, key: Any, arrays: Any, tensor_kwargs: dict, args: tuple,

@@ -33,7 +33,6 @@ from kiln.eager import by_run
 from kiln.layers.base import flatten
 from kiln.layers.context import DeferredResult, current, trace
 from kiln.models import distributed
-from kiln.models.eager_loop import eager_extra_losses
 from kiln.models.data import (
     ArrayAdapter,
     IterableAdapter,
@@ -42,6 +41,7 @@ from kiln.models.data import (
     is_iterable_data,
     train_validation_split,
 )
+from kiln.models.eager_loop import eager_extra_losses
 from kiln.tape import GradientTape
 
 _OVERRIDABLE = ("train_step", "test_step", "predict_step", "compute_loss", "compute_metrics")

@@ -1,4 +1,4 @@
-"""``compile(run_eagerly=True)``: the train/test/predict steps run define-by-run (docs/debugging.md).
+"""``compile(run_eagerly=True)``: the steps run define-by-run (docs/debugging.md).
 
 kiln is define-and-run: ``fit`` normally compiles ONE graph per step. With ``run_eagerly``
 the same loops (``fit``/``evaluate``/``predict``/``*_on_batch``, callbacks, metrics, History)
@@ -50,6 +50,7 @@ class EagerLoopMixin:
         """The built-in train ("train") or test ("test") step, define-by-run."""
         from kiln.models.step_graphs import _Step
 
+        _refuse_distribution(self, mode)
         if self._outputs is None:
             self._resolve_outputs(list(y_specs) or None)
         specs = self._model_input_specs() or []
@@ -81,6 +82,8 @@ class EagerLoopMixin:
         return step
 
     def _eager_predict_fn(self) -> Any:
+        _refuse_distribution(self, "predict")
+
         def predict_function(*feeds: Any) -> list:
             with eager.define_by_run(False):
                 out = self(self._pack_inputs(list(feeds)), training=False)
@@ -93,6 +96,7 @@ class EagerLoopMixin:
         from kiln.models.custom_steps import _pack_batch
         from kiln.models.step_graphs import _Step
 
+        _refuse_distribution(self, mode)
         method = {"train": self.train_step, "test": self.test_step,
                   "predict": self.predict_step}[mode]
         if mode == "train":
@@ -193,6 +197,14 @@ def eager_extra_losses(model: Any, run: Any) -> list:
 
 
 # ---- helpers -------------------------------------------------------------------------------------
+def _refuse_distribution(model: Any, mode: str) -> None:
+    from kiln.models import distributed
+
+    if distributed.active() is not None:
+        raise NotImplementedError(f"{model.name}: run_eagerly with kiln.distribution is not "
+                                  f"supported ({mode}); the compiled steps are data-parallel")
+
+
 def _regularization(model: Any) -> Any:
     """The weights' regularization penalty as one eager call (recorded on an active tape, so
     its gradient reaches the weights); None without regularizers."""

@@ -23,12 +23,12 @@ import numpy as np
 import kiln.tape
 from kiln import distribution, export, saving
 from kiln.core import Graph, placeholder
+from kiln.eager import by_run
 from kiln.layers import serialization as layer_serialization
 from kiln.layers.base import Layer, flatten, map_structure
 from kiln.layers.context import current as trace_context
 from kiln.layers.context import trace
 from kiln.layers.serialization import jsonable
-from kiln.eager import by_run
 from kiln.models import eager_loop, snapshot
 from kiln.models.compat import ModelCompatMixin
 from kiln.models.data import TensorSpec, spec_from_shapes, structure_of

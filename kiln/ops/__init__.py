@@ -30,6 +30,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from kiln.core import variable as _variable_module
 from kiln.core.autodiff import grad
 from kiln.core.ir import Node
 from kiln.core.ops import attention as _attention
@@ -49,7 +50,6 @@ from kiln.core.ops._rules import as_node as _as_node
 from kiln.core.ops.registry import apply as _apply
 from kiln.core.ops.scan import scan as _scan
 from kiln.core.ops.source import constant, placeholder
-from kiln.core import variable as _variable_module
 from kiln.core.variable import _TRACE
 from kiln.core.variable import EAGER_READS as _EAGER_READS
 from kiln.core.variable import Variable as _Variable

@@ -17,11 +17,11 @@ from types import FrameType
 
 import numpy as np
 
+from kiln.core import variable as variable_module
 from kiln.core.ir import Node
 from kiln.core.ops.elementwise import BUILDERS as EW
 from kiln.core.ops.linalg import matmul
 from kiln.core.ops.movement import getitem, transpose
-from kiln.core import variable as variable_module
 from kiln.core.variable import Variable
 
 _TENSOR_LIKE = (Node, Variable, int, float, bool, np.ndarray, np.generic)
