@@ -283,3 +283,26 @@ def test_model_call_outside_fit_with_run_eagerly():
     w, b, scale, k, c = model.get_weights()
     np.testing.assert_allclose(out, np.tanh(x @ w + b) * scale @ k + c, rtol=1e-5, atol=1e-6)
     assert model.custom.inputs_seen[-1].shape == (4, 5)
+
+
+def test_later_epochs_compile_nothing(monkeypatch):
+    """Every eager call and the tape's gradient function are compiled once per signature:
+    the second epoch only runs cached functions."""
+    from kiln.core import executor
+
+    x, y = _data()
+    model = Holder()
+    model.compile("adam", _loss(), metrics=["accuracy"], run_eagerly=True)
+    made = []
+    real = executor.Function.__init__
+
+    def counting(self, *args, **kwargs):
+        made.append(kwargs.get("name"))
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(executor.Function, "__init__", counting)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    assert "GradientTape.gradient" in made  # the first epoch compiled (the counter counts)
+    made.clear()
+    model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    assert made == []
