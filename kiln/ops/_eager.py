@@ -21,7 +21,7 @@ import numpy as np
 import kiln.config
 import kiln.core
 import kiln.tape
-from kiln.core.variable import EAGER_READS
+from kiln.core import EAGER_READS
 
 #: the most compiled ops kept (least recently used dropped beyond it)
 MAXSIZE = 256
