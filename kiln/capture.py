@@ -84,7 +84,7 @@ def function(fn: Any = None, /, *args: Any, **kwargs: Any) -> Any:
 class _Entry:
     """One traced graph: how to feed it and read its results."""
 
-    __slots__ = ("fn", "uses_key", "n_out", "metrics", "optimizers", "rebuild")
+    __slots__ = ("fn", "uses_key", "n_out", "metrics", "optimizers", "rebuild", "template")
 
     def __init__(self, fn: Function | None, uses_key: bool, n_out: int, metrics: list,
                  optimizers: list, rebuild: Callable[[list], Any]):
@@ -126,6 +126,7 @@ class Captured:
             entry = self._entries.get(key)
             if entry is None:
                 entry = self._trace(template, arrays)
+                entry.template = template  # keeps the keyed objects alive: ids stay unique
                 self._entries[key] = entry
                 while len(self._entries) > self.maxsize:
                     self._entries.pop(next(iter(self._entries)))

@@ -306,3 +306,24 @@ def test_later_epochs_compile_nothing(monkeypatch):
     made.clear()
     model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
     assert made == []
+
+
+def _raw_ops_model():
+    kiln.utils.set_random_seed(4)
+    inputs = kiln.Input((5,))
+    h = ops.relu(layers.Dense(8)(inputs)) * 2.0  # raw ops between layers
+    return kiln.Model(inputs, layers.Dense(3)(h))
+
+
+def test_functional_model_with_raw_ops_runs_as_one_eager_call():
+    x, y = _data()
+    model, ref = _raw_ops_model(), _raw_ops_model()
+    model.compile("sgd", _loss(), run_eagerly=True)
+    ref.compile("sgd", _loss())
+    for m in (model, ref):
+        m.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(ref.get_weights(), model.get_weights()):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(model.predict(x[:3], verbose=0), ref.predict(x[:3], verbose=0),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(model(x[:3]), ref(x[:3]), rtol=1e-5, atol=1e-6)

@@ -326,9 +326,11 @@ class Layer:
 
     @property
     def losses(self) -> list[Any]:
-        """The weight regularization penalties (tensors), and the values passed to
-        ``add_loss`` during the last call on arrays (reset at each such call, as in Keras)."""
-        return self.regularization_losses() + list(self.__dict__.get("_eager_losses", ()))
+        """The weight regularization penalties (tensors) and the ``add_loss`` values of the
+        last call on arrays (as in Keras), or in a trace (@kiln.function) of the traced call."""
+        traced = self.__dict__.get("_traced_losses") or (False, ())  # (trace context, nodes)
+        added = traced[1] if traced[0] is current() else self.__dict__.get("_eager_losses", ())
+        return self.regularization_losses() + list(added)
 
     def add_loss(self, loss: Node) -> None:
         """Adds a loss term (a scalar tensor) computed inside ``call`` to the training loss."""

@@ -202,15 +202,17 @@ class Model(ModelCompatMixin, Trainer, Layer):
         if not was_built and self.built:
             self._after_build()
         if ctx is not None:  # traced (@kiln.function, a custom step): `model.losses` of it
-            self.__dict__["_eager_losses"] = list(ctx.losses[first_loss:])
+            self.__dict__["_traced_losses"] = (ctx, list(ctx.losses[first_loss:]))
         return out
 
     def _call_eager(self, inputs: Any, *args: Any, training: bool | None = None,
                     **kwargs: Any) -> Any:
         # ``model(arrays)`` in inference: the cached predict function, with the same input
         # conversion (dtypes, dict keys) as predict().
-        if (self.run_eagerly or by_run() is not None) and eager_loop.can_call_directly(self):
-            return eager_loop.call_direct(self, inputs, args, training, kwargs)  # run_eagerly
+        if self.run_eagerly or by_run() is not None:  # define-by-run (eager_loop.py)
+            if eager_loop.can_call_directly(self):
+                return eager_loop.call_direct(self, inputs, args, training, kwargs)
+            return Layer._call_eager(self, inputs, *args, training=training, **kwargs)
         if not training and not args and not kwargs and not kiln.tape.recording():
             return self.predict_on_batch(inputs)  # builds an unbuilt model from the data
         return Layer._call_eager(self, inputs, *args, training=training, **kwargs)
