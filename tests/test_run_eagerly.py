@@ -327,3 +327,32 @@ def test_functional_model_with_raw_ops_runs_as_one_eager_call():
     np.testing.assert_allclose(model.predict(x[:3], verbose=0), ref.predict(x[:3], verbose=0),
                                rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(model(x[:3]), ref(x[:3]), rtol=1e-5, atol=1e-6)
+
+
+def _two_outputs(seed=6):
+    kiln.utils.set_random_seed(seed)
+    inputs = kiln.Input((5,))
+    h = layers.BatchNormalization()(layers.Dense(8, activation="relu")(inputs))
+    a = layers.Dense(3, name="cls")(h)
+    b = layers.Dense(1, name="reg")(h)
+    return kiln.Model(inputs, [a, b])
+
+
+def test_two_outputs_batchnorm_sample_and_loss_weights_equal_compiled():
+    x, y = _data()
+    y2 = np.random.default_rng(1).normal(size=(len(x), 1)).astype("float32")
+    sw = np.linspace(0.5, 1.5, len(x)).astype("float32")
+    runs = []
+    for eager in (False, True):
+        model = _two_outputs()
+        model.compile("adam", [_loss(), "mse"], loss_weights=[1.0, 0.5],
+                      metrics=[["accuracy"], ["mae"]], run_eagerly=eager)
+        hist = model.fit(x, [y, y2], sample_weight=sw, batch_size=16, epochs=2,
+                         shuffle=False, verbose=0, validation_split=0.25)
+        runs.append((model.get_weights(), hist.history))
+    (w0, h0), (w1, h1) = runs
+    assert h0.keys() == h1.keys() and len(h0) == 10
+    for k in h0:
+        np.testing.assert_allclose(h1[k], h0[k], rtol=1e-5, err_msg=k)
+    for a, b in zip(w0, w1):  # includes the moving mean and variance
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
