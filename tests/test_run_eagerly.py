@@ -356,3 +356,32 @@ def test_two_outputs_batchnorm_sample_and_loss_weights_equal_compiled():
         np.testing.assert_allclose(h1[k], h0[k], rtol=1e-5, err_msg=k)
     for a, b in zip(w0, w1):  # includes the moving mean and variance
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_generator_data_and_a_custom_test_step():
+    x, y = _data()
+
+    def batches():
+        for i in range(0, len(x), 16):
+            yield x[i:i + 16], y[i:i + 16]
+
+    class Evaluated(Branchy):
+        def test_step(self, data):
+            xb, yb = data
+            loss = self.compute_loss(x=xb, y=yb, y_pred=self(xb, training=False))
+            return {"mean_input": float(np.mean(np.asarray(xb))), "loss": loss}
+
+    runs = []
+    for eager in (False, True):
+        kiln.utils.set_random_seed(8)
+        model = _mlp(8)
+        model.compile("adam", _loss(), run_eagerly=eager)
+        model.fit(batches(), epochs=1, steps_per_epoch=3, verbose=0)
+        runs.append(model.get_weights())
+    for a, b in zip(*runs):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    model = Evaluated()
+    model.compile("sgd", _loss(), run_eagerly=True)
+    logs = model.evaluate(x, y, batch_size=16, verbose=0, return_dict=True)
+    assert logs["mean_input"] == pytest.approx(float(np.mean(x[32:])), rel=1e-5)
+    assert np.isfinite(logs["loss"])
