@@ -64,14 +64,14 @@ class EagerLoopMixin:
                 if training:
                     with GradientTape() as tape:
                         outputs = self(self._pack_inputs(xs), training=True)
-                        total, out_losses = _losses(self, outputs, ys, sws, run.losses)
+                        total, out_losses = _losses(self, outputs, ys, sws, run)
                     variables = self.trainable_weights
                     if variables:
                         self._build_optimizer_if_ready()
                         self.optimizer.apply(tape.gradient(total, variables), variables)
                 else:
                     outputs = self(self._pack_inputs(xs), training=False)
-                    total, out_losses = _losses(self, outputs, ys, sws, run.losses)
+                    total, out_losses = _losses(self, outputs, ys, sws, run)
             trackers, stats, slices = _metric_stats(self, outputs, ys, sws, len(out_losses))
             step.trackers, step.metric_slices = trackers, slices
             return [np.asarray(total)] + [np.asarray(v) for v in out_losses] + stats
@@ -223,7 +223,7 @@ def _regularization(model: Any) -> Any:
     return eager_ops.call("regularization", total, nodes, {})
 
 
-def _losses(model: Any, outputs: Any, ys: list, sws: list, added: list) -> tuple[Any, list]:
+def _losses(model: Any, outputs: Any, ys: list, sws: list, run: Any) -> tuple[Any, list]:
     """Total loss and the per-output losses (tracked ones) of an eager step, in the order of
     the compiled step (``StepGraphsMixin._loss_and_stats``)."""
     outs = flatten(outputs)
@@ -243,9 +243,7 @@ def _losses(model: Any, outputs: Any, ys: list, sws: list, added: list) -> tuple
             out_losses.append(value)
         term = value if o.weight == 1.0 else ops.multiply(value, o.weight)
         total = term if total is None else ops.add(total, term)
-    run = eager.by_run()
-    for term in eager_extra_losses(model, run if run is not None else eager.ByRun(False,
-                                                                                   added)):
+    for term in eager_extra_losses(model, run):  # regularizers, add_loss values of the run
         total = term if total is None else ops.add(total, term)
     if total is None:
         raise ValueError(f"{model.name}: no loss to compute; pass `loss` to compile() (or "
