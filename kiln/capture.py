@@ -90,6 +90,7 @@ class _Entry:
                  optimizers: list, rebuild: Callable[[list], Any]):
         self.fn, self.uses_key, self.n_out = fn, uses_key, n_out
         self.metrics, self.optimizers, self.rebuild = metrics, optimizers, rebuild
+        self.template: Any = None  # the arguments' template: keeps keyed objects alive
 
 
 class Captured:
