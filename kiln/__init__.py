@@ -12,7 +12,8 @@ import importlib
 from typing import Any
 
 from kiln import config
-from kiln.core import Function, Graph, Node, TensorType, Variable, function, grad, placeholder
+from kiln.capture import function  # kiln.core.function, and the @kiln.function decorator
+from kiln.core import Function, Graph, Node, TensorType, Variable, grad, placeholder
 
 Tensor = Node
 KerasTensor = Node  # Keras' name for a symbolic tensor

@@ -30,9 +30,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,7 @@ import kiln.core
 import kiln.ops
 import kiln.tape
 from kiln.core import Function
+from kiln.ops._eager import reading_values
 
 #: default size of a cache (entries; the least recently used one is dropped beyond it)
 MAXSIZE = 64
@@ -222,7 +225,8 @@ def run(key: Hashable, graph: Callable[..., Any], arrays: Sequence[Any], float_d
     def build(dynamic: bool) -> Callable[[], tuple[Function, Any]]:
         def fill() -> tuple[Function, Any]:
             phs = [placeholder_for(a, float_dtype, batch=dynamic, who=who) for a in arrays]
-            return kiln.core.function(phs, graph(*phs), name=name), None
+            with reading_values(False):
+                return kiln.core.function(phs, graph(*phs), name=name), None
         return fill
 
     def entry(dynamic: bool) -> Entry:
@@ -242,11 +246,60 @@ def run(key: Hashable, graph: Callable[..., Any], arrays: Sequence[Any], float_d
     out = found(*arrays)
     if kiln.tape.recording():  # an active GradientTape: record how to rebuild this call
         kiln.tape.record(("kiln.eager", key, float_dtype, None if owner is None else id(owner)),
-                         lambda nodes: _as_list(graph(*nodes)), arrays,
+                         lambda nodes: _replay(graph, nodes), arrays,
                          [dtype_for(a, float_dtype, who=who) for a in arrays],
                          out if isinstance(out, list) else [out])
         out = kiln.tape.wrap(out)
     return out
+
+
+# ---- define-by-run (``compile(run_eagerly=True)``, kiln/models/eager_loop.py) ---------------
+class ByRun:
+    """An active define-by-run block: models run their ``call()`` on arrays op by op (each
+    layer and op through the eager path above), ``training`` is the flag layers called
+    without one inherit, and ``losses`` collects the ``add_loss`` values of the calls."""
+
+    __slots__ = ("training", "losses")
+
+    def __init__(self, training: bool, losses: list | None = None):
+        self.training = bool(training)
+        self.losses: list = [] if losses is None else losses
+
+
+_BY_RUN: contextvars.ContextVar[ByRun | None] = contextvars.ContextVar("kiln_by_run",
+                                                                        default=None)
+
+
+def by_run() -> ByRun | None:
+    """The active define-by-run block, or None (compiled mode)."""
+    return _BY_RUN.get()
+
+
+@contextlib.contextmanager
+def define_by_run(training: bool, losses: list | None = None) -> Iterator[ByRun]:
+    """Runs the block define-by-run (see :class:`ByRun`); ``losses``: a list to collect the
+    ``add_loss`` values into (default a new one)."""
+    run = ByRun(training, losses)
+    token = _BY_RUN.set(run)
+    try:
+        yield run
+    finally:
+        _BY_RUN.reset(token)
+
+
+@contextlib.contextmanager
+def outside_run() -> Iterator[None]:
+    """No define-by-run block in the block (a compiled eager call inside one)."""
+    token = _BY_RUN.set(None)
+    try:
+        yield
+    finally:
+        _BY_RUN.reset(token)
+
+
+def _replay(graph: Callable[..., Any], nodes: list) -> list:
+    with reading_values(False):
+        return _as_list(graph(*nodes))
 
 
 def _as_list(out: Any) -> list:

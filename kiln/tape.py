@@ -341,7 +341,9 @@ class GradientTape:
                 if entry is not None:
                     _CACHE.move_to_end(key)
         if entry is None:
-            with _paused():
+            from kiln.ops import _eager  # noqa: PLC0415 (kiln.ops imports this module)
+
+            with _paused(), _eager.reading_values(False):
                 entry = plan.compile(zeros)
             if key is not None:
                 with _LOCK:

@@ -43,7 +43,9 @@ ORDER: list[set[str]] = [
     # save calls saving, export calls kiln.export) sits above them. export writes a graph
     # (kiln.core, kiln.ops) to a file (kiln.saving.atomic).
     {"callbacks", "saving", "export"},
-    {"models"},
+    # "capture" (@kiln.function: traces eager-tape code - models, losses, optimizers,
+    # metrics - into one graph) reads the trace context like a custom train_step.
+    {"models", "capture"},
     # "preprocessing" (kiln.preprocessing: Keras' aliases of kiln.utils' functions);
     # "backend" (kiln.backend: Keras' keras.backend names, kiln.config's settings and
     # kiln.utils' dtype helpers); "scopes" (Keras' top-level helpers: device, name_scope,

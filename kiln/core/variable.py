@@ -47,6 +47,25 @@ _TRACE: contextvars.ContextVar[VariableTrace | None] = contextvars.ContextVar(
     "kiln_variable_trace", default=None)
 
 
+#: define-by-run (``compile(run_eagerly=True)``): while True (and no step is traced), a
+#: Variable in a ``kiln.ops`` call or a Python operator reads as its current value, eagerly
+#: (set by ``kiln.ops._eager.reading_values`` around a user's ``call()``)
+EAGER_READS: contextvars.ContextVar[bool] = contextvars.ContextVar("kiln_eager_reads",
+                                                                   default=False)
+#: runs an operator of a Variable eagerly: ``eager_operator(name, builder, args)`` (set by
+#: kiln.ops; the builder makes the graph node from the same arguments)
+eager_operator: Any = None
+
+
+def reads_values(values: tuple) -> bool:
+    """Whether an operator on ``values`` runs eagerly: define-by-run, no traced step, no
+    symbolic operand (Variables read as values)."""
+    if not EAGER_READS.get() or _TRACE.get() is not None or eager_operator is None:
+        return False
+    return not any(isinstance(v, Node) or hasattr(v, "__kiln_node__") and not isinstance(
+        v, Variable) for v in values)
+
+
 @contextlib.contextmanager
 def trace_variables() -> Iterator[VariableTrace]:
     """Activates a :class:`VariableTrace` (see there) for the block; yields it."""

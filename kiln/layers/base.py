@@ -10,7 +10,7 @@ runs it: the layer is traced once per input signature and compiled.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,11 +23,10 @@ from kiln.core import (
     Node,
     Variable,
     WeakIdentityDict,
-    depends_on,
     format_shape,
     placeholder,
-    trace_variables,
 )
+from kiln.eager import by_run
 from kiln.layers import channels_first
 from kiln.layers.context import current, trace
 from kiln.layers.host_tensor import has_host_tensor, refuse_host_input
@@ -330,13 +329,15 @@ class Layer(StatelessLayerMixin):
 
     @property
     def losses(self) -> list[Any]:
-        """The weight regularization penalties (tensors), and the values passed to
-        ``add_loss`` during the last call on arrays (reset at each such call, as in Keras)."""
-        return self.regularization_losses() + list(self.__dict__.get("_eager_losses", ()))
+        """The weight regularization penalties (tensors) and the ``add_loss`` values of the
+        last call on arrays (as in Keras), or in a trace (@kiln.function) of the traced call."""
+        traced = self.__dict__.get("_traced_losses") or (False, ())  # (trace context, nodes)
+        added = traced[1] if traced[0] is current() else self.__dict__.get("_eager_losses", ())
+        return self.regularization_losses() + list(added)
 
     def add_loss(self, loss: Node) -> None:
         """Adds a loss term (a scalar tensor) computed inside ``call`` to the training loss."""
-        ctx = current()
+        ctx = current() or by_run()  # define-by-run (run_eagerly): the run collects them
         if ctx is not None:
             ctx.losses.append(loss)
 
@@ -437,81 +438,9 @@ class Layer(StatelessLayerMixin):
         """Runs the layer on arrays through kiln's one eager path (:mod:`kiln.eager`): traced
         on placeholders and compiled once per input signature, training flag and extra
         arguments; the compiled functions live in this layer's own cache."""
-        from kiln import eager
-        from kiln.core import function
-        from kiln.random_state import next_seed
+        from kiln.layers.eager_call import call_eager
 
-        arrays = map_structure(np.asarray, inputs)
-        # Array keyword arguments (``mask=``, ``initial_state=``) are fed like the inputs
-        tensor_kwargs = {k: map_structure(np.asarray, v) for k, v in kwargs.items()
-                         if _is_arrays(v)}
-        kwargs = {k: v for k, v in kwargs.items() if k not in tensor_kwargs}
-        flat = flatten(arrays)
-        flat_kw = flatten([tensor_kwargs[k] for k in sorted(tensor_kwargs)])
-        key = (eager.signature(flat + flat_kw, who=self.name), bool(training), repr(args),
-               repr(sorted(kwargs.items())), tuple(sorted(tensor_kwargs)))
-
-        def build(batch: bool) -> Callable[[], tuple[Any, Any]]:
-            def fill() -> tuple[Any, Any]:
-                def to_ph(a: np.ndarray) -> Node:
-                    return eager.placeholder_for(a, self.dtype, "bool", batch=batch,
-                                                 who=self.name)
-                phs = map_structure(to_ph, arrays)
-                ph_kwargs = {k: map_structure(to_ph, v) for k, v in tensor_kwargs.items()}
-                # A training call carries a random key (Dropout ...), fed fresh on every call
-                rng_key = placeholder((2,), "int64", name="rng_key") if training else None
-                with trace(training=bool(training), rng_key=rng_key) as ctx, \
-                        trace_variables() as assigned:
-                    out = self(phs, *args, training=training, **kwargs, **ph_kwargs)
-                    # a returned Variable is its value after the call's updates
-                    out = map_structure(lambda t: t.__kiln_node__() if isinstance(
-                        t, Variable) else t, out)
-                # Updates recorded in the call (BatchNormalization's moving statistics in
-                # training, a Variable.assign_add in call) apply on each eager call, as in Keras.
-                updates = {id(v): (v, n) for v, n in ctx.updates}
-                updates.update({id(v): (v, n) for v, n in assigned.update_list()})
-                update_list = list(updates.values())
-                if rng_key is not None and not depends_on(
-                        flatten(out) + [v for _, v in update_list], rng_key):
-                    rng_key = None
-                feeds = flatten(phs) + flatten([ph_kwargs[k] for k in sorted(ph_kwargs)]) + (
-                    [rng_key] if rng_key is not None else [])
-                outs = flatten(out)
-                masks = [get_mask(t) for t in outs]  # returned too: result._keras_mask
-                added = [ops_sum_scalar(t) for t in ctx.losses]  # add_loss: layer.losses
-                compiled = function(feeds, outs + [m for m in masks if m is not None] + added,
-                                    updates=update_list or None, name=f"{self.name}_eager")
-                return compiled, (out, rng_key is not None, [m is not None for m in masks],
-                                  len(added))
-            return fill
-
-        cache = eager.cache_for(self)
-        try:  # one function for every batch size, unless call() needs the concrete size
-            entry = cache.lookup(key, build(True))
-        except (TypeError, ValueError) as first:  # e.g. ops.zeros((inputs.shape[0], n))
-            static = (eager.signature(flat + flat_kw, batch=False, who=self.name),) + key[1:]
-            try:
-                entry = cache.lookup(static, build(False))
-            except (TypeError, ValueError):
-                raise first from None  # a genuine error: report it as the general trace did
-        out_structure, keyed, has_mask, n_losses = entry.info
-        flat = flat + flat_kw
-        if keyed:  # a fresh key from kiln's global generator (set_random_seed reproduces it)
-            flat = flat + [np.array([next_seed(), 0], dtype=np.int64)]
-        values = entry(*flat)
-        if kiln.tape.recording():  # an active GradientTape: record how to rebuild the call
-            from kiln.layers.eager_tape import record_call
-            losses = list(values[len(values) - n_losses:]) if n_losses else []
-            record_call(self, key, arrays, tensor_kwargs, args, kwargs, training, flat,
-                        list(values[:len(has_mask)]) + losses)
-            values = kiln.tape.wrap(list(values))
-        self.__dict__["_eager_losses"] = list(values[len(values) - n_losses:]) \
-            if n_losses else []
-        n = len(has_mask)
-        masks = iter(values[n:])
-        results = iter([eager.eager_result(v, next(masks) if m else None)
-                        for v, m in zip(values[:n], has_mask)])
-        return map_structure(lambda _: next(results), out_structure)
+        return call_eager(self, inputs, *args, training=training, **kwargs)
 
     def compute_output_shape(self, input_shape: Any) -> Any:
         """The output shape for ``input_shape`` (found by tracing on placeholders)."""
@@ -557,14 +486,6 @@ class Layer(StatelessLayerMixin):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r} built={self.built}>"
-
-
-def _is_arrays(v: Any) -> bool:
-    """An eager call's array keyword argument (a mask, initial states): a NumPy array or a
-    non-empty list/tuple of them."""
-    if isinstance(v, list | tuple):
-        return bool(v) and all(isinstance(a, np.ndarray) for a in v)
-    return isinstance(v, np.ndarray)
 
 
 def _attach_masks(outputs: Any, masks: Any) -> None:

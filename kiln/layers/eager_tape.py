@@ -1,5 +1,6 @@
 """A layer's eager call as a :mod:`kiln.tape` record: the replay traces the layer on the
-given nodes exactly as its eager build (``Layer._call_eager``) did."""
+given nodes exactly as its eager build (``Layer._call_eager``) did; and a layer's call in
+define-by-run (``compile(run_eagerly=True)``, docs/debugging.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from kiln import eager
 from kiln.core import Variable, trace_variables
 from kiln.layers.base import flatten, map_structure, ops_sum_scalar
 from kiln.layers.context import trace
+from kiln.ops import _eager as eager_ops
 
 
 def record_call(layer: Any, key: Any, arrays: Any, tensor_kwargs: dict, args: tuple,
@@ -43,3 +45,33 @@ def record_call(layer: Any, key: Any, arrays: Any, tensor_kwargs: dict, args: tu
     dtypes = [eager.dtype_for(a, layer.dtype, "bool", who=layer.name)
               for a in flat[:n_in + n_kw]] + (["int64"] if keyed else [])
     kiln.tape.record(("layer", weakref.ref(layer), key), replay, flat, dtypes, outputs)
+
+
+def by_run_call(layer: Any, run: Any, inputs: Any, args: tuple, training: Any,
+                kwargs: dict) -> Any:
+    """A layer called on arrays in define-by-run: kiln's own layers run their compiled eager
+    call (``training`` inherited from the run); a user's layer runs its ``call()`` as Python
+    on the arrays (:func:`call_direct`)."""
+    if training is None:
+        training = run.training
+    if type(layer).__module__.startswith("kiln."):
+        with eager.outside_run(), eager_ops.reading_values(False):
+            out = layer._call_eager(inputs, *args, training=training, **kwargs)
+        run.losses.extend(layer.__dict__.get("_eager_losses", ()))  # its add_loss values
+        return out
+    return call_direct(layer, inputs, args, training, kwargs)
+
+
+def call_direct(layer: Any, inputs: Any, args: tuple, training: Any, kwargs: dict) -> Any:
+    """``layer.call`` run as Python on arrays (define-by-run): built on the arrays' shapes
+    first; its ``kiln.ops`` calls run eagerly (recorded on an active tape) and read its
+    Variables as their values."""
+    run = eager.by_run()
+    if training is None:
+        training = run.training if run is not None else False
+    layer._maybe_build(inputs)
+    if layer._call_accepts("training"):
+        kwargs = dict(kwargs, training=bool(training))
+    with eager.define_by_run(bool(training), run.losses if run is not None else None), \
+            eager_ops.reading_values(True):
+        return layer.call(inputs, *args, **kwargs)

@@ -53,8 +53,9 @@ class CompileMixin:
                 binary, categorical or sparse categorical accuracy from the loss and shapes.
             loss_weights: a list/dict of per-output loss weights.
             weighted_metrics: metrics that use ``sample_weight``/``class_weight``.
-            run_eagerly, jit_compile, auto_scale_loss: accepted for Keras compatibility;
-                kiln always runs the compiled step.
+            run_eagerly: run the steps define-by-run, op by op on arrays, for debugging
+                (``Model.run_eagerly``; kiln/models/eager_loop.py, docs/debugging.md).
+            jit_compile, auto_scale_loss: accepted for Keras compatibility.
             steps_per_execution: the number of batches per execution (an int >= 1). ``fit``,
                 ``evaluate`` and ``predict`` call the batch-level callbacks
                 (``on_*_batch_begin`` with the index of an execution's first batch,
@@ -99,6 +100,7 @@ class CompileMixin:
         self._test_fns = {}
         self._predict_fns = {}
         self._batch_cache = {}
+        self.__dict__["_run_eagerly"] = bool(run_eagerly)
         self.train_function = self.test_function = self.predict_function = None
         self._outputs = None
         self._loss_tracker = metrics_module.Mean(name="loss")

@@ -29,6 +29,7 @@ import numpy as np
 import kiln.config
 from kiln import ops
 from kiln.core import Node, depends_on, is_tensor, placeholder, trace_variables
+from kiln.eager import by_run
 from kiln.layers.base import flatten
 from kiln.layers.context import DeferredResult, current, trace
 from kiln.models import distributed
@@ -40,6 +41,7 @@ from kiln.models.data import (
     is_iterable_data,
     train_validation_split,
 )
+from kiln.models.eager_loop import eager_extra_losses
 from kiln.models.jax_steps import is_jax_style, jax_style_step
 from kiln.models.stateless import eager_compute_loss
 from kiln.tape import GradientTape
@@ -124,7 +126,9 @@ class CustomStepsMixin:
             term = value if o.weight == 1.0 else value * o.weight
             total = term if total is None else total + term
         ctx = current()
-        extra = list(self.regularization_losses()) + (list(ctx.losses) if ctx else [])
+        run = by_run()
+        extra = (eager_extra_losses(self, run) if run is not None and ctx is None else
+                 list(self.regularization_losses()) + (list(ctx.losses) if ctx else []))
         for term in extra:
             term = ops.convert_to_tensor(term) if not is_tensor(term) else term
             term = ops.sum(term) if term.ndim else term
@@ -279,6 +283,8 @@ class CustomStepsMixin:
     def _custom_step(self, mode: str, first: list, structure: tuple) -> Any:
         from kiln.models.step_graphs import _Step
 
+        if self.run_eagerly:  # define-by-run (kiln/models/eager_loop.py)
+            return self._eager_custom_step(mode, structure)
         if distributed.active() is not None:
             raise NotImplementedError(f"{self.name}: a custom {mode}_step with "
                                       "kiln.distribution is not supported yet (the built-in "
@@ -394,6 +400,8 @@ def _symbolic_data(*values: Any) -> bool:
 
 def _batch_size(x: Any) -> Node:
     first = next(t for t in flatten(x) if t is not None)
+    if isinstance(first, np.ndarray):  # define-by-run (run_eagerly)
+        return np.asarray(len(first), kiln.config.floatx())
     return ops.cast(ops.size_of(first, axis=0), kiln.config.floatx())
 
 

@@ -23,11 +23,13 @@ import numpy as np
 import kiln.tape
 from kiln import distribution, export, saving
 from kiln.core import Graph, placeholder
+from kiln.eager import by_run
 from kiln.layers import serialization as layer_serialization
 from kiln.layers.base import Layer, flatten, map_structure
+from kiln.layers.context import current as trace_context
 from kiln.layers.context import trace
 from kiln.layers.serialization import jsonable
-from kiln.models import snapshot
+from kiln.models import eager_loop, snapshot
 from kiln.models.compat import ModelCompatMixin
 from kiln.models.data import TensorSpec, spec_from_shapes, structure_of
 from kiln.models.stateless import StatelessModelMixin
@@ -190,6 +192,8 @@ class Model(ModelCompatMixin, StatelessModelMixin, Trainer, Layer):
     # ---- building -------------------------------------------------------------------------
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         was_built = self.built
+        ctx = trace_context()
+        first_loss = len(ctx.losses) if ctx is not None else 0
         try:
             out = Layer.__call__(self, inputs, *args, **kwargs)
         except BaseException:  # re-raised: a failed first call leaves the model unbuilt
@@ -198,12 +202,18 @@ class Model(ModelCompatMixin, StatelessModelMixin, Trainer, Layer):
             raise
         if not was_built and self.built:
             self._after_build()
+        if ctx is not None:  # traced (@kiln.function, a custom step): `model.losses` of it
+            self.__dict__["_traced_losses"] = (ctx, list(ctx.losses[first_loss:]))
         return out
 
     def _call_eager(self, inputs: Any, *args: Any, training: bool | None = None,
                     **kwargs: Any) -> Any:
         # ``model(arrays)`` in inference: the cached predict function, with the same input
         # conversion (dtypes, dict keys) as predict().
+        if self.run_eagerly or by_run() is not None:  # define-by-run (eager_loop.py)
+            if eager_loop.can_call_directly(self):
+                return eager_loop.call_direct(self, inputs, args, training, kwargs)
+            return Layer._call_eager(self, inputs, *args, training=training, **kwargs)
         if not training and not args and not kwargs and not kiln.tape.recording():
             return self.predict_on_batch(inputs)  # builds an unbuilt model from the data
         return Layer._call_eager(self, inputs, *args, training=training, **kwargs)

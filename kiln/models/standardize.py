@@ -58,6 +58,8 @@ class StandardizeMixin:
         if specs is None:
             raise ValueError(f"{self.name}: the model is not built yet; call it on data, "
                              "build(input_shape) or fit() first")
+        if self.run_eagerly and self._eager_buildable():
+            return self._eager_output_specs()
         phs = [placeholder(s.shape, s.dtype) for s in specs]
         with trace(training=False):
             out = self(self._pack_inputs(phs))
@@ -90,6 +92,8 @@ class StandardizeMixin:
                 dtype = self.dtype if self.dtype in ("float32", "float64") else \
                     kiln.config.floatx()
             specs.append(TensorSpec((None,) + a.shape[1:], dtype))
+        if self.run_eagerly and self._eager_buildable():  # no symbolic trace of call()
+            return self._eager_build(flat, specs, structure)
         self._symbolic_build(pack(specs, structure))
         self._build_optimizer_if_ready()
 

@@ -133,6 +133,8 @@ class StepGraphsMixin:
         return total, out_losses, trackers, stats, metric_slices
 
     def _train_step(self, y_specs: list[TensorSpec], sw_specs: list[TensorSpec]) -> _Step:
+        if self.run_eagerly:  # define-by-run (kiln/models/eager_loop.py)
+            return self._eager_step("train", y_specs, sw_specs)
         key = _signature(y_specs, sw_specs)
         step = self._train_fns.get(key)
         if step is not None:
@@ -187,6 +189,8 @@ class StepGraphsMixin:
         return step
 
     def _test_step(self, y_specs: list[TensorSpec], sw_specs: list[TensorSpec]) -> _Step:
+        if self.run_eagerly:
+            return self._eager_step("test", y_specs, sw_specs)
         key = _signature(y_specs, sw_specs)
         step = self._test_fns.get(key)
         if step is not None:
@@ -222,6 +226,9 @@ class StepGraphsMixin:
         return step
 
     def _predict_fn(self) -> Any:
+        if self.run_eagerly:
+            self.predict_function = self._eager_predict_fn()
+            return self.predict_function
         key = ("default", distributed.key())
         fn = self._predict_fns.get(key)
         if fn is None:

@@ -8,6 +8,7 @@ different reasons:
   and which of them a ``*_on_batch`` call runs;
 * :mod:`.custom_steps`: an overridden ``train_step``/``test_step``/``predict_step`` (or
   ``compute_loss``/``compute_metrics``), traced into the compiled step;
+* :mod:`.eager_loop`: the same steps define-by-run (``compile(run_eagerly=True)``);
 * :mod:`.loops`: the plain Python loops around them, driven by callbacks.
 """
 
@@ -18,12 +19,14 @@ from typing import Any
 from kiln import metrics as metrics_module
 from kiln.models.compile_utils import CompileMixin
 from kiln.models.custom_steps import CustomStepsMixin
+from kiln.models.eager_loop import EagerLoopMixin
 from kiln.models.loops import LoopsMixin
 from kiln.models.standardize import StandardizeMixin
 from kiln.models.step_graphs import StepGraphsMixin
 
 
-class Trainer(LoopsMixin, CustomStepsMixin, StepGraphsMixin, StandardizeMixin, CompileMixin):
+class Trainer(LoopsMixin, CustomStepsMixin, EagerLoopMixin, StepGraphsMixin, StandardizeMixin,
+              CompileMixin):
     """Mixin with the training API; see :class:`kiln.models.Model`."""
 
     compiled = False

@@ -30,6 +30,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from kiln.core import variable as _variable_module
 from kiln.core.autodiff import grad
 from kiln.core.ir import Node
 from kiln.core.ops import attention as _attention
@@ -50,6 +51,8 @@ from kiln.core.ops.registry import apply as _apply
 from kiln.core.ops.scan import scan as _scan
 from kiln.core.ops.source import constant, placeholder
 from kiln.core.variable import _TRACE
+from kiln.core.variable import EAGER_READS as _EAGER_READS
+from kiln.core.variable import Variable as _Variable
 from kiln.ops import _eager
 
 # ---- the graph builders of the core, for kiln.ops' own modules (which may not import
@@ -79,13 +82,21 @@ _G = SimpleNamespace(
 # ---- dispatch ----------------------------------------------------------------------------------
 def _symbolic(values) -> bool:
     for v in values:
-        if isinstance(v, Node) or hasattr(v, "__kiln_node__"):
+        if isinstance(v, Node) or hasattr(v, "__kiln_node__") and not _read(v):
             return True
         if type(v) is list or type(v) is tuple:
             for w in v:
-                if isinstance(w, Node) or hasattr(w, "__kiln_node__"):
+                if isinstance(w, Node) or hasattr(w, "__kiln_node__") and not _read(w):
                     return True
     return False
+
+
+def _read(v) -> bool:
+    """A Variable read as its value: define-by-run (``run_eagerly``) in a user's call()."""
+    return isinstance(v, _Variable) and _EAGER_READS.get()
+
+
+_variable_module.eager_operator = _eager.variable_operator
 
 
 def is_symbolic(*values) -> bool:

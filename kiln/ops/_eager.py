@@ -10,9 +10,10 @@ layering, so this module keeps its own small LRU of the same kind.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 import kiln.config
 import kiln.core
 import kiln.tape
+from kiln.core import EAGER_READS
 
 #: the most compiled ops kept (least recently used dropped beyond it)
 MAXSIZE = 256
@@ -144,7 +146,9 @@ def call(name: str, graph_fn: Callable[..., Any], args: tuple, kwargs: dict) -> 
 def _record(key: Hashable, graph_fn: Callable[..., Any], targs: Any, tkw: dict,
             arrays: list[np.ndarray], function: Any, results: Any) -> None:
     def replay(nodes: list) -> list:
-        out = graph_fn(*_fill(targs, nodes), **{k: _fill(v, nodes) for k, v in tkw.items()})
+        with reading_values(False):
+            out = graph_fn(*_fill(targs, nodes), **{k: _fill(v, nodes)
+                                                     for k, v in tkw.items()})
         leaves = list(out) if type(out) is list or type(out) is tuple else [out]
         return [kiln.core.convert_to_tensor(v) for v in leaves if kiln.core.is_tensor(v)]
 
@@ -156,7 +160,8 @@ def _record(key: Hashable, graph_fn: Callable[..., Any], targs: Any, tkw: dict,
 def _build(name: str, graph_fn: Callable[..., Any], targs: Any, tkw: dict,
            arrays: list[np.ndarray]) -> tuple[Any, Callable[[Any], Any]]:
     phs = [kiln.core.placeholder(a.shape, graph_dtype(a, name)) for a in arrays]
-    out = graph_fn(*_fill(targs, phs), **{k: _fill(v, phs) for k, v in tkw.items()})
+    with reading_values(False):
+        out = graph_fn(*_fill(targs, phs), **{k: _fill(v, phs) for k, v in tkw.items()})
     many = type(out) is list or type(out) is tuple
     leaves = list(out) if many else [out]
     where = [i for i, v in enumerate(leaves) if kiln.core.is_tensor(v)]
@@ -175,6 +180,24 @@ def _build(name: str, graph_fn: Callable[..., Any], targs: Any, tkw: dict,
         return kind(values)
 
     return function, rebuild
+
+
+@contextlib.contextmanager
+def reading_values(on: bool = True) -> Iterator[None]:
+    """While ``on``, Variables in ``kiln.ops`` calls and operators read as their values
+    (define-by-run: a user's ``call()`` under ``run_eagerly``); graph building inside (a
+    layer's compile, an op's) turns it off."""
+    token = EAGER_READS.set(on)
+    try:
+        yield
+    finally:
+        EAGER_READS.reset(token)
+
+
+def variable_operator(name: str, builder: Callable[..., Any], args: tuple) -> Any:
+    """A Python operator on a Variable in define-by-run: the builder's graph compiled once
+    per signature (the Variable is a param of it) and run, recorded like any eager op."""
+    return call(f"Variable.{name}", builder, args, {})
 
 
 def cache_info() -> dict:

@@ -17,6 +17,7 @@ from types import FrameType
 
 import numpy as np
 
+from kiln.core import variable as variable_module
 from kiln.core.ir import Node
 from kiln.core.ops.elementwise import BUILDERS as EW
 from kiln.core.ops.linalg import matmul
@@ -62,10 +63,21 @@ _METHODS = {
     "T": property(lambda self: transpose(self)),
 }
 
+def _on_variable(name: str, fn):
+    """A Variable's operator: the node, or in define-by-run the value (variable.py)."""
+    def method(self, *args):
+        if variable_module.reads_values(args):
+            return variable_module.eager_operator(name, fn, (self,) + args)
+        return fn(self, *args)
+    method.__name__ = name
+    return method
+
+
 # NumPy must defer to our reflected operators (np.ndarray + Node -> Node.__radd__).
 for cls in (Node, Variable):
     for _name, _fn in _METHODS.items():
-        setattr(cls, _name, _fn)
+        setattr(cls, _name, _on_variable(_name, _fn) if cls is Variable and _name != "T"
+                else _fn)
     setattr(cls, "__array_ufunc__", None)  # noqa: B010 (typed: mypy refuses new attributes)
 
 # Elementwise ``==``/``!=`` on nodes; the identity hash stays (ir.py sets it explicitly, and
