@@ -53,11 +53,41 @@ transpose = _dual(_transpose, "transpose")
 transpose.__doc__ = "``x`` with its axes permuted by ``axes`` (reversed when None)."
 expand_dims = _dual(_G.expand_dims, "expand_dims")
 squeeze = _dual(_G.squeeze, "squeeze")
-concatenate = _dual(_G.concatenate, "concatenate", first="tensors")
+_ORDER = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+
+
+def _same_dtype(xs):
+    """The tensors of ``xs`` in one dtype, as Keras' concatenate/stack promote them: a float
+    beats any int (the widest float present), else the widest int; Python numbers take the
+    tensors' dtype."""
+    nodes = [_N(x) if _is_tensor(x) else x for x in xs]
+    kinds = {n.dtype for n in nodes if _is_tensor(n)}
+    if len(kinds) <= 1:
+        like = next((n for n in nodes if _is_tensor(n)), None)
+        return [n if _is_tensor(n) or like is None else _c(n, like) for n in nodes]
+    floats = [d for d in kinds if d.startswith("float")]
+    known = [d for d in (floats or kinds) if d in _ORDER]
+    dtype = max(known, key=_ORDER.index) if known else sorted(kinds)[0]
+    return [n if _is_tensor(n) and n.dtype == dtype else
+            (_G.cast(n, dtype) if _is_tensor(n) else _G.constant(np.asarray(n, dtype)))
+            for n in nodes]
+
+
+def _is_tensor(x):
+    return isinstance(x, _G.Node) or hasattr(x, "__kiln_node__") or isinstance(x, np.ndarray)
+
+
+def _concatenate(xs, axis=0):
+    return _G.concatenate(_same_dtype(list(xs)), axis)
+
+
+concatenate = _dual(_concatenate, "concatenate", first="tensors")
+concatenate.__doc__ = ("Joins the tensors ``xs`` along ``axis`` (mixed dtypes meet in the "
+                       "wider, a float beating any int, as in Keras).")
 
 
 def _stack(x, axis=0):
-    return _G.stack(x, axis)
+    return _G.stack(_same_dtype(list(x)), axis)
 
 
 stack = _dual(_stack, "stack", first="tensors")

@@ -62,9 +62,6 @@ KNOWN_GAPS: dict[str, str] = {
     "p31_dcgan_overriding_train_step.py":
         "StepTraceError: gan: train_step: TypeError: TensorFlow's shape() was given a "
         "symbolic kiln tensor (use kiln.ops.shape)",
-    "p33_structured_data_classification_from_scratch.py":
-        "ValueError: IntegerLookup: output_mode must be one of 'int', 'one_hot', 'multi_hot', "
-        "'count', 'tf_idf', received output_mode='binary'",
     # a tf.Variable stored in a kiln layer and multiplied with kiln tensors in call()
     "p35_customizing_saving_and_serialization.py":
         "TypeError: expected a kiln tensor, Variable, NumPy array or number, received "

@@ -48,11 +48,11 @@ class IndexLookup(TFDataLayer, Layer):
         kwargs.pop("vocabulary_size", None)  # Keras config keys, recomputed here
         kwargs.pop("has_input_vocabulary", None)
         kwargs.pop("vocabulary_dtype", None)
+        # Keras' deprecated names of two modes
+        output_mode = {"binary": "multi_hot", "tf-idf": "tf_idf"}.get(output_mode, output_mode)
         if kwargs.get("dtype") is None and output_mode in ("one_hot", "multi_hot", "count"):
             kwargs["dtype"] = "int64"  # Keras 3's lookups encode to int64 (tf_idf: float)
         super().__init__(**kwargs)
-        if output_mode == "tf-idf":
-            output_mode = "tf_idf"
         check_choice(who, "output_mode", output_mode, ("int",) + ENCODE_MODES)
         if max_tokens is not None and int(max_tokens) <= 1:
             raise ValueError(f"{who}: max_tokens must be greater than 1 when set, received "

@@ -188,3 +188,19 @@ def test_string_lookup_prepares_batches_for_fit():
     np.testing.assert_array_equal(lookup(words), manual)
     np.testing.assert_array_equal(model.predict(lookup(words), verbose=0),
                                   model.predict(manual, verbose=0))
+
+
+@pytest.mark.parametrize("cls,vocab,data", [
+    (L.IntegerLookup, [3, 7, 9], [[3, 9], [7, 5]]),
+    (L.StringLookup, ["a", "b", "c"], [["a", "c"], ["b", "z"]])])
+def test_keras_deprecated_mode_names_are_the_modes_they_name(cls, vocab, data):
+    """Keras maps ``output_mode="binary"`` to ``"multi_hot"`` and ``"tf-idf"`` to
+    ``"tf_idf"`` (keras.io's structured-data example still uses "binary")."""
+    old = cls(vocabulary=vocab, output_mode="binary")
+    assert old.get_config()["output_mode"] == "multi_hot"
+    want = cls(vocabulary=vocab, output_mode="multi_hot")(np.array(data))
+    np.testing.assert_array_equal(np.asarray(old(np.array(data))), np.asarray(want))
+    # rows: OOV index 0, then the vocabulary in order
+    np.testing.assert_array_equal(np.asarray(want), [[0, 1, 0, 1], [1, 0, 1, 0]])
+    idf = cls(vocabulary=vocab, output_mode="tf-idf", idf_weights=[1.0, 2.0, 3.0])
+    assert idf.output_mode == "tf_idf"
