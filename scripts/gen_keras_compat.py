@@ -93,7 +93,7 @@ source and lists every adaptation. `tests/programs/test_programs.py` (slow) runs
 | p30 guides/writing_a_custom_training_loop_in_tensorflow (without the GAN section) | no: `tf.GradientTape` over kiln weights (kiln's error names `kiln.GradientTape`, which runs the same loop: p41) | yes (the guide selects the TensorFlow backend) |
 | p31 examples/generative/dcgan_overriding_train_step (tf.keras version, smaller) | no: `tf.shape`/`tf.random` on kiln tensors in `train_step` (kiln's error names the call) | no: Keras cannot build the model for its TensorFlow-style `train_step` |
 | p32 examples/timeseries/timeseries_weather_forecasting (tf.keras version) | yes | yes |
-| p33 examples/structured_data/structured_data_classification_from_scratch | no: `IntegerLookup(output_mode="binary")` is refused | no here: `plot_model` needs pydot, not installed (the program selects PyTorch) |
+| p33 examples/structured_data/structured_data_classification_from_scratch | yes (`output_mode="binary"` is Keras' deprecated name of `"multi_hot"`) | no here: `plot_model` needs pydot, not installed (the program selects PyTorch) |
 | p34 examples/nlp/lstm_seq2seq | yes | yes |
 | p35 guides/customizing_saving_and_serialization | no: a `tf.Variable` stored in a kiln layer, multiplied with kiln tensors in `call()` | no: Keras cannot build the model of the `tf.Variable` layer |
 | p36 examples/structured_data/structured_data_classification_with_feature_space (tf.keras version) | yes (the inference model's `FeatureSpace` runs on the host before its compiled graph) | no: "data type 'string' not understood" in `FeatureSpace` |
