@@ -285,7 +285,7 @@ class ArrayAdapter:
         batch_size: samples per batch (the last batch may be smaller).
         shuffle: reshuffle the sample order at every epoch (with kiln's seeded generator).
         steps: steps per epoch; None means one pass. With ``steps``, batches continue where
-            the previous epoch stopped, cycling (and reshuffling) through the data.
+            the previous epoch stopped; an epoch ends early when the pass runs out (Keras').
     """
 
     def __init__(self, arrays: list[np.ndarray], batch_size: int, shuffle: bool | str = False,
@@ -301,6 +301,7 @@ class ArrayAdapter:
         self._bounds = [(i * bs, min(self.n, (i + 1) * bs)) for i in range(self.num_batches)]
         self._slices = [slice(a, b) for a, b in self._bounds]
         self._stream: Iterator | None = None
+        self._seen = 0
 
     def _indices(self) -> list:
         if not self.shuffle:
@@ -325,18 +326,29 @@ class ArrayAdapter:
             for idx in self._indices():
                 yield [a[idx] for a in arrays]
 
-    def _cycle(self) -> Iterator[list[np.ndarray]]:
-        while True:
-            yield from self._one_pass()
-
     def epoch(self) -> Iterator[list[np.ndarray]]:
-        """The batches of one epoch (``steps`` of them)."""
+        """The batches of one epoch. With ``steps``, Keras' rule: an epoch continues the pass
+        over the data where the previous one stopped and ends, with a warning, when the pass
+        runs out before ``steps`` batches (the data is never repeated within an epoch); the
+        next epoch then starts a fresh (reshuffled) pass."""
         if not self._continuous:
             return self._one_pass()
+        return self._continued()
+
+    def _continued(self) -> Iterator[list[np.ndarray]]:
         if self._stream is None:
-            self._stream = self._cycle()
-        stream = self._stream
-        return (next(stream) for _ in range(self.steps))
+            self._stream, self._seen = self._one_pass(), 0
+        for _ in range(self.steps):
+            if self._seen >= self.num_batches:
+                warnings.warn("Your input ran out of data; interrupting the epoch after "
+                              f"{self._seen} batches of the data's {self.num_batches} (steps "
+                              f"{self.steps}). The arrays are not repeated within an epoch: "
+                              "pass fewer steps or more data", stacklevel=4)
+                break
+            self._seen += 1
+            yield next(self._stream)
+        if self._seen >= self.num_batches:
+            self._stream = None
 
 
 class IterableAdapter:

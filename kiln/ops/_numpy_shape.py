@@ -78,7 +78,7 @@ def _is_tensor(x):
 
 
 def _concatenate(xs, axis=0):
-    return _G.concatenate(_same_dtype(list(xs)), axis)
+    return _G.concatenate(_same_dtype(xs) if isinstance(xs, list | tuple) else xs, axis)
 
 
 concatenate = _dual(_concatenate, "concatenate", first="tensors")
@@ -87,7 +87,7 @@ concatenate.__doc__ = ("Joins the tensors ``xs`` along ``axis`` (mixed dtypes me
 
 
 def _stack(x, axis=0):
-    return _G.stack(_same_dtype(list(x)), axis)
+    return _G.stack(_same_dtype(x) if isinstance(x, list | tuple) else x, axis)
 
 
 stack = _dual(_stack, "stack", first="tensors")

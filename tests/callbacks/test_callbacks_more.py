@@ -46,23 +46,36 @@ def _loss_with(model, weights, x, y):
 
 
 # ---- SwapEMAWeights -----------------------------------------------------------------------
+class _LastEpochWeights(C.Callback):
+    """The weights training ended its last epoch with (``fit`` then writes the averages in:
+    ``finalize_variable_values``, as Keras)."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.weights = self.model.get_weights()
+
+
 def test_validation_uses_the_ema_weights_and_training_keeps_its_own():
     x, y = _data()
     opt = O.SGD(0.05, momentum=0.9, use_ema=True, ema_momentum=0.9)
     model = _model(opt)
+    last = _LastEpochWeights()
     hist = model.fit(x, y, epochs=3, batch_size=8, shuffle=False, verbose=0,
-                     validation_data=(x, y), callbacks=[C.SwapEMAWeights()]).history
-    trained = model.get_weights()
+                     validation_data=(x, y), callbacks=[C.SwapEMAWeights(), last]).history
+    trained = last.weights
     ema = _averages(opt, model)
     assert not all(np.allclose(a, b) for a, b in zip(trained, ema))
+    for a, b in zip(model.get_weights(), ema):  # fit ended on the averages
+        np.testing.assert_array_equal(a, b)
     # the last epoch's validation ran on the averages ...
     np.testing.assert_allclose(hist["val_loss"][-1], _loss_with(model, ema, x, y), rtol=1e-5)
     assert abs(hist["val_loss"][-1] - _loss_with(model, trained, x, y)) > 1e-6
     # ... and training went on with its own weights: same run without the callback
     plain_opt = O.SGD(0.05, momentum=0.9, use_ema=True, ema_momentum=0.9)
     plain = _model(plain_opt)
-    plain.fit(x, y, epochs=3, batch_size=8, shuffle=False, verbose=0, validation_data=(x, y))
-    for a, b in zip(plain.get_weights(), trained):
+    plain_last = _LastEpochWeights()
+    plain.fit(x, y, epochs=3, batch_size=8, shuffle=False, verbose=0, validation_data=(x, y),
+              callbacks=[plain_last])
+    for a, b in zip(plain_last.weights, trained):
         np.testing.assert_array_equal(a, b)
 
 

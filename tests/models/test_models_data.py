@@ -156,14 +156,36 @@ def test_sample_weight_reduction_sum_over_batch_size():
     np.testing.assert_allclose(got, np.sum(per_sample * w) / 20, rtol=1e-5)
 
 
+class _PerEpoch(kiln.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.counts = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.counts.append(0)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.counts[-1] += 1
+
+
 def test_steps_per_epoch_on_arrays_and_validation_freq():
+    """Keras 3's rule (checked against it, TensorFlow backend): with ``steps_per_epoch`` an
+    epoch continues the pass where the last one stopped and ends early, with a warning, when
+    the pass runs out; the arrays are never repeated within an epoch."""
     x, y = blobs(64)
     m = _model()
-    counter = _CountBatches()
-    h = m.fit(x, y, batch_size=16, epochs=4, steps_per_epoch=6, validation_data=(x, y),
-              validation_freq=2, callbacks=[counter], verbose=0).history
-    assert counter.train == 24
+    counter = _PerEpoch()
+    with pytest.warns(UserWarning, match="ran out of data"):
+        h = m.fit(x, y, batch_size=16, epochs=4, steps_per_epoch=6, validation_data=(x, y),
+                  validation_freq=2, callbacks=[counter], verbose=0).history
+    assert counter.counts == [4, 4, 4, 4]  # 4 batches in the data: each epoch one pass
     assert len(h["loss"]) == 4 and len(h["val_loss"]) == 2
+    counter = _PerEpoch()
+    with pytest.warns(UserWarning, match="ran out of data"):
+        m.fit(x, y, batch_size=16, epochs=4, steps_per_epoch=3, callbacks=[counter], verbose=0)
+    assert counter.counts == [3, 1, 3, 1]  # as Keras: the pass's remainder, then a new pass
+    with pytest.warns(UserWarning, match="ran out of data"):
+        assert m.predict(x, batch_size=16, steps=10, verbose=0).shape[0] == 64
     h = m.fit(x, y, epochs=3, validation_data=(x, y), validation_freq=[1, 3], verbose=0)
     assert len(h.history["val_loss"]) == 2
 
