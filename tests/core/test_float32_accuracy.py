@@ -22,6 +22,8 @@ import pytest
 import kiln
 import kiln.ops as K
 from kiln import layers
+from kiln.core.backends.cpu.kernels import elementwise
+from kiln.core.backends.cpu.runtime import threads
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -88,6 +90,40 @@ def test_batch_statistics_of_a_channel_are_rounded_float64_ones(loops):
     # x - mean rounds each difference once (relative eps of |x - mean| ~ 1), then squares:
     # a few eps of the variance
     np.testing.assert_allclose(got_var, want_var, rtol=8 * EPS32, atol=0)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_a_fused_gradient_with_channel_sums_accumulates_wide_on_any_thread_count(
+        loops, parts, monkeypatch):
+    """BatchNormalization's backward shape: a stored member (a ReLU gradient) and two channel
+    sums in one loop (the inner reduction and the result), split over ``parts`` threads along
+    the reduced batch loop (partials combined in part order): against NumPy in float64."""
+    monkeypatch.setattr(elementwise, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
+    rng = np.random.default_rng(parts)
+    shape = (24, 16, 16, 8)  # 6,144 values per channel
+    gv = (rng.standard_normal(shape) + 2.0).astype(np.float32)
+    hv = rng.standard_normal(shape).astype(np.float32)
+    zv = (rng.standard_normal(shape) * 3.0 + 5.0).astype(np.float32)
+    g, h, z = (kiln.placeholder((None, 16, 16, 8), "float32") for _ in range(3))
+    d = g * K.cast(h > 0, "float32")
+    fn = kiln.function([g, h, z], [d, K.sum(d * z, axis=(0, 1, 2)),
+                                   K.mean(d, axis=(0, 1, 2))], backend="cpu")
+    got_d, got_s, got_m = fn(gv, hv, zv)
+    d64 = gv.astype(np.float64) * (hv > 0)
+    np.testing.assert_array_equal(got_d, d64.astype(np.float32))
+    terms = d64 * zv.astype(np.float32).astype(np.float64)
+    # d * z is rounded to float32 once per term (as the loop computes it), then summed
+    want_s = (d64.astype(np.float32) * zv).astype(np.float64).sum(axis=(0, 1, 2))
+    want_m = d64.mean(axis=(0, 1, 2))
+    n = shape[0] * shape[1] * shape[2]
+    # one part: the float64 sum rounded once; more: each part's rounded, then added in float32
+    bound_s = [(parts + 1) * _ulp(np.abs(terms[..., c]).sum()) if parts > 1 else _ulp(w)
+               for c, w in enumerate(want_s)]
+    bound_m = [(parts + 1) * _ulp(np.abs(d64[..., c]).sum() / n) if parts > 1 else _ulp(w)
+               for c, w in enumerate(want_m)]
+    assert np.all(np.abs(got_s - want_s) <= bound_s), (got_s - want_s, bound_s)
+    assert np.all(np.abs(got_m - want_m) <= bound_m), (got_m - want_m, bound_m)
 
 
 def _conv_bn(vgg: bool) -> kiln.Sequential:

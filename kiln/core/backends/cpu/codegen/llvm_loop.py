@@ -320,7 +320,7 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
             f.store(arr, dt, at, Val(cur, DTYPE_TYPE[dt]))
     for i, lab in reversed(opened):
         f.end(i, lab)
-    if red is not None:  # the float64 accumulators rounded once (a mean divided first)
+    if any(wide):  # the float64 accumulators rounded once (a mean divided first)
         cnt = Val(f.param(idx["extra"] + 1), "i64")
         starts = [xo] + [f.add(xo, d) for d in dr]
         for k, ((held, (arr, dt)), is_wide) in enumerate(zip(acc_at.items(), wide)):

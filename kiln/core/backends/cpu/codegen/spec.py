@@ -166,10 +166,13 @@ WIDE_OPS = ("sum", "mean")
 
 def wide_accumulators(spec: LoopSpec) -> list[bool]:
     """Per accumulator of a reduction loop (its result's, then each inner reduction's): whether
-    it is a float32 sum or mean, which the loop accumulates in a float64 scratch array of the
-    output's size (indexed relative to the output's offset) and rounds once at the end."""
+    it is a float32 sum or mean of a long loop (``spec.wide``), which the loop accumulates in a
+    float64 scratch array of the output's size (indexed relative to the output's offset) and
+    rounds once at the end."""
     if spec.reduce is None:
         return []
+    if not spec.wide:
+        return [False] * (1 + len(inner_reductions(spec.program)))
     dtypes = program_dtypes(spec.program, spec.in_dtypes)
     return ([spec.reduce in WIDE_OPS and spec.out_dtype == "float32"]
             + [op in WIDE_OPS and dtypes[j] == "float32"
@@ -189,11 +192,13 @@ class LoopSpec:
     out_class: str            # N, or Z for a reduction along the innermost loop
     extra: tuple[int, ...] = ()       # side outputs: instruction indices
     extra_dtypes: tuple[str, ...] = ()
+    wide: bool = False        # float32 sums and means accumulate in float64 (long reductions)
 
     def signature(self) -> str:
         side = f" extra={self.extra}:{','.join(self.extra_dtypes)}" if self.extra else ""
         return (f"in={','.join(self.in_dtypes)} out={self.out_dtype} rank={self.rank} "
-                f"classes={'.'.join(self.classes)}.{self.out_class} reduce={self.reduce}{side}")
+                f"classes={'.'.join(self.classes)}.{self.out_class} reduce={self.reduce}{side}"
+                + (" wide" if self.wide else ""))
 
 
 def split_program(program: tuple) -> tuple[tuple, str | None, tuple]:
