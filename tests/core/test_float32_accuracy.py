@@ -14,6 +14,7 @@ kink measures luck, not accumulation.
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -22,8 +23,11 @@ import pytest
 import kiln
 import kiln.ops as K
 from kiln import layers
+from kiln.core.backends.cpu.codegen.spec import inner_reductions
 from kiln.core.backends.cpu.kernels import elementwise
 from kiln.core.backends.cpu.runtime import threads
+
+FUSE = importlib.import_module("kiln.core.passes.fuse")  # the module (``fuse`` is its pass)
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -100,6 +104,7 @@ def test_a_fused_gradient_with_channel_sums_accumulates_wide_on_any_thread_count
     the reduced batch loop (partials combined in part order): against NumPy in float64."""
     monkeypatch.setattr(elementwise, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
+    monkeypatch.setattr(FUSE, "TAIL_MIN_ELEMENTS", 0)  # the group forms at this size too
     rng = np.random.default_rng(parts)
     shape = (24, 16, 16, 8)  # 6,144 values per channel
     gv = (rng.standard_normal(shape) + 2.0).astype(np.float32)
@@ -110,6 +115,8 @@ def test_a_fused_gradient_with_channel_sums_accumulates_wide_on_any_thread_count
     fn = kiln.function([g, h, z], [d, K.sum(d * z, axis=(0, 1, 2)),
                                    K.mean(d, axis=(0, 1, 2))], backend="cpu")
     got_d, got_s, got_m = fn(gv, hv, zv)
+    assert any(spec.wide and spec.extra and inner_reductions(spec.program)
+               for spec in elementwise._kernels), "no wide loop with a side output and two sums"
     d64 = gv.astype(np.float64) * (hv > 0)
     np.testing.assert_array_equal(got_d, d64.astype(np.float32))
     terms = d64 * zv.astype(np.float32).astype(np.float64)
