@@ -326,12 +326,13 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
         for k, ((held, (arr, dt)), is_wide) in enumerate(zip(acc_at.items(), wide)):
             if not is_wide:
                 continue
-            op = red if not k else inner[k - 1][1]
+            acc_op = red if not k else inner[k - 1][1]
             out_dt_k = out_dt if not k else dtypes[inner[k - 1][0]]
             q, lab = f.begin(size)
             at = f.add(starts[k], q)
             total = f.load(arr, dt, at)
-            f.store(held, out_dt_k, at, f.expr.arith("/", total, cnt) if op == "mean" else total)
+            f.store(held, out_dt_k, at, f.expr.arith("/", total, cnt) if acc_op == "mean"
+                    else total)
             f.end(q, lab)
             f.emit(f"call void @free(ptr {arr}.base)")
     means = [("%o", out_dt)] if red == "mean" and not wide[0] else []
