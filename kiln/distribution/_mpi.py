@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 _ABORT_HOOK: dict[str, Any] = {"installed": False}
+_OS_EXIT: dict[str, Any] = {"real": None, "pid": None}
 _FAULT = 77  # the tag of fault notices (on the group's own fault communicator)
 _EXITED = "exited"  # the notice of a rank whose interpreter exits
 _EXIT_GRACE = 2.0  # seconds a collective may still complete after its peer's exit notice
@@ -100,6 +102,9 @@ class MpiGroup:
         # The interpreter is exiting (sys.exit, the end of the script): a peer still inside a
         # collective must not wait for this rank until the timeout.
         self.poison(_EXITED)
+        self._flush_notices()
+
+    def _flush_notices(self) -> None:
         deadline = time.monotonic() + 0.5  # let the notices leave (their peers may be gone)
         while self._sent and time.monotonic() < deadline:
             if all(req.Test() for req, _ in self._sent):
@@ -193,3 +198,36 @@ class MpiGroup:
 
         sys.excepthook = hook
         _ABORT_HOOK["installed"] = True
+        _guard_os_exit()
+
+
+def _guard_os_exit() -> None:
+    """``os._exit`` on this rank (its main process) tells the other ranks, and turns a status
+    of 0 into 1. ``os._exit`` skips ``atexit`` and ``MPI_Finalize``, so mpiexec (MPICH's
+    Hydra) kills the other ranks mid-collective and would report the job's status as the
+    exiting rank's: 0, for a job whose ranks were killed mid-training."""
+    _OS_EXIT["pid"] = os.getpid()
+    if _OS_EXIT["real"] is not None:
+        return
+    real = _OS_EXIT["real"] = os._exit
+
+    def _exit(status: int) -> None:
+        from kiln.distribution import active
+
+        dist = active()  # the distribution still set (set_distribution(None) lifts this)
+        g = getattr(dist, "group", None)
+        if isinstance(g, MpiGroup) and os.getpid() == _OS_EXIT["pid"]:  # not a forked child
+            try:
+                g.poison(f"called os._exit({status})")
+                g._flush_notices()
+                if status == 0:
+                    sys.stderr.write(f"kiln.distribution: rank {g.rank} of {g.size} called "
+                                     "os._exit(0) in a distributed job; exiting with status 1 "
+                                     "(mpiexec ends the other ranks)\n")
+                    sys.stderr.flush()
+            except Exception:  # noqa: BLE001 - exiting whatever happens
+                pass
+            status = status or 1
+        real(status)
+
+    os._exit = _exit

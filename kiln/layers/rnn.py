@@ -31,6 +31,30 @@ def _sizes(cell: Any) -> list[int]:
     return [int(s) for s in size] if isinstance(size, list | tuple) else [int(size)]
 
 
+def _check_steps_and_mask(layer: Layer, inputs: Any, mask: Any) -> None:
+    """Raises ValueError naming ``layer`` for inputs of zero time steps (Keras' TensorFlow
+    backend fails inside its loop there) and for a mask whose known batch size or steps
+    differ from the inputs' (before anything is built or any state changes)."""
+    shape = getattr(inputs, "shape", None)
+    if shape is None or len(shape) != 3:
+        return  # not one (batch, steps, features) tensor: _check_inputs says so
+    if shape[1] == 0:
+        raise ValueError(f"Layer '{layer.name}' ({type(layer).__name__}) received inputs of "
+                         f"shape {format_shape(tuple(shape))}: a sequence of 0 time steps "
+                         f"has no output; pass at least one step")
+    if isinstance(mask, list | tuple):
+        mask = mask[0] if mask else None
+    m_shape = getattr(mask, "shape", None)
+    if m_shape is None:
+        return
+    if len(m_shape) != 2 or any(a is not None and b is not None and a != b
+                                for a, b in zip(m_shape, shape[:2])):
+        raise ValueError(f"Layer '{layer.name}' ({type(layer).__name__}): the mask has shape "
+                         f"{format_shape(tuple(m_shape))}, expected (batch, steps) = "
+                         f"{format_shape(tuple(shape[:2]))} for inputs of shape "
+                         f"{format_shape(tuple(shape))}")
+
+
 class RNN(Layer):
     """Runs a cell over the time axis of ``(batch, steps, features)`` inputs.
 
@@ -86,7 +110,14 @@ class RNN(Layer):
     def state_size(self) -> Any:
         return self.cell.state_size
 
+    def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        # checked on the shapes as given, before the eager path traces them with an unknown
+        # batch size (where a mask of another batch would fail inside the loop)
+        _check_steps_and_mask(self, inputs, kwargs.get("mask"))
+        return super().__call__(inputs, *args, **kwargs)
+
     def _check_inputs(self, inputs: Any) -> None:
+        _check_steps_and_mask(self, inputs, None)
         if not isinstance(inputs, Node):
             raise TypeError(f"Layer '{self.name}' ({type(self).__name__}) takes one tensor "
                             f"(batch, steps, features), received {type(inputs).__name__}")

@@ -334,7 +334,7 @@ class CustomStepsMixin:
                 raise StepTraceError(f"{self.name}: {mode}_step must return a dict of logs "
                                      f"(name -> value), received {type(returned).__name__}")
             outputs, entries = [], []
-            for name, value in returned.items():
+            for name, value in _flat_logs(returned).items():
                 if isinstance(value, DeferredResult):
                     entries.append((name, "metric", value.metric))
                 elif is_tensor(value):
@@ -396,6 +396,18 @@ class _LogReader:
 
 def _symbolic_data(*values: Any) -> bool:
     return any(is_tensor(a) for v in values for a in flatten(v) if a is not None)
+
+
+def _flat_logs(logs: dict) -> dict:
+    """``logs`` with nested dicts flattened into their entries (the inner names; a later
+    entry of the same name wins), as Keras' ``pythonify_logs`` flattens a step's logs."""
+    out: dict = {}
+    for name, value in logs.items():
+        if isinstance(value, dict):
+            out.update(_flat_logs(value))
+        else:
+            out[name] = value
+    return out
 
 
 def _batch_size(x: Any) -> Node:

@@ -1,7 +1,8 @@
 """Faults of a 2-rank data-parallel job (kiln.distribution), run under ``mpiexec -n 2``:
 ranks whose models or compile arguments differ are refused before the first step with the
 difference named; a rank that raises, calls ``sys.exit`` or catches an error and goes on ends
-the whole job non-zero within seconds; layer random streams derive from rank 0's seed."""
+the whole job non-zero within seconds (``os._exit(0)`` too, which skips every exit hook and
+MPI_Finalize); layer random streams derive from rank 0's seed."""
 
 from __future__ import annotations
 
@@ -84,3 +85,44 @@ def test_a_rank_that_exits_between_calls_stops_the_others_next_collective(tmp_pa
     assert res.returncode != 0
     assert "DistributionError: rank 1 of 2 exited" in res.stderr, res.stderr[-3000:]
     assert "rank 0 evaluated" not in res.stdout
+
+
+def test_a_rank_that_calls_os_exit_0_mid_training_ends_the_job_non_zero(tmp_path):
+    """os._exit(0) on rank 1 in a callback: mpiexec kills rank 0 mid-training and reported the
+    exiting rank's 0; kiln makes that status 1 (and tells the other ranks first)."""
+    t0 = time.monotonic()
+    res = run(tmp_path, "fail", "--fail-rank", "1", "--fail-how", "os_exit", ranks=2,
+              timeout=120)
+    assert res.returncode != 0, res.stderr[-3000:]
+    assert time.monotonic() - t0 < 30
+    assert "rank 1 of 2 called os._exit(0) in a distributed job; exiting with status 1" in \
+        res.stderr, res.stderr[-3000:]
+    assert not (tmp_path / "fail.rank0.npz").exists()
+
+
+def _os_exit_script(tmp_path, before_exit: str):
+    script = tmp_path / "os_exit.py"
+    script.write_text(
+        "import os, numpy as np, kiln\n"
+        "kiln.distribution.set_distribution(kiln.distribution.DataParallel(timeout=60))\n"
+        "x = np.random.default_rng(0).standard_normal((64, 4)).astype('float32')\n"
+        "m = kiln.Sequential([kiln.layers.Input((4,)), kiln.layers.Dense(2)])\n"
+        "m.compile('sgd', 'mse')\n"
+        "m.fit(x, x[:, :2], batch_size=16, verbose=0)\n"
+        "kiln.distribution.barrier()\n"
+        "if os.fork() == 0:\n"  # a forked child's os._exit(0) is its own business
+        "    os._exit(0)\n"
+        "assert os.wait()[1] == 0\n"
+        f"{before_exit}"
+        "os._exit(0)\n")
+    return subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=120, env=_env())
+
+
+def test_os_exit_0_keeps_its_status_once_the_distribution_is_lifted(tmp_path):
+    res = _os_exit_script(tmp_path, "kiln.distribution.set_distribution(None)\n")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "called os._exit" not in res.stderr
+    res = _os_exit_script(tmp_path, "")
+    assert res.returncode != 0
+    assert "called os._exit(0) in a distributed job" in res.stderr, res.stderr[-3000:]

@@ -236,3 +236,33 @@ def test_on_batch_methods_run_the_custom_steps():
     model.err_tracker.reset_state()
     assert model.test_on_batch(x, y, return_dict=True) == pytest.approx({"error": err})
     np.testing.assert_array_equal(model.predict_on_batch(x), probs.argmax(-1))
+
+
+class NestedLogsModel(kiln.Model):
+    """A train_step returning nested dicts of logs (Keras flattens them: pythonify_logs)."""
+
+    def train_step(self, data):
+        x, y = data
+        with kiln.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(y=y, y_pred=y_pred)
+        self.optimizer.apply(tape.gradient(loss, self.trainable_variables),
+                             self.trainable_variables)
+        return {"losses": {"loss": loss, "twice": {"double": loss * 2.0}}, "const": 3.0}
+
+
+def test_nested_logs_of_a_custom_step_are_flattened_into_computed_values():
+    x, y = data()
+    model = functional(NestedLogsModel)
+    model.compile("sgd", "sparse_categorical_crossentropy")
+    h = model.fit(x, y, batch_size=64, epochs=2, shuffle=False, verbose=0).history
+    assert sorted(h) == ["const", "double", "loss"]
+    for name in h:
+        assert all(isinstance(v, float) for v in h[name]), (name, h[name])
+    # one batch an epoch: the logged loss is the step's loss at the weights before its update
+    ref = functional()
+    ref.compile("sgd", "sparse_categorical_crossentropy")
+    want = ref.fit(x, y, batch_size=64, epochs=2, shuffle=False, verbose=0).history["loss"]
+    np.testing.assert_allclose(h["loss"], want, rtol=1e-5)
+    np.testing.assert_allclose(h["double"], 2 * np.asarray(h["loss"]), rtol=1e-6)
+    assert h["const"] == [3.0, 3.0]

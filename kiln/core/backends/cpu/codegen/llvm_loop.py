@@ -11,7 +11,9 @@ The module holds two functions:
   live in allocas that LLVM promotes to registers. A reduction's accumulation gets
   numba's ``FASTMATH_REDUCE`` flags (``reassoc contract``: no ``nsz``, which let LLVM cancel
   a NaN away), a float max or min ``llvm.maximum`` / ``llvm.minimum``; every other
-  instruction none, so computed values keep their strict bits;
+  instruction none, so computed values keep their strict bits. A float32 sum or mean
+  accumulates in float64 (``spec.wide_accumulators``; the scratch array from ``malloc``,
+  :func:`_scratch`), rounded once into its output after the loop;
 * ``@<name>_py``: a CPython ``METH_FASTCALL`` function taking the arrays: it checks the
   argument count, reads each array's data pointer (``PyArrayObject->data``, at byte
   :data:`DATA_OFFSET`: :mod:`.native` checks it on this interpreter before using the path),
@@ -31,6 +33,7 @@ from kiln.core.backends.cpu.codegen.spec import (
     loop_body,
     params_index,
     program_dtypes,
+    wide_accumulators,
 )
 
 DATA_OFFSET = 16  # bytes from a PyObject* ndarray to its data pointer (PyObject_HEAD first)
@@ -219,11 +222,17 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
         elif c in ("Z", "N"):
             s[k] = [f.param(b + 1 + d) for d in range(rank)]
     out_dt = spec.out_dtype
-    ctor_out = CTOR[out_dt]
+    wide = wide_accumulators(spec)
+    size = f.param(idx["extra"]) if red is not None else "0"
+    # where each accumulator lives: (array, dtype), the float64 scratch of a float32 sum or mean
+    # (``spec.wide_accumulators``), addressed by the indices of the array it stands for
+    acc_at = {"%o": _scratch(f, "%o", xo, size) if red is not None and wide[0]
+              else ("%o", out_dt)}
     if red is not None:
-        ident = f.scalar(f"{ctor_out}({identity(red, dtypes[-1])})", {})
-        q, lab = f.begin(f.param(idx["extra"]))
-        f.store("%o", out_dt, f.add(xo, q), ident)
+        arr, dt = acc_at["%o"]
+        ident = f.scalar(f"{CTOR[dt]}({identity(red, dtypes[-1])})", {})
+        q, lab = f.begin(size)
+        f.store(arr, dt, f.add(xo, q), ident)
         f.end(q, lab)
     base_r = idx["extra"] + 2 + n_extra * (1 + rank)
     dr: list[str] = []
@@ -232,9 +241,12 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
         f.emit(f"{v} = sub nsw i64 {f.param(base_r + k)}, {xo}")
         dr.append(v)
         src_dt = spec.in_dtypes[-src - 1] if src < 0 else dtypes[src]
-        ident = f.scalar(f"{CTOR[dtypes[j]]}({identity(op, src_dt)})", {})
-        q, lab = f.begin(f.param(idx["extra"]))
-        f.store(f"%r{k}", dtypes[j], f.add(f.add(xo, v), q), ident)
+        acc_at[f"%r{k}"] = (_scratch(f, f"%r{k}", f.add(xo, v), size) if wide[1 + k]
+                            else (f"%r{k}", dtypes[j]))
+        arr, dt = acc_at[f"%r{k}"]
+        ident = f.scalar(f"{CTOR[dt]}({identity(op, src_dt)})", {})
+        q, lab = f.begin(size)
+        f.store(arr, dt, f.add(f.add(xo, v), q), ident)
         f.end(q, lab)
     opened = []
     prev = dict(x)
@@ -253,12 +265,14 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
     acc_slot = None
     if red is not None and spec.out_class == "Z":
         acc_slot = "%acc"
-        f.allocas.append(f"  %acc = alloca {LL[DTYPE_TYPE[out_dt]]}")
-        first = f.load("%o", out_dt, prev_o)
+        arr, dt = acc_at["%o"]
+        f.allocas.append(f"  %acc = alloca {LL[DTYPE_TYPE[dt]]}")
+        first = f.load(arr, dt, prev_o)
         f.emit(f"store {LL[first.ty]} {first.ref}, ptr %acc")
-        for k, (j, _, _) in enumerate(inner):
-            f.allocas.append(f"  %acc{k} = alloca {LL[DTYPE_TYPE[dtypes[j]]]}")
-            first = f.load(f"%r{k}", dtypes[j], f.add(prev_o, dr[k]))
+        for k in range(len(inner)):
+            arr, dt = acc_at[f"%r{k}"]
+            f.allocas.append(f"  %acc{k} = alloca {LL[DTYPE_TYPE[dt]]}")
+            first = f.load(arr, dt, f.add(prev_o, dr[k]))
             f.emit(f"store {LL[first.ty]} {first.ref}, ptr %acc{k}")
     i, lab = f.begin(n[last])
     out_index = f.add(prev_o, f.mul(i, so[last]))
@@ -280,8 +294,9 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
         if j in inner_at:  # accumulated like the result (below), into its own array
             k = inner_at[j]
             slot = f"%acc{k}" if acc_slot is not None else None
-            _accumulate(f, f"%r{k}", dtypes[j], f.add(out_index, dr[k]), slot, op_name,
-                        env[vars_[0]])
+            arr, dt = acc_at[f"%r{k}"]
+            value = f.expr.cast(env[vars_[0]], DTYPE_TYPE[dtypes[j]])  # as numba's ctor
+            _accumulate(f, arr, dt, f.add(out_index, dr[k]), slot, op_name, value)
             continue
         body = _body(op_name, attrs, arg_dtypes, dtypes[j])
         value = f.scalar(body.format(*vars_), env)
@@ -294,19 +309,35 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
     if red is None:
         f.store("%o", out_dt, out_index, result)
     else:
-        _accumulate(f, "%o", out_dt, out_index, acc_slot, red, result)
+        _accumulate(f, *acc_at["%o"], out_index, acc_slot, red, result)
     f.end(i, lab)
     if acc_slot is not None:
-        for arr, dt, at, slot in [("%o", out_dt, prev_o, "%acc")] + [
-                (f"%r{k}", dtypes[j], f.add(prev_o, dr[k]), f"%acc{k}")
-                for k, (j, _, _) in enumerate(inner)]:
+        for held, at, slot in [("%o", prev_o, "%acc")] + [
+                (f"%r{k}", f.add(prev_o, dr[k]), f"%acc{k}") for k in range(len(inner))]:
+            arr, dt = acc_at[held]
             cur = f.tmp()
             f.emit(f"{cur} = load {LL[DTYPE_TYPE[dt]]}, ptr {slot}")
             f.store(arr, dt, at, Val(cur, DTYPE_TYPE[dt]))
     for i, lab in reversed(opened):
         f.end(i, lab)
-    means = [("%o", out_dt)] if red == "mean" else []
-    means += [(f"%r{k}", dtypes[j]) for k, (j, op, _) in enumerate(inner) if op == "mean"]
+    if any(wide):  # the float64 accumulators rounded once (a mean divided first)
+        cnt = Val(f.param(idx["extra"] + 1), "i64")
+        starts = [xo] + [f.add(xo, d) for d in dr]
+        for k, ((held, (arr, dt)), is_wide) in enumerate(zip(acc_at.items(), wide)):
+            if not is_wide:
+                continue
+            acc_op = red if not k else inner[k - 1][1]
+            out_dt_k = out_dt if not k else dtypes[inner[k - 1][0]]
+            q, lab = f.begin(size)
+            at = f.add(starts[k], q)
+            total = f.load(arr, dt, at)
+            f.store(held, out_dt_k, at, f.expr.arith("/", total, cnt) if acc_op == "mean"
+                    else total)
+            f.end(q, lab)
+            f.emit(f"call void @free(ptr {arr}.base)")
+    means = [("%o", out_dt)] if red == "mean" and not wide[0] else []
+    means += [(f"%r{k}", dtypes[j]) for k, (j, op, _) in enumerate(inner)
+              if op == "mean" and not wide[1 + k]]
     for arr, dt in means:
         rk = None if arr == "%o" else int(arr[2:])
         cnt = Val(f.param(idx["extra"] + 1), "i64")
@@ -322,6 +353,30 @@ def generate_ir(spec: LoopSpec, name: str) -> str:
     only = (frozenset({"o", *(f"r{k}" for k in range(len(inner)))})
             if red is not None and (n_extra or inner) else frozenset())
     return f.function(name, [a.lstrip("%") for a in names] + ["p"], noalias=only)
+
+
+def _scratch(f: Func, arr: str, start: str, size: str) -> tuple[str, str]:
+    """A float64 scratch of ``size`` elements standing for ``arr[start:start + size]``: the
+    pointer ``<arr>.wide``, addressed with ``arr``'s indices (``<arr>.wide.base``, from malloc,
+    is freed after the loop; a failed allocation traps)."""
+    name = f"{arr}.wide"
+    nbytes = f.mul(size, "8")
+    f.declare.update({"declare noalias ptr @malloc(i64)", "declare void @free(ptr)",
+                      "declare void @llvm.trap()"})
+    f.emit(f"{name}.base = call ptr @malloc(i64 {nbytes})")
+    ok = f.tmp()
+    f.emit(f"{ok} = icmp eq ptr {name}.base, null")
+    f.labels += 1
+    lab = f"B{f.labels}"
+    f.emit(f"br i1 {ok}, label %{lab}.oom, label %{lab}.ok")
+    f.lines.append(f"{lab}.oom:")
+    f.emit("call void @llvm.trap()")
+    f.emit("unreachable")
+    f.lines.append(f"{lab}.ok:")
+    neg = f.tmp()
+    f.emit(f"{neg} = sub i64 0, {start}")
+    f.emit(f"{name} = getelementptr double, ptr {name}.base, i64 {neg}")
+    return name, "float64"
 
 
 def _accumulate(f: Func, arr: str, dtype: str, index: str, slot: str | None, op: str,

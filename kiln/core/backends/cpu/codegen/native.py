@@ -149,7 +149,7 @@ def _init() -> None:
             addr = _address(libm, name) or _address(libc, name)
             if addr:
                 llvm.add_symbol(name, addr)
-    for name in ("memset", "memcpy", "memmove"):
+    for name in ("memset", "memcpy", "memmove", "malloc", "free"):  # malloc: wide sums
         _symbol(llvm, name, _address(libc, name))
     for name in ("syscall", "sched_yield"):  # the spin pool's futex and yield (spin_pool.py)
         addr = _address(libc, name)

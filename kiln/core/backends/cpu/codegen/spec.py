@@ -28,7 +28,9 @@ numba emits no negative-index wraparound, which lets LLVM vectorize the inner lo
 the loop on unit strides).
 
 The output of a reduction has stride 0 along reduced dims; with class ``"Z"`` the inner loop
-accumulates in a register (vectorized with fastmath reassociation), otherwise in memory.
+accumulates in a register (vectorized with fastmath reassociation), otherwise in memory. A
+float32 sum or mean accumulates in float64 (:func:`wide_accumulators`: a float64 register, or a
+scratch array of the output's size that the kernel allocates) and is rounded once at the end.
 """
 
 from __future__ import annotations
@@ -155,6 +157,28 @@ def inner_reductions(program: tuple) -> list[tuple[int, str, int]]:
             if get_op(op).kind == REDUCE]
 
 
+# Reductions whose float32 sums accumulate in float64 (``wide_accumulators``): a float32 running
+# sum over the 73,728 values of a BatchNormalization channel (batch 32, 48 x 48) drifted by
+# ~sqrt(n) ulps, and the gradient through the batch statistics multiplies that drift by n (the
+# conv+BN SGD step was off by 4e-4 to 2e-2 relative to float64; with float64 accumulators 1e-6).
+WIDE_OPS = ("sum", "mean")
+
+
+def wide_accumulators(spec: LoopSpec) -> list[bool]:
+    """Per accumulator of a reduction loop (its result's, then each inner reduction's): whether
+    it is a float32 sum or mean of a long loop (``spec.wide``), which the loop accumulates in a
+    float64 scratch array of the output's size (indexed relative to the output's offset) and
+    rounds once at the end."""
+    if spec.reduce is None:
+        return []
+    if not spec.wide:
+        return [False] * (1 + len(inner_reductions(spec.program)))
+    dtypes = program_dtypes(spec.program, spec.in_dtypes)
+    return ([spec.reduce in WIDE_OPS and spec.out_dtype == "float32"]
+            + [op in WIDE_OPS and dtypes[j] == "float32"
+               for j, op, _ in inner_reductions(spec.program)])
+
+
 @dataclass(frozen=True)
 class LoopSpec:
     """What a generated loop kernel is specialized on (its cache identity)."""
@@ -168,11 +192,13 @@ class LoopSpec:
     out_class: str            # N, or Z for a reduction along the innermost loop
     extra: tuple[int, ...] = ()       # side outputs: instruction indices
     extra_dtypes: tuple[str, ...] = ()
+    wide: bool = False        # float32 sums and means accumulate in float64 (long reductions)
 
     def signature(self) -> str:
         side = f" extra={self.extra}:{','.join(self.extra_dtypes)}" if self.extra else ""
         return (f"in={','.join(self.in_dtypes)} out={self.out_dtype} rank={self.rank} "
-                f"classes={'.'.join(self.classes)}.{self.out_class} reduce={self.reduce}{side}")
+                f"classes={'.'.join(self.classes)}.{self.out_class} reduce={self.reduce}{side}"
+                + (" wide" if self.wide else ""))
 
 
 def split_program(program: tuple) -> tuple[tuple, str | None, tuple]:
@@ -230,6 +256,7 @@ def generate(spec: LoopSpec) -> str:
     n_extra = len(spec.extra)
     own = spec.reduce is not None  # side outputs with strides of their own (module docstring)
     inner = inner_reductions(spec.program)
+    wide = wide_accumulators(spec)  # float64 scratch arrays wo, wr<k>: relative indices
     if inner and (spec.reduce is None or any(op not in _COMBINE for _, op, _ in inner)):
         raise CodegenError("inner reductions need a generated reduction loop")
     args = ", ".join(["o"] + [f"e{k}" for k in range(n_extra)]
@@ -261,7 +288,11 @@ def generate(spec: LoopSpec) -> str:
                 emit(f"{ind}s{k}_{d} = p[{b + 1 + d}]")
     red = spec.reduce
     ctor_out = CTOR[spec.out_dtype]
-    if red is not None:
+    if red is not None and wide[0]:
+        emit(f"{ind}wo = np.empty(p[{idx['extra']}], np.float64)")
+        emit(f"{ind}for q in range(p[{idx['extra']}]):")
+        emit(f"{ind}    wo[q] = np.float64({identity(red, value_dtype)})")
+    elif red is not None:
         emit(f"{ind}ident = {ctor_out}({identity(red, value_dtype)})")
         emit(f"{ind}for q in range(p[{idx['extra']}]):")
         emit(f"{ind}    o[np.uint64(xo + q)] = ident")
@@ -269,9 +300,14 @@ def generate(spec: LoopSpec) -> str:
     for k, (j, op, src) in enumerate(inner):  # offsets relative to the output's, its layout
         src_dt = spec.in_dtypes[-src - 1] if src < 0 else dtypes[src]
         emit(f"{ind}dr{k} = p[{base_r + k}] - xo")
+        if wide[1 + k]:
+            emit(f"{ind}wr{k} = np.empty(p[{idx['extra']}], np.float64)")
         emit(f"{ind}for q in range(p[{idx['extra']}]):")
-        emit(f"{ind}    r{k}[np.uint64(xo + dr{k} + q)] = {CTOR[dtypes[j]]}("
-             f"{identity(op, src_dt)})")
+        if wide[1 + k]:
+            emit(f"{ind}    wr{k}[q] = np.float64({identity(op, src_dt)})")
+        else:
+            emit(f"{ind}    r{k}[np.uint64(xo + dr{k} + q)] = {CTOR[dtypes[j]]}("
+                 f"{identity(op, src_dt)})")
     # loop nest: per level offsets
     depth = 1
     last = rank - 1
@@ -299,9 +335,11 @@ def generate(spec: LoopSpec) -> str:
         if spec.classes[k] == "Z":
             emit(f"{pad}v{k} = a{k}[np.uint64({prev[k]})]")
     if red is not None and spec.out_class == "Z":
-        emit(f"{pad}acc = o[np.uint64({prev_o})]")
+        emit(f"{pad}acc = wo[np.uint64({prev_o} - xo)]" if wide[0]
+             else f"{pad}acc = o[np.uint64({prev_o})]")
         for k in range(len(inner)):
-            emit(f"{pad}acc{k} = r{k}[np.uint64({prev_o} + dr{k})]")
+            emit(f"{pad}acc{k} = wr{k}[np.uint64({prev_o} - xo)]" if wide[1 + k]
+                 else f"{pad}acc{k} = r{k}[np.uint64({prev_o} + dr{k})]")
     emit(f"{pad}for i{last} in {loop}:")
     pad = ind * (depth + 1)
     out_index = f"{prev_o} + i{last} * so{last}"
@@ -322,8 +360,14 @@ def generate(spec: LoopSpec) -> str:
         if j in inner_at:  # accumulated like the result (below), into its own array
             k, ctor = inner_at[j], CTOR[dtypes[j]]
             value = f"{ctor}({names[0]})"
+            if wide[1 + k]:  # the float32 value, added in float64
+                value, ctor = f"np.float64({value})", "np.float64"
             if spec.out_class == "Z":
                 emit(f"{pad}acc{k} = {ctor}({_COMBINE[op_name].format(a=f'acc{k}', b=value)})")
+            elif wide[1 + k]:
+                at = f"np.uint64({prev_o} + i{last} * so{last} - xo)"
+                emit(f"{pad}wr{k}[{at}] = {ctor}("
+                     f"{_COMBINE[op_name].format(a=f'wr{k}[{at}]', b=value)})")
             else:
                 at = f"np.uint64({prev_o} + i{last} * so{last} + dr{k})"
                 emit(f"{pad}r{k}[{at}] = {ctor}("
@@ -343,16 +387,36 @@ def generate(spec: LoopSpec) -> str:
     if red is None:
         emit(f"{pad}o[np.uint64({out_index})] = {result}")
     elif spec.out_class == "Z":
-        emit(f"{pad}acc = {ctor_out}({_COMBINE[red].format(a='acc', b=result)})")
-        emit(f"{ind * depth}o[np.uint64({prev_o})] = acc")
+        if wide[0]:
+            total = _COMBINE[red].format(a="acc", b=f"np.float64({result})")
+            emit(f"{pad}acc = np.float64({total})")
+            emit(f"{ind * depth}wo[np.uint64({prev_o} - xo)] = acc")
+        else:
+            emit(f"{pad}acc = {ctor_out}({_COMBINE[red].format(a='acc', b=result)})")
+            emit(f"{ind * depth}o[np.uint64({prev_o})] = acc")
         for k in range(len(inner)):
-            emit(f"{ind * depth}r{k}[np.uint64({prev_o} + dr{k})] = acc{k}")
+            emit(f"{ind * depth}wr{k}[np.uint64({prev_o} - xo)] = acc{k}" if wide[1 + k]
+                 else f"{ind * depth}r{k}[np.uint64({prev_o} + dr{k})] = acc{k}")
+    elif wide[0]:
+        emit(f"{pad}io = np.uint64({prev_o} + i{last} * so{last} - xo)")
+        emit(f"{pad}wo[io] = np.float64("
+             f"{_COMBINE[red].format(a='wo[io]', b=f'np.float64({result})')})")
     else:
         emit(f"{pad}io = np.uint64({prev_o} + i{last} * so{last})")
         emit(f"{pad}o[io] = {ctor_out}({_COMBINE[red].format(a='o[io]', b=result)})")
-    means = [("o", "xo", ctor_out)] if red == "mean" else []  # a mean divides at the end
+    # the float64 accumulators rounded once into their outputs (a mean divided first)
+    accs = [("o", "wo", "xo", ctor_out, red)] if red is not None else []
+    accs += [(f"r{k}", f"wr{k}", f"xo + dr{k}", CTOR[dtypes[j]], op)
+             for k, (j, op, _) in enumerate(inner)]
+    for (arr, w, start, ctor, op), is_wide in zip(accs, wide):
+        if not is_wide:
+            continue
+        total = f"{w}[q] / p[{idx['extra'] + 1}]" if op == "mean" else f"{w}[q]"
+        emit(f"{ind}for q in range(p[{idx['extra']}]):")
+        emit(f"{ind}    {arr}[np.uint64({start} + q)] = {ctor}({total})")
+    means = [("o", "xo", ctor_out)] if red == "mean" and not wide[0] else []
     means += [(f"r{k}", f"xo + dr{k}", CTOR[dtypes[j]])
-              for k, (j, op, _) in enumerate(inner) if op == "mean"]
+              for k, (j, op, _) in enumerate(inner) if op == "mean" and not wide[1 + k]]
     for arr, start, ctor in means:
         at = f"np.uint64({start} + q)"
         emit(f"{ind}for q in range(p[{idx['extra']}]):")
