@@ -151,6 +151,6 @@ def conv_filter_direct_ir(symbol: str, dtype: str) -> str:
 
 
 # numba kernel name -> its native twin's generator
-TWINS: dict[str, Callable[[str, str], str]] = {
+KERNELS: dict[str, Callable[[str, str], str]] = {
     "im2col_kernel": im2col_ir, "col2im_kernel": col2im_ir,
     "conv_direct_kernel": conv_direct_ir, "conv_filter_direct_kernel": conv_filter_direct_ir}

@@ -336,7 +336,7 @@ def depthwise_ir(symbol: str, dtype: str, kind: str) -> str:
     return f.function(symbol, ["dx", "ct", "w", "p"], noalias=True)
 
 
-TWINS: dict[str, Callable[[str, str], str]] = {
+KERNELS: dict[str, Callable[[str, str], str]] = {
     "conv_depthwise_kernel": lambda s, dt: depthwise_ir(s, dt, "forward"),
     "conv_depthwise_filter_kernel": lambda s, dt: depthwise_ir(s, dt, "filter"),
     "conv_depthwise_input_kernel": lambda s, dt: depthwise_ir(s, dt, "input"),

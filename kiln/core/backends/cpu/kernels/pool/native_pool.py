@@ -308,7 +308,7 @@ def avg_pool_grad_ir(symbol: str, dtype: str) -> str:
     return f.function(symbol, ["dx", "ct", "p"], noalias=True)
 
 
-TWINS: dict[str, Callable[[str, str], str]] = {
+KERNELS: dict[str, Callable[[str, str], str]] = {
     "max_pool_kernel": max_pool_ir, "max_pool_grad_tiled_kernel": max_pool_grad_tiled_ir,
     "max_pool_grad_kernel": max_pool_grad_ir, "avg_pool_kernel": avg_pool_ir,
     "avg_pool_grad_kernel": avg_pool_grad_ir}
