@@ -1,10 +1,10 @@
 """Register-blocked native kernels of grouped convolutions (docs/architecture.md, "Native
 loops"): the float32 grouped forward and kernel gradient with their sums in registers
-(:func:`conv_grouped_blocked_ir`, :func:`conv_grouped_filter_blocked_ir`, twins of
-``conv_groups.conv_grouped_kernel`` and ``conv_grouped_filter_kernel`` generated for the
-channels per group as constants), and the vector helpers they share with the depthwise
-kernels of ``native_groups.py``. Per element they add the same products in the same order as
-the numba loops, a multiply then an add: the same bits.
+(:func:`conv_grouped_blocked_ir`, :func:`conv_grouped_filter_blocked_ir`: the kernels of
+``native_groups.conv_grouped_ir`` and ``conv_grouped_filter_ir`` generated for the channels
+per group as constants), and the vector helpers they share with the depthwise kernels of
+``native_groups.py``. Per element they add the same products in the same order as those
+loops, a multiply then an add: the same bits.
 """
 
 from __future__ import annotations

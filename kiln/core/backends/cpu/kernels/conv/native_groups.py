@@ -1,12 +1,13 @@
-"""Native (LLVM IR) twins of the grouped convolution kernels of ``conv_groups.py``:
-``conv_grouped_kernel``, ``conv_grouped_filter_kernel`` and ``conv_grouped_input_kernel``, and
-the depthwise ones (one input and one output channel per group) ``conv_depthwise_kernel``,
+"""The grouped convolution kernels (LLVM IR, their one implementation) that ``conv_groups.py``
+runs: ``conv_grouped_kernel``, ``conv_grouped_filter_kernel`` and ``conv_grouped_input_kernel``
+(direct loops over the taps, vectorized over each group's output channels), and the depthwise
+ones (one input and one output channel per group) ``conv_depthwise_kernel``,
 ``conv_depthwise_filter_kernel`` and ``conv_depthwise_input_kernel`` (docs/architecture.md,
 "Native loops").
 
 The same layout of arguments as ``native_conv.py`` (flat arrays; the parameter array holds
 the arrays' shapes, then ``p = [sh, sw, dh, dw, pt, pl, groups]``, then the range ``n0, n1``)
-and the same loops, order and float arithmetic as the numba kernels (the same bits).
+and its strict float arithmetic (checked against the NumPy references).
 """
 
 from __future__ import annotations
@@ -273,10 +274,10 @@ def _depthwise_filter_vectors(symbol: str, k: _Kernel) -> str:
 
 
 def depthwise_ir(symbol: str, dtype: str, kind: str) -> str:
-    """The depthwise twin of ``conv_grouped_kernel`` (``kind`` "forward": ``(out, x, w,
-    p)``), ``conv_grouped_filter_kernel`` ("filter": ``(dw, x, ct, p)``) or
-    ``conv_grouped_input_kernel`` ("input": ``(dx, ct, w, p)``) where every group has one
-    input and one output channel; the arguments and parameters of those kernels."""
+    """The depthwise form of ``conv_grouped_ir`` (``kind`` "forward": ``(out, x, w, p)``),
+    ``conv_grouped_filter_ir`` ("filter": ``(dw, x, ct, p)``) or ``conv_grouped_input_ir``
+    ("input": ``(dx, ct, w, p)``) where every group has one input and one output channel; the
+    arguments and parameters of those kernels, the same sums per element."""
     _check(dtype, "depthwise")
     k = _Kernel((4, 4, 4), 7)
     f = k.f

@@ -1,10 +1,12 @@
-"""Native (LLVM IR) twins of the pooling kernels of ``pool.py``: ``max_pool_kernel``,
-``max_pool_grad_tiled_kernel``, ``max_pool_grad_kernel``, ``avg_pool_kernel`` and
-``avg_pool_grad_kernel`` (docs/architecture.md, "Native loops").
+"""The pooling kernels (LLVM IR, their one implementation) that ``pool.py`` runs:
+``max_pool_kernel``, ``max_pool_grad_tiled_kernel``, ``max_pool_grad_kernel``,
+``avg_pool_kernel`` and ``avg_pool_grad_kernel``, and the unrolled max pooling with its
+winners' index (docs/architecture.md, "Native loops").
 
 The argument layout and helpers of ``native_conv.py`` (flat arrays; the parameter array holds
-the arrays' shapes, then ``p = [ph, pw, sh, sw, pt, pl]``, then ``n0, n1``); the same loops,
-order and float arithmetic as the numba kernels (the same bits).
+the arrays' shapes, then ``p = [ph, pw, sh, sw, pt, pl]``, then ``n0, n1``). Max pooling keeps
+the first maximal element of each window (row-major; NaN kept) and routes the gradient to it:
+the reference's bits (tests/core/backends/test_native_loops.py).
 """
 
 from __future__ import annotations
