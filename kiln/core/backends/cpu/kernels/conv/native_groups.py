@@ -51,7 +51,7 @@ def _windows(k: _Kernel, x_dims: list[str], w_dims: list[str], body: Callable,
 
 def conv_grouped_ir(symbol: str, dtype: str, cog: int | None = None) -> str:
     """``(out (N, OH, OW, CO), x (N, H, W, G*CIG), w (KH, KW, CIG, CO), p)``: accumulated per
-    output pixel in a scratch row (numba's ``acc``), then stored."""
+    output pixel in a scratch row ``acc``, then stored."""
     _check(dtype, "conv_grouped")
     k = _Kernel((4, 4, 4), 7)
     f = k.f
@@ -210,7 +210,7 @@ def _depthwise_forward_vectors(symbol: str, k: _Kernel) -> str:
 
 def _depthwise_filter_vectors(symbol: str, k: _Kernel) -> str:
     """The float32 depthwise kernel gradient with each tap's 16-channel sums in registers over
-    an output row's columns (loaded from and stored to ``dw`` once per row and tap: the numba
+    an output row's columns (loaded from and stored to ``dw`` once per row and tap: the scalar
     loops read and write ``dw`` at every pixel), :data:`DEPTHWISE_FILTER_VECTORS` vectors at a
     time (independent chains of adds: one alone waits for each add's latency), then the
     remaining vectors one by one: per element the same products added in the same pixel order,

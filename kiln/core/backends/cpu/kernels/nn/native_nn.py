@@ -67,7 +67,7 @@ def _max_exp_sum(f: Func, dtype: str, row: str, n: str, buf: str,
     return m, f.get("s")
 
 
-# scalars.row_max32 / row_sum32's rules, shared by the loops below and the short rows: a lane
+# The eight lanes' rules, shared by the loops below and the short rows: a lane
 # keeps v where v > its value (so a NaN is kept only as the first element), the eight lanes'
 # maxima combine from the first, their sums pairwise
 def _keep(f: Func, v: Val, old: Val) -> Val:

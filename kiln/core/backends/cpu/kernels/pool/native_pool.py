@@ -24,7 +24,7 @@ def _geometry(k: _Kernel) -> tuple:
 
 
 def _pending(k: _Kernel, c: str) -> str:
-    """A scratch row of ``c`` flags (numba's ``np.empty(c, np.bool_)``), allocated once."""
+    """A scratch row of ``c`` flags (one per channel), allocated once."""
     pending = k.f.tmp()
     k.f.emit(f"{pending} = alloca i8, i64 {c}")
     return pending
@@ -249,7 +249,7 @@ def _window_count(k: _Kernel, i: str, j: str, h: str, w: str) -> None:
 
 def avg_pool_ir(symbol: str, dtype: str) -> str:
     """``(out, x, p)``: the sum over the window's elements inside the image, then divided by
-    their count (as ``pool.avg_pool_kernel``: accumulated in ``out``)."""
+    their count (accumulated in ``out``)."""
     _check(dtype, "avg_pool")
     k = _Kernel((4, 4), 6)
     f = k.f
