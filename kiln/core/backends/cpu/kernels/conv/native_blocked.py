@@ -171,14 +171,14 @@ GROUPED_PIXELS = 8  # accumulators (pixels x vectors) of the blocked grouped for
 
 
 def conv_grouped_blocked_ir(symbol: str, dtype: str, cig: int, cog: int) -> str:
-    """The float32 grouped forward (``native_groups.conv_grouped_ir``'s arguments) with
-    ``cig`` input and ``cog`` output channels per group as constants: per group, the ``cog``
-    sums of ``P`` pixels of a row in registers over the window's taps and the group's input
-    channels (the scalar loops add into a scratch row in memory), each kernel vector loaded
-    once for the ``P`` pixels and each input value broadcast once (``P = GROUPED_PIXELS /
-    vectors``; the row's last block ends at its end, recomputing a few pixels of the one
-    before; rows narrower than a block pixel by pixel): per element the same products added in the same
-    order (taps, then input channels), a multiply then an add (the scalar loops' bits)."""
+    """The float32 grouped forward (``native_groups.conv_grouped_ir``'s arguments) with ``cig``
+    input and ``cog`` output channels per group as constants: per group, the ``cog`` sums of
+    ``P`` pixels of a row in registers over the window's taps and the group's input channels
+    (the scalar loops add into a scratch row in memory), each kernel vector loaded once for the
+    ``P`` pixels and each input value broadcast once (``P = GROUPED_PIXELS / vectors``; the
+    row's last block ends at its end, recomputing a few pixels of the one before; rows narrower
+    than a block pixel by pixel): per element the same products added in the same order (taps,
+    then input channels), a multiply then an add (the scalar loops' bits)."""
     k, lanes, nv = _blocked_start("forward", dtype, cog)
     f = k.f
     sh, sw, dh, dw, pt, pl, groups = k.p
