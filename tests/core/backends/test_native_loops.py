@@ -471,6 +471,25 @@ def test_with_the_native_path_off_the_hand_written_ops_run_their_references(swit
             "one_hot"} <= native_ops, native_ops
 
 
+def test_a_native_kernel_that_does_not_build_with_the_path_on_is_an_error_naming_it(
+        cache, monkeypatch):
+    # the builders take the native kernels only where the path is on; a generator that
+    # declines there has no numba twin to fall back to: a clear error, not a silent NaN
+    from kiln.core.backends.cpu.kernels.conv import conv
+
+    def declines(symbol, dtype):
+        raise CodegenError("not generated")
+
+    monkeypatch.setattr(native, "_kernels", {})
+    monkeypatch.setattr(native, "_unsupported", set())
+    monkeypatch.setitem(conv._KERNELS, "avg_pool_kernel", declines)
+    p = kiln.placeholder((2, 6, 6, 3))
+    f = kiln.function([p], K.avg_pool2d(p, 2), backend="cpu", optimize=False)
+    with pytest.raises(RuntimeError, match=r"avg_pool2d: the native kernel avg_pool_kernel "
+                                           r"does not run for \['float32', 'float32'\] arrays"):
+        f(np.zeros((2, 6, 6, 3), np.float32))
+
+
 def test_softmax_rows_with_extreme_values_match_the_reference(cache):
     x = np.array([[0.0, -np.inf, 1e30, np.nan], [-1e30, 3.0, 3.0, -90.0],
                   [88.0, -88.0, 0.5, 0.25]], np.float32)

@@ -417,7 +417,8 @@ def kernel(label: str, dtypes: Sequence[str], make_ir: Callable[[str], str]) -> 
     where that file exists the IR is not generated (only to compile it again, damaged).
 
     Raises:
-        CodegenError: ``make_ir`` does not generate it (the caller then uses numba's).
+        CodegenError: ``make_ir`` does not generate it (the caller then takes another
+            kernel, numba's or the op's NumPy reference).
     """
     memo = (label, tuple(dtypes), jit.kernel_dir())
     known = _kernels.get(memo)
@@ -470,7 +471,8 @@ def try_kernel(label: str, arrays: Sequence[np.ndarray], params: Sequence[int],
     """``(entry point, args)`` of the native kernel ``make_ir`` over the flat views of
     ``arrays`` (C-contiguous) and an int64 parameter array ``params``, or None when the path
     is off, an array is not C-contiguous, or ``make_ir`` does not generate these dtypes
-    (raises CodegenError): the caller then uses its numba kernel."""
+    (raises CodegenError): the caller then takes another kernel (numba's, or the op's NumPy
+    reference)."""
     if not enabled() or not all(a.flags.c_contiguous for a in arrays):
         return None
     dtypes = [a.dtype.name for a in arrays] + ["int64"]
