@@ -1,16 +1,16 @@
 """Native loops: the CPU backend's generated loops compiled from LLVM IR by llvmlite, without
 numba's front end (docs/architecture.md, "Native loops").
 
-numba spends most of a generated loop's compile time before LLVM sees it (typing, lowering,
-its pipeline and wrappers: 0.25-0.8 s a kernel on this machine, ~9 s for the LSTM model's 16
-loops); the same loop emitted as IR (:mod:`.llvm_loop`) and optimized at LLVM's O3 takes
-~0.03-0.2 s. The hand-written kernels written as IR (convolutions, pooling, softmax and
-cross-entropy rows, one_hot, the uniform generator, products) have no other implementation (docs/architecture.md, "One implementation per kernel"). numba stays the
-compiler of any loop :mod:`.llvm_loop` does not generate (a
-:class:`~kiln.core.backends.cpu.codegen.spec.CodegenError` there falls back to the numba kernel of
-the same program), of the few hand-written kernels without IR, and of ``KILN_JIT=0``'s plain
-Python. ``KILN_NATIVE=0`` turns the path off: the generated loops are numba's, and the ops
-whose one kernel is native run their NumPy references.
+numba spends most of a generated loop's compile time before LLVM sees it (typing, lowering, its
+pipeline and wrappers: 0.25-0.8 s a kernel on this machine, ~9 s for the LSTM model's 16 loops);
+the same loop emitted as IR (:mod:`.llvm_loop`) and optimized at LLVM's O3 takes ~0.03-0.2 s.
+The hand-written kernels written as IR (convolutions, pooling, softmax and cross-entropy rows,
+one_hot, the uniform generator, products) have no other implementation (docs/architecture.md,
+"One implementation per kernel"). numba stays the compiler of any loop :mod:`.llvm_loop` does
+not generate (a :class:`~kiln.core.backends.cpu.codegen.spec.CodegenError` there falls back to
+the numba kernel of the same program), of the few hand-written kernels without IR, and of
+``KILN_JIT=0``'s plain Python. ``KILN_NATIVE=0`` turns the path off: the generated loops are
+numba's, and the ops whose one kernel is native run their NumPy references.
 
 * Compilation: the module is optimized for this host (its CPU name and features, part of the
   cache key with the IR, kiln's codegen version and llvmlite's / LLVM's versions) and emitted
