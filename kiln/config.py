@@ -7,9 +7,11 @@ readers below raise a ValueError naming the variable when its value is bad.
 Environment variables (read when kiln is imported; the setters below change them later):
     KILN_BACKEND   default backend for compiled functions: "cpu" (compiled kernels) or
                    "reference".
-    KILN_JIT=0     run every generated kernel as plain Python (debugging).
-    KILN_NATIVE=0  compile the generated loops (and the hand-written kernels' native twins)
-                   with numba instead of from LLVM IR (backends/cpu/codegen/native.py).
+    KILN_JIT=0     run every generated kernel as plain Python (debugging); the ops whose one
+                   kernel is native run their NumPy references (as with KILN_NATIVE=0).
+    KILN_NATIVE=0  compile the generated loops with numba instead of from LLVM IR, and run the
+                   ops whose one kernel is native (conv, pooling, softmax rows ...) on their
+                   NumPy references (backends/cpu/codegen/native.py).
     KILN_WINOGRAD  CPU float32 3x3 / 1x3 / stride-2 4x4 convolutions: 4 (default) Winograd
                    F(4x4, 3x3), 2 F(2x2, 3x3), 0 im2col + GEMM
                    (backends/cpu/kernels/conv/winograd.py; read when a plan is built).

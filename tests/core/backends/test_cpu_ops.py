@@ -188,8 +188,8 @@ TILE_FORWARD_CASES = [
 
 
 def _tile_paths(monkeypatch, native: bool) -> None:
-    """The tiles on any host (chosen only with AVX-512), as native_tile's kernels or (native
-    False) as the numba kernels conv_tile64 / conv_filter_tn64."""
+    """The tiles on any host (chosen only with AVX-512), native_tile's kernels, or (native
+    False: ``conv.NATIVE_TILE`` off) none: the direct loops or im2col + GEMM."""
     from kiln.core.backends.cpu.kernels.conv import conv
 
     set_cpu(monkeypatch, avx512=True)
@@ -213,7 +213,8 @@ def _labels(f) -> list[str]:
 def test_conv2d_tile_kernels_match_the_reference(shape, kernel, attrs, native, monkeypatch):
     """The float32 forward convolution with at most 64 output channels (AVX-512's tiles) against
     the float64 reference, with strides, dilation, padding, tail blocks and masked channel
-    tails; native_tile's kernel or the numba one."""
+    tails; native_tile's kernel, or with the tiles off the direct loops or im2col + GEMM (the
+    op's NumPy reference where the native path is off, as under KILN_JIT=0)."""
     _tile_paths(monkeypatch, native)
     rng = np.random.default_rng(3)
     xv = rng.normal(size=shape).astype("float32")
@@ -227,10 +228,14 @@ def test_conv2d_tile_kernels_match_the_reference(shape, kernel, attrs, native, m
         np.testing.assert_allclose(f(xv, wv), want, rtol=1e-5, atol=1e-5)
         wv, xv = wv * 2, xv + 1
         want = OPS["conv2d"].ref(xv.astype("float64"), wv.astype("float64"), **attrs)
-    native_run = native and native_enabled()
     labels = _labels(f)
-    assert ("conv2d:conv_tile" in labels) == (kernel[3] <= 64 and native_run)
-    assert ("conv2d:conv_tile64_kernel" in labels) == (kernel[3] <= 64 and not native_run)
+    if not native_enabled():
+        assert "conv2d(reference)" in labels, labels
+        return
+    assert ("conv2d:conv_tile" in labels) == (kernel[3] <= 64 and native)
+    taps = kernel[0] * kernel[1] * kernel[2]
+    other = "conv2d:conv_direct_kernel" if taps <= 16 else "conv2d:gemm"
+    assert (other in labels) == (kernel[3] > 64 or not native), labels
 
 
 @pytest.mark.nojit
@@ -249,13 +254,12 @@ def test_conv2d_kernel_gradient_tiles_match_the_reference(shape, kernel, attrs, 
                                                            monkeypatch):
     """The float32 kernel gradient against the float64 reference: native_tile's kernel
     (any taps, at most 64 output channels; chunks of output rows that
-    leave a partial last chunk, several partial sums) or the numba one (conv_filter_tn64 for
-    64 output channels, with a partial last block of the im2col buffer)."""
+    leave a partial last chunk, several partial sums), or with the tiles off the direct loops
+    or im2col + GEMM (the op's NumPy reference where the native path is off)."""
     from kiln.core.backends.cpu.kernels.conv import conv
     from kiln.core.backends.cpu.runtime import threads
 
     _tile_paths(monkeypatch, native)
-    monkeypatch.setattr(conv, "TN64_CHUNK", 7)
     monkeypatch.setattr(conv, "FILTER_CHUNK", 10)
     monkeypatch.setattr(threads, "kernel_threads", lambda: 3)
     rng = np.random.default_rng(4)
@@ -272,11 +276,14 @@ def test_conv2d_kernel_gradient_tiles_match_the_reference(shape, kernel, attrs, 
     for _ in range(2):  # each call zeroes the partial sums again
         np.testing.assert_allclose(f(xv, ctv), want, rtol=1e-4, atol=1e-4)
     taps = kernel[0] * kernel[1] * kernel[2]
-    native_run = native and native_enabled()
     labels = _labels(f)
-    assert ("conv2d_backprop_filter:filter_tile" in labels) == (kernel[3] <= 64 and native_run)
-    assert any("tn64" in lab for lab in labels) == (kernel[3] == 64 and taps > 16
-                                                    and not native_run)
+    if not native_enabled():
+        assert "conv2d_backprop_filter(reference)" in labels, labels
+        return
+    assert ("conv2d_backprop_filter:filter_tile" in labels) == (kernel[3] <= 64 and native)
+    other = ("conv2d_backprop_filter:conv_filter_direct_kernel" if taps <= 16
+             else "conv2d_backprop_filter:gemm")
+    assert (other in labels) == (kernel[3] > 64 or not native), labels
 
 
 @pytest.mark.parametrize("shape, kernel, attrs", [

@@ -1,13 +1,16 @@
 """Native loops: the CPU backend's generated loops compiled from LLVM IR by llvmlite, without
 numba's front end (docs/architecture.md, "Native loops").
 
-numba spends most of a generated loop's compile time before LLVM sees it (typing, lowering,
-its pipeline and wrappers: 0.25-0.8 s a kernel on this machine, ~9 s for the LSTM model's 16
-loops); the same loop emitted as IR (:mod:`.llvm_loop`) and optimized at LLVM's O3 takes
-~0.03-0.2 s. numba stays the compiler of the hand-written kernels, of ``KILN_JIT=0``'s plain
-Python, and of any loop :mod:`.llvm_loop` does not generate (a
-:class:`~kiln.core.backends.cpu.codegen.spec.CodegenError` there falls back to the numba kernel of
-the same program). ``KILN_NATIVE=0`` turns the path off.
+numba spends most of a generated loop's compile time before LLVM sees it (typing, lowering, its
+pipeline and wrappers: 0.25-0.8 s a kernel on this machine, ~9 s for the LSTM model's 16 loops);
+the same loop emitted as IR (:mod:`.llvm_loop`) and optimized at LLVM's O3 takes ~0.03-0.2 s.
+The hand-written kernels written as IR (convolutions, pooling, softmax and cross-entropy rows,
+one_hot, the uniform generator, products) have no other implementation (docs/architecture.md,
+"One implementation per kernel"). numba stays the compiler of any loop :mod:`.llvm_loop` does
+not generate (a :class:`~kiln.core.backends.cpu.codegen.spec.CodegenError` there falls back to
+the numba kernel of the same program), of the few hand-written kernels without IR, and of
+``KILN_JIT=0``'s plain Python. ``KILN_NATIVE=0`` turns the path off: the generated loops are
+numba's, and the ops whose one kernel is native run their NumPy references.
 
 * Compilation: the module is optimized for this host (its CPU name and features, part of the
   cache key with the IR, kiln's codegen version and llvmlite's / LLVM's versions) and emitted
@@ -413,7 +416,8 @@ def kernel(label: str, dtypes: Sequence[str], make_ir: Callable[[str], str]) -> 
     where that file exists the IR is not generated (only to compile it again, damaged).
 
     Raises:
-        CodegenError: ``make_ir`` does not generate it (the caller then uses numba's).
+        CodegenError: ``make_ir`` does not generate it (the caller then takes another
+            kernel, numba's or the op's NumPy reference).
     """
     memo = (label, tuple(dtypes), jit.kernel_dir())
     known = _kernels.get(memo)
@@ -466,7 +470,8 @@ def try_kernel(label: str, arrays: Sequence[np.ndarray], params: Sequence[int],
     """``(entry point, args)`` of the native kernel ``make_ir`` over the flat views of
     ``arrays`` (C-contiguous) and an int64 parameter array ``params``, or None when the path
     is off, an array is not C-contiguous, or ``make_ir`` does not generate these dtypes
-    (raises CodegenError): the caller then uses its numba kernel."""
+    (raises CodegenError): the caller then takes another kernel (numba's, or the op's NumPy
+    reference)."""
     if not enabled() or not all(a.flags.c_contiguous for a in arrays):
         return None
     dtypes = [a.dtype.name for a in arrays] + ["int64"]

@@ -42,9 +42,6 @@ tests/core/backends/test_fast_math.py checks them.
   taking the coefficients of its quadrant) and one rounding to float32: within 0.500006 ulp
   of the float64 result (every finite float32 checked), sin(-0.0) = -0.0, inf and NaN give
   NaN. No branch: both reductions are computed.
-* ``row_max``, ``row_sum`` and their float32 versions in eight lanes ``row_max32``,
-  ``row_sum32``: the row passes of nn.py's softmax and cross-entropy kernels (numba and
-  Python only: native_nn.py writes the same loops as IR).
 """
 
 from __future__ import annotations
@@ -304,100 +301,6 @@ def sin32(x):
 def cos32(x):
     """cos of a float32 (:func:`trig32`)."""
     return trig32(x, 1)
-
-
-# ---- float32 rows: the softmax and cross-entropy kernels of nn.py (native_nn.py writes the
-# same loops as LLVM IR). Eight lanes of strict operations, independent of each other, which
-# the vectorizers run side by side without reassociating anything, then combined in a fixed
-# order: a row gives the same bits wherever it sits, natively, in numba and as Python. A max
-# and a float64 sum of exp over a row of 4,096 floats were serial chains of a select and an
-# add per element, and a libm call each (docs/architecture.md, "Native loops").
-
-
-def row_max(x, i, n):
-    """The max of x[i, :n] (n >= 1), in order; ``v > m`` keeps m at a NaN after the first."""
-    m = x[i, 0]
-    for r in range(1, n):
-        v = x[i, r]
-        m = v if v > m else m
-    return m
-
-
-def row_sum(o, i, n):
-    """sum over r < n of o[i, r] in float64, in order."""
-    s = 0.0
-    for r in range(n):
-        s += o[i, r]
-    return s
-
-
-def row_max32(x, i, n):
-    """The max of x[i, :n] (n >= 1): lane k takes r = k mod 8 below n - n % 8 (every lane
-    starts at x[i, 0]), lane 0 the rest; ``v > m`` keeps the lane's value, as a NaN after the
-    first does (the row's sum of exp is NaN then)."""
-    m0 = x[i, 0]
-    m1 = m0
-    m2 = m0
-    m3 = m0
-    m4 = m0
-    m5 = m0
-    m6 = m0
-    m7 = m0
-    n8 = n - n % 8
-    for r in range(0, n8, 8):
-        v = x[i, r + 0]
-        m0 = v if v > m0 else m0
-        v = x[i, r + 1]
-        m1 = v if v > m1 else m1
-        v = x[i, r + 2]
-        m2 = v if v > m2 else m2
-        v = x[i, r + 3]
-        m3 = v if v > m3 else m3
-        v = x[i, r + 4]
-        m4 = v if v > m4 else m4
-        v = x[i, r + 5]
-        m5 = v if v > m5 else m5
-        v = x[i, r + 6]
-        m6 = v if v > m6 else m6
-        v = x[i, r + 7]
-        m7 = v if v > m7 else m7
-    for r in range(n8, n):
-        v = x[i, r]
-        m0 = v if v > m0 else m0
-    m = m0
-    m = m1 if m1 > m else m
-    m = m2 if m2 > m else m
-    m = m3 if m3 > m else m
-    m = m4 if m4 > m else m
-    m = m5 if m5 > m else m
-    m = m6 if m6 > m else m
-    m = m7 if m7 > m else m
-    return m
-
-
-def row_sum32(o, i, n):
-    """sum over r < n of the float32 o[i, r] in float64, lane by lane as row_max32."""
-    s0 = 0.0
-    s1 = 0.0
-    s2 = 0.0
-    s3 = 0.0
-    s4 = 0.0
-    s5 = 0.0
-    s6 = 0.0
-    s7 = 0.0
-    n8 = n - n % 8
-    for r in range(0, n8, 8):
-        s0 += np.float64(o[i, r + 0])
-        s1 += np.float64(o[i, r + 1])
-        s2 += np.float64(o[i, r + 2])
-        s3 += np.float64(o[i, r + 3])
-        s4 += np.float64(o[i, r + 4])
-        s5 += np.float64(o[i, r + 5])
-        s6 += np.float64(o[i, r + 6])
-        s7 += np.float64(o[i, r + 7])
-    for r in range(n8, n):
-        s0 += np.float64(o[i, r])
-    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
 
 
 def _own_source() -> str:

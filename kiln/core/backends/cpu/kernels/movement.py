@@ -1,6 +1,7 @@
 """Movement ops that copy: a reshape of strided data (its view rule declined: see
 ``OpDef.view`` and kiln/core/plan.py), and the small kernels one_hot / pad / concatenate /
-slice_grad.
+slice_grad. one_hot's one kernel is native (``native_nn.one_hot_ir``); where that path is off
+it runs its NumPy reference.
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ import functools
 
 import numpy as np
 
-from kiln.core.backends.cpu.codegen import jit, native
+from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.kernels.nn.native_nn import one_hot_ir
-from kiln.core.backends.cpu.registry import builder
+from kiln.core.backends.cpu.registry import build_reference, builder
 from kiln.core.ir import Node
 
 
@@ -62,17 +63,6 @@ def build_slice_grad(b, node: Node) -> None:
     b.add(slice_grad, ())
 
 
-def one_hot_kernel(o, idx, p):
-    depth = p[0]
-    n = idx.shape[0]
-    for i in range(n * depth):
-        o[i] = 0
-    for m in range(n):
-        k = idx[m]
-        if 0 <= k < depth:
-            o[m * depth + k] = 1
-
-
 @builder("one_hot")
 def build_one_hot(b, node: Node) -> None:
     idx = b.contiguous(node.inputs[0]).reshape(-1)
@@ -81,9 +71,7 @@ def build_one_hot(b, node: Node) -> None:
     dt, it = out.dtype.name, idx.dtype.name  # the IR's maker holds names, never arrays
     found = native.try_kernel(f"one_hot {out.dtype} {idx.dtype}", (out, idx),
                               [depth, idx.shape[0]], lambda s: one_hot_ir(s, dt, it))
-    if found is not None:
-        b.add(*found)
+    if found is None:  # the native path is off: the NumPy reference
+        build_reference(b, node)
         return
-    p = np.array([depth], np.int64)
-    kernel = jit.load_function(one_hot_kernel)
-    b.add(kernel.specialize((out, idx, p)), (out, idx, p))
+    b.add(*found)

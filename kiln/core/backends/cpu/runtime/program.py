@@ -48,7 +48,7 @@ from kiln.core.backends.cpu.codegen import compile_batch
 from kiln.core.backends.cpu.codegen.spec import REDUCE_OPS
 from kiln.core.backends.cpu.kernels.elementwise import build_group, build_loop
 from kiln.core.backends.cpu.lowering import lower
-from kiln.core.backends.cpu.registry import BUILDERS
+from kiln.core.backends.cpu.registry import BUILDERS, build_reference
 from kiln.core.backends.cpu.runtime.feeds import (
     FeedBinding,
     feed_binding,
@@ -418,21 +418,6 @@ def is_generated(node: Node) -> bool:
     """Nodes whose kernel is generated from scalar bodies (elementwise, fused, reductions)."""
     kind = get_op(node.op).kind
     return kind in (ELEMENTWISE, FUSED) or (kind == REDUCE and node.op in REDUCE_OPS)
-
-
-def build_reference(b: PlanBuilder, node: Node) -> None:
-    """Runs the op's NumPy reference and copies the result into the output buffer."""
-    ref = get_op(node.op).ref
-    ins = [b.array(i) for i in node.inputs]
-    out = b.out(node)
-    attrs = dict(node.attrs)
-
-    def run_reference() -> None:
-        with np.errstate(all="ignore"):
-            value = ref(*ins, **attrs)
-        np.copyto(out, np.asarray(value), casting="unsafe")
-
-    b.add(run_reference, (), label=f"{node.op}(reference)")
 
 
 class CpuProgram:

@@ -3,18 +3,18 @@ each picks how its node runs (kiln/core/backends/cpu/kernels/conv/conv.py's modu
 lists the ways), in this order: grouped kernels (``conv_groups``), native dot kernels for few
 output channels (``conv_tile``), Winograd (``winograd``, ``winograd_pipeline``), the register
 tiles (``conv_tile``), then ``conv.conv_method``'s choice of direct loops or im2col + GEMM.
-The im2col buffer of an input is computed once per step and shared by its readers.
+The im2col buffer of an input is computed once per step and shared by its readers. Every
+kernel here is native (LLVM IR): where that path is off, each op runs its NumPy reference.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import products
 from kiln.core.backends.cpu.kernels.conv import conv, conv_tile, winograd, winograd_ops
 from kiln.core.backends.cpu.kernels.conv.conv_groups import build_grouped
-from kiln.core.backends.cpu.registry import builder
+from kiln.core.backends.cpu.registry import builder, reference_unless_native
 from kiln.core.ir import Node
 
 
@@ -28,7 +28,7 @@ def _cols(b, x_node: Node, k: tuple[int, int], oh: int, ow: int, p: np.ndarray) 
     x = b.contiguous(x_node)
     n, h, w, c = x.shape
     cols = np.empty((n, oh, ow, k[0], k[1], c), x.dtype)
-    conv._call(b, conv.im2col_kernel, cols.reshape(n, oh, ow, k[0], k[1] * c),
+    conv._call(b, "im2col_kernel", cols.reshape(n, oh, ow, k[0], k[1] * c),
                x.reshape(n, h, w * c), np.append(p, c).astype(np.int64))
     b.cache[key] = cols
     return cols
@@ -51,6 +51,8 @@ def _pointwise(node: Node, k: tuple) -> bool:
 
 @builder("conv2d")
 def build_conv2d(b, node: Node) -> None:
+    if not reference_unless_native(b, node):
+        return
     if node.attrs.get("groups", 1) != 1:
         _grouped(b, node)
         return
@@ -67,12 +69,12 @@ def build_conv2d(b, node: Node) -> None:
         pads = winograd.forward_pads(node, x.shape[1:3], k)
         winograd_ops.convolve(b, x, id(x_node), w, out, pads, stride)
         return
-    method = conv.conv_method(k[0] * k[1] * w.shape[2], node.op, out.dtype.name, w.shape[3])
-    if method == "tile":
-        conv_tile.forward_tile(b, node, x, w, out)
+    taps = k[0] * k[1] * w.shape[2]
+    method = conv.conv_method(taps, node.op, out.dtype.name, w.shape[3])
+    if method == "tile" and conv_tile.forward_tile(b, node, x, w, out):
         return
-    if method == "direct":
-        conv._call(b, conv.conv_direct_kernel, out, x, w, p)
+    if method == "direct" or (method == "tile" and taps <= conv.DIRECT_MAX_TAPS):
+        conv._call(b, "conv_direct_kernel", out, x, w, p)
         return
     cols = _cols(b, x_node, k, oh, ow, p)
     kk = k[0] * k[1] * w.shape[2]
@@ -83,6 +85,8 @@ def build_conv2d(b, node: Node) -> None:
 
 @builder("conv2d_backprop_filter")
 def build_conv2d_filter(b, node: Node) -> None:
+    if not reference_unless_native(b, node):
+        return
     if node.attrs.get("groups", 1) != 1:
         _grouped(b, node)
         return
@@ -100,34 +104,26 @@ def build_conv2d_filter(b, node: Node) -> None:
         pads = winograd.forward_pads(node, x.shape[1:3], k)
         winograd_ops.kernel_gradient(b, x, id(x_node), ct, out, pads, stride)
         return
-    # the native tiles where the native path is on (else no padded copy made for nothing)
-    method = conv.conv_method(k[0] * k[1] * ci, node.op, out.dtype.name, ct.shape[3],
-                              native.enabled())
+    taps = k[0] * k[1] * ci
+    method = conv.conv_method(taps, node.op, out.dtype.name, ct.shape[3])
     if method == "tile":
         padded = conv_tile.padded(b, x_node, x, k, node.attrs)
         (sh, sw), (dh, dw) = node.attrs["strides"], node.attrs["dilation"]
         if conv_tile.native_filter(b, out, padded, ct, (sh, sw, dh, dw, *k)):
             return
-        # the native kernel did not build here: numba's choice
-        method = conv.conv_method(k[0] * k[1] * ci, node.op, out.dtype.name, ct.shape[3], False)
-    if method == "direct":
-        conv._call_summed(b, conv.conv_filter_direct_kernel, out, x, ct, p,
-                          n=ct.shape[0])
+    if taps <= conv.DIRECT_MAX_TAPS:
+        conv._call_summed(b, "conv_filter_direct_kernel", out, x, ct, p, n=ct.shape[0])
         return
     cols = _cols(b, x_node, k, oh, ow, p)
-    kk = k[0] * k[1] * ci
-    if method == "tile":
-        rows = cols.size // kk
-        conv._call_summed(b, conv.conv_filter_tn64_kernel, out.reshape(kk, 64),
-                          cols.reshape(-1, kk), ct.reshape(-1, 64), conv.TN64_CHUNK,
-                          n=-(-rows // conv.TN64_CHUNK), fastmath=True)
-        return
+    kk = taps
     b.add(products.MatmulCall(), (cols.reshape(-1, kk).T, ct.reshape(-1, ct.shape[3]),
                                  out.reshape(kk, -1)), label="conv2d_backprop_filter:gemm")
 
 
 @builder("conv2d_backprop_input")
 def build_conv2d_input(b, node: Node) -> None:
+    if not reference_unless_native(b, node):
+        return
     if node.attrs.get("groups", 1) != 1:
         _grouped(b, node)
         return
@@ -146,9 +142,6 @@ def build_conv2d_input(b, node: Node) -> None:
         b.add(products.MatmulCall(), (ct.reshape(-1, w.shape[3]), w.reshape(w.shape[2], -1).T,
                                      out.reshape(-1, w.shape[2])), label=f"{node.op}:pointwise")
         return
-    if conv.conv_method(k[0] * k[1] * w.shape[2], node.op, out.dtype.name, ct.shape[3]) == "direct":
-        conv._call(b, conv.conv_input_direct_kernel, out, ct, w, p)
-        return
     if conv_tile.input_as_forward(node, w, out):
         conv_tile.input_gradient_tile(b, node, ct, w, out)
         return
@@ -158,4 +151,4 @@ def build_conv2d_input(b, node: Node) -> None:
     b.add(products.MatmulCall(),
           (ct.reshape(-1, w.shape[3]), w.reshape(kk, -1).T, cols.reshape(-1, kk)),
           label="conv2d_backprop_input:gemm")
-    conv._call(b, conv.col2im_kernel, out, cols, p)
+    conv._call(b, "col2im_kernel", out, cols, p)

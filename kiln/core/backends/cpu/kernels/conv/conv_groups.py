@@ -1,11 +1,13 @@
-"""Grouped convolution kernels (the ``groups`` attribute of conv2d and its two gradients, see
-kiln/core/ops/conv.py): direct numba loops over the taps, vectorized over the output channels
-of each group, the images split over kiln's threads (``conv._call``).
+"""Grouped convolutions (the ``groups`` attribute of conv2d and its two gradients, see
+kiln/core/ops/conv.py): the native kernels of ``native_groups.py`` (direct loops over the taps,
+vectorized over the output channels of each group; depthwise: over the channels of each tap)
+and ``native_blocked.py`` (float32, the sums in registers), the images split over kiln's
+threads (``conv._call``). The input gradient runs as grouped forwards of the cotangent where
+it can (stride 1: :func:`_input_as_forward`; strides: :func:`_input_by_phases`).
 
-A first version, correct for any ``groups`` (depthwise included: ``groups == Cin``): it uses
-no im2col or GEMM, so a grouped convolution with many taps per group runs slower than an
-ungrouped one of the same size. The builders in ``conv.py`` hand every node with
-``groups > 1`` to :func:`build_grouped`.
+They use no im2col or GEMM, so a grouped convolution with many taps per group runs slower than
+an ungrouped one of the same size. The builders in ``builders.py`` hand every node with
+``groups > 1`` to :func:`build_grouped` (native path on; else the op's NumPy reference).
 """
 
 from __future__ import annotations
@@ -19,122 +21,30 @@ from kiln.core.ir import Node
 from kiln.core.ops.window import window2d
 
 
-def conv_grouped_kernel(out, x, w, p, n0, n1):
-    # out (N, OH, OW, CO) from x (N, H, W, G * CIG) and w (KH, KW, CIG, CO); output channels
-    # [g * COG, (g + 1) * COG) read input channels [g * CIG, (g + 1) * CIG)
-    h, wd = x.shape[1], x.shape[2]
-    oh, ow, co = out.shape[1], out.shape[2], out.shape[3]
-    kh, kw, cig = w.shape[0], w.shape[1], w.shape[2]
-    sh, sw, dh, dw, pt, pl, groups = p[0], p[1], p[2], p[3], p[4], p[5], p[6]
-    cog = co // groups
-    acc = np.empty(co, out.dtype)
-    for n in range(n0, n1):
-        for i in range(oh):
-            for j in range(ow):
-                for o in range(co):
-                    acc[o] = 0
-                for a in range(kh):
-                    hi = i * sh - pt + a * dh
-                    if hi < 0 or hi >= h:
-                        continue
-                    for b in range(kw):
-                        wi = j * sw - pl + b * dw
-                        if wi < 0 or wi >= wd:
-                            continue
-                        for g in range(groups):
-                            for c in range(cig):
-                                v = x[n, hi, wi, g * cig + c]
-                                for o in range(g * cog, (g + 1) * cog):
-                                    acc[o] += v * w[a, b, c, o]
-                for o in range(co):
-                    out[n, i, j, o] = acc[o]
-
-
-def conv_grouped_filter_kernel(dw_, x, ct, p, n0, n1):
-    # dw_ (KH, KW, CIG, CO) = the transpose of conv_grouped_kernel in w, summed over the
-    # images n0 <= n < n1 (the kernel gradient, or a part's share of it)
-    h, wd = x.shape[1], x.shape[2]
-    oh, ow, co = ct.shape[1], ct.shape[2], ct.shape[3]
-    kh, kw, cig = dw_.shape[0], dw_.shape[1], dw_.shape[2]
-    sh, sw, dh, dw, pt, pl, groups = p[0], p[1], p[2], p[3], p[4], p[5], p[6]
-    cog = co // groups
-    for a in range(kh):
-        for b in range(kw):
-            for c in range(cig):
-                for o in range(co):
-                    dw_[a, b, c, o] = 0
-    for n in range(n0, n1):
-        for i in range(oh):
-            for j in range(ow):
-                for a in range(kh):
-                    hi = i * sh - pt + a * dh
-                    if hi < 0 or hi >= h:
-                        continue
-                    for b in range(kw):
-                        wi = j * sw - pl + b * dw
-                        if wi < 0 or wi >= wd:
-                            continue
-                        for g in range(groups):
-                            for c in range(cig):
-                                v = x[n, hi, wi, g * cig + c]
-                                for o in range(g * cog, (g + 1) * cog):
-                                    dw_[a, b, c, o] += v * ct[n, i, j, o]
-
-
-def conv_grouped_input_kernel(dx, ct, w, p, n0, n1):
-    # dx (N, H, W, G * CIG) = the transpose of conv_grouped_kernel in x
-    h, wd, ci = dx.shape[1], dx.shape[2], dx.shape[3]
-    oh, ow, co = ct.shape[1], ct.shape[2], ct.shape[3]
-    kh, kw, cig = w.shape[0], w.shape[1], w.shape[2]
-    sh, sw, dh, dw, pt, pl, groups = p[0], p[1], p[2], p[3], p[4], p[5], p[6]
-    cog = co // groups
-    for n in range(n0, n1):
-        for hi in range(h):
-            for wi in range(wd):
-                for c in range(ci):
-                    dx[n, hi, wi, c] = 0
-        for i in range(oh):
-            for j in range(ow):
-                for a in range(kh):
-                    hi = i * sh - pt + a * dh
-                    if hi < 0 or hi >= h:
-                        continue
-                    for b in range(kw):
-                        wi = j * sw - pl + b * dw
-                        if wi < 0 or wi >= wd:
-                            continue
-                        for g in range(groups):
-                            for c in range(cig):
-                                s = dx[n, hi, wi, g * cig + c]
-                                for o in range(g * cog, (g + 1) * cog):
-                                    s += ct[n, i, j, o] * w[a, b, c, o]
-                                dx[n, hi, wi, g * cig + c] = s
-
-
 def build_grouped(b, node: Node) -> None:
     """Adds the kernel call of a conv2d, conv2d_backprop_input or conv2d_backprop_filter node
     with ``groups > 1``."""
     groups = node.attrs["groups"]
     first, second = (b.contiguous(i) for i in node.inputs)
     out = b.out(node)
-    # The native twins (native_groups.py) run these loops as fast as numba's or faster: 64
-    # channels, 32x32, batch 32, 3x3, AVX2 host, native / numba per kernel (forward, kernel
-    # gradient, input gradient): depthwise 1.02 / 0.91 / 0.37, 2 channels per group 0.67 /
-    # 0.71 / 0.57, 16 per group 0.21 / 0.22 / 0.75.
+    # The native kernels (native_groups.py) ran as fast as the numba kernels they replaced or
+    # faster: 64 channels, 32x32, batch 32, 3x3, AVX2 host, native / numba time per kernel
+    # (forward, kernel gradient, input gradient): depthwise 1.02 / 0.91 / 0.37, 2 channels
+    # per group 0.67 / 0.71 / 0.57, 16 per group 0.21 / 0.22 / 0.75.
     # Depthwise, the kernel (kh, kw, 1, C) with C == groups: native_groups.depthwise_ir, whose
-    # loops run over the channels of each tap, vectorized (the loops above run one channel per
-    # group: a scalar inner loop of one element); the same bits, so numba's grouped kernels
-    # remain where the native path is off. 64 channels, 16 x 16, batch 32, 3x3, 2 threads
-    # (benchmarks/bench_conv_shapes.py's dw case through Function calls): forward 9.6 -> 2.3
-    # ms, input gradient 9.5 -> 1.6 ms, kernel gradient 7.6 -> 0.8 ms.
+    # loops run over the channels of each tap, vectorized (the grouped loops run one channel
+    # per group: a scalar inner loop of one element). 64 channels, 16 x 16, batch 32, 3x3, 2
+    # threads (benchmarks/bench_conv_shapes.py's dw case through Function calls): forward 9.6
+    # -> 2.3 ms, input gradient 9.5 -> 1.6 ms, kernel gradient 7.6 -> 0.8 ms.
     kernel_shape = second.shape if node.op != "conv2d_backprop_filter" else out.shape
     depthwise = kernel_shape[2] == 1 and kernel_shape[3] == groups
 
-    def twin(kind: str, cig: int, cog: int) -> str | tuple:
-        """The native twin of the kernel ``kind`` ("", "_filter", "_input") for ``cig``
-        input and ``cog`` output channels per group (of the convolution it computes)."""
+    def kernel_of(kind: str, cig: int, cog: int) -> tuple:
+        """``(name, make or None)`` of the native kernel ``kind`` ("", "_filter", "_input")
+        for ``cig`` input and ``cog`` output channels per group (of the convolution it
+        computes); None: ``conv._call``'s table's generator."""
         if depthwise:
-            return f"conv_depthwise{kind}_kernel"
+            return f"conv_depthwise{kind}_kernel", None
         # the output channels of a group as a constant: the loop over them compiles to
         # whole vectors (bench_conv_shapes.py's g4, 16 per group, with a run-time trip count:
         # forward 8.4 -> 2.3 ms, kernel gradient 9.6 -> 2.9-3.5 ms)
@@ -152,34 +62,40 @@ def build_grouped(b, node: Node) -> None:
     cog = kernel_shape[3] // groups
     if node.op == "conv2d":
         _, _, p = _conv_params(first.shape[1:3], second.shape[:2], node.attrs)
-        _call(b, conv_grouped_kernel, out, first, second, np.append(p, groups),
-              twin=twin("", kernel_shape[2], cog))
+        _grouped_call(b, kernel_of("", kernel_shape[2], cog), out, first, second,
+                      np.append(p, groups))
     elif node.op == "conv2d_backprop_input":
         if not depthwise and tuple(node.attrs["strides"]) == (1, 1):
             _input_as_forward(b, node, first, second, out, groups,
-                              twin("", cog, kernel_shape[2]))
+                              kernel_of("", cog, kernel_shape[2]))
             return
         if not depthwise and tuple(node.attrs["dilation"]) == (1, 1):
             _input_by_phases(b, node, first, second, out, groups,
-                             twin("", cog, kernel_shape[2]))
+                             kernel_of("", cog, kernel_shape[2]))
             return
         _, _, p = _conv_params(node.attrs["input_shape"][:2], second.shape[:2], node.attrs)
-        _call(b, conv_grouped_input_kernel, out, first, second, np.append(p, groups),
-              twin=twin("_input", kernel_shape[2], cog))
+        _grouped_call(b, kernel_of("_input", kernel_shape[2], cog), out, first, second,
+                      np.append(p, groups))
     else:
         _, _, p = _conv_params(first.shape[1:3], node.attrs["kernel_size"], node.attrs)
-        _call_summed(b, conv_grouped_filter_kernel, out, first, second, np.append(p, groups),
-                     n=first.shape[0], twin=twin("_filter", kernel_shape[2], cog))
+        name, make = kernel_of("_filter", kernel_shape[2], cog)
+        _call_summed(b, name, out, first, second, np.append(p, groups), n=first.shape[0],
+                     make=make)
+
+
+def _grouped_call(b, kernel: tuple, *args) -> None:
+    """``conv._call`` of the native kernel ``kernel = (name, make)``."""
+    _call(b, kernel[0], *args, make=kernel[1])
 
 
 def _input_as_forward(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
-                      groups: int, twin: str | tuple) -> None:
+                      groups: int, kernel: tuple) -> None:
     """The input gradient of a grouped stride-1 convolution as the grouped forward of the
     cotangent (padded by ``(k - 1) d - pad``: the forward's bounds checks) with each group's
     kernel flipped in space and its channel axes swapped, (kh, kw, Cout/g, Cin): its sums run
     over the group's output channels as the forward's do over input channels, vectorized over
-    the outputs, where conv_grouped_input_kernel sums each input element's products in one
-    scalar chain (16 channels per group: 16.9 -> 2.4 ms; bench_conv_shapes.py's g4)."""
+    the outputs, where the grouped input-gradient kernel sums each input element's products in
+    one scalar chain (16 channels per group: 16.9 -> 2.4 ms; bench_conv_shapes.py's g4)."""
     kh, kw, cig, co = w.shape
     cog = co // groups
     (dh, dw) = node.attrs["dilation"]
@@ -189,7 +105,7 @@ def _input_as_forward(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.ndar
     flipped = np.empty((kh, kw, cog, groups * cig), w.dtype)
     b.add(_flip_groups, (w, flipped, groups), label=f"{node.op}:flip")
     p = np.array([1, 1, dh, dw, (kh - 1) * dh - pt, (kw - 1) * dw - pl, groups], np.int64)
-    _call(b, conv_grouped_kernel, out, ct, flipped, p, twin=twin)
+    _grouped_call(b, kernel, out, ct, flipped, p)
 
 
 def _phase(size: int, k: int, s: int, pad: int, r: int) -> tuple[int, int, int]:
@@ -205,15 +121,15 @@ def _phase(size: int, k: int, s: int, pad: int, r: int) -> tuple[int, int, int]:
 
 
 def _input_by_phases(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
-                     groups: int, twin: str | tuple) -> None:
+                     groups: int, kernel: tuple) -> None:
     """The input gradient of a grouped convolution with strides (dilation 1) as one stride-1
     grouped forward per phase (``s_h * s_w`` of them, :func:`_phase`): each phase's input
     positions take every ``s``-th tap of the kernel, so the phase is the forward of the
     cotangent with that sub-kernel flipped (as in :func:`_input_as_forward`), written to a
     scratch image and copied to its rows and columns of ``out``. The same multiply-adds as the
-    scalar loops' (which add each input element's products in one chain, skipping the taps
-    outside the image), in another order: 16 channels per group, 56 x 56 x 64, stride 2,
-    batch 32: 51 -> 10.9 ms (docs/architecture.md, "Native loops")."""
+    grouped input-gradient kernel's (which adds each input element's products in one chain,
+    skipping the taps outside the image), in another order: 16 channels per group, 56 x 56 x
+    64, stride 2, batch 32: 51 -> 10.9 ms (docs/architecture.md, "Native loops")."""
     kh, kw, cig, co = w.shape
     cog = co // groups
     (sh, sw) = node.attrs["strides"]
@@ -239,7 +155,7 @@ def _input_by_phases(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.ndarr
                   label=f"{node.op}:phase_flip")
             scratch = np.empty((n, nh, nw, groups * cig), out.dtype)
             p = np.array([1, 1, 1, 1, th - 1 - qh, tw - 1 - qw, groups], np.int64)
-            _call(b, conv_grouped_kernel, scratch, ct, flipped, p, twin=twin)
+            _grouped_call(b, kernel, scratch, ct, flipped, p)
             b.add(_scatter, (target, scratch), label=f"{node.op}:phase_scatter")
 
 

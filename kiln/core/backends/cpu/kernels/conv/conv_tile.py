@@ -244,11 +244,10 @@ def native_dot_filter(b, node: Node, x: np.ndarray, ct: np.ndarray, out: np.ndar
     return True
 
 
-def forward_tile(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
-    """The forward convolution through the register-tiled kernel, ``native_tile``'s (else
-    conv.conv_tile64_kernel): padding copies the input into a zero-bordered buffer first, fewer
-    output channels than the kernel's vectors hold copy the kernel into a zero-padded
-    (taps, width) buffer (both copies are small next to the convolution)."""
+def forward_tile(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> bool:
+    """The forward convolution through ``native_tile``'s register-tiled kernel (padding copies
+    the input into a zero-bordered buffer first: small next to the convolution); False where
+    it does not run (nothing added then but the padded copy)."""
     kh, kw, ci, co = w.shape
     (sh, sw), (dh, dw) = node.attrs["strides"], node.attrs["dilation"]
     x = padded(b, node.inputs[0], x, (kh, kw), node.attrs)
@@ -260,16 +259,8 @@ def forward_tile(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray) -
                                    or np.shares_memory(target, w2d)):
         if native_forward(b, target, x, w2d, (sh, sw, dh, dw, kh, kw), epilogue=epi):
             b.absorb(fused)
-            return
-    if native_forward(b, out, x, w2d, (sh, sw, dh, dw, kh, kw)):
-        return
-    if co < 64:
-        w64 = np.zeros((kh * kw * ci, 64), w.dtype)
-        b.add(np.copyto, (w64[:, :co], w2d), label="conv2d:pad_kernel")
-        w2d = w64
-    conv._call(b, conv.conv_tile64_kernel, out, x, w2d,
-               np.array([sh, sw, dh, dw, kh, kw], np.int64), n=out.shape[0] * out.shape[1],
-               fastmath=True)
+            return True
+    return native_forward(b, out, x, w2d, (sh, sw, dh, dw, kh, kw))
 
 
 def input_as_forward(node: Node, w: np.ndarray, out: np.ndarray) -> bool:
@@ -282,8 +273,7 @@ def input_as_forward(node: Node, w: np.ndarray, out: np.ndarray) -> bool:
     if not (conv.INPUT_AS_FORWARD and out.dtype == np.float32
             and tuple(node.attrs["strides"]) == (1, 1)):
         return False
-    if (target.current().tile_conv and conv.NATIVE_TILE and native.enabled()
-            and w.shape[2] <= 64):
+    if target.current().tile_conv and conv.NATIVE_TILE and w.shape[2] <= 64:
         return True
     return (tuple(node.attrs["dilation"]) == (1, 1) and 16 <= w.shape[2] <= 64
             and w.shape[3] <= 8)
@@ -294,7 +284,8 @@ def input_gradient_tile(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.nd
     correlation of the cotangent, zero-padded by ``(k - 1) d - pad`` on each side, with the
     kernel flipped in space and its channel axes swapped (the same dilation ``d``), run by
     the forward tiles (no im2col buffer of the size of the input times the taps, no col2im
-    pass)."""
+    pass): ``native_tile``'s on AVX-512 hosts, else numba's ``conv.conv_tile64_kernel`` (the
+    one convolution kernel without a native implementation)."""
     kh, kw, ci, co = w.shape
     dh, dw = node.attrs["dilation"]
     n, oh, ow, _ = ct.shape
@@ -311,6 +302,6 @@ def input_gradient_tile(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.nd
         return
     w64 = np.zeros((kh * kw * co, 64), w.dtype)
     b.add(np.copyto, (w64[:, :ci], flip.reshape(kh * kw * co, ci)), label=f"{node.op}:pad_kernel")
-    conv._call(b, conv.conv_tile64_kernel, out, padded, w64,
-               np.array([1, 1, dh, dw, kh, kw], np.int64), n=out.shape[0] * out.shape[1],
-               fastmath=True)
+    conv.call_numba(b, conv.conv_tile64_kernel, out, padded, w64,
+                    np.array([1, 1, dh, dw, kh, kw], np.int64), n=out.shape[0] * out.shape[1],
+                    fastmath=True)

@@ -1,10 +1,10 @@
 """Register-blocked native kernels of grouped convolutions (docs/architecture.md, "Native
 loops"): the float32 grouped forward and kernel gradient with their sums in registers
-(:func:`conv_grouped_blocked_ir`, :func:`conv_grouped_filter_blocked_ir`, twins of
-``conv_groups.conv_grouped_kernel`` and ``conv_grouped_filter_kernel`` generated for the
-channels per group as constants), and the vector helpers they share with the depthwise
-kernels of ``native_groups.py``. Per element they add the same products in the same order as
-the numba loops, a multiply then an add: the same bits.
+(:func:`conv_grouped_blocked_ir`, :func:`conv_grouped_filter_blocked_ir`: the kernels of
+``native_groups.conv_grouped_ir`` and ``conv_grouped_filter_ir`` generated for the channels
+per group as constants), and the vector helpers they share with the depthwise kernels of
+``native_groups.py``. Per element they add the same products in the same order as those
+loops, a multiply then an add: the same bits.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def _splat(f, lanes: int, scalar: str) -> str:
 
 
 def _mul_add(f, vec: str, acc: str, a: str, b: str) -> None:
-    """``*acc = *acc + a * b`` for the vector alloca ``acc`` (a multiply then an add, as the
-    numba loops round)."""
+    """``*acc = *acc + a * b`` for the vector alloca ``acc`` (a multiply then an add, rounded
+    as the scalar loops of ``native_groups`` round)."""
     sv, prod, new = f.tmp(), f.tmp(), f.tmp()
     f.emit(f"{sv} = load {vec}, ptr {acc}")
     f.emit(f"{prod} = fmul {vec} {a}, {b}")
@@ -114,7 +114,8 @@ def conv_grouped_filter_blocked_ir(symbol: str, dtype: str, cig: int, cog: int) 
     of ``R`` input channels, the ``R x cog`` sums of ``dw`` in registers over an output row's
     columns (loaded and stored once per row), each pixel's ``cog`` cotangents loaded once for
     the block and each input value broadcast once: per element the same products added in the
-    same pixel order, a multiply then an add (the numba loops' bits)."""
+    same pixel order, a multiply then an add (``native_groups.conv_grouped_filter_ir``'s
+    bits)."""
     k, lanes, nv = _blocked_start("filter", dtype, cog)
     f = k.f
     sh, sw, dh, dw, pt, pl, groups = k.p
@@ -170,14 +171,14 @@ GROUPED_PIXELS = 8  # accumulators (pixels x vectors) of the blocked grouped for
 
 
 def conv_grouped_blocked_ir(symbol: str, dtype: str, cig: int, cog: int) -> str:
-    """The float32 grouped forward (``conv_grouped_kernel``'s arguments) with ``cig`` input
-    and ``cog`` output channels per group as constants: per group, the ``cog`` sums of ``P``
-    pixels of a row in registers over the window's taps and the group's input channels (the
-    numba loops add into a scratch row in memory), each kernel vector loaded once for the
+    """The float32 grouped forward (``native_groups.conv_grouped_ir``'s arguments) with ``cig``
+    input and ``cog`` output channels per group as constants: per group, the ``cog`` sums of
+    ``P`` pixels of a row in registers over the window's taps and the group's input channels
+    (the scalar loops add into a scratch row in memory), each kernel vector loaded once for the
     ``P`` pixels and each input value broadcast once (``P = GROUPED_PIXELS / vectors``; the
-    row's last block ends at its end, recomputing a few pixels of the one before; rows
-    narrower than a block pixel by pixel): per element the same products added in the same
-    order (taps, then input channels), a multiply then an add (the numba loops' bits)."""
+    row's last block ends at its end, recomputing a few pixels of the one before; rows narrower
+    than a block pixel by pixel): per element the same products added in the same order (taps,
+    then input channels), a multiply then an add (the scalar loops' bits)."""
     k, lanes, nv = _blocked_start("forward", dtype, cog)
     f = k.f
     sh, sw, dh, dw, pt, pl, groups = k.p

@@ -1,14 +1,15 @@
-"""Native (LLVM IR) twins of the convolution kernels of ``conv.py``: ``im2col_kernel``,
+"""The convolution kernels (LLVM IR; their one implementation: docs/architecture.md, "One
+implementation per kernel"), by the names ``conv._call`` knows them by: ``im2col_kernel``,
 ``col2im_kernel``, ``conv_direct_kernel`` and ``conv_filter_direct_kernel``, and the loop
-helpers the grouped (``native_groups.py``) and pooling (``native_pool.py``) twins share
+helpers the grouped (``native_groups.py``) and pooling (``native_pool.py``) kernels share
 (docs/architecture.md, "Native loops").
 
-Each generator writes its numba kernel's loops in the same order with the same float
-arithmetic (no reassociation, no contraction: the same bits, checked by
-``tests/core/backends/test_native_loops.py``). The arrays come flat; the parameter array
+Plain loops with strict float arithmetic (no reassociation, no contraction; the numba
+kernels they replaced gave the same bits), checked against the ops' NumPy references by
+``tests/core/backends/test_native_loops.py``. The arrays come flat; the parameter array
 holds every array's shape (in argument order), then the kernel's own parameters ``p``, then
 the range ``n0, n1`` of the outer loop that ``conv._call`` splits over threads. The pointers
-are ``noalias`` (the outputs are fresh buffers, as for the numba kernels' ``noalias``).
+are ``noalias`` (the outputs are fresh buffers).
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ def _taps(k: _Kernel, dtype: str, x_dims: list[str], w_dims: list[str],
 
 def conv_direct_ir(symbol: str, dtype: str) -> str:
     """``(out (N, OH, OW, CO), x (N, H, W, CI), w (KH, KW, CI, CO), p = [sh, sw, dh, dw, pt,
-    pl])``: ``orow[o] += x * w[t + c, o]`` in the numba kernel's order."""
+    pl])``: for each output pixel, ``orow[o] += x * w[t + c, o]`` over the taps ``t`` inside
+    the image (row-major), their input channels ``c`` in order."""
     _check(dtype, "conv_direct")
     k = _Kernel((4, 4, 4), 6)
     f = k.f
@@ -134,7 +136,8 @@ def conv_direct_ir(symbol: str, dtype: str) -> str:
 
 def conv_filter_direct_ir(symbol: str, dtype: str) -> str:
     """``(dw (KH, KW, CI, CO), x (N, H, W, CI), ct (N, OH, OW, CO), p)``: the kernel gradient
-    over the images n0 <= n < n1, ``drow[o] += x * crow[o]`` in the numba kernel's order."""
+    over the images n0 <= n < n1, ``drow[o] += x * crow[o]`` pixel by pixel, the taps inside
+    the image row-major."""
     _check(dtype, "conv_filter_direct")
     k = _Kernel((4, 4, 4), 6)
     f = k.f
@@ -150,7 +153,7 @@ def conv_filter_direct_ir(symbol: str, dtype: str) -> str:
     return f.function(symbol, ["dw", "x", "ct", "p"], noalias=True)
 
 
-# numba kernel name -> its native twin's generator
-TWINS: dict[str, Callable[[str, str], str]] = {
+# kernel name (conv._call's) -> its generator
+KERNELS: dict[str, Callable[[str, str], str]] = {
     "im2col_kernel": im2col_ir, "col2im_kernel": col2im_ir,
     "conv_direct_kernel": conv_direct_ir, "conv_filter_direct_kernel": conv_filter_direct_ir}

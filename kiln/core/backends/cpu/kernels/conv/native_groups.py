@@ -1,12 +1,13 @@
-"""Native (LLVM IR) twins of the grouped convolution kernels of ``conv_groups.py``:
-``conv_grouped_kernel``, ``conv_grouped_filter_kernel`` and ``conv_grouped_input_kernel``, and
-the depthwise ones (one input and one output channel per group) ``conv_depthwise_kernel``,
+"""The grouped convolution kernels (LLVM IR, their one implementation) that ``conv_groups.py``
+runs: ``conv_grouped_kernel``, ``conv_grouped_filter_kernel`` and ``conv_grouped_input_kernel``
+(direct loops over the taps, vectorized over each group's output channels), and the depthwise
+ones (one input and one output channel per group) ``conv_depthwise_kernel``,
 ``conv_depthwise_filter_kernel`` and ``conv_depthwise_input_kernel`` (docs/architecture.md,
 "Native loops").
 
 The same layout of arguments as ``native_conv.py`` (flat arrays; the parameter array holds
 the arrays' shapes, then ``p = [sh, sw, dh, dw, pt, pl, groups]``, then the range ``n0, n1``)
-and the same loops, order and float arithmetic as the numba kernels (the same bits).
+and its strict float arithmetic (checked against the NumPy references).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def _windows(k: _Kernel, x_dims: list[str], w_dims: list[str], body: Callable,
 
 def conv_grouped_ir(symbol: str, dtype: str, cog: int | None = None) -> str:
     """``(out (N, OH, OW, CO), x (N, H, W, G*CIG), w (KH, KW, CIG, CO), p)``: accumulated per
-    output pixel in a scratch row (numba's ``acc``), then stored."""
+    output pixel in a scratch row ``acc``, then stored."""
     _check(dtype, "conv_grouped")
     k = _Kernel((4, 4, 4), 7)
     f = k.f
@@ -209,7 +210,7 @@ def _depthwise_forward_vectors(symbol: str, k: _Kernel) -> str:
 
 def _depthwise_filter_vectors(symbol: str, k: _Kernel) -> str:
     """The float32 depthwise kernel gradient with each tap's 16-channel sums in registers over
-    an output row's columns (loaded from and stored to ``dw`` once per row and tap: the numba
+    an output row's columns (loaded from and stored to ``dw`` once per row and tap: the scalar
     loops read and write ``dw`` at every pixel), :data:`DEPTHWISE_FILTER_VECTORS` vectors at a
     time (independent chains of adds: one alone waits for each add's latency), then the
     remaining vectors one by one: per element the same products added in the same pixel order,
@@ -273,10 +274,10 @@ def _depthwise_filter_vectors(symbol: str, k: _Kernel) -> str:
 
 
 def depthwise_ir(symbol: str, dtype: str, kind: str) -> str:
-    """The depthwise twin of ``conv_grouped_kernel`` (``kind`` "forward": ``(out, x, w,
-    p)``), ``conv_grouped_filter_kernel`` ("filter": ``(dw, x, ct, p)``) or
-    ``conv_grouped_input_kernel`` ("input": ``(dx, ct, w, p)``) where every group has one
-    input and one output channel; the arguments and parameters of those kernels."""
+    """The depthwise form of ``conv_grouped_ir`` (``kind`` "forward": ``(out, x, w, p)``),
+    ``conv_grouped_filter_ir`` ("filter": ``(dw, x, ct, p)``) or ``conv_grouped_input_ir``
+    ("input": ``(dx, ct, w, p)``) where every group has one input and one output channel; the
+    arguments and parameters of those kernels, the same sums per element."""
     _check(dtype, "depthwise")
     k = _Kernel((4, 4, 4), 7)
     f = k.f
@@ -336,7 +337,7 @@ def depthwise_ir(symbol: str, dtype: str, kind: str) -> str:
     return f.function(symbol, ["dx", "ct", "w", "p"], noalias=True)
 
 
-TWINS: dict[str, Callable[[str, str], str]] = {
+KERNELS: dict[str, Callable[[str, str], str]] = {
     "conv_depthwise_kernel": lambda s, dt: depthwise_ir(s, dt, "forward"),
     "conv_depthwise_filter_kernel": lambda s, dt: depthwise_ir(s, dt, "filter"),
     "conv_depthwise_input_kernel": lambda s, dt: depthwise_ir(s, dt, "input"),

@@ -1,13 +1,20 @@
-"""Native (LLVM IR) versions of small hand-written kernels that nearly every classifier's
-first step needs: softmax rows, sparse softmax cross-entropy, one-hot and the uniform
-generator (docs/architecture.md, "Native loops").
+"""The small hand-written kernels that nearly every classifier's first step needs, in LLVM IR
+(their one implementation: docs/architecture.md, "One implementation per kernel"): softmax
+rows, sparse and dense softmax cross-entropy, one-hot and the uniform generator
+(docs/architecture.md, "Native loops"). The builders are in ``nn.py``, ``movement.py`` and
+``random.py``.
 
-Each generator writes the same loops, in the same order and the same types, as the numba
-kernel it stands for (``nn.py``, ``movement.py``, ``random.py``: read them for the maths), the
-scalar statements lowered by :class:`...codegen.llvm_expr.Expr` under numba's typing rules,
-so a native kernel gives numba's bits (``tests/core/backends/test_native_loops.py``). Arrays
-are flat; the shapes come in the int64 parameter array (last argument). A dtype a generator
-does not handle raises CodegenError: the builder then uses the numba kernel.
+The scalar statements are lowered by :class:`...codegen.llvm_expr.Expr` under numba's typing
+rules (a float32 row's sums in float64); the ops' NumPy references are the oracle
+(``tests/core/backends/test_native_loops.py``; the uniform numbers and one-hot bit for bit).
+Arrays are flat; the shapes come in the int64 parameter array (last argument). A dtype a
+generator does not handle raises CodegenError: the builder then runs the op's reference.
+
+A row's maximum and float64 sum of exps: float64 rows in order; float32 rows in eight lanes
+(lane k takes the elements r = k mod 8 below n - n % 8, lane 0 the tail; combined pairwise in
+a fixed order), whose strict operations the vectorizers run side by side without
+reassociating anything, the exps by ``scalars.exp_neg32`` (exactly 0 below exp(-87.3), NaN
+kept): a row gives the same bits wherever it sits in the batch.
 """
 
 from __future__ import annotations
@@ -33,9 +40,9 @@ def _row_max(f: Func, dtype: str, row: str, n_r: str) -> None:
 
 def _max_exp_sum(f: Func, dtype: str, row: str, n: str, buf: str,
                  buf_row: str) -> tuple[Val, Val]:
-    """The first passes of nn.py's row kernels over ``x[row:row + n]``: its max m, then
+    """The first passes of the row kernels over ``x[row:row + n]``: its max m, then
     ``buf[buf_row + r] = exp(x - m)`` and their float64 sum s; float32 rows in eight lanes
-    (scalars.row_max32, exp_neg32, row_sum32), float64 in order (row_max, np.exp, row_sum)."""
+    (exp_neg32), float64 in order (np.exp): see the module's docstring."""
     lanes = dtype == "float32"
     if lanes:
         m = _lanes_max(f, row, n)
@@ -60,7 +67,7 @@ def _max_exp_sum(f: Func, dtype: str, row: str, n: str, buf: str,
     return m, f.get("s")
 
 
-# scalars.row_max32 / row_sum32's rules, shared by the loops below and the short rows: a lane
+# The eight lanes' rules, shared by the loops below and the short rows: a lane
 # keeps v where v > its value (so a NaN is kept only as the first element), the eight lanes'
 # maxima combine from the first, their sums pairwise
 def _keep(f: Func, v: Val, old: Val) -> Val:
@@ -80,7 +87,8 @@ def _combine_sum(f: Func, sums: list[Val]) -> Val:
 
 
 def _lanes_max(f: Func, row: str, n: str) -> Val:
-    """scalars.row_max32 over the float32 row ``x[row:row + n]``."""
+    """The max of the float32 row ``x[row:row + n]`` in eight lanes (``v > m`` keeps m at a
+    NaN after the first)."""
     first = f.load("%x", "float32", row)
     for k in range(8):
         f.var(f"m{k}", first)
@@ -100,8 +108,8 @@ def _lanes_max(f: Func, row: str, n: str) -> Val:
 
 
 def _lanes_sum(f: Func, n: str, term) -> Val:
-    """scalars.row_sum32: the float64 sum over r < n of ``term(r)`` (a
-    float64 Val of the index r) in eight lanes, added pairwise."""
+    """The float64 sum over r < n of ``term(r)`` (a float64 Val of the index r) in eight
+    lanes, added pairwise."""
     for k in range(8):
         f.var(f"s{k}", f.scalar("0.0", {}))
 
@@ -120,8 +128,8 @@ def _lanes_sum(f: Func, n: str, term) -> Val:
 
 
 def softmax_rows_ir(symbol: str, dtype: str, log: bool) -> str:
-    """``(o, x, p = [P, R])``: softmax (or log-softmax) over rows of R, as
-    ``nn.softmax_rows_kernel`` with its passes bound for ``dtype`` as ``nn._load`` binds them."""
+    """``(o, x, p = [P, R])``: softmax (or log-softmax) over rows of R: the exps into o, then
+    o times the inverse of their sum, or ``(x - max) - log(sum)``."""
     if dtype not in FLOAT:
         raise CodegenError(f"native softmax rows: {dtype} not generated")
     f = Func("")
@@ -140,8 +148,9 @@ def softmax_rows_ir(symbol: str, dtype: str, log: bool) -> str:
 
 
 def sparse_xent_ir(symbol: str, dtype: str, label_dtype: str) -> str:
-    """``(o, x, labels, w, p = [P, C])``: ``nn.sparse_xent_kernel`` (``w`` a scratch row);
-    status 1 for a label out of range."""
+    """``(o, x, labels, w, p = [P, C])``: ``o[i] = log(sum) - (x[i, k] - max)`` for the
+    label k (negative: from the end; ``w`` a scratch row of exps); status 1 for a label out
+    of range."""
     if dtype not in FLOAT or label_dtype not in INDEX:
         raise CodegenError(f"native sparse cross-entropy: {dtype}, {label_dtype} labels")
     f = Func("")
@@ -161,8 +170,8 @@ def sparse_xent_ir(symbol: str, dtype: str, label_dtype: str) -> str:
 
 
 def dense_xent_ir(symbol: str, dtype: str) -> str:
-    """``(o, x, y, w, p = [P, C])``: ``nn.dense_xent_kernel`` (``w`` a scratch row; float64
-    terms; a label of 0 adds nothing, also where x - m is -inf)."""
+    """``(o, x, y, w, p = [P, C])``: ``o[i] = -sum(y * ((x - max) - log(sum)))`` (``w`` a
+    scratch row; float64 terms; a label of 0 adds nothing, also where x - m is -inf)."""
     if dtype not in FLOAT:
         raise CodegenError(f"native cross-entropy: {dtype} not generated")
     f = Func("")
@@ -189,8 +198,8 @@ def dense_xent_ir(symbol: str, dtype: str) -> str:
 # ---- short float32 rows ---------------------------------------------------------------------
 # A classifier's rows are short (2 to 16 classes). In the kernels above, a row of 10 runs one
 # pass of the eight lanes plus scalar tails, and its exps stay scalar. With the length fixed in
-# the IR, every row is straight-line code (the same operations in the same order as
-# scalars.row_max32 / exp_neg32 / row_sum32, so the same bits), and LLVM vectorizes the loop
+# the IR, every row is straight-line code (the same operations in the same order as the
+# eight lanes, so the same bits), and LLVM vectorizes the loop
 # over the rows instead. benchmarks/bench_kernels.py, 1,024 rows of 2 / of 10: softmax 19.9 /
 # 37.9 -> 2.7 / 14.7 us, log-softmax 28.5 / 43.4 -> 7.1 / 18.5, sparse cross-entropy 28.0 /
 # 39.4 -> 8.0 / 15.3 (rows of 16: about equal).
@@ -291,8 +300,8 @@ def dense_xent_short_ir(symbol: str, dtype: str, n: int) -> str:
 
 
 def one_hot_ir(symbol: str, dtype: str, idx_dtype: str) -> str:
-    """``(o, idx, p = [depth, n])``: ``movement.one_hot_kernel`` (an index outside
-    ``[0, depth)`` gives a row of zeros)."""
+    """``(o, idx, p = [depth, n])``: ``o`` zeroed, then ``o[m * depth + idx[m]] = 1`` (an
+    index outside ``[0, depth)`` gives a row of zeros)."""
     if idx_dtype not in INDEX or dtype not in ("float32", "float64", "int32", "int64"):
         raise CodegenError(f"native one_hot: {dtype} from {idx_dtype}")
     f = Func("")
@@ -310,8 +319,9 @@ def one_hot_ir(symbol: str, dtype: str, idx_dtype: str) -> str:
 
 
 def uniform_ir(symbol: str, dtype: str, key_dtype: str) -> str:
-    """``(o, key, p = [salt, n])``: ``random.uniform_kernel`` (SplitMix64, uint64 arithmetic
-    with wraparound: LLVM's i64 ``mul``/``xor``/``lshr`` are exactly that)."""
+    """``(o, key, p = [salt, n])``: ``o[i]``, the i-th uniform [0, 1) number of the stream
+    (key, salt) of kiln/core/ops/random.py's reference (SplitMix64, uint64 arithmetic with
+    wraparound: LLVM's i64 ``mul``/``xor``/``lshr`` are exactly that; the top 24 bits)."""
     if dtype not in FLOAT or key_dtype not in ("int64", "uint64"):
         raise CodegenError(f"native uniform: {dtype} from {key_dtype} keys")
     f = Func("")

@@ -3,8 +3,12 @@
 Their gradients are ordinary graph ops built by autodiff (``softmax - one_hot`` times the
 cotangent): the softmax kernel here, ``one_hot`` (movement.py) and a fused elementwise loop.
 
-Rows along the softmax axis are read once for the maximum and once for the exponentials; the
-maximum is taken from the row itself (NaN and infinities give NaN rows, like the reference).
+Rows along the last axis run ``native_nn``'s kernels (short float32 rows in straight-line code,
+longer ones in eight lanes): their one implementation. A softmax over another axis, and any
+softmax where the native path is off, runs :func:`softmax_kernel` (numba, or Python under
+``KILN_JIT=0``); the cross-entropies where the native path is off run their NumPy references.
+The maximum is taken from the row itself (NaN and infinities give NaN rows, like the
+reference).
 """
 
 from __future__ import annotations
@@ -12,8 +16,6 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.core.backends.cpu.codegen import jit, native
-from kiln.core.backends.cpu.codegen.scalars import row_max as _row_max
-from kiln.core.backends.cpu.codegen.scalars import row_sum as _row_sum
 from kiln.core.backends.cpu.kernels.nn.native_nn import (
     SHORT_ROW,
     dense_xent_ir,
@@ -23,10 +25,8 @@ from kiln.core.backends.cpu.kernels.nn.native_nn import (
     sparse_xent_ir,
     sparse_xent_short_ir,
 )
-from kiln.core.backends.cpu.registry import builder
+from kiln.core.backends.cpu.registry import build_reference, builder
 from kiln.core.ir import Node
-
-_exp = np.exp  # the row kernels' (bound again by _load: exp_neg32 for float32 rows)
 
 
 def softmax_kernel(o, x, p):
@@ -54,67 +54,6 @@ def softmax_kernel(o, x, p):
                     s += e
                 for r in range(n_r):
                     o[i, r, q] = o[i, r, q] / s
-
-
-# The row kernels below compute with ``_row_max``, ``_exp`` and ``_row_sum``, which ``_load``
-# binds by dtype: float64 rows in order (scalars.row_max, np.exp, scalars.row_sum), float32
-# rows in scalars.py's eight lanes (row_max32, exp_neg32: exactly 0 below exp(-87.3), NaN
-# kept, row_sum32), which vectorize with strict float math: a row gives the same bits
-# wherever it sits in the batch. The exps go into o (or a scratch row, w) before their sum.
-
-
-def softmax_rows_kernel(o, x, p):
-    # x, o: (P, R) contiguous; softmax over the last axis (p = [log (0/1)]: log-softmax), the
-    # exps into o, then o times the inverse of their sum, or (x - max) - log(sum)
-    n_p, n_r = x.shape
-    log = p[0] != 0
-    for i in range(n_p):
-        m = _row_max(x, i, n_r)
-        for r in range(n_r):
-            o[i, r] = _exp(x[i, r] - m)
-        s = _row_sum(o, i, n_r)
-        if log:
-            ls = np.log(s)
-            for r in range(n_r):
-                o[i, r] = (x[i, r] - m) - ls
-        else:
-            inv = 1.0 / s
-            for r in range(n_r):
-                o[i, r] = o[i, r] * inv
-
-
-def sparse_xent_kernel(o, x, labels, w):
-    # x: (P, C) logits, labels: (P,) ints, o: (P,), w: (1, C) scratch
-    n_p, n_c = x.shape
-    for i in range(n_p):
-        m = _row_max(x, i, n_c)
-        for c in range(n_c):
-            w[0, c] = _exp(x[i, c] - m)
-        s = _row_sum(w, 0, n_c)
-        k = labels[i]
-        if k < 0:
-            k += n_c
-        if k < 0 or k >= n_c:
-            raise IndexError("sparse_softmax_cross_entropy: label out of range")
-        o[i] = np.log(s) - (x[i, k] - m)
-
-
-def dense_xent_kernel(o, x, y, w):
-    # x, y: (P, C), o: (P,), w: (1, C) scratch
-    n_p, n_c = x.shape
-    for i in range(n_p):
-        m = _row_max(x, i, n_c)
-        for c in range(n_c):
-            w[0, c] = _exp(x[i, c] - m)
-        ls = np.log(_row_sum(w, 0, n_c))
-        acc = 0.0
-        for c in range(n_c):
-            yc = y[i, c]
-            # float64: x - m is exact (no overflow to -inf at logits of +-3e38); a label of 0
-            # adds 0, also where x - m is -inf (0 * -inf would be NaN)
-            if yc != 0:
-                acc += np.float64(yc) * ((np.float64(x[i, c]) - np.float64(m)) - ls)
-        o[i] = -acc
 
 
 def _prq(shape: tuple, axis: int) -> tuple[int, int, int]:
@@ -145,32 +84,8 @@ def build_softmax(b, node: Node) -> None:
         if found is not None:
             b.add(*found)
             return
-        fn = softmax_rows_kernel
-    else:
-        args = (out.reshape(p_, r, q), x.reshape(p_, r, q), p)
-        fn = softmax_kernel
-    b.add(_load(fn, node.dtype).specialize(args), args)
-
-
-_ROW_KERNELS = ("softmax_rows_kernel", "sparse_xent_kernel", "dense_xent_kernel")
-
-
-def _load(fn, dtype: str) -> jit.Kernel:
-    """The numba kernel of ``fn``: a row kernel with ``_row_max``, ``_exp`` and ``_row_sum``
-    bound for ``dtype`` (see above; scalars.py's hash in the cache key)."""
-    if fn.__name__ not in _ROW_KERNELS:
-        return jit.load_function(fn)
-    from kiln.core.backends.cpu.codegen.spec import SCALARS_HASH
-
-    lanes = dtype == "float32"
-    names = {"_row_max": "row_max32" if lanes else "row_max",
-             "_row_sum": "row_sum32" if lanes else "row_sum"}
-    source = "".join(f"from kiln.core.backends.cpu.codegen.scalars_numba import {name} as {alias}  "
-                     f"# scalars {SCALARS_HASH}\n" for alias, name in names.items())
-    source += ("from kiln.core.backends.cpu.codegen.scalars_numba import exp_neg32 as _exp\n"
-               if lanes else "from numpy import exp as _exp\n")
-    source += "\n\n" + jit.function_source(fn)
-    return jit.load(source, fn.__name__, signature=f"{fn.__name__} {dtype} rows")
+    args = (out.reshape(p_, r, q), x.reshape(p_, r, q), p)
+    b.add(jit.load_function(softmax_kernel).specialize(args), args)
 
 
 @builder("sparse_softmax_cross_entropy", "softmax_cross_entropy")
@@ -192,19 +107,14 @@ def build_xent(b, node: Node) -> None:
         args = (out, x, y.reshape(rows), w)
         found = native.try_kernel(f"sparse_xent {x.dtype} {args[2].dtype}", args, [rows, c],
                                   lambda s: sparse_xent_ir(s, dt, lt))
-        if found is not None:
-            b.add(*found)
-            return
-        fn = sparse_xent_kernel
     else:
         args = (out, x, y.reshape(rows, c), w)
         found = None if args[2].dtype != x.dtype else native.try_kernel(
             f"dense_xent {x.dtype}", args, [rows, c], lambda s: dense_xent_ir(s, dt))
-        if found is not None:
-            b.add(*found)
-            return
-        fn = dense_xent_kernel
-    b.add(_load(fn, x.dtype.name).specialize(args), args)
+    if found is None:  # the native path is off (or labels of another float dtype)
+        build_reference(b, node)
+        return
+    b.add(*found)
 
 
 def _short(dtype: str, n: int) -> bool:

@@ -1,5 +1,5 @@
-"""Pooling kernels: the builders and numba kernels (``pool``) and their native (LLVM IR)
-twins (``native_pool``).
+"""Pooling kernels: the builders (``pool``) and the kernels, native (LLVM IR) only
+(``native_pool``).
 
 May import: what ``kernels`` may, and ``kernels.conv.conv`` (its split-call helper).
 """

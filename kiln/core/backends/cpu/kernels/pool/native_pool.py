@@ -1,10 +1,12 @@
-"""Native (LLVM IR) twins of the pooling kernels of ``pool.py``: ``max_pool_kernel``,
-``max_pool_grad_tiled_kernel``, ``max_pool_grad_kernel``, ``avg_pool_kernel`` and
-``avg_pool_grad_kernel`` (docs/architecture.md, "Native loops").
+"""The pooling kernels (LLVM IR, their one implementation) that ``pool.py`` runs:
+``max_pool_kernel``, ``max_pool_grad_tiled_kernel``, ``max_pool_grad_kernel``,
+``avg_pool_kernel`` and ``avg_pool_grad_kernel``, and the unrolled max pooling with its
+winners' index (docs/architecture.md, "Native loops").
 
 The argument layout and helpers of ``native_conv.py`` (flat arrays; the parameter array holds
-the arrays' shapes, then ``p = [ph, pw, sh, sw, pt, pl]``, then ``n0, n1``); the same loops,
-order and float arithmetic as the numba kernels (the same bits).
+the arrays' shapes, then ``p = [ph, pw, sh, sw, pt, pl]``, then ``n0, n1``). Max pooling keeps
+the first maximal element of each window (row-major; NaN kept) and routes the gradient to it:
+the reference's bits (tests/core/backends/test_native_loops.py).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ def _geometry(k: _Kernel) -> tuple:
 
 
 def _pending(k: _Kernel, c: str) -> str:
-    """A scratch row of ``c`` flags (numba's ``np.empty(c, np.bool_)``), allocated once."""
+    """A scratch row of ``c`` flags (one per channel), allocated once."""
     pending = k.f.tmp()
     k.f.emit(f"{pending} = alloca i8, i64 {c}")
     return pending
@@ -247,7 +249,7 @@ def _window_count(k: _Kernel, i: str, j: str, h: str, w: str) -> None:
 
 def avg_pool_ir(symbol: str, dtype: str) -> str:
     """``(out, x, p)``: the sum over the window's elements inside the image, then divided by
-    their count (as ``pool.avg_pool_kernel``: accumulated in ``out``)."""
+    their count (accumulated in ``out``)."""
     _check(dtype, "avg_pool")
     k = _Kernel((4, 4), 6)
     f = k.f
@@ -308,7 +310,7 @@ def avg_pool_grad_ir(symbol: str, dtype: str) -> str:
     return f.function(symbol, ["dx", "ct", "p"], noalias=True)
 
 
-TWINS: dict[str, Callable[[str, str], str]] = {
+KERNELS: dict[str, Callable[[str, str], str]] = {
     "max_pool_kernel": max_pool_ir, "max_pool_grad_tiled_kernel": max_pool_grad_tiled_ir,
     "max_pool_grad_kernel": max_pool_grad_ir, "avg_pool_kernel": avg_pool_ir,
     "avg_pool_grad_kernel": avg_pool_grad_ir}
