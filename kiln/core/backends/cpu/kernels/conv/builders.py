@@ -12,7 +12,8 @@ import numpy as np
 
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import products
-from kiln.core.backends.cpu.kernels.conv import conv, conv_tile, winograd, winograd_ops
+from kiln.core.backends.cpu.kernels.conv import (conv, conv_tile, direct_small, winograd,
+                                                 winograd_ops)
 from kiln.core.backends.cpu.kernels.conv.conv_groups import build_grouped
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Node
@@ -145,6 +146,9 @@ def build_conv2d_input(b, node: Node) -> None:
     if _pointwise(node, k):  # dx (M, Cin) = dy (M, Cout) @ w^T: no im2col-sized buffer
         b.add(products.MatmulCall(), (ct.reshape(-1, w.shape[3]), w.reshape(w.shape[2], -1).T,
                                      out.reshape(-1, w.shape[2])), label=f"{node.op}:pointwise")
+        return
+    if (direct_small.takes_input_gradient(node, w, out)
+            and direct_small.input_gradient(b, node, ct, w, out)):  # few input channels
         return
     if conv.conv_method(k[0] * k[1] * w.shape[2], node.op, out.dtype.name, ct.shape[3]) == "direct":
         conv._call(b, conv.conv_input_direct_kernel, out, ct, w, p)
