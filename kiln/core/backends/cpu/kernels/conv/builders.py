@@ -12,9 +12,9 @@ import numpy as np
 
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import products
-from kiln.core.backends.cpu.kernels.conv import (conv, conv_tile, direct_small, winograd,
-                                                 winograd_ops)
+from kiln.core.backends.cpu.kernels.conv import conv, conv_tile, winograd, winograd_ops
 from kiln.core.backends.cpu.kernels.conv.conv_groups import build_grouped
+from kiln.core.backends.cpu.kernels.conv.direct_small import input_gradient, takes_input_gradient
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Node
 
@@ -147,8 +147,7 @@ def build_conv2d_input(b, node: Node) -> None:
         b.add(products.MatmulCall(), (ct.reshape(-1, w.shape[3]), w.reshape(w.shape[2], -1).T,
                                      out.reshape(-1, w.shape[2])), label=f"{node.op}:pointwise")
         return
-    if (direct_small.takes_input_gradient(node, w, out)
-            and direct_small.input_gradient(b, node, ct, w, out)):  # few input channels
+    if takes_input_gradient(node, w, out) and input_gradient(b, node, ct, w, out):  # few inputs
         return
     if conv.conv_method(k[0] * k[1] * w.shape[2], node.op, out.dtype.name, ct.shape[3]) == "direct":
         conv._call(b, conv.conv_input_direct_kernel, out, ct, w, p)

@@ -10,8 +10,9 @@ swapped; here laid out as the dot kernel reads it, ``(CI, taps, CO padded to 16 
 
 The rule (shapes only, not the host's speed): float32, stride 1, at most
 :data:`MAX_INPUT_CHANNELS` input channels (the dot kernel keeps one accumulator per input
-channel and pixel of a block) and at least :data:`MIN_OUTPUT_CHANNELS` output channels (the
-vectors' lanes), on hosts with the tiles' kernels (``target.current().tile_conv``).
+channel and pixel of a block, blocks of at least 2 pixels) and at least
+:data:`MIN_OUTPUT_CHANNELS` output channels (the vectors' lanes), on hosts with the tiles'
+kernels (``target.current().tile_conv``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def takes_input_gradient(node: Node, w: np.ndarray, out: np.ndarray) -> bool:
     return (ENABLED and conv.NATIVE_TILE and target.current().tile_conv and native.enabled()
             and out.dtype == np.float32 and w.dtype == np.float32
             and tuple(node.attrs["strides"]) == (1, 1) and ci <= MAX_INPUT_CHANNELS
-            and co >= MIN_OUTPUT_CHANNELS)
+            and co >= MIN_OUTPUT_CHANNELS
+            and (ci + 1) * -(-co // LANES) * 2 + 1 <= REGISTERS)  # blocks of 2+ pixels
 
 
 def input_gradient(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.ndarray) -> bool:
