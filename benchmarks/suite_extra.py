@@ -5,7 +5,7 @@ twins from here.
 * ``lenet5``              LeNet-5 on 32x32x1 images (MNIST padded to 32): Conv2D(6, 5, tanh),
                           AveragePooling2D(2), Conv2D(16, 5, tanh), AveragePooling2D(2),
                           Flatten, Dense(120, tanh), Dense(84, tanh), Dense(10, softmax), Adam,
-                          batch 100, 1,000 samples (5x5 convolutions on 1 and 6 channels);
+                          batch 100, 5,000 samples (5x5 convolutions on 1 and 6 channels);
 * ``transformer_encoder`` tokens (64 of 2,000) -> Embedding(2,000, 64) -> 2 x post-norm encoder
                           blocks [MultiHeadAttention(4 heads, key_dim 16), Add, LayerNorm,
                           Dense(128, relu), Dense(64), Add, LayerNorm] -> GlobalAveragePooling1D
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 EXTRA = {
-    "lenet5": {"samples": 1000, "batch": 100, "kind": "train", "optimizer": "adam",
+    "lenet5": {"samples": 5000, "batch": 100, "kind": "train", "optimizer": "adam",
                "floor": None},
     "transformer_encoder": {"samples": 256, "batch": 32, "kind": "train", "optimizer": "adam",
                             "floor": None},
