@@ -70,7 +70,8 @@ def test_tiled_average_pooling_gradient_is_the_closed_form(shape, pool, dtype):
     ct = np.random.default_rng(h * w).normal(size=(n, h // pool, w // pool, c))
     fn = _gradient(ct.astype(dtype), (h, w), pool)
     got = fn(ct.astype(dtype))
-    assert f"avg_pool2d_grad:avg_pool_grad_tiled_{pool}x{pool}c{c}" in _labels(fn)
+    tiled = f"avg_pool2d_grad:avg_pool_grad_tiled_{pool}x{pool}c{c}" in _labels(fn)
+    assert tiled == (c <= avg_tiled.MAX_GRAD_CHANNELS)
     want = _closed_form_gradient(ct, (h, w), pool)
     tol = 1e-6 if dtype == "float32" else 1e-14
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)

@@ -25,6 +25,11 @@ from kiln.core.backends.cpu.runtime.parts import native_split
 # generic kernel vectorizes as well); at most MAX_TAPS taps (2x2, 3x3 ... 4x4 windows).
 MAX_CHANNELS = 32
 MAX_TAPS = 16
+# The gradient takes at most this many channels: in LeNet-5's training step (one thread, the
+# minimum over 37 steps) its 28 x 28 x 6 gradient ran 434 -> 68-71 us, but its 10 x 10 x 16
+# one 43-45 -> 74-85 us (alone, with its buffers in cache, both kernels ran 28 and 18 us:
+# the generic kernel's zeroing pass first seems to suit a cold output better)
+MAX_GRAD_CHANNELS = 8
 
 
 def usable(p: np.ndarray, x_shape: tuple, out_shape: tuple, dtype: np.dtype) -> bool:
@@ -96,9 +101,11 @@ def add_forward(b, out: np.ndarray, x: np.ndarray, p: np.ndarray) -> bool:
 
 
 def add_gradient(b, dx: np.ndarray, ct: np.ndarray, p: np.ndarray) -> bool:
-    """Adds the tiled gradient kernel for ``dx = avg_pool2d_grad(ct)``; False where it does
-    not apply or does not build here."""
-    if not (usable(p, dx.shape, ct.shape, dx.dtype) and dx.flags.c_contiguous):
+    """Adds the tiled gradient kernel for ``dx = avg_pool2d_grad(ct)`` (at most
+    :data:`MAX_GRAD_CHANNELS` channels); False where it does not apply or does not build
+    here."""
+    if not (usable(p, dx.shape, ct.shape, dx.dtype) and dx.flags.c_contiguous
+            and dx.shape[3] <= MAX_GRAD_CHANNELS):
         return False
     ph, pw, c = int(p[0]), int(p[1]), dx.shape[3]
     return native_split(b, f"avg_pool_grad_tiled_{ph}x{pw}c{c}",
