@@ -1,5 +1,5 @@
-"""The standing CPU suite (issue 18): kiln against PyTorch eager on eleven training / inference
-workloads, in one interleaved run, one table.
+"""The standing CPU suite (issues 18, 47): kiln against PyTorch eager on fourteen training /
+inference workloads (three in ``suite_extra.py``), in one interleaved run, one table.
 
 Workloads (synthetic data, whole epochs timed after one warm-up epoch):
 
@@ -69,7 +69,7 @@ the MLP's PyTorch targets by the floor's, that floor being only 1.16-1.29x ahead
 
 Usage::
 
-    python benchmarks/bench_suite.py                         # all eleven, all frameworks
+    python benchmarks/bench_suite.py                         # all of them, all frameworks
     python benchmarks/bench_suite.py --rounds 2 --chart suite.png
     python benchmarks/bench_suite.py --workloads cifar_cnn small_resnet --epochs 5
     python benchmarks/bench_suite.py --frameworks kiln floor  # no torch
@@ -99,6 +99,7 @@ sys.path.insert(0, HERE)
 
 import bench_cpu  # noqa: E402  (benchmarks/ is not a package)
 import floors  # noqa: E402
+import suite_extra  # noqa: E402  (lenet5, transformer_encoder, dilated_conv1d)
 from floors import FLOOR_LAYERS, Gemm, conv_output_size, gemms_of  # noqa: E402,F401
 from harness import BASELINE  # noqa: E402
 
@@ -118,8 +119,7 @@ SUITE = {
     "small_resnet": {"samples": 256, "batch": 64, "kind": "train", "optimizer": "adam",
                      "floor": "conv"},
     "conv_autoencoder": {"samples": 1024, "batch": 128, "kind": "train", "optimizer": "adam",
-                         "floor": "conv"},
-}
+                         "floor": "conv"}, **suite_extra.EXTRA}
 FROM_CPU = {"mlp_train": ("sgd", "gemm"), "mlp_predict": (None, "gemm"),
             "convnet_train": ("adam", "conv"), "tiny_train": ("sgd", None)}
 WORKLOADS = {**SUITE, **{w: {**bench_cpu.WORKLOADS[w], "optimizer": o, "floor": f}
@@ -151,6 +151,8 @@ def make_data(workload: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     if workload in FROM_CPU:
         x, y = bench_cpu.make_data(workload, seed)
         return x[:n], y[:n]
+    if workload in suite_extra.EXTRA:
+        return suite_extra.make_data(workload, n, seed)
     rng = np.random.default_rng(seed)
     if workload == "text_classifier":
         return (rng.integers(1, 20000, size=(n, 200)).astype(np.int32),
@@ -219,7 +221,7 @@ def kiln_model(workload: str) -> Any:
             L.Conv2D(1, 3, padding="same", activation="sigmoid")])
         loss = "binary_crossentropy"
     else:
-        raise ValueError(f"bench_suite: unknown workload {workload!r}")
+        model = suite_extra.kiln_model(workload)
     model.compile("adam", loss)
     return model
 
@@ -244,6 +246,8 @@ def torch_model(workload: str) -> Any:
         return (nn.BatchNorm2d if rank == 2 else nn.BatchNorm1d)(c, eps=1e-3, momentum=0.01)
 
     torch.manual_seed(0)
+    if workload in suite_extra.EXTRA:
+        return suite_extra.torch_model(workload)
     if workload == "text_classifier":
         return nn.Sequential(nn.Embedding(20000, 128), Mean((1,)), nn.Linear(128, 1),
                              nn.Sigmoid())
@@ -322,6 +326,8 @@ def copy_weights(kiln_model: Any, torch_module: Any) -> None:
     import torch
     from torch import nn
 
+    if hasattr(torch_module, "copy_from_kiln"):  # suite_extra's twins
+        return torch_module.copy_from_kiln(kiln_model)
     kinds = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.ConvTranspose2d, nn.BatchNorm1d,
              nn.BatchNorm2d, nn.LayerNorm, nn.Embedding)
     targets = [m for m in torch_module.modules() if isinstance(m, kinds)]
@@ -433,9 +439,8 @@ def frameworks_for(workload: str, wanted: list[str]) -> list[str]:
 def _ratios(pairs: list[dict[str, float]], num: str, den: str) -> dict | None:
     """median / min / max over ``pairs`` of pair[num] / pair[den] (epoch seconds)."""
     r = [p[num] / p[den] for p in pairs if num in p and den in p]
-    if not r:
-        return None
-    return {"median": statistics.median(r), "min": min(r), "max": max(r), "pairs": len(r)}
+    return ({"median": statistics.median(r), "min": min(r), "max": max(r), "pairs": len(r)}
+            if r else None)
 
 
 def add_suite_ratios(results: list[dict], pairs: list[dict[str, float]]) -> None:
@@ -473,9 +478,8 @@ def run(workloads: list[str], frameworks: list[str], epochs: int, rounds: int,
 
 
 def _spread(r: dict, key: str) -> str:
-    if f"{key}_median" not in r:
-        return ""
-    return f"{r[f'{key}_median']:.2f}x ({r[f'{key}_min']:.2f}-{r[f'{key}_max']:.2f})"
+    return (f"{r[f'{key}_median']:.2f}x ({r[f'{key}_min']:.2f}-{r[f'{key}_max']:.2f})"
+            if f"{key}_median" in r else "")
 
 
 def status(r: dict) -> str:
@@ -506,9 +510,7 @@ def print_table(results: list[dict]) -> None:
           f"{'kiln/floor':>12}  status")
     def rate(fs: dict[str, dict], f: str) -> str:
         r = fs.get(f)
-        if r is None:
-            return ""
-        return "error" if "error" in r else f"{r['samples_per_s_median']:.0f}"
+        return "" if r is None else "error" if "error" in r else f"{r['samples_per_s_median']:.0f}"
 
     for w, fs in by.items():
         k = fs.get("kiln", {})

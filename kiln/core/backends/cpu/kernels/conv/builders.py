@@ -14,6 +14,7 @@ import numpy as np
 from kiln.core.backends.cpu.gemm import products
 from kiln.core.backends.cpu.kernels.conv import conv, conv_tile, winograd, winograd_ops
 from kiln.core.backends.cpu.kernels.conv.conv_groups import build_grouped
+from kiln.core.backends.cpu.kernels.conv.direct_small import input_gradient, takes_input_gradient
 from kiln.core.backends.cpu.registry import builder, reference_unless_native
 from kiln.core.ir import Node
 
@@ -141,6 +142,8 @@ def build_conv2d_input(b, node: Node) -> None:
     if _pointwise(node, k):  # dx (M, Cin) = dy (M, Cout) @ w^T: no im2col-sized buffer
         b.add(products.MatmulCall(), (ct.reshape(-1, w.shape[3]), w.reshape(w.shape[2], -1).T,
                                      out.reshape(-1, w.shape[2])), label=f"{node.op}:pointwise")
+        return
+    if takes_input_gradient(node, w, out) and input_gradient(b, node, ct, w, out):  # few inputs
         return
     if conv_tile.input_as_forward(node, w, out):
         conv_tile.input_gradient_tile(b, node, ct, w, out)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.core.backends.cpu.kernels.conv.conv import _call
-from kiln.core.backends.cpu.kernels.pool import native_pool
+from kiln.core.backends.cpu.kernels.pool import avg_tiled, native_pool
 from kiln.core.backends.cpu.registry import builder, reference_unless_native
 from kiln.core.backends.cpu.runtime.parts import native_split
 from kiln.core.ir import Node
@@ -45,6 +45,8 @@ def build_pool(b, node: Node) -> None:
     x = b.contiguous(node.inputs[0])
     p = _pool_params(b, node, x.shape[1:3])
     if node.op == "max_pool2d" and _pool_unrolled(b, node, x, p):
+        return
+    if node.op == "avg_pool2d" and avg_tiled.add_forward(b, b.out(node), x, p):
         return
     _call(b, "max_pool_kernel" if node.op == "max_pool2d" else "avg_pool_kernel", b.out(node),
           x, p)
@@ -117,4 +119,6 @@ def build_avg_pool_grad(b, node: Node) -> None:
         return
     ct = b.contiguous(node.inputs[0])
     p = _pool_params(b, node, node.attrs["input_shape"])
+    if avg_tiled.add_gradient(b, b.out(node), ct, p):
+        return
     _call(b, "avg_pool_grad_kernel", b.out(node), ct, p)
