@@ -10,7 +10,7 @@ median time per call of ``model.predict(x, batch_size=len(x), verbose=0)``, of
 ``session.run`` (onnxruntime with its default threads), and the median of the per-repetition
 ratios kiln / onnxruntime (> 1: onnxruntime is faster).
 
-    python benchmarks/bench_onnx.py [--reps 7]
+    python benchmarks/bench_onnx.py [--reps 7] [--batch 1]
 
 Prints a table and one JSON line per workload (``{"bench": "onnx", ...}``). Needs
 ``pip install "kiln-nn[onnx]"``.
@@ -55,7 +55,7 @@ def callables(model, sess, x) -> dict:
             "onnxruntime": lambda: sess.run(None, feed)}
 
 
-def main(reps: int = 7) -> list[dict]:
+def main(reps: int = 7, batches: tuple[int, ...] = (1, 1024)) -> list[dict]:
     import onnxruntime as ort
 
     kiln.utils.set_random_seed(0)
@@ -69,6 +69,8 @@ def main(reps: int = 7) -> list[dict]:
     rng = np.random.default_rng(0)
     results = []
     for name, shape, batch, calls in WORKLOADS:
+        if batch not in batches:
+            continue
         model, sess = models[name], sessions[name]
         x = rng.uniform(size=(batch,) + shape).astype(np.float32)
         fns = callables(model, sess, x)
@@ -104,4 +106,7 @@ def main(reps: int = 7) -> list[dict]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7)
-    main(parser.parse_args().reps)
+    parser.add_argument("--batch", type=int, action="append",
+                        help="only these batch sizes (1, 1024; repeatable); default both")
+    args = parser.parse_args()
+    main(args.reps, tuple(args.batch or (1, 1024)))

@@ -418,6 +418,13 @@ class LoopsMixin:
         batch_size = positive_int("predict: batch_size", batch_size)
         steps = positive_int("predict: steps", steps)
         verbose = resolve_verbose(verbose)
+        if (callbacks is None and verbose == 0 and steps is None and type(x) is np.ndarray
+                and x.ndim and 0 < len(x) <= (batch_size or 32)
+                and distributed.active() is None and not self._custom("predict")):
+            # one batch, nothing to report (no callbacks, no progress bar): predict_on_batch's
+            # path (docs/performance.md, "Serving"); the compiled call returns new arrays
+            fn, feeds = self._batch_step("predict", x, None, None, None)
+            return pack(fn(*feeds), self._model_output_structure())
         custom = self._custom("predict")
         if custom:  # an overridden predict_step (kiln/models/custom_steps.py)
             adapter, first, structure = self._custom_adapter(x, None, None, batch_size, steps,
