@@ -300,7 +300,9 @@ class PlanBuilder:
             for step in plan.steps:
                 step.fn = settled(step.fn)
             plan.calls = [(settled(fn), args) for fn, args in plan.calls]
-            self.info["serial_steps"] = serialize(plan, self.shape)  # small work: one thread
+            # small kernels on the caller's thread (runtime/serial.py)
+            self.info["serial_steps"] = serialize(plan, self.shape) \
+                if self.program.serial_small else 0
         return plan
 
     def _build(self) -> Plan:
@@ -457,6 +459,7 @@ class CpuProgram:
         self.order = with_sources(self.graph, self.kernels_order)
         self.reuse_buffers = True
         self.bind_feeds = True
+        self.serial_small = True  # runtime/serial.py (not in scan bodies: loop.py)
         self._planned: dict[int, int] | None = None
         self.memory_info = ""
         self.num_kernels = len(self.kernels_order)

@@ -8,7 +8,7 @@ A batch-1 (serving) plan of the MNIST convnet then runs every kernel on its call
 on the 2-core test host under load (issue 47) a call took 47 ms split against 1.3 ms on one
 thread; a plan's large kernels (a training batch) are split as before. Generated loops
 (elementwise, fused, reductions) keep their own rule (``kernels/elementwise.py``: they split
-from a number of bytes moved).
+from a number of bytes moved), and the bodies of ``scan`` (``loop.py``) split as before.
 """
 
 from __future__ import annotations
