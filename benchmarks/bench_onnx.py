@@ -4,7 +4,8 @@ For the MNIST MLP and convnet of ``examples/`` (784-512-512-10 with dropout; two
 max-pool blocks, dropout, softmax) at batch 1 (serving latency: where per-call overhead
 shows) and batch 1024 (throughput), in ONE process: the model is exported once, then the
 repetitions alternate kiln and onnxruntime (each repetition times a fixed number of calls of
-each, after a warm-up), so both see the same machine noise. Reported per workload: the
+each, after a warm-up, in an order that turns from one repetition to the next), so both see
+the same machine noise. Reported per workload: the
 median time per call of ``model.predict(x, batch_size=len(x), verbose=0)``, of
 ``model.predict_on_batch(x)`` (kiln's serving call, no batching loop or callbacks), of
 ``session.run`` (onnxruntime with its default threads), and the median of the per-repetition
@@ -79,9 +80,12 @@ def main(reps: int = 7, batches: tuple[int, ...] = (1, 1024)) -> list[dict]:
         for fn in fns.values():  # warm-up: compile, plan, first allocations
             per_call(fn, max(2, calls // 10))
         times: dict[str, list[float]] = {k: [] for k in fns}
-        for _ in range(reps):
-            for k, fn in fns.items():
-                times[k].append(per_call(fn, calls))
+        order = list(fns)
+        for r in range(reps):
+            # the order turns each repetition: what runs right after onnxruntime shares the
+            # cores with its threads' spin-wait (and after kiln's, with kiln's)
+            for k in order[r % 3:] + order[:r % 3]:
+                times[k].append(per_call(fns[k], calls))
         ratios = {k: statistics.median(a / b for a, b in zip(times[k], times["onnxruntime"]))
                   for k in ("predict", "predict_on_batch")}
         row = {"bench": "onnx", "model": name, "batch": batch, "calls": calls, "reps": reps,
