@@ -512,12 +512,12 @@ class CpuProgram:
         the executor uses it for functions without updates)."""
         if self._profile_env:
             return self.profile(feeds)
-        key = tuple(f.shape for f in feeds)
+        key = tuple([f.shape for f in feeds])
         plan = self._plans.get(key)
         if plan is not None and plan.busy.acquire(blocking=False):
             try:
                 if plan.valid():
-                    return [np.array(r, copy=True) for r in plan.run(feeds)]
+                    return [r.copy() for r in plan.run(feeds)]
             finally:
                 plan.busy.release()
         if plan is None or not plan.valid():
