@@ -4,13 +4,16 @@ For the MNIST MLP and convnet of ``examples/`` (784-512-512-10 with dropout; two
 max-pool blocks, dropout, softmax) at batch 1 (serving latency: where per-call overhead
 shows) and batch 1024 (throughput), in ONE process: the model is exported once, then the
 repetitions alternate kiln and onnxruntime (each repetition times a fixed number of calls of
-each, after a warm-up), so both see the same machine noise. Reported per workload: the
+each, after a warm-up, in an order that turns from one repetition to the next), so both see
+the same machine noise. Reported per workload: the
 median time per call of ``model.predict(x, batch_size=len(x), verbose=0)``, of
 ``model.predict_on_batch(x)`` (kiln's serving call, no batching loop or callbacks), of
 ``session.run`` (onnxruntime with its default threads), and the median of the per-repetition
-ratios kiln / onnxruntime (> 1: onnxruntime is faster).
+ratios kiln / onnxruntime (> 1: onnxruntime is faster); each as the median call of a
+repetition (a call the scheduler of a busy machine preempted for milliseconds counts once)
+and as the mean call (``*_mean_*``: throughput, preemptions included).
 
-    python benchmarks/bench_onnx.py [--reps 7]
+    python benchmarks/bench_onnx.py [--reps 7] [--batch 1]
 
 Prints a table and one JSON line per workload (``{"bench": "onnx", ...}``). Needs
 ``pip install "kiln-nn[onnx]"``.
@@ -40,11 +43,18 @@ WORKLOADS = [("mlp", (784,), 1, 400), ("mlp", (784,), 1024, 30),
              ("convnet", (28, 28, 1), 1, 200), ("convnet", (28, 28, 1), 1024, 3)]
 
 
-def per_call(fn, n: int) -> float:
-    t0 = time.perf_counter()
+def per_call(fn, n: int) -> tuple[float, float]:
+    """``n`` calls of ``fn``: the median time of one call (the issue's serving figure: a call
+    that a busy machine's scheduler preempted counts once, not for its milliseconds) and the
+    mean (throughput, preemptions included)."""
+    clock = time.perf_counter
+    ts = []
+    t0 = clock()
     for _ in range(n):
+        t = clock()
         fn()
-    return (time.perf_counter() - t0) / n
+        ts.append(clock() - t)
+    return statistics.median(ts), (clock() - t0) / n
 
 
 def callables(model, sess, x) -> dict:
@@ -55,7 +65,7 @@ def callables(model, sess, x) -> dict:
             "onnxruntime": lambda: sess.run(None, feed)}
 
 
-def main(reps: int = 7) -> list[dict]:
+def main(reps: int = 7, batches: tuple[int, ...] = (1, 1024)) -> list[dict]:
     import onnxruntime as ort
 
     kiln.utils.set_random_seed(0)
@@ -69,6 +79,8 @@ def main(reps: int = 7) -> list[dict]:
     rng = np.random.default_rng(0)
     results = []
     for name, shape, batch, calls in WORKLOADS:
+        if batch not in batches:
+            continue
         model, sess = models[name], sessions[name]
         x = rng.uniform(size=(batch,) + shape).astype(np.float32)
         fns = callables(model, sess, x)
@@ -76,25 +88,37 @@ def main(reps: int = 7) -> list[dict]:
         err = float(np.max(np.abs(got - want)))
         for fn in fns.values():  # warm-up: compile, plan, first allocations
             per_call(fn, max(2, calls // 10))
-        times: dict[str, list[float]] = {k: [] for k in fns}
-        for _ in range(reps):
-            for k, fn in fns.items():
-                times[k].append(per_call(fn, calls))
-        ratios = {k: statistics.median(a / b for a, b in zip(times[k], times["onnxruntime"]))
-                  for k in ("predict", "predict_on_batch")}
+        medians: dict[str, list[float]] = {k: [] for k in fns}
+        means: dict[str, list[float]] = {k: [] for k in fns}
+        order = list(fns)
+        for r in range(reps):
+            # the order turns each repetition: what runs right after onnxruntime shares the
+            # cores with its threads' spin-wait (and after kiln's, with kiln's)
+            for k in order[r % 3:] + order[:r % 3]:
+                med, mean = per_call(fns[k], calls)
+                medians[k].append(med)
+                means[k].append(mean)
         row = {"bench": "onnx", "model": name, "batch": batch, "calls": calls, "reps": reps,
-               "max_abs_diff": err,
-               **{f"{k}_ms": statistics.median(v) * 1e3 for k, v in times.items()},
-               **{f"{k}_over_ort": r for k, r in ratios.items()}}
+               "max_abs_diff": err}
+        for k in fns:
+            row[f"{k}_ms"] = statistics.median(medians[k]) * 1e3
+            row[f"{k}_mean_ms"] = statistics.median(means[k]) * 1e3
+        for k in ("predict", "predict_on_batch"):  # per repetition, then their median
+            for stat, t in (("", medians), ("_mean", means)):
+                row[f"{k}{stat}_over_ort"] = statistics.median(
+                    a / b for a, b in zip(t[k], t["onnxruntime"]))
         results.append(row)
     print(f"onnxruntime {ort.__version__}, kiln {kiln.__version__}, {os.cpu_count()} cores; "
-          f"median ms per call over {reps} interleaved repetitions")
+          f"ms per call: the median call of each repetition, median over {reps} interleaved "
+          f"repetitions (ratios per repetition, then their median; 'mean': of the means)")
     print(f"{'model':<9}{'batch':>6}{'predict':>10}{'on_batch':>10}{'ort':>10}"
-          f"{'predict/ort':>13}{'on_batch/ort':>14}{'max|diff|':>11}")
+          f"{'predict/ort':>13}{'on_batch/ort':>14}{'mean pr/ort':>13}{'mean ob/ort':>13}"
+          f"{'max|diff|':>11}")
     for r in results:
         print(f"{r['model']:<9}{r['batch']:>6}{r['predict_ms']:>10.3f}"
               f"{r['predict_on_batch_ms']:>10.3f}{r['onnxruntime_ms']:>10.3f}"
               f"{r['predict_over_ort']:>12.2f}x{r['predict_on_batch_over_ort']:>13.2f}x"
+              f"{r['predict_mean_over_ort']:>12.2f}x{r['predict_on_batch_mean_over_ort']:>12.2f}x"
               f"{r['max_abs_diff']:>11.1e}")
     for r in results:
         print(json.dumps(r))
@@ -104,4 +128,7 @@ def main(reps: int = 7) -> list[dict]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7)
-    main(parser.parse_args().reps)
+    parser.add_argument("--batch", type=int, action="append",
+                        help="only these batch sizes (1, 1024; repeatable); default both")
+    args = parser.parse_args()
+    main(args.reps, tuple(args.batch or (1, 1024)))

@@ -420,6 +420,16 @@ class LoopsMixin:
         batch_size = positive_int("predict: batch_size", batch_size)
         steps = positive_int("predict: steps", steps)
         verbose = resolve_verbose(verbose)
+        if (callbacks is None and verbose == 0 and steps is None and type(x) is np.ndarray
+                and x.ndim and 0 < len(x) <= (batch_size or 32)
+                and distributed.active() is None and not self._custom("predict")):
+            # one batch, nothing to report (no callbacks, no progress bar): predict_on_batch's
+            # path (docs/performance.md, "Serving at batch 1"); the call returns new arrays
+            outs = self._serve(x)
+            if outs is None:
+                fn, feeds = self._batch_step("predict", x, None, None, None)
+                outs = fn(*feeds)
+            return pack(outs, self._model_output_structure())
         custom = self._custom("predict")
         if custom:  # an overridden predict_step (kiln/models/custom_steps.py)
             adapter, first, structure = self._custom_adapter(x, None, None, batch_size, steps,
@@ -497,11 +507,28 @@ class LoopsMixin:
     @distributed.fault_guard
     def predict_on_batch(self, x: Any) -> Any:
         """The model's outputs on one batch."""
+        outs = self._serve(x)
+        if outs is not None:
+            return pack(outs, self._model_output_structure())
         fn, feeds = self._batch_step("predict", x, None, None, None)
         outs = fn(*feeds)
         if self._custom("predict"):
             return outs[0] if len(outs) == 1 else list(outs)
         return pack(outs, self._model_output_structure())
+
+    def _serve(self, x: Any) -> Any:
+        """The outputs of the predict function on the array ``x`` when ``_batch_step`` has
+        cached its step for ``x``'s sample shape and dtype (a model without a custom
+        ``predict_step``: none is cached for one), else None (the caller takes the general
+        path): the serving call with nothing but a dict lookup before the compiled call."""
+        if type(x) is not np.ndarray or not x.ndim or not len(x):
+            return None
+        entry = self._batch_cache.get(("predict", x.shape[1:], x.dtype.str, None,
+                                       distributed.key()))
+        if entry is None:
+            return None
+        step, xd = entry[0], entry[1]
+        return step(x if x.dtype == xd else x.astype(xd))
 
     def _on_batch_result(self, return_dict: bool) -> Any:
         reader = self.__dict__.get("_batch_logs")  # a custom step's logs

@@ -17,6 +17,7 @@ import pytest
 
 import kiln
 import kiln.ops as K
+from kiln.core.backends.cpu import lowering
 from kiln.core.backends.cpu.kernels import elementwise
 from kiln.core.backends.cpu.runtime import threads
 
@@ -29,6 +30,8 @@ def _plan_steps(f):
 @pytest.fixture
 def split_all(monkeypatch):
     monkeypatch.setattr(elementwise, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(lowering, "SERIAL_WORK", 0)  # small kernels split too
+    monkeypatch.setattr(lowering, "WINOGRAD_MIN_OUTPUTS", 0)
 
     def with_threads(n):
         monkeypatch.setenv("KILN_NUM_THREADS", str(n))

@@ -98,6 +98,9 @@ def build_scan(b, node) -> None:
         steps = int(node.attrs["length"])
     sub = CpuProgram(graph)
     sub.bind_feeds = False
+    # its kernels split as before (runtime/serial.py): a step's kernels run `steps` times
+    # a call, and the recurrent models were measured on that (issue 47)
+    sub.serial_small = False
     shapes = ([c.shape for c in carries0] + [s.shape[1:] for s in seqs]
               + [c.shape for c in consts])
     plan = sub.plan([np.empty(s, np.dtype(p.dtype)) for s, p in zip(shapes, graph.inputs)])

@@ -56,6 +56,8 @@ from kiln.core.backends.cpu.runtime.feeds import (
     view_maker,
 )
 from kiln.core.backends.cpu.runtime.parts import settled
+from kiln.core.backends.cpu.runtime.profiling import format_profile
+from kiln.core.backends.cpu.runtime.serial import serialize
 from kiln.core.backends.lowering import warn_fallback
 from kiln.core.ir import Graph, Node, TensorType
 from kiln.core.layout import Layout, as_array
@@ -298,6 +300,9 @@ class PlanBuilder:
             for step in plan.steps:
                 step.fn = settled(step.fn)
             plan.calls = [(settled(fn), args) for fn, args in plan.calls]
+            # small kernels on the caller's thread (runtime/serial.py)
+            self.info["serial_steps"] = serialize(plan, self.shape) \
+                if self.program.serial_small else 0
         return plan
 
     def _build(self) -> Plan:
@@ -439,6 +444,7 @@ class CpuProgram:
         self.order = with_sources(self.graph, self.kernels_order)
         self.reuse_buffers = True
         self.bind_feeds = True
+        self.serial_small = True  # runtime/serial.py (not in scan bodies: loop.py)
         self._planned: dict[int, int] | None = None
         self.memory_info = ""
         self.num_kernels = len(self.kernels_order)
@@ -491,12 +497,12 @@ class CpuProgram:
         the executor uses it for functions without updates)."""
         if self._profile_env:
             return self.profile(feeds)
-        key = tuple(f.shape for f in feeds)
+        key = tuple([f.shape for f in feeds])
         plan = self._plans.get(key)
         if plan is not None and plan.busy.acquire(blocking=False):
             try:
                 if plan.valid():
-                    return [np.array(r, copy=True) for r in plan.run(feeds)]
+                    return [r.copy() for r in plan.run(feeds)]
             finally:
                 plan.busy.release()
         if plan is None or not plan.valid():
@@ -558,28 +564,3 @@ class CpuProgram:
             out = [np.array(r, copy=True) for r in out]
         print(format_profile(plan, times, total, repeat), file=file)
         return out
-
-
-def format_profile(plan: Plan, times: list[float], total: float, repeat: int) -> str:
-    """A table: per kernel call and per op kind, time per run in microseconds."""
-    rows = [("feeds", "copy", times[0])] + [(s.label, s.kind, t)
-                                            for s, t in zip(plan.steps, times[1:])]
-    per_kind: dict[str, list[float]] = {}
-    for _, kind, t in rows:
-        acc = per_kind.setdefault(kind, [0.0, 0])
-        acc[0] += t
-        acc[1] += 1
-    lines = [f"kiln cpu profile: {len(plan.steps)} kernels, {total / repeat * 1e6:.1f} us per "
-             f"run ({repeat} runs)", f"{'#':>4} {'kernel':<48}{'kind':<12}{'us':>10}{'%':>7}"]
-    measured = sum(times) or 1.0
-    for k, (labelk, kind, t) in enumerate(rows):
-        lines.append(f"{k:>4} {labelk[:47]:<48}{kind:<12}{t / repeat * 1e6:>10.1f}"
-                     f"{100 * t / measured:>7.1f}")
-    lines.append(f"{'':>4} {'by kind':<48}{'calls':<12}{'us':>10}{'%':>7}")
-    for kind, (t, c) in sorted(per_kind.items(), key=lambda kv: -kv[1][0]):
-        lines.append(f"{'':>4} {kind:<48}{c:<12}{t / repeat * 1e6:>10.1f}"
-                     f"{100 * t / measured:>7.1f}")
-    overhead = total - measured
-    lines.append(f"{'':>4} {'(python loop overhead)':<48}{'':<12}"
-                 f"{overhead / repeat * 1e6:>10.1f}")
-    return "\n".join(lines)

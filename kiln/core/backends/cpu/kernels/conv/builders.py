@@ -1,7 +1,8 @@
 """The convolution ops' builders (conv2d and its two gradients, NHWC, TensorFlow padding):
 each picks how its node runs (kiln/core/backends/cpu/kernels/conv/conv.py's module docstring
 lists the ways), in this order: grouped kernels (``conv_groups``), native dot kernels for few
-output channels (``conv_tile``), Winograd (``winograd``, ``winograd_pipeline``), the register
+output channels (``conv_tile``), Winograd (``winograd``, ``winograd_pipeline``; a forward one
+from ``lowering.WINOGRAD_MIN_OUTPUTS`` output positions), the register
 tiles (``conv_tile``), then ``conv.conv_method``'s choice of direct loops or im2col + GEMM.
 The im2col buffer of an input is computed once per step and shared by its readers. Every
 kernel here is native (LLVM IR): where that path is off, each op runs its NumPy reference.
@@ -15,6 +16,7 @@ from kiln.core.backends.cpu.gemm import products
 from kiln.core.backends.cpu.kernels.conv import conv, conv_tile, winograd, winograd_ops
 from kiln.core.backends.cpu.kernels.conv.conv_groups import build_grouped
 from kiln.core.backends.cpu.kernels.conv.direct_small import input_gradient, takes_input_gradient
+from kiln.core.backends.cpu.lowering import winograd_pays
 from kiln.core.backends.cpu.registry import builder, reference_unless_native
 from kiln.core.ir import Node
 
@@ -65,7 +67,7 @@ def build_conv2d(b, node: Node) -> None:
     x = b.contiguous(x_node)
     if conv_tile.few_outputs(w.shape, out) and conv_tile.native_dot_forward(b, node, x, w, out):
         return
-    stride = winograd.usable(node.attrs, w.shape, out.dtype)
+    stride = winograd.usable(node.attrs, w.shape, out.dtype) if winograd_pays(out.shape) else 0
     if stride:
         pads = winograd.forward_pads(node, x.shape[1:3], k)
         winograd_ops.convolve(b, x, id(x_node), w, out, pads, stride)
