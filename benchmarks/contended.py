@@ -58,7 +58,7 @@ def total_rate(runs: list[dict]) -> tuple[float, float]:
     return sum(work_in(r["spans"], r["samples"], lo, hi) for r in runs) / (hi - lo), hi - lo
 
 
-# ---- a worker ------------------------------------------------------------------------------------
+# ---- a worker ------------------------------------------------------------------------------
 def worker(framework: str, workload: str) -> int:
     """One copy: builds the case, warms up, then answers ``run <epochs> <start>`` (wait until
     monotonic time ``start``, run the epochs, reply their spans) and ``done``."""
@@ -90,7 +90,7 @@ def worker(framework: str, workload: str) -> int:
                 s = time.monotonic()
                 case.epoch()
                 spans.append([s, time.monotonic()])
-            bench_cpu._reply({"spans": spans, "samples": case.samples})
+            bench_cpu._reply({"spans": spans, "samples": case.samples, "plans": _plans()})
         elif words[:1] == ["done"]:
             bench_cpu._reply({"load": os.getloadavg()})
             return 0
@@ -99,7 +99,20 @@ def worker(framework: str, workload: str) -> int:
     return 1
 
 
-# ---- the coordinator -------------------------------------------------------------------------------
+def _plans() -> dict:
+    """kiln's contention plans sampled so far, by thread count (and resets the count)."""
+    if "kiln" not in sys.modules:
+        return {}
+    try:
+        from kiln.core.backends.cpu.runtime import cpus
+    except ImportError:
+        return {}
+    counts = dict(getattr(cpus.MONITOR, "counts", {}))
+    getattr(cpus.MONITOR, "counts", {}).clear()
+    return counts
+
+
+# ---- the coordinator ------------------------------------------------------------------------
 def _start(workers: list[Any], epochs: int, delay: float = 0.3) -> list[dict]:
     """Tells ``workers`` to start ``epochs`` epochs together ``delay`` s from now; their replies."""
     start = time.monotonic() + delay
@@ -127,19 +140,23 @@ def measure(framework: str, workload: str, copies: int, epochs: int, rounds: int
         alone, together, ratios = [], [], []
         for i in range(rounds):
             got: dict[str, float] = {}
+            plans: dict[str, dict] = {}
             for what in (("alone", "together") if i % 2 == 0 else ("together", "alone")):
                 time.sleep(settle)
                 if what == "alone":
                     r = _start(workers[:1], epochs, 0.0)[0]
                     got[what] = r["samples"] * epochs / (r["spans"][-1][1] - r["spans"][0][0])
+                    plans[what] = r["plans"]
                 else:
-                    got[what] = total_rate(_start(workers, epochs))[0]
+                    runs = _start(workers, epochs)
+                    got[what] = total_rate(runs)[0]
+                    plans[what] = runs[0]["plans"]
             alone.append(got["alone"])
             together.append(got["together"])
             ratios.append(got["together"] / got["alone"])
             print(f"  {framework:<9} {workload:<14} round {i + 1}/{rounds}: alone "
                   f"{got['alone']:.0f}/s, {copies} together {got['together']:.0f}/s, "
-                  f"ratio {ratios[-1]:.2f} (load {os.getloadavg()[0]:.2f})",
+                  f"ratio {ratios[-1]:.2f} (load {os.getloadavg()[0]:.2f}) plans {plans}",
                   file=sys.stderr, flush=True)
         out.update(alone_per_s=statistics.median(alone),
                    together_per_s=statistics.median(together),

@@ -32,7 +32,9 @@ from typing import NamedTuple
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 SAMPLE_S = 0.1   # the load is sampled at most this often (~60-150 us a sample)
-WAIT_HIGH = 0.3  # a caller runnable but not running this share of a window: one thread less
+WAIT_HIGH = 0.25  # a caller runnable but not running this share of a window: one thread less
+WAIT_LOW = 0.05   # ... at most this share: one thread more may be tried
+PROBE_MAX_S = 6.4  # the longest time between two probes (failed probes double it)
 MODES = ("auto", "off", "busy")
 
 
@@ -141,24 +143,32 @@ class Plan(NamedTuple):
 
 
 def policy(usable: int, capacity: int, others: float | None, waited: float | None,
-           previous: int | None = None) -> Plan:
+           previous: int | None = None, probe: bool = False) -> Plan:
     """The :class:`Plan` for a process that may use ``usable`` CPUs of the ``capacity`` its
-    affinity allows, while ``others`` runnable tasks not its own share those CPUs (None:
-    unknown) and its caller spent the share ``waited`` of the last window waiting for a CPU
-    (None: unknown); ``previous``: the last plan's threads.
+    affinity allows. ``waited``: the share of the last window its calling thread spent
+    runnable but waiting for a CPU (None: unknown); ``others``: runnable tasks not its own
+    on those CPUs (None: unknown); ``previous``: the last plan's threads (None: the first);
+    ``probe``: whether one more thread may be tried.
 
-    Threads: the free CPUs rounded (more than ``previous`` only once 0.8 of a CPU is free),
-    at least 1 and at most ``usable``; one fewer than ``previous`` when ``waited`` exceeds
-    :data:`WAIT_HIGH`. Workers spin only when every usable CPU is free."""
+    Where ``waited`` is known it decides: above :data:`WAIT_HIGH` one thread fewer than
+    ``previous`` (the CPUs are not there), below :data:`WAIT_LOW` one more where ``probe``
+    (the monitor spaces failed probes out), else ``previous``. The runnable count decides only
+    where it is not (the free CPUs, rounded): it cannot tell a task of lower priority or in
+    another cgroup from a rival. Always 1 to ``usable`` threads; workers spin only with all
+    ``usable`` threads and a caller that did not wait."""
     usable = max(1, usable)
-    free = capacity - others if others is not None else float(capacity)
-    want = math.floor(free + 0.5)
-    if previous is not None and want > previous:
-        want = max(previous, math.floor(free + 0.2))
-    if waited is not None and waited > WAIT_HIGH:
-        want = min(want, max(1, (previous or usable) - 1))
+    before = usable if previous is None else previous
+    if waited is None:
+        free = capacity - others if others is not None else float(capacity)
+        want = math.floor(free + 0.5)
+    elif waited > WAIT_HIGH:
+        want = before - 1
+    elif waited < WAIT_LOW and probe:
+        want = before + 1
+    else:
+        want = before
     threads = min(usable, max(1, want))
-    return Plan(threads, threads == usable and usable > 1)
+    return Plan(threads, threads == usable > 1 and (waited is None or waited < WAIT_HIGH))
 
 
 def _read_fd(path: str) -> bytes:
@@ -189,7 +199,8 @@ def _own_running() -> int:
 
 class Monitor:
     """Samples the load (at most every :data:`SAMPLE_S` s) and keeps the current :class:`Plan`
-    (:func:`plan`); ``KILN_CONTENTION`` is read at each sample."""
+    (:func:`plan`); ``KILN_CONTENTION`` is read at each sample. A probe (one thread more)
+    that had to be taken back doubles the time to the next one, up to :data:`PROBE_MAX_S`."""
 
     def __init__(self) -> None:
         self.reset()
@@ -203,6 +214,10 @@ class Monitor:
         self.waited: float | None = None
         self.last: tuple[int, float, float] | None = None  # thread, run delay s, time
         self.usable = (0.0, 1)  # (time read, CPUs)
+        self.probe_at = 0.0  # no probe before this time
+        self.backoff = 2 * SAMPLE_S
+        self.probed = 0.0  # when the last probe started (0: none in trial)
+        self.counts: dict[int, int] = {}  # samples by the plan's threads (benchmarks read it)
 
     def _runnable_others(self, capacity: int) -> float | None:
         try:
@@ -236,15 +251,32 @@ class Monitor:
         elif mode == "busy":
             self.current = Plan(1, False)
         else:
-            capacity = affinity_cpus()
-            others, waited = self._runnable_others(capacity), self._waited(now)
-            if others is not None:
-                self.others = others if self.others is None else 0.5 * (self.others + others)
-            if waited is not None:
-                self.waited = waited if self.waited is None else 0.5 * (self.waited + waited)
-            self.current = policy(usable, capacity, self.others, self.waited, self.previous)
+            self._auto(now, usable)
         self.previous = self.current.threads
+        self.counts[self.current.threads] = self.counts.get(self.current.threads, 0) + 1
         return self.current
+
+    def _auto(self, now: float, usable: int) -> None:
+        capacity = affinity_cpus()
+        others, waited = self._runnable_others(capacity), self._waited(now)
+        if others is not None:
+            self.others = others if self.others is None else 0.5 * (self.others + others)
+        if waited is not None:
+            self.waited = waited if self.waited is None else 0.5 * (self.waited + waited)
+        plan = policy(usable, capacity, self.others, self.waited, self.previous,
+                      probe=now >= self.probe_at)
+        if self.previous is not None and plan.threads != self.previous:
+            self.waited = None  # the next window measures the new plan alone
+            if plan.threads > self.previous:
+                self.probed = now
+            elif self.probed and now - self.probed < 3 * SAMPLE_S:  # the probe failed
+                self.backoff = min(PROBE_MAX_S, 2 * self.backoff)
+                self.probe_at = now + self.backoff
+                self.probed = 0.0
+        elif self.probed and now - self.probed >= 3 * SAMPLE_S:  # the probe held
+            self.backoff = 2 * SAMPLE_S
+            self.probed = 0.0
+        self.current = plan
 
 
 def _thread_id() -> int:
