@@ -63,10 +63,7 @@ def worker(framework: str, workload: str) -> int:
     """One copy: builds the case, warms up, then answers ``run <epochs> <start>`` (wait until
     monotonic time ``start``, run the epochs, reply their spans) and ``done``."""
     sys.path.insert(0, HERE)
-    if framework == "kiln@base":  # kiln from $PYTHONPATH (the baseline tree), not this one
-        mine = os.path.dirname(HERE)
-        sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != mine]
-    import bench_cpu
+    import bench_cpu  # (kiln@base: kiln from $KILN_BENCH_TREE, harness.worker_env)
     import bench_suite
 
     case = bench_suite.SuiteCase("kiln" if framework.startswith("kiln") else "torch",
