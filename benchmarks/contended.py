@@ -104,8 +104,9 @@ def _plans() -> dict:
         from kiln.core.backends.cpu.runtime import cpus
     except ImportError:
         return {}
-    counts = dict(getattr(cpus.MONITOR, "counts", {}))
-    getattr(cpus.MONITOR, "counts", {}).clear()
+    monitor = getattr(cpus, "MONITOR", None)  # (none in an older kiln)
+    counts = dict(getattr(monitor, "counts", {}))
+    getattr(monitor, "counts", {}).clear()
     return counts
 
 
@@ -119,60 +120,75 @@ def _start(workers: list[Any], epochs: int, delay: float = 0.3) -> list[dict]:
     return [w.ask() for w in workers]
 
 
-def measure(framework: str, workload: str, copies: int, epochs: int, rounds: int,
-            settle: float = 0.5) -> dict:
-    """The contended figures of one framework on one workload (see the module docstring)."""
-    from harness import Worker, WorkerError
+def _one(workers: list[Any], epochs: int, what: str) -> tuple[float, dict]:
+    """(samples / s, the plans copy 0 sampled) of copy 0 alone or of every copy at once."""
+    if what == "alone":
+        r = _start(workers[:1], epochs, 0.0)[0]
+        return r["samples"] * epochs / (r["spans"][-1][1] - r["spans"][0][0]), r["plans"]
+    runs = _start(workers, epochs)
+    return total_rate(runs)[0], runs[0]["plans"]
+
+
+def measure(frameworks: list[str], workload: str, copies: int, epochs: int, rounds: int,
+            settle: float = 0.5) -> list[dict]:
+    """The contended figures of each framework on one workload (see the module docstring):
+    ``copies`` workers per framework, the frameworks' rounds interleaved (each round every
+    framework alone and together, the orders reversed every round)."""
+    from harness import Worker, WorkerError, _order
 
     command = [sys.executable, os.path.abspath(__file__)]
-    workers: list[Worker] = []
-    out: dict[str, Any] = {"framework": framework, "workload": workload, "copies": copies}
+    workers: dict[str, list[Worker]] = {}
+    out = {f: {"framework": f, "workload": workload, "copies": copies} for f in frameworks}
+    got: dict[str, dict[str, list]] = {f: {"alone": [], "together": [], "ratio": []}
+                                       for f in frameworks}
     try:
-        for _ in range(copies):
-            # kiln@base's environment (the old tree on PYTHONPATH, its own cache): harness
-            workers.append(Worker(framework if framework == "kiln@base" else "kiln",
-                                  workload, "fit", command + ["--framework", framework]))
-            ready = workers[-1].ask()
-        out["kiln_file"] = ready.get("kiln")
-        alone, together, ratios = [], [], []
+        for f in frameworks:
+            try:
+                workers[f] = []
+                for _ in range(copies):
+                    # kiln@base's environment (the old tree, its own cache): harness
+                    workers[f].append(Worker(f if f == "kiln@base" else "kiln", workload,
+                                             "fit", command + ["--framework", f]))
+                    ready = workers[f][-1].ask()
+                out[f]["kiln_file"] = ready.get("kiln")
+            except WorkerError as e:
+                out[f]["error"] = str(e)
         for i in range(rounds):
-            got: dict[str, float] = {}
-            plans: dict[str, dict] = {}
-            for what in (("alone", "together") if i % 2 == 0 else ("together", "alone")):
-                time.sleep(settle)
-                if what == "alone":
-                    r = _start(workers[:1], epochs, 0.0)[0]
-                    got[what] = r["samples"] * epochs / (r["spans"][-1][1] - r["spans"][0][0])
-                    plans[what] = r["plans"]
-                else:
-                    runs = _start(workers, epochs)
-                    got[what] = total_rate(runs)[0]
-                    plans[what] = runs[0]["plans"]
-            alone.append(got["alone"])
-            together.append(got["together"])
-            ratios.append(got["together"] / got["alone"])
-            print(f"  {framework:<9} {workload:<14} round {i + 1}/{rounds}: alone "
-                  f"{got['alone']:.0f}/s, {copies} together {got['together']:.0f}/s, "
-                  f"ratio {ratios[-1]:.2f} (load {os.getloadavg()[0]:.2f}) plans {plans}",
-                  file=sys.stderr, flush=True)
-        out.update(alone_per_s=statistics.median(alone),
-                   together_per_s=statistics.median(together),
-                   ratio_median=statistics.median(ratios), ratio_min=min(ratios),
-                   ratio_max=max(ratios), rounds=rounds, loadavg=os.getloadavg())
-    except (WorkerError, ValueError) as e:
-        out["error"] = str(e)
+            for f in _order([f for f in frameworks if "error" not in out[f]], i):
+                try:
+                    rate, plans = {}, {}
+                    for what in _order(["alone", "together"], i):
+                        time.sleep(settle)
+                        rate[what], plans[what] = _one(workers[f], epochs, what)
+                except (WorkerError, ValueError) as e:
+                    out[f]["error"] = str(e)
+                    continue
+                for k in ("alone", "together"):
+                    got[f][k].append(rate[k])
+                got[f]["ratio"].append(rate["together"] / rate["alone"])
+                print(f"  {f:<9} {workload:<14} round {i + 1}/{rounds}: alone "
+                      f"{rate['alone']:.0f}/s, {copies} together {rate['together']:.0f}/s, "
+                      f"ratio {got[f]['ratio'][-1]:.2f} (load {os.getloadavg()[0]:.2f}) "
+                      f"kiln's plans (samples by threads) {plans}", file=sys.stderr, flush=True)
     finally:
-        for w in workers:
-            w.close()
-    return out
+        for ws in workers.values():
+            for w in ws:
+                w.close()
+    for f in frameworks:
+        r = got[f]["ratio"]
+        if r and "error" not in out[f]:
+            out[f].update(alone_per_s=statistics.median(got[f]["alone"]),
+                          together_per_s=statistics.median(got[f]["together"]),
+                          ratio_median=statistics.median(r), ratio_min=min(r),
+                          ratio_max=max(r), rounds=len(r), loadavg=os.getloadavg())
+    return [out[f] for f in frameworks]
 
 
 def run(workloads: list[str], frameworks: list[str], copies: int, epochs: int,
         rounds: int) -> list[dict]:
     results = []
     for w in workloads:
-        for f in frameworks:
-            results.append(measure(f, w, copies, epochs, rounds))
+        results += measure(frameworks, w, copies, epochs, rounds)
     print(f"\n{'workload':<16}{'framework':<11}{'alone/s':>10}{f'{copies} at once/s':>16}"
           f"{'total/alone (min-max)':>26}")
     for r in results:
