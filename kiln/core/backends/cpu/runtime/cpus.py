@@ -8,17 +8,15 @@ nothing of the backend.
 
 Contention (issue 47). A split kernel's parts are fixed when its plan is made (their number is
 :func:`kernel_threads`, and so are the bits of a sum split over them); how they run is decided
-at run time by :func:`plan`, sampled at most every :data:`SAMPLE_S` seconds:
-
-* the CPUs free for this process: its capacity (the CPUs of its affinity) less the runnable
-  tasks that are not its own (``/proc/loadavg``'s running count less this process's threads in
-  state R, scaled by capacity / online CPUs; a moving average), at most :func:`usable_cpus`;
-* the share of the last window the sampling thread spent waiting for a CPU (its
-  ``schedstat`` run delay): above :data:`WAIT_HIGH`, one thread fewer than before.
-
-:func:`policy` turns them into a :class:`Plan`: ``threads`` (1: every part of a split call runs
-on the caller, in order; the private OpenBLAS runs ``min(its threads, threads)``) and ``spin``
-(workers spin after a part only when every usable CPU is free, else they sleep at once).
+at run time by :func:`plan`, which samples the load at most every :data:`SAMPLE_S` seconds:
+the share of the last window the calling thread spent runnable but waiting for a CPU (its
+``schedstat`` run delay: it sees rivals of any priority, in any cgroup, and a CPU quota
+running out), and the runnable tasks not this process's (``/proc/loadavg``'s running count
+less its own threads in state R), which decides only where the run delay is unknown.
+:func:`policy` turns them into a :class:`Plan`: ``threads`` (1: every part of a split call
+runs on the caller, in order; the private OpenBLAS runs ``min(its threads, threads)``) and
+``spin`` (workers spin after a part only with every usable CPU, else they sleep at once).
+``KILN_CONTENTION``: ``auto``, ``off`` (every usable CPU, spinning), ``busy`` (one thread).
 """
 
 from __future__ import annotations
