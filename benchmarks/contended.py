@@ -4,8 +4,9 @@ busy machine).
 
 For each framework, ``--copies`` (4) long-lived worker processes build the workload (as
 ``bench_suite.py``'s workers do: kiln through ``fit``, PyTorch eager) and run a warm-up epoch,
-one after another. Then ``--rounds`` rounds, each of two measurements in an order reversed
-every round (so both see the same machine noise):
+one after another. Then ``--rounds`` rounds; in each every framework (in an order reversed
+every round) makes two measurements (in an order reversed every round too), so all see
+the same machine noise:
 
 * alone: copy 0 runs ``--epochs`` epochs while the others sleep; its rate is samples / s;
 * together: every copy is told to start its ``--epochs`` epochs at the same moment (a
@@ -16,10 +17,11 @@ every round (so both see the same machine noise):
   the window's length.
 
 Reported: the median over rounds of total rate together / rate alone (min-max beside it), and
-the rates. 1.0 means four copies do as much work as one alone; 4 / copies of it is each
-copy's share. Frameworks: ``kiln``, ``kiln@base`` (the tree ``$KILN_BENCH_BASELINE``),
-``torch`` (its default threads: the CPUs) and ``torch1`` (``torch.set_num_threads(1)`` in each
-copy). Workloads: any of ``bench_suite.py``'s (default ``mlp_train`` and ``convnet_train``).
+the rates, and the plans kiln's monitor sampled (by thread count: ``cpus.plan``). 1.0 means
+four copies do as much work as one alone. Frameworks: ``kiln``, ``kiln@base`` (the tree
+``$KILN_BENCH_BASELINE``), ``torch`` (its default threads: the CPUs) and ``torch1``
+(``torch.set_num_threads(1)`` in each copy). Workloads: any of ``bench_suite.py``'s (default
+``mlp_train`` and ``convnet_train``).
 """
 
 from __future__ import annotations
