@@ -62,7 +62,8 @@ from typing import Any
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+# kiln from this tree, or a kiln@base worker's ($KILN_BENCH_TREE, harness.worker_env)
+sys.path.insert(0, os.environ.get("KILN_BENCH_TREE") or os.path.dirname(HERE))
 sys.path.insert(0, HERE)  # benchmarks/ is not a package: its modules, from anywhere
 
 import floors  # noqa: E402

@@ -76,6 +76,7 @@ Usage::
     git worktree add /tmp/old <commit>                        # this commit against another,
     KILN_BENCH_BASELINE=/tmp/old python benchmarks/bench_suite.py --frameworks kiln kiln@base torch
     python benchmarks/bench_suite.py --quick --epochs 1      # smoke run: two batches an epoch
+    python benchmarks/bench_suite.py --contended             # 4 copies at once (contended.py)
 
 Prints one table (one row per workload), then one JSON line per (framework, workload) case
 (prefix ``JSON``), as ``bench_cpu.py``.
@@ -532,45 +533,15 @@ def print_table(results: list[dict]) -> None:
           + ", ".join(f"{w} <= {t}x floor" for w, t in FLOOR_TARGETS.items()) + ")")
 
 
-def chart(results: list[dict], path: str) -> bool:
-    """A bar chart of kiln/torch (plain and fused Adam) per workload with min-max error bars
-    into ``path``; False (and a note) when matplotlib is not installed."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"matplotlib is not installed: no chart written to {path}", file=sys.stderr)
-        return False
-    kilns = [r for r in results if r["framework"] == "kiln" and "error" not in r]
-    x = np.arange(len(kilns))
-    fig, ax = plt.subplots(figsize=(max(6, len(kilns) * 0.9), 4.5))
-    for j, (key, label) in enumerate((("vs_torch", "vs torch"),
-                                      ("vs_torch_fused", "vs torch, fused Adam"))):
-        med = np.array([r.get(f"{key}_median", np.nan) for r in kilns])
-        err = np.array([[m - r.get(f"{key}_min", m), r.get(f"{key}_max", m) - m]
-                        for r, m in zip(kilns, med)]).T
-        bars = ax.bar(x + (j - 0.5) * 0.4, med, 0.4, yerr=err, capsize=3, label=label)
-        ax.bar_label(bars, [f"{m:.2f}" if m == m else "" for m in med], fontsize=7)
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.axhline(TARGET, color="gray", linestyle="--", linewidth=0.8, label=f"target {TARGET}x")
-    ax.set_yscale("log")  # tiny_train's ratio is tens, the others around one
-    ax.set_xticks(x, [r["workload"] for r in kilns], rotation=30, ha="right")
-    ax.set_ylabel("kiln speed / PyTorch eager (median over pairs)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
-
-
 def main(argv: list[str] | None = None) -> int:
     global QUICK
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
-    ap.add_argument("--frameworks", nargs="+", default=FRAMEWORKS, choices=FRAMEWORKS,
+    ap.add_argument("--workloads", nargs="+", choices=list(WORKLOADS))
+    ap.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS + ["torch1"],
                     help="floor: gemm-floor / conv-floor where the workload has one")
+    ap.add_argument("--contended", action="store_true", help="--copies copies of each workload "
+                    "at once against one alone (benchmarks/contended.py); torch1: 1 thread each")
+    ap.add_argument("--copies", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=3, help="timed epochs per round")
     ap.add_argument("--rounds", type=int, default=1, help="epochs x rounds interleaved pairs")
     ap.add_argument("--quick", action="store_true", help="smoke run: two batches an epoch")
@@ -584,13 +555,22 @@ def main(argv: list[str] | None = None) -> int:
     QUICK = args.quick
     if args.worker:
         return bench_cpu.worker(args.worker[0], args.worker[1], args.api, SuiteCase)
-    frameworks = list(args.frameworks)
+    frameworks = args.frameworks or (["kiln", "torch", "torch1"] if args.contended else FRAMEWORKS)
     if not bench_cpu._has_torch():
         frameworks = [f for f in frameworks if not f.startswith("torch")]
-    results = run(args.workloads, frameworks, args.epochs, args.rounds, args.settle)
+    if args.contended:
+        import contended
+
+        contended.run(args.workloads or list(contended.DEFAULT_WORKLOADS), frameworks,
+                      args.copies, args.epochs, args.rounds)
+        return 0
+    results = run(args.workloads or list(WORKLOADS), frameworks, args.epochs, args.rounds,
+                  args.settle)
     print_table(results)
     if args.chart:
-        chart(results, args.chart)
+        from suite_chart import chart
+
+        chart(results, args.chart, TARGET)
     for r in results:
         print("JSON " + json.dumps(r))
     return 0

@@ -55,7 +55,9 @@ def worker_env(framework: str) -> dict[str, str] | None:
     cache = os.path.join(os.environ.get("KILN_CACHE_DIR", tempfile.gettempdir()), "baseline")
     path = os.pathsep.join([os.path.abspath(tree)] + [p for p in os.environ.get(
         "PYTHONPATH", "").split(os.pathsep) if p])
-    return dict(os.environ, PYTHONPATH=path, KILN_CACHE_DIR=cache)
+    # KILN_BENCH_TREE: bench_cpu.py puts that tree first on sys.path (else its own)
+    return dict(os.environ, PYTHONPATH=path, KILN_CACHE_DIR=cache,
+                KILN_BENCH_TREE=os.path.abspath(tree))
 
 
 class Worker:

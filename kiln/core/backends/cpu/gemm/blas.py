@@ -161,6 +161,7 @@ class Library:
         self.core = core
         self.handle = lib
         self.threads = threads
+        self.running = threads  # what it runs with now: fewer on a busy machine (place)
         self.better = True  # its kernels beat NumPy's: single products go through it too
         # its worker threads (thread ids, the CPUs each started with) that :func:`place`
         # moves off the caller's CPU, in the process that loaded it; empty where unknown
@@ -284,7 +285,9 @@ def _find_workers(lib: Library, before: set[int]) -> list[tuple[int, frozenset[i
     out = np.empty_like(a)
     call = _call(lib, a, a, out, 0)
     if call is not None:
+        lib.set_threads(lib.threads)  # all of them, whatever a busy machine set (place)
         call[0](*_single_args(call))
+        lib.set_threads(lib.running)
     new = sorted(_tasks() - before)
     if len(new) != lib.threads - 1:
         return []
@@ -307,8 +310,13 @@ def place(lib: Library) -> None:
     at OpenBLAS's barrier: the first GEMM after ~0.2 s idle took ~10 ms instead of
     0.2-4 ms, about one time in two (docs/architecture.md, "BLAS"). Only the copy's own
     threads are touched: they exist for kiln's GEMMs alone. Nothing moves in a forked child
-    (its thread ids are not these)."""
+    (its thread ids are not these). On a busy machine the copy runs on fewer threads, the
+    caller's alone where :func:`threads.plan` says one (NumPy's instance is the user's)."""
     spin_pool.POOL.park()
+    want = min(lib.threads, threads.plan().threads)
+    if want != lib.running and lib is _state.get("lib"):
+        lib.running = want
+        lib.set_threads(want)
     if not lib.placeable or lib.pid != os.getpid():
         return
     if lib.stale:
@@ -464,7 +472,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     try:
         threads.POOL.run([(products, (bounds[j], bounds[j + 1])) for j in range(parts)])
     finally:
-        lib.set_threads(lib.threads)
+        lib.set_threads(lib.running)
     return True
 
 

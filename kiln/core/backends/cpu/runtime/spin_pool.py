@@ -311,6 +311,7 @@ class SpinPool:
         self.placed_for = -1
         self.count = 0  # workers running
         self.generation = 0
+        self.spin = SPIN_CYCLES  # the workers' spin after a part (place() sets it)
 
     def after_fork(self) -> None:
         """In a forked child: no worker survived. The slots are cleared (the parent's may
@@ -430,7 +431,14 @@ class SpinPool:
 
     def place(self) -> None:
         """Moves the workers off the calling thread's CPU where it changed since the last
-        call (as ``threads.KernelPool`` does its own)."""
+        call (as ``threads.KernelPool`` does its own); sets their spin after a part to
+        :data:`SPIN_CYCLES`, or none where :func:`cpus.plan` says the CPUs are not all free
+        (a worker then sleeps in futex as soon as its part is done)."""
+        spin = SPIN_CYCLES if cpus.plan().spin else 0
+        if spin != self.spin and self.memory is not None:
+            self.spin = spin
+            for k in range(1, self.memory.size // SLOT):
+                self.memory[k * SLOT + _SPIN:k * SLOT + _SPIN + 8].view(np.int64)[0] = spin
         cpu = cpus.current_cpu()
         if cpu >= 0 and cpu != self.placed_for:
             self.placed_for = cpu

@@ -44,6 +44,7 @@ from kiln.core.backends.cpu.runtime.cpus import (  # noqa: F401
     current_cpu,
     kernel_threads,
     move_off,
+    plan,
 )
 
 BLAS_TIMEOUT = 20  # 2^20 cycles: ~0.35 ms at 3 GHz
@@ -135,6 +136,19 @@ def _run_part(fn: Callable, args: tuple, done: _Done) -> None:
         done.finish(None)
 
 
+def in_order(calls: Sequence[tuple[Callable, tuple]]) -> None:
+    """Runs every ``fn(*args)`` of ``calls`` on the calling thread, in order, each even where
+    one before it failed (as on the pool); raises the first error."""
+    error: BaseException | None = None
+    for fn, args in calls:
+        try:
+            fn(*args)
+        except BaseException as e:  # noqa: BLE001 - raised once every part has run
+            error = error or e
+    if error is not None:
+        raise error
+
+
 class KernelPool:
     """Worker threads that run the parts of split kernel calls (started on first use, again
     in a forked child: threads do not survive ``fork``).
@@ -148,7 +162,8 @@ class KernelPool:
     caller moved meanwhile, or another caller placed it) moves off it itself.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, follow_load: bool = False) -> None:
+        self.follow_load = follow_load  # run the parts in order on a busy machine (POOL)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._start_lock = threading.Lock()
@@ -190,10 +205,11 @@ class KernelPool:
         """Runs every ``fn(*args)`` of ``calls`` (independent parts of one kernel call), the
         first in the calling thread, the others on the pool; returns when all are done and
         raises the first error of any part. A waiting caller runs queued parts itself, so
-        concurrent callers always make progress."""
-        if len(calls) == 1:
-            fn, args = calls[0]
-            fn(*args)
+        concurrent callers always make progress. A pool that follows the load (``POOL``) has
+        the caller run every part, in order, on a busy machine (:func:`cpus.plan` gives one
+        thread): the same parts, the same bits."""
+        if len(calls) == 1 or (self.follow_load and plan().threads == 1):
+            in_order(calls)
             return
         self._ensure(len(calls) - 1)
         cpu = current_cpu()
@@ -235,7 +251,7 @@ class KernelPool:
         self.placed_for = -1
 
 
-POOL = KernelPool()
+POOL = KernelPool(follow_load=True)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=POOL.reset)
 
@@ -261,6 +277,9 @@ class SplitCall:
         if self._for is not entry or (found is not None
                                       and found[2] != found[3].generation):
             found = self._bind(entry, calls)
+        if plan().threads == 1:  # a busy machine: every part on the caller, in order
+            in_order([(entry, c) for c in calls])
+            return
         if found is not None:
             found[3].place()
             found[0](found[1], *[a for c in calls for a in c])
