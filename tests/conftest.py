@@ -15,3 +15,8 @@ import os
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow" if importlib.util.find_spec("tensorflow")
                       else "numpy")
+# Kernels split as planned whatever the machine's load (KILN_CONTENTION=auto would run them
+# serially on a busy CI runner and give the private OpenBLAS fewer threads, whose products
+# differ in the last bits: tests comparing runs bit for bit would then depend on the load).
+# tests/core/backends/test_contention.py sets the modes it tests.
+os.environ.setdefault("KILN_CONTENTION", "off")
