@@ -25,3 +25,13 @@ def test_no_file_is_over_the_limit(folder):
     long = {str(p.relative_to(ROOT)): n for p in files
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > LIMIT}
     assert not long, f"files over {LIMIT} lines: {long}"
+
+
+def test_the_architecture_page_stays_a_map():
+    """docs/architecture.md is the map a newcomer reads in an afternoon: at most 500 lines
+    (timings live in docs/performance.md, features in docs/features.md)."""
+    page = ROOT / "docs" / "architecture.md"
+    if not page.exists():
+        pytest.skip("docs/ is not beside the package (an installed kiln)")
+    n = len(page.read_text(encoding="utf-8").splitlines())
+    assert n <= 500, f"docs/architecture.md has {n} lines, over 500"
