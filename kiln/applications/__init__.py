@@ -21,9 +21,11 @@ from typing import Any
 _FAMILIES: dict[str, tuple[str, ...]] = {
     "resnet": ("ResNet50", "ResNet101", "ResNet152"),
     "resnet_v2": ("ResNet50V2", "ResNet101V2", "ResNet152V2"),
+    "vgg": ("VGG16", "VGG19"),
+    "mobilenet": ("MobileNet", "MobileNetV2"),
 }
 #: Keras' extra module names -> kiln's module
-_ALIASES = {"resnet50": "resnet"}
+_ALIASES = {"resnet50": "resnet", "vgg16": "vgg", "vgg19": "vgg", "mobilenet_v2": "mobilenet"}
 
 _MODULES = {*_FAMILIES, *_ALIASES, "imagenet_utils"}
 _MODELS = {fn: module for module, fns in _FAMILIES.items() for fn in fns}

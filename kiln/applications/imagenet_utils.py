@@ -231,6 +231,13 @@ def check_weights(weights: Any, include_top: bool, classes: int, where: str) -> 
                          f"should be 1000; received classes={classes}")
 
 
+def is_symbolic(x: Any) -> bool:
+    """Whether ``x`` is a symbolic kiln tensor."""
+    from kiln.utils import is_keras_tensor
+
+    return is_keras_tensor(x)
+
+
 def image_input(input_tensor: Any, input_shape: tuple, where: str) -> Any:
     """A new ``Input`` of ``input_shape``, or ``input_tensor`` (a symbolic tensor)."""
     from kiln import layers
