@@ -23,6 +23,7 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     "resnet_v2": ("ResNet50V2", "ResNet101V2", "ResNet152V2"),
     "vgg": ("VGG16", "VGG19"),
     "mobilenet": ("MobileNet", "MobileNetV2"),
+    "mobilenet_v3": ("MobileNetV3Small", "MobileNetV3Large"),
 }
 #: Keras' extra module names -> kiln's module
 _ALIASES = {"resnet50": "resnet", "vgg16": "vgg", "vgg19": "vgg", "mobilenet_v2": "mobilenet"}
