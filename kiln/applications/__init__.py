@@ -24,6 +24,7 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     "vgg": ("VGG16", "VGG19"),
     "mobilenet": ("MobileNet", "MobileNetV2"),
     "mobilenet_v3": ("MobileNetV3Small", "MobileNetV3Large"),
+    "efficientnet": tuple(f"EfficientNetB{i}" for i in range(8)),
 }
 #: Keras' extra module names -> kiln's module
 _ALIASES = {"resnet50": "resnet", "vgg16": "vgg", "vgg19": "vgg", "mobilenet_v2": "mobilenet"}
