@@ -23,7 +23,8 @@ __version__ = "0.1.0"
 # on its own.
 _LAZY_MODULES = {"ops", "layers", "models", "optimizers", "callbacks", "losses", "metrics",
                  "activations", "initializers", "regularizers", "saving", "datasets", "utils",
-                 "distribution", "export", "random", "constraints", "preprocessing"}
+                 "distribution", "export", "random", "constraints", "preprocessing",
+                 "applications"}
 _LAZY_ATTRS = {
     "Input": ("kiln.layers", "Input"),
     "Sequential": ("kiln.models", "Sequential"),

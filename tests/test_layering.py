@@ -46,6 +46,9 @@ ORDER: list[set[str]] = [
     {"models"},
     # "preprocessing" (kiln.preprocessing: Keras' aliases of kiln.utils' functions)
     {"utils", "preprocessing"},
+    # "applications" (kiln.applications: Keras' model zoo) builds functional models from
+    # layers and loads weights through models/saving
+    {"applications"},
 ]
 RANK = {pkg: i for i, tier in enumerate(ORDER) for pkg in tier}
 

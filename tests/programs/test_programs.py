@@ -70,9 +70,6 @@ KNOWN_GAPS: dict[str, str] = {
     "p36_structured_data_with_feature_space.py":
         "ValueError: FeatureSpace.get_inputs: the string features ['thal'] cannot be inputs "
         "of a kiln graph (strings never enter it)",
-    # keras.applications (pretrained models: no weights offline) is not in kiln
-    "p37_preprocessing_layers.py":
-        "AttributeError: module 'kiln' has no attribute 'applications'",
     # the JAX-style stateless train_step(state, data)
     "p38_custom_train_step_in_jax.py":
         "StepTraceError: custom_model: train_step could not be traced into one compiled step: "
