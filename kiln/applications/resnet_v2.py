@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.applications import imagenet_utils as iu
-from kiln.applications.resnet import ResNet101V2, ResNet152V2, ResNet50V2
+from kiln.applications.resnet import ResNet50V2, ResNet101V2, ResNet152V2
 
 
 def preprocess_input(x: Any, data_format: str | None = None) -> Any:

@@ -1,0 +1,68 @@
+"""kiln.applications against Keras itself: the same architecture built by Keras (weights=None),
+its weights randomized (BatchNormalization statistics included) and saved by Keras, loads by
+name into kiln's model, and both predict the same (relative 1e-4) on the smallest input.
+Skipped without keras."""
+
+import numpy as np
+import pytest
+
+from kiln import applications as apps
+
+keras = pytest.importorskip("keras")
+
+# name -> (input side, extra arguments); the slow ones run with -m slow
+CASES = {
+    "ResNet50": (32, {}), "ResNet50V2": (32, {}), "VGG16": (32, {}), "MobileNet": (32, {}),
+    "MobileNetV2": (32, {}), "MobileNetV3Small": (32, {}), "MobileNetV3Large": (32, {}),
+    "EfficientNetB0": (32, {}),
+}
+FAST = {"ResNet50", "MobileNetV2", "MobileNetV3Small"}
+
+
+def _randomize(model, seed=1):
+    """Keras' weights made distinct: variances and scales positive, the rest perturbed."""
+    rng = np.random.default_rng(seed)
+    values = []
+    for var in model.weights:
+        arr = np.asarray(var.numpy())
+        if "variance" in var.path or "gamma" in var.path:
+            arr = rng.uniform(0.5, 1.5, arr.shape)
+        else:
+            arr = arr + rng.normal(0.0, 0.05, arr.shape)
+        values.append(arr.astype(np.float32))
+    model.set_weights(values)
+
+
+def _compare(name, size, extra, path, include_top=True, pooling=None):
+    kwargs = {"weights": None, "input_shape": (size, size, 3), "include_top": include_top,
+              "pooling": pooling, **extra}
+    if include_top:
+        kwargs.update(classes=7, classifier_activation=None)
+    theirs = getattr(keras.applications, name)(**kwargs)
+    _randomize(theirs)
+    if str(path).endswith(".keras"):
+        theirs.save(path)
+    else:
+        theirs.save_weights(path)
+    ours = getattr(apps, name)(**kwargs)
+    assert ours.count_params() == theirs.count_params()
+    assert [w.name for w in ours.layers if w.weights] == \
+        [w.name for w in theirs.layers if w.weights]
+    ours.load_weights(str(path))
+    x = np.random.default_rng(0).uniform(0, 255 if "Efficient" in name or "V3" in name else 1,
+                                         (2, size, size, 3)).astype(np.float32)
+    want = np.asarray(theirs.predict(x, verbose=0))
+    got = ours.predict(x, verbose=0)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in CASES])
+def test_keras_weights_load_and_predict_the_same(name, tmp_path):
+    size, extra = CASES[name]
+    _compare(name, size, extra, tmp_path / "model.weights.h5")
+
+
+def test_keras_file_without_top_and_pooling(tmp_path):
+    _compare("MobileNetV2", 32, {}, tmp_path / "model.keras", include_top=False, pooling="avg")
