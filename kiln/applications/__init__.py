@@ -25,6 +25,7 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     "mobilenet": ("MobileNet", "MobileNetV2"),
     "mobilenet_v3": ("MobileNetV3Small", "MobileNetV3Large"),
     "efficientnet": tuple(f"EfficientNetB{i}" for i in range(8)),
+    "densenet": ("DenseNet121", "DenseNet169", "DenseNet201"),
 }
 #: Keras' extra module names -> kiln's module
 _ALIASES = {"resnet50": "resnet", "vgg16": "vgg", "vgg19": "vgg", "mobilenet_v2": "mobilenet"}
