@@ -26,6 +26,7 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     "mobilenet_v3": ("MobileNetV3Small", "MobileNetV3Large"),
     "efficientnet": tuple(f"EfficientNetB{i}" for i in range(8)),
     "densenet": ("DenseNet121", "DenseNet169", "DenseNet201"),
+    "xception": ("Xception",),
 }
 #: Keras' extra module names -> kiln's module
 _ALIASES = {"resnet50": "resnet", "vgg16": "vgg", "vgg19": "vgg", "mobilenet_v2": "mobilenet"}
