@@ -27,6 +27,8 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     "efficientnet": tuple(f"EfficientNetB{i}" for i in range(8)),
     "densenet": ("DenseNet121", "DenseNet169", "DenseNet201"),
     "xception": ("Xception",),
+    "convnext": ("ConvNeXtTiny", "ConvNeXtSmall", "ConvNeXtBase", "ConvNeXtLarge",
+                 "ConvNeXtXLarge"),
 }
 #: Keras' extra module names -> kiln's module
 _ALIASES = {"resnet50": "resnet", "vgg16": "vgg", "vgg19": "vgg", "mobilenet_v2": "mobilenet"}

@@ -20,16 +20,20 @@ KERAS_COUNTS = {
     "EfficientNetB3": 12_320_535, "EfficientNetB4": 19_466_823,
     "EfficientNetB5": 30_562_527, "EfficientNetB6": 43_265_143,
     "EfficientNetB7": 66_658_687,
+    "DenseNet121": 8_062_504, "DenseNet169": 14_307_880, "DenseNet201": 20_242_984,
+    "Xception": 22_910_480, "ConvNeXtTiny": 28_589_128, "ConvNeXtSmall": 50_223_688,
 }
 # the large ones take a while to allocate: run with -m slow
 SLOW = {"ResNet101", "ResNet152", "ResNet101V2", "ResNet152V2", "VGG19", "EfficientNetB3",
-        "EfficientNetB4", "EfficientNetB5", "EfficientNetB6", "EfficientNetB7"}
+        "EfficientNetB4", "EfficientNetB5", "EfficientNetB6", "EfficientNetB7",
+        "DenseNet169", "DenseNet201", "ConvNeXtSmall"}
 
 # name -> (smallest input side, feature channels of the last conv layer)
 FEATURES = {
     "ResNet50": (32, 2048), "ResNet50V2": (32, 2048), "VGG16": (32, 512),
     "MobileNet": (32, 1024), "MobileNetV2": (32, 1280), "MobileNetV3Small": (32, 576),
-    "MobileNetV3Large": (32, 960), "EfficientNetB0": (32, 1280),
+    "MobileNetV3Large": (32, 960), "EfficientNetB0": (32, 1280), "DenseNet121": (32, 1024),
+    "Xception": (71, 2048), "ConvNeXtTiny": (32, 768),
 }
 
 
@@ -54,9 +58,9 @@ def test_output_shapes(name):
     for pooling in ("avg", "max"):
         pooled = fn(weights=None, include_top=False, pooling=pooling)
         assert pooled.output.shape == (None, channels)
-    features = fn(weights=None, include_top=False, input_shape=(64, 64, 3))
+    features = fn(weights=None, include_top=False, input_shape=(2 * size, 2 * size, 3))
     out = features.output.shape
-    assert len(out) == 4 and out[-1] == channels and out[1] == out[2] and out[1] <= 2
+    assert len(out) == 4 and out[-1] == channels and out[1] == out[2] and out[1] <= 3
     # without a shape and without the top any image size is accepted
     free = fn(weights=None, include_top=False)
     assert free.input.shape == (None, None, None, 3)

@@ -14,9 +14,11 @@ keras = pytest.importorskip("keras")
 CASES = {
     "ResNet50": (32, {}), "ResNet50V2": (32, {}), "VGG16": (32, {}), "MobileNet": (32, {}),
     "MobileNetV2": (32, {}), "MobileNetV3Small": (32, {}), "MobileNetV3Large": (32, {}),
-    "EfficientNetB0": (32, {}),
+    "EfficientNetB0": (32, {}), "DenseNet121": (32, {}), "Xception": (71, {}),
+    "ConvNeXtTiny": (32, {}),
 }
 FAST = {"ResNet50", "MobileNetV2", "MobileNetV3Small"}
+SELF_SCALING = ("EfficientNet", "MobileNetV3", "ConvNeXt")  # they take pixels in [0, 255]
 
 
 def _randomize(model, seed=1):
@@ -49,7 +51,7 @@ def _compare(name, size, extra, path, include_top=True, pooling=None):
     assert [w.name for w in ours.layers if w.weights] == \
         [w.name for w in theirs.layers if w.weights]
     ours.load_weights(str(path))
-    x = np.random.default_rng(0).uniform(0, 255 if "Efficient" in name or "V3" in name else 1,
+    x = np.random.default_rng(0).uniform(0, 255 if name.startswith(SELF_SCALING) else 1,
                                          (2, size, size, 3)).astype(np.float32)
     want = np.asarray(theirs.predict(x, verbose=0))
     got = ours.predict(x, verbose=0)
@@ -66,3 +68,25 @@ def test_keras_weights_load_and_predict_the_same(name, tmp_path):
 
 def test_keras_file_without_top_and_pooling(tmp_path):
     _compare("MobileNetV2", 32, {}, tmp_path / "model.keras", include_top=False, pooling="avg")
+
+
+def test_nested_sequential_in_keras_file(tmp_path):
+    # Keras writes a Sequential nested in a functional model under "layers/<snake>": its
+    # layers (here LayerNormalization before Conv2D, unlike their alphabetical order) load
+    # in the Sequential's order
+    import kiln
+
+    def build(lib):
+        inputs = lib.Input((8, 8, 3))
+        inner = lib.Sequential([lib.layers.LayerNormalization(epsilon=1e-6),
+                                lib.layers.Conv2D(4, 2, strides=2)], name="stage")
+        return lib.Model(inputs, lib.layers.Dense(2)(inner(inputs)))
+
+    theirs = build(keras)
+    _randomize(theirs)
+    theirs.save_weights(tmp_path / "nested.weights.h5")
+    ours = build(kiln)
+    ours.load_weights(str(tmp_path / "nested.weights.h5"))
+    x = np.random.default_rng(4).normal(size=(2, 8, 8, 3)).astype(np.float32)
+    np.testing.assert_allclose(ours.predict(x, verbose=0), theirs.predict(x, verbose=0),
+                               rtol=1e-5, atol=1e-5)
