@@ -27,6 +27,7 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     "efficientnet": tuple(f"EfficientNetB{i}" for i in range(8)),
     "densenet": ("DenseNet121", "DenseNet169", "DenseNet201"),
     "xception": ("Xception",),
+    "inception_v3": ("InceptionV3",),
     "convnext": ("ConvNeXtTiny", "ConvNeXtSmall", "ConvNeXtBase", "ConvNeXtLarge",
                  "ConvNeXtXLarge"),
 }

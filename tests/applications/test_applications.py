@@ -21,7 +21,8 @@ KERAS_COUNTS = {
     "EfficientNetB5": 30_562_527, "EfficientNetB6": 43_265_143,
     "EfficientNetB7": 66_658_687,
     "DenseNet121": 8_062_504, "DenseNet169": 14_307_880, "DenseNet201": 20_242_984,
-    "Xception": 22_910_480, "ConvNeXtTiny": 28_589_128, "ConvNeXtSmall": 50_223_688,
+    "Xception": 22_910_480, "InceptionV3": 23_851_784,
+    "ConvNeXtTiny": 28_589_128, "ConvNeXtSmall": 50_223_688,
 }
 # the large ones take a while to allocate: run with -m slow
 SLOW = {"ResNet101", "ResNet152", "ResNet101V2", "ResNet152V2", "VGG19", "EfficientNetB3",
@@ -33,7 +34,7 @@ FEATURES = {
     "ResNet50": (32, 2048), "ResNet50V2": (32, 2048), "VGG16": (32, 512),
     "MobileNet": (32, 1024), "MobileNetV2": (32, 1280), "MobileNetV3Small": (32, 576),
     "MobileNetV3Large": (32, 960), "EfficientNetB0": (32, 1280), "DenseNet121": (32, 1024),
-    "Xception": (71, 2048), "ConvNeXtTiny": (32, 768),
+    "Xception": (71, 2048), "ConvNeXtTiny": (32, 768), "InceptionV3": (75, 2048),
 }
 
 

@@ -15,7 +15,7 @@ CASES = {
     "ResNet50": (32, {}), "ResNet50V2": (32, {}), "VGG16": (32, {}), "MobileNet": (32, {}),
     "MobileNetV2": (32, {}), "MobileNetV3Small": (32, {}), "MobileNetV3Large": (32, {}),
     "EfficientNetB0": (32, {}), "DenseNet121": (32, {}), "Xception": (71, {}),
-    "ConvNeXtTiny": (32, {}),
+    "ConvNeXtTiny": (32, {}), "InceptionV3": (75, {}),
 }
 FAST = {"ResNet50", "MobileNetV2", "MobileNetV3Small"}
 SELF_SCALING = ("EfficientNet", "MobileNetV3", "ConvNeXt")  # they take pixels in [0, 255]
@@ -42,7 +42,7 @@ def _compare(name, size, extra, path, include_top=True, pooling=None):
         kwargs.update(classes=7, classifier_activation=None)
     theirs = getattr(keras.applications, name)(**kwargs)
     _randomize(theirs)
-    if str(path).endswith(".keras"):
+    if str(path).endswith((".keras", "_legacy.h5")):
         theirs.save(path)
     else:
         theirs.save_weights(path)
@@ -68,6 +68,12 @@ def test_keras_weights_load_and_predict_the_same(name, tmp_path):
 
 def test_keras_file_without_top_and_pooling(tmp_path):
     _compare("MobileNetV2", 32, {}, tmp_path / "model.keras", include_top=False, pooling="avg")
+
+
+@pytest.mark.slow
+def test_legacy_h5_file_of_unnamed_layers(tmp_path):
+    # Keras' ImageNet files are legacy HDF5; InceptionV3's layers are all auto-named
+    _compare("InceptionV3", 75, {}, tmp_path / "model_legacy.h5")
 
 
 def test_nested_sequential_in_keras_file(tmp_path):
