@@ -23,11 +23,16 @@ KERAS_COUNTS = {
     "DenseNet121": 8_062_504, "DenseNet169": 14_307_880, "DenseNet201": 20_242_984,
     "Xception": 22_910_480, "InceptionV3": 23_851_784,
     "ConvNeXtTiny": 28_589_128, "ConvNeXtSmall": 50_223_688,
+    "EfficientNetV2B0": 7_200_312, "EfficientNetV2B1": 8_212_124,
+    "EfficientNetV2B2": 10_178_374, "EfficientNetV2B3": 14_467_622,
+    "EfficientNetV2S": 21_612_360, "EfficientNetV2M": 54_431_388,
+    "EfficientNetV2L": 119_027_848,
 }
 # the large ones take a while to allocate: run with -m slow
 SLOW = {"ResNet101", "ResNet152", "ResNet101V2", "ResNet152V2", "VGG19", "EfficientNetB3",
         "EfficientNetB4", "EfficientNetB5", "EfficientNetB6", "EfficientNetB7",
-        "DenseNet169", "DenseNet201", "ConvNeXtSmall"}
+        "DenseNet169", "DenseNet201", "ConvNeXtSmall", "EfficientNetV2B2", "EfficientNetV2B3",
+        "EfficientNetV2S", "EfficientNetV2M", "EfficientNetV2L"}
 
 # name -> (smallest input side, feature channels of the last conv layer)
 FEATURES = {
@@ -35,6 +40,7 @@ FEATURES = {
     "MobileNet": (32, 1024), "MobileNetV2": (32, 1280), "MobileNetV3Small": (32, 576),
     "MobileNetV3Large": (32, 960), "EfficientNetB0": (32, 1280), "DenseNet121": (32, 1024),
     "Xception": (71, 2048), "ConvNeXtTiny": (32, 768), "InceptionV3": (75, 2048),
+    "EfficientNetV2B0": (32, 1280),
 }
 
 

@@ -15,22 +15,25 @@ CASES = {
     "ResNet50": (32, {}), "ResNet50V2": (32, {}), "VGG16": (32, {}), "MobileNet": (32, {}),
     "MobileNetV2": (32, {}), "MobileNetV3Small": (32, {}), "MobileNetV3Large": (32, {}),
     "EfficientNetB0": (32, {}), "DenseNet121": (32, {}), "Xception": (71, {}),
-    "ConvNeXtTiny": (32, {}), "InceptionV3": (75, {}),
+    "ConvNeXtTiny": (32, {}), "InceptionV3": (75, {}), "EfficientNetV2B0": (32, {}),
+    "EfficientNetV2S": (32, {}),
 }
 FAST = {"ResNet50", "MobileNetV2", "MobileNetV3Small"}
 SELF_SCALING = ("EfficientNet", "MobileNetV3", "ConvNeXt")  # they take pixels in [0, 255]
 
 
 def _randomize(model, seed=1):
-    """Keras' weights made distinct: variances and scales positive, the rest perturbed."""
+    """Keras' weights made distinct: variances and scales positive, the rest perturbed
+    (mildly: deep random networks, EfficientNetV2's squeeze-and-excite chains above all,
+    amplify float32 rounding differences exponentially when their activations explode)."""
     rng = np.random.default_rng(seed)
     values = []
     for var in model.weights:
         arr = np.asarray(var.numpy())
         if "variance" in var.path or "gamma" in var.path:
-            arr = rng.uniform(0.5, 1.5, arr.shape)
+            arr = rng.uniform(0.8, 1.2, arr.shape)
         else:
-            arr = arr + rng.normal(0.0, 0.05, arr.shape)
+            arr = arr + rng.normal(0.0, 0.02, arr.shape)
         values.append(arr.astype(np.float32))
     model.set_weights(values)
 
