@@ -31,6 +31,7 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     "densenet": ("DenseNet121", "DenseNet169", "DenseNet201"),
     "xception": ("Xception",),
     "inception_v3": ("InceptionV3",),
+    "inception_resnet_v2": ("InceptionResNetV2",),
     "convnext": ("ConvNeXtTiny", "ConvNeXtSmall", "ConvNeXtBase", "ConvNeXtLarge",
                  "ConvNeXtXLarge"),
 }

@@ -26,13 +26,13 @@ KERAS_COUNTS = {
     "EfficientNetV2B0": 7_200_312, "EfficientNetV2B1": 8_212_124,
     "EfficientNetV2B2": 10_178_374, "EfficientNetV2B3": 14_467_622,
     "EfficientNetV2S": 21_612_360, "EfficientNetV2M": 54_431_388,
-    "EfficientNetV2L": 119_027_848,
+    "EfficientNetV2L": 119_027_848, "InceptionResNetV2": 55_873_736,
 }
 # the large ones take a while to allocate: run with -m slow
 SLOW = {"ResNet101", "ResNet152", "ResNet101V2", "ResNet152V2", "VGG19", "EfficientNetB3",
         "EfficientNetB4", "EfficientNetB5", "EfficientNetB6", "EfficientNetB7",
         "DenseNet169", "DenseNet201", "ConvNeXtSmall", "EfficientNetV2B2", "EfficientNetV2B3",
-        "EfficientNetV2S", "EfficientNetV2M", "EfficientNetV2L"}
+        "EfficientNetV2S", "EfficientNetV2M", "EfficientNetV2L", "InceptionResNetV2"}
 
 # name -> (smallest input side, feature channels of the last conv layer)
 FEATURES = {
