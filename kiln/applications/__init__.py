@@ -32,6 +32,7 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     "xception": ("Xception",),
     "inception_v3": ("InceptionV3",),
     "inception_resnet_v2": ("InceptionResNetV2",),
+    "nasnet": ("NASNetMobile", "NASNetLarge"),
     "convnext": ("ConvNeXtTiny", "ConvNeXtSmall", "ConvNeXtBase", "ConvNeXtLarge",
                  "ConvNeXtXLarge"),
 }

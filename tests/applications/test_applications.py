@@ -27,12 +27,14 @@ KERAS_COUNTS = {
     "EfficientNetV2B2": 10_178_374, "EfficientNetV2B3": 14_467_622,
     "EfficientNetV2S": 21_612_360, "EfficientNetV2M": 54_431_388,
     "EfficientNetV2L": 119_027_848, "InceptionResNetV2": 55_873_736,
+    "NASNetMobile": 5_326_716, "NASNetLarge": 88_949_818,
 }
 # the large ones take a while to allocate: run with -m slow
 SLOW = {"ResNet101", "ResNet152", "ResNet101V2", "ResNet152V2", "VGG19", "EfficientNetB3",
         "EfficientNetB4", "EfficientNetB5", "EfficientNetB6", "EfficientNetB7",
         "DenseNet169", "DenseNet201", "ConvNeXtSmall", "EfficientNetV2B2", "EfficientNetV2B3",
-        "EfficientNetV2S", "EfficientNetV2M", "EfficientNetV2L", "InceptionResNetV2"}
+        "EfficientNetV2S", "EfficientNetV2M", "EfficientNetV2L", "InceptionResNetV2",
+        "NASNetLarge"}
 
 # name -> (smallest input side, feature channels of the last conv layer)
 FEATURES = {
@@ -90,8 +92,8 @@ def test_module_aliases_and_lazy_loading():
     assert kiln.applications is apps
     assert apps.resnet50 is resnet and apps.ResNet50 is resnet.ResNet50
     assert apps.vgg16.VGG16 is apps.VGG16 and apps.mobilenet_v2.MobileNetV2 is apps.MobileNetV2
-    with pytest.raises(AttributeError, match="NASNet"):
-        apps.NASNet  # noqa: B018
+    with pytest.raises(AttributeError, match="ResNeXt50"):
+        apps.ResNeXt50  # noqa: B018
 
 
 def test_input_tensor_is_used():

@@ -19,7 +19,7 @@ CASES = {
     "MobileNetV2": (32, {}), "MobileNetV3Small": (32, {}), "MobileNetV3Large": (32, {}),
     "EfficientNetB0": (32, {}), "DenseNet121": (32, {}), "Xception": (71, {}),
     "ConvNeXtTiny": (32, {}), "InceptionV3": (75, {}), "EfficientNetV2B0": (32, {}),
-    "EfficientNetV2S": (32, {}), "InceptionResNetV2": (75, {}),
+    "EfficientNetV2S": (32, {}), "InceptionResNetV2": (75, {}), "NASNetMobile": (32, {}),
 }
 FAST = {"ResNet50", "MobileNetV2", "MobileNetV3Small"}
 SELF_SCALING = ("EfficientNet", "MobileNetV3", "ConvNeXt")  # they take pixels in [0, 255]
