@@ -113,3 +113,20 @@ def test_nested_sequential_in_keras_file(tmp_path):
     x = np.random.default_rng(4).normal(size=(2, 8, 8, 3)).astype(np.float32)
     np.testing.assert_allclose(ours.predict(x, verbose=0), theirs.predict(x, verbose=0),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_every_keras_application_with_keras_signature():
+    import inspect
+
+    names = [n for n in dir(keras.applications) if not n.startswith("_")]
+    assert len(names) > 40
+    for name in names:
+        theirs = getattr(keras.applications, name)
+        ours = getattr(apps, name)  # AttributeError names what is missing
+        if inspect.ismodule(theirs):
+            public = [s for s in dir(theirs) if not s.startswith("_")]
+            assert all(hasattr(ours, s) for s in public), (name, public)
+            continue
+        want, got = inspect.signature(theirs).parameters, inspect.signature(ours).parameters
+        assert list(got) == list(want), name
+        assert [p.default for p in got.values()] == [p.default for p in want.values()], name
