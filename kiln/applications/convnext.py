@@ -80,7 +80,7 @@ def ConvNeXtBlock(projection_dim: int, drop_path_rate: float = 0.0,  # noqa: N80
                                     name=f"{name}_stochastic_depth")
         else:
             branch = layers.Activation("linear", name=f"{name}_identity")
-        return inputs + branch(x)
+        return layers.Add()([inputs, branch(x)])  # a layer: the config serializes
 
     return apply
 

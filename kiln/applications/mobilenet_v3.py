@@ -26,7 +26,10 @@ def relu(x: Any) -> Any:
 
 
 def hard_sigmoid(x: Any) -> Any:
-    return layers.ReLU(6.0)(x + 3.0) * (1.0 / 6.0)
+    # relu6(x + 3) / 6, as Keras computes it, in layers (no weights) so that the model's
+    # config serializes (kiln saves no raw ops between layers)
+    x = layers.Rescaling(1.0, offset=3.0)(x)
+    return layers.Rescaling(1.0 / 6.0)(layers.ReLU(6.0)(x))
 
 
 def hard_swish(x: Any) -> Any:

@@ -156,3 +156,19 @@ def test_one_training_step_is_finite_and_moves_the_weights():
         before)
     out = model.predict(x, verbose=0)
     np.testing.assert_allclose(out.sum(axis=1), 1.0, rtol=1e-5)  # softmax classifier
+
+
+@pytest.mark.parametrize("name, size", [("MobileNetV3Small", 32),
+                                        pytest.param("ConvNeXtTiny", 32, marks=pytest.mark.slow),
+                                        pytest.param("InceptionResNetV2", 75,
+                                                     marks=pytest.mark.slow)])
+def test_keras_file_round_trip_in_kiln(name, size, tmp_path):
+    # the whole model (config and weights) saves and loads: no raw ops between layers
+    model = getattr(apps, name)(weights=None, input_shape=(size, size, 3), classes=3)
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = kiln.models.load_model(path)
+    assert loaded.count_params() == model.count_params()
+    x = np.random.default_rng(0).uniform(0, 255, (2, size, size, 3)).astype(np.float32)
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0),
+                               rtol=1e-6, atol=1e-6)
