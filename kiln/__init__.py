@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 _LAZY_MODULES = {"ops", "layers", "models", "optimizers", "callbacks", "losses", "metrics",
                  "activations", "initializers", "regularizers", "saving", "datasets", "utils",
                  "distribution", "export", "random", "constraints", "preprocessing",
-                 "backend"}
+                 "backend", "applications"}
 _LAZY_ATTRS = {
     "Input": ("kiln.layers", "Input"),
     "Sequential": ("kiln.models", "Sequential"),

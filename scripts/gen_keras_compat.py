@@ -97,7 +97,7 @@ source and lists every adaptation. `tests/programs/test_programs.py` (slow) runs
 | p34 examples/nlp/lstm_seq2seq | yes | yes |
 | p35 guides/customizing_saving_and_serialization | no: a `tf.Variable` stored in a kiln layer, multiplied with kiln tensors in `call()` | no: Keras cannot build the model of the `tf.Variable` layer |
 | p36 examples/structured_data/structured_data_classification_with_feature_space (tf.keras version) | yes (the inference model's `FeatureSpace` runs on the host before its compiled graph) | no: "data type 'string' not understood" in `FeatureSpace` |
-| p37 guides/preprocessing_layers (tf.keras version, without the last recipes) | no: `keras.applications` (pretrained models) is not in kiln | no: `.numpy()` on a JAX array |
+| p37 guides/preprocessing_layers (tf.keras version, without the last recipes) | yes (`kiln.applications.ResNet50`) | no: `.numpy()` on a JAX array |
 | p38 guides/custom_train_step_in_jax | yes, where jax is installed (the JAX-style `train_step(state, data)` runs eagerly per batch; `jax.value_and_grad` differentiates kiln's stateless calls through their own VJP) | yes |
 | p39 examples/nlp/text_classification_from_scratch | yes (the string input and `TextVectorization` run on the host before the compiled graph) | yes (the program selects the TensorFlow backend) |
 | p40 examples/timeseries/timeseries_classification_transformer (tf.keras version, smaller) | yes | yes |
@@ -214,7 +214,8 @@ The old form `add_weight("name", shape, initializer, ...)` (a string first) stil
 * Layer weights assigned inside `call` (`assign_add`) are graph updates inside `fit`,
   `evaluate`, `predict` and eager calls.
 * No mixed precision policies (`keras.mixed_precision`), no quantization, no
-  `keras.applications` (no pretrained weights), no sparse or ragged tensors.
+  sparse or ragged tensors. `kiln.applications` builds Keras' architectures; it never downloads
+  weights (`weights="imagenet"` loads Keras' file from `~/.keras/models`).
 * Backends: kiln compiles for its own CPU (numba) and CUDA backends; `KERAS_BACKEND` is
   ignored.
 * `JaxLayer`, `FlaxLayer`, `TorchModuleWrapper` and `TFSMLayer` host another framework's

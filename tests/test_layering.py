@@ -51,6 +51,9 @@ ORDER: list[set[str]] = [
     # kiln.utils' dtype helpers); "scopes" (Keras' top-level helpers: device, name_scope,
     # remat ..., Operation, which names itself as layers do)
     {"utils", "preprocessing", "backend", "scopes"},
+    # "applications" (kiln.applications: Keras' model zoo) builds functional models from
+    # layers and loads weights through models/saving
+    {"applications"},
 ]
 RANK = {pkg: i for i, tier in enumerate(ORDER) for pkg in tier}
 

@@ -68,13 +68,14 @@ def keras_own_order(layer: Any) -> list[Any]:
 
 def sublayer_tree(layer: Any) -> list[tuple[str, Any]]:
     """``(attribute path, sublayer)`` in Keras' walk order (sorted attributes, private last;
-    lists become ``attr/<snake_class>[_n]``)."""
+    lists become ``attr/<snake_class>[_n]``; a Sequential's/Functional's are ``layers/...``)."""
     out: list[tuple[str, Any]] = []
-    for key in sorted(vars(layer), key=_name_key):
+    model = {"Sequential", "Functional"} & {c.__name__ for c in type(layer).__mro__}
+    for key, value in sorted(vars(layer).items(), key=lambda kv: _name_key(kv[0])):
         if key.startswith("__") or key in ("_inbound", "_eager_cache", "_weights",
                                             "_regularizers"):
             continue
-        value = vars(layer)[key]
+        key = "layers" if model and key == "_layers" else key
         if _is_layer(value) and value is not layer:
             out.append((key, value))
         elif isinstance(value, list | tuple | dict):
@@ -83,8 +84,7 @@ def sublayer_tree(layer: Any) -> list[tuple[str, Any]]:
             for item in items:
                 if _is_layer(item) and item is not layer:
                     base = keras_snake_case(type(item).__name__)
-                    n = used.get(base, -1) + 1
-                    used[base] = n
+                    used[base] = n = used.get(base, -1) + 1
                     out.append((f"{key}/{base}" if n == 0 else f"{key}/{base}_{n}", item))
     return out
 

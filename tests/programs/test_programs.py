@@ -66,9 +66,6 @@ KNOWN_GAPS: dict[str, str] = {
     "p35_customizing_saving_and_serialization.py":
         "TypeError: expected a kiln tensor, Variable, NumPy array or number, received "
         "ResourceVariable",
-    # keras.applications (pretrained models: no weights offline) is not in kiln
-    "p37_preprocessing_layers.py":
-        "AttributeError: module 'kiln' has no attribute 'applications'",
 }
 
 if importlib.util.find_spec("jax") is None:

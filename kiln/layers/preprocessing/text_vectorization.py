@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.eager import eager_result
 from kiln.layers.base import Layer, is_symbolic
 from kiln.layers.host_tensor import has_host_tensor, host_call
 from kiln.layers.preprocessing._base import check_choice
@@ -224,7 +225,8 @@ class TextVectorization(Layer):
             return text_vectorization(self, inputs)
         if is_symbolic(inputs) or has_host_tensor(inputs):
             return host_call(self, inputs, *args, **kwargs)  # a model's host prefix
-        return self.call(inputs)
+        # an eager result, as Keras returns: ``.numpy()`` works on it
+        return eager_result(self.call(inputs))
 
     def call(self, inputs: Any) -> np.ndarray:
         tokens = self._tokens(inputs)

@@ -35,6 +35,14 @@ def test_keras_docstring_vocabulary_example(tmp_path):
     assert from_file.get_vocabulary() == layer.get_vocabulary()
 
 
+def test_eager_call_returns_an_eager_tensor():
+    # Keras' eager outputs have .numpy() (keras.io's preprocessing_layers guide calls it)
+    layer = TextVectorization(vocabulary=["brain", "sea"])
+    out = layer(["The Brain is deeper than the sea"])
+    np.testing.assert_array_equal(out.numpy(), [[1, 2, 1, 1, 1, 1, 3]])
+    assert type(out.numpy()) is np.ndarray
+
+
 def test_modes_closed_form():
     layer = TextVectorization(output_mode="multi_hot", vocabulary=["a", "b", "c"])
     # index 0 is OOV in the encoding modes
