@@ -13,7 +13,7 @@ Adaptations:
 - epochs: 2 instead of 100.
 """
 
-# ruff: noqa: I001, UP031, UP032, F811, E712, E402  (kept as in the original text)
+# ruff: noqa: I001, UP031, UP032, F811, E712, E402, E501  (kept as in the original text)
 
 import numpy as np
 import kiln as keras

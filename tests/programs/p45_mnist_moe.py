@@ -14,7 +14,7 @@ Adaptations:
 - epochs: 1 instead of 20; ``model.summary()`` of the base model kept.
 """
 
-# ruff: noqa: I001, UP031, UP032, F811, E712, E402, UP008  (kept as in the original text)
+# ruff: noqa: I001, UP031, UP032, F811, E712, E402, UP008, F401  (kept as in the original text)
 
 import os
 

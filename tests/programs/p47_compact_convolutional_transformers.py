@@ -12,7 +12,7 @@ Adaptations:
 - sizes: 1 transformer layer instead of 2; epochs: 1 instead of 30.
 """
 
-# ruff: noqa: I001, UP031, UP032, F811, E712, E402  (kept as in the original text)
+# ruff: noqa: I001, UP031, UP032, F811, E712, E402, B006  (kept as in the original text)
 
 from kiln import layers
 import kiln as keras
