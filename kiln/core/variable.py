@@ -255,6 +255,11 @@ class Variable:
         value = self.value
         return value if dtype is None else value.astype(dtype)
 
+    def __jax_array__(self) -> np.ndarray:
+        """JAX reads a Variable as its current value (``jax.jit(step)(model.trainable_variables
+        ...)``, as with Keras' variables on the JAX backend)."""
+        return self.value.copy()
+
     def __repr__(self) -> str:
         return f"<kiln.Variable {self.name!r} shape={self.shape} dtype={self.dtype}>"
 
