@@ -16,7 +16,7 @@ Adaptations:
 - epochs: 1 instead of 20.
 """
 
-# ruff: noqa: I001, UP031, UP032, F811, E712, E402, UP006, UP007  (kept as in the original text)
+# ruff: noqa: I001, UP031, UP032, F811, E712, E402, UP006, UP007, UP045  (kept as in the original text)
 
 import os
 os.environ["KERAS_BACKEND"] = "tensorflow"

@@ -80,12 +80,22 @@ KNOWN_GAPS: dict[str, str] = {
     # tf.nn.relu on kiln tensors in a layer's call(): kiln's clear error
     "p46_debugging_tips.py":
         "TypeError: TensorFlow's relu() was given a symbolic kiln tensor",
+    # tf.gather / tf.math.unsorted_segment_mean on kiln tensors in GraphConv.call()
+    "p48_timeseries_traffic_forecasting.py":
+        "TypeError: TensorFlow's gather() was given a symbolic kiln tensor",
+    # jax.jit of a step whose state holds the model's Variables: JAX 0.10 no longer reads
+    # __jax_array__ while abstracting arguments (Keras 3.15 stops at the same line)
+    "p50_writing_a_custom_training_loop_in_jax.py":
+        "ValueError: Triggering __jax_array__() during abstractification is no longer "
+        "supported",
 }
 
 if importlib.util.find_spec("jax") is None:
     # the JAX-style train_step(state, data) differentiates with jax.value_and_grad (kiln runs
     # it where jax is installed: kiln/models/jax_steps.py)
     KNOWN_GAPS["p38_custom_train_step_in_jax.py"] = \
+        "ModuleNotFoundError: No module named 'jax'"
+    KNOWN_GAPS["p50_writing_a_custom_training_loop_in_jax.py"] = \
         "ModuleNotFoundError: No module named 'jax'"
 
 # program -> (regex with one float group, lower bound, upper bound)
@@ -116,6 +126,8 @@ BOUNDS = {
     "p42_pixelcnn.py": (r"final loss: ([0-9.e+-]+)", 0.0, 1.0),
     # 2 epochs on random series whose class shifts the mean
     "p44_lstm_vs_cnn_timeseries_classification.py": (r"CNN Test Accuracy: ([0-9.]+)", 0.3, 1.0),
+    "p47_compact_convolutional_transformers.py": (r"Test accuracy: ([0-9.]+)%", 0.0, 100.0),
+    "p49_intro_to_keras_for_engineers.py": (r"Test accuracy: ([0-9.]+)", 0.0, 1.0),
 }
 
 
