@@ -111,16 +111,18 @@ source and lists every adaptation. `tests/programs/test_programs.py` (slow) runs
 | p48 examples/timeseries/timeseries_traffic_forecasting (Keras 3, TensorFlow backend) | no: `tf.gather` / `tf.math.unsorted_segment_mean` on kiln tensors in `GraphConv.call()` (kiln's error names the call) | yes (the program selects the TensorFlow backend) |
 | p49 guides/intro_to_keras_for_engineers (Keras 3) | yes (NumPy, PyTorch `DataLoader` and `tf.data` inputs) | yes |
 | p50 guides/keras_core/writing_a_custom_training_loop_in_jax | no: `jax.jit` of a step whose state holds the model's Variables ("Triggering __jax_array__() during abstractification is no longer supported"; with arrays in the state, kiln's `stateless_call`, `optimizer.stateless_apply` and `metric.stateless_update_state` run inside `jax.jit`) | no: the same error (JAX 0.10) |
+| p51 examples/vision/conv_lstm (tf.keras version, smaller) | yes (`Conv3D` on videos of unknown length) | yes |
 
-p16-p50 follow the version of each file that the source index held (several are the
+p16-p51 follow the version of each file that the source index held (several are the
 tf.keras versions, which their docstrings name); a "no" quotes kiln's first failure, also
 listed in `KNOWN_GAPS` of `tests/programs/test_programs.py`, where those programs are strict
 xfails. Their Keras 3 column comes from `with_keras.py` with `KERAS_BACKEND=jax` (Keras
 3.15, where a program selects another backend itself, that one).
-p42-p50 were picked from keras.io programs kiln had not been run on before (issue 44): on
-their first run 2 of the 9 ran (p44, p49); the fixes they led to are symbolic assigns in
-`call()` (p42), `ops.reshape`/`ops.broadcast_to` with `ops.shape(x)[i]` in the shape (p47) and
-the stateless optimizer/metric APIs inside `jax.jit` (p50, whose own failure Keras shares).
+p42-p51 were picked from keras.io programs kiln had not been run on before (issue 44): on
+their first run 2 of the 10 ran (p44, p49), now 5 do (Keras 3: 7); the fixes they led to are
+symbolic assigns in `call()` (p42), `ops.reshape`/`ops.broadcast_to` with `ops.shape(x)[i]` in
+the shape (p47), `Conv3D` of unknown depth (p51) and the stateless optimizer/metric APIs inside
+`jax.jit` (p50, whose own failure Keras shares).
 
 Not attempted, and why: examples/keras_recipes/sklearn_metric_callbacks (scikit-learn is
 not installed); examples/generative/conditional_gan (needs `tensorflow_docs` and `imageio`);
