@@ -146,11 +146,20 @@ def conv3d_transpose(who: str, x: Node, kernel: Any, strides: tuple, padding: st
 
 
 def pool3d(who: str, kind: str, x: Node, pool: tuple, strides: tuple, padding: str) -> Node:
-    """Max (``kind="max"``) or average pooling over depth, height and width."""
-    d, h, w, c = _static(who, x)
+    """Max (``kind="max"``) or average pooling over depth, height and width (the depth may be
+    known only at run time)."""
+    dynamic = x.shape[1] is None and None not in x.shape[2:]  # a video of any length
+    if dynamic:
+        h, w, c = (int(v) for v in x.shape[2:])
+    else:
+        d, h, w, c = _static(who, x)
     op = K.max_pool2d if kind == "max" else K.avg_pool2d
     y = op(K.reshape(x, (-1, h, w, c)), pool[1:], strides[1:], padding)
     ho, wo = int(y.shape[1]), int(y.shape[2])
+    if dynamic:  # the run-time batch and depth (kiln.ops.shape)
+        y = op(K.reshape(y, K.shape(x)[:2] + (ho * wo, c)), (pool[0], 1), (strides[0], 1),
+               padding)
+        return K.reshape(y, K.shape(y)[:2] + (ho, wo, c))
     y = op(K.reshape(y, (-1, d, ho * wo, c)), (pool[0], 1), (strides[0], 1), padding)
     return K.reshape(y, (-1, int(y.shape[1]), ho, wo, c))
 

@@ -48,3 +48,16 @@ def test_a_depth_stride_still_needs_a_known_depth():
     with pytest.raises(ValueError, match=r"Conv3D\) needs known depth, height, width and "
                                          r"channels, received input shape \(None, None, 6, 5, 3\)"):
         layers.Conv3D(4, 3, strides=2)(inputs)
+
+
+@pytest.mark.parametrize("kind", ["max", "average"])
+def test_pooling_of_unknown_depth_matches_numpy(kind):
+    rng = np.random.default_rng(1)
+    layer = (layers.MaxPooling3D if kind == "max" else layers.AveragePooling3D)((2, 2, 2))
+    inputs = keras.Input((None, 4, 6, 3))
+    model = keras.Model(inputs, layer(inputs))
+    for depth in (6, 8):
+        a = rng.normal(size=(2, depth, 4, 6, 3)).astype("float32")
+        blocks = a.reshape(2, depth // 2, 2, 2, 2, 3, 2, 3)
+        ref = (blocks.max(axis=(2, 4, 6)) if kind == "max" else blocks.mean(axis=(2, 4, 6)))
+        np.testing.assert_allclose(model.predict(a, verbose=0), ref, rtol=1e-5, atol=1e-6)
