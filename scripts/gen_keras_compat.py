@@ -102,12 +102,27 @@ source and lists every adaptation. `tests/programs/test_programs.py` (slow) runs
 | p39 examples/nlp/text_classification_from_scratch | yes (the string input and `TextVectorization` run on the host before the compiled graph) | yes (the program selects the TensorFlow backend) |
 | p40 examples/timeseries/timeseries_classification_transformer (tf.keras version, smaller) | yes | yes |
 | p41 guides/writing_a_training_loop_from_scratch (Keras 3, TensorFlow flavour with Keras names: `keras.GradientTape` around eager calls) | yes (the eager tape) | yes |
+| p42 examples/generative/pixelcnn (Keras 3, smaller) | yes (the masked-kernel `kernel.assign(kernel * mask)` in `call()`: discarded while the functional model is built, as in Keras' `StatelessScope`; the forward value inside `fit`, where the optimizer's update wins, as in Keras' JAX trainer) | yes |
+| p43 examples/vision/metric_learning (Keras 3, TensorFlow-backend flavour; `tf.GradientTape` -> `keras.GradientTape`) | no: the example's `Sequence` sets `self.num_batches`, a read-only property of Keras 3's `PyDataset` (and of kiln's) | no: the same `AttributeError` |
+| p44 examples/timeseries/lstm_vs_cnn_timeseries_classification (Keras 3) | yes | yes |
+| p45 examples/vision/mnist_moe (Keras 3 with `tf` ops, its first sections) | no: `tf.math.top_k` on kiln tensors in a layer's `call()` (kiln traces `call()` even for an eager call on concrete data; kiln's error names the call) | yes (Keras runs the eager call's `tf` ops on concrete values) |
+| p46 examples/keras_recipes/debugging_tips (tf.keras version, tips 1-3) | no: `tf.nn.relu` on kiln tensors in a layer's `call()` (kiln's error names the call) | no: a TensorFlow-style `train_step(self, data)` |
+| p47 examples/vision/cct (Keras 3, smaller) | yes (`ops.broadcast_to(table, ops.shape(inputs))`: shapes holding run-time dimensions) | yes |
+| p48 examples/timeseries/timeseries_traffic_forecasting (Keras 3, TensorFlow backend) | no: `tf.gather` / `tf.math.unsorted_segment_mean` on kiln tensors in `GraphConv.call()` (kiln's error names the call) | yes (the program selects the TensorFlow backend) |
+| p49 guides/intro_to_keras_for_engineers (Keras 3) | yes (NumPy, PyTorch `DataLoader` and `tf.data` inputs) | yes |
+| p50 guides/keras_core/writing_a_custom_training_loop_in_jax | no: `jax.jit` of a step whose state holds the model's Variables ("Triggering __jax_array__() during abstractification is no longer supported"; with arrays in the state, kiln's `stateless_call`, `optimizer.stateless_apply` and `metric.stateless_update_state` run inside `jax.jit`) | no: the same error (JAX 0.10) |
+| p51 examples/vision/conv_lstm (tf.keras version, smaller) | yes (`Conv3D` on videos of unknown length) | yes |
 
-p16-p40 follow the version of each file that the source index held (several are the
+p16-p51 follow the version of each file that the source index held (several are the
 tf.keras versions, which their docstrings name); a "no" quotes kiln's first failure, also
 listed in `KNOWN_GAPS` of `tests/programs/test_programs.py`, where those programs are strict
 xfails. Their Keras 3 column comes from `with_keras.py` with `KERAS_BACKEND=jax` (Keras
 3.15, where a program selects another backend itself, that one).
+p42-p51 were picked from keras.io programs kiln had not been run on before (issue 44): on
+their first run 2 of the 10 ran (p44, p49), now 5 do (Keras 3: 7); the fixes they led to are
+symbolic assigns in `call()` (p42), `ops.reshape`/`ops.broadcast_to` with `ops.shape(x)[i]` in
+the shape (p47), `Conv3D` of unknown depth (p51) and the stateless optimizer/metric APIs inside
+`jax.jit` (p50, whose own failure Keras shares).
 
 Not attempted, and why: examples/keras_recipes/sklearn_metric_callbacks (scikit-learn is
 not installed); examples/generative/conditional_gan (needs `tensorflow_docs` and `imageio`);

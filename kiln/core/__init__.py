@@ -43,7 +43,13 @@ from kiln.core.ops._rules import fmt as format_shape
 from kiln.core.ops._rules import is_node as is_tensor
 from kiln.core.ops.collective import register_group
 from kiln.core.ops.source import constant, placeholder
-from kiln.core.variable import EAGER_READS, Variable, VariableTrace, trace_variables
+from kiln.core.variable import (
+    EAGER_READS,
+    Variable,
+    VariableTrace,
+    discarding_symbolic_assigns,
+    trace_variables,
+)
 
 
 def optimize(graph, exclude=(), **kwargs):
@@ -56,4 +62,5 @@ __all__ = ["Graph", "Node", "TensorType", "HashableArray", "WeakIdentityDict", "
            "grad", "placeholder", "constant", "convert_to_tensor", "is_tensor", "toposort",
            "depends_on", "rebuild", "canonical_dtype", "format_shape", "backend_for_device",
            "optimize", "register_group", "trace_variables", "VariableTrace",
+           "discarding_symbolic_assigns",
            "TENSOR_MASKS", "gc_paused", "EAGER_READS"]

@@ -33,8 +33,16 @@ class VariableTrace:
         self.updates[id(var)] = (var, node)
         # a read after the update is the variable's new value, not a function of what
         # computed it: no gradient flows back through the update (a GAN's generator step
-        # differentiates through the updated discriminator, not through its update)
-        self._reads[id(var)] = apply("stop_gradient", node)
+        # differentiates through the updated discriminator, not through its update). As in
+        # TensorFlow (a read of a tf.Variable is a leaf of the tape), the gradient of a later
+        # read of a trainable float Variable is the Variable's own: ``leaf + stop_gradient(
+        # new - leaf)`` (PixelCNN's ``kernel.assign(kernel * mask)`` then ``conv(kernel)``
+        # trains the kernel; a second discriminator step after the first one's update)
+        read = apply("stop_gradient", node)
+        if var.trainable and np.issubdtype(var.dtype, np.floating):
+            leaf = var._leaf_node()
+            read = apply("add", leaf, apply("stop_gradient", apply("sub", node, leaf)))
+        self._reads[id(var)] = read
 
     def current(self, var: Variable) -> Node | None:
         return self._reads.get(id(var))
@@ -64,6 +72,24 @@ def reads_values(values: tuple) -> bool:
         return False
     return not any(isinstance(v, Node) or hasattr(v, "__kiln_node__") and not isinstance(
         v, Variable) for v in values)
+
+
+#: while True (a layer called on a functional model's symbolic inputs, outside any traced
+#: step), a symbolic ``Variable.assign`` is discarded, as in Keras' ``StatelessScope`` of
+#: symbolic calls: the functional model replays ``call()`` inside its traced steps, where the
+#: update is recorded (PixelCNN's masked kernel ``kernel.assign(kernel * mask)``)
+DISCARD_SYMBOLIC_ASSIGNS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "kiln_discard_symbolic_assigns", default=False)
+
+
+@contextlib.contextmanager
+def discarding_symbolic_assigns() -> Iterator[None]:
+    """Sets :data:`DISCARD_SYMBOLIC_ASSIGNS` for the block."""
+    token = DISCARD_SYMBOLIC_ASSIGNS.set(True)
+    try:
+        yield
+    finally:
+        DISCARD_SYMBOLIC_ASSIGNS.reset(token)
 
 
 @contextlib.contextmanager
@@ -189,6 +215,8 @@ class Variable:
         from kiln.core.ops.elementwise import cast
 
         trace = _TRACE.get()
+        if trace is None and DISCARD_SYMBOLIC_ASSIGNS.get():
+            return self
         if trace is None:
             raise ValueError(f"Variable {self.name!r}: assign() received a symbolic tensor "
                              "outside a traced step; symbolic updates happen inside a layer's "
@@ -213,6 +241,10 @@ class Variable:
             current = trace.current(self)
             if current is not None:
                 return current
+        return self._leaf_node()
+
+    def _leaf_node(self) -> Node:
+        """The graph's parameter node of this Variable (what gradients are taken against)."""
         if self._node is None:
             from kiln.core.ops.source import param_node
 
@@ -222,6 +254,11 @@ class Variable:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         value = self.value
         return value if dtype is None else value.astype(dtype)
+
+    def __jax_array__(self) -> np.ndarray:
+        """JAX reads a Variable as its current value (``jax.jit(step)(model.trainable_variables
+        ...)``, as with Keras' variables on the JAX backend)."""
+        return self.value.copy()
 
     def __repr__(self) -> str:
         return f"<kiln.Variable {self.name!r} shape={self.shape} dtype={self.dtype}>"

@@ -16,7 +16,8 @@ has their shape rules, references, gradients and kernels:
 * ``pool3d``: max and (real-element) average pooling over a box are separable: pool height and
   width with the 2-D op, then depth with a ``(pool_d, 1)`` 2-D pool.
 
-Depth, height and width must be known (static shapes).
+Depth, height and width must be known (static shapes), except the depth of ``conv3d`` with a
+depth stride of 1 (Keras' ``Conv3D`` on videos of any length).
 """
 
 from __future__ import annotations
@@ -52,10 +53,12 @@ def _depth_slice(x: Node, start: int, stop: int, step: int) -> Node:
 def conv3d(who: str, x: Node, kernel: Any, strides: tuple, padding: str, dilation: tuple,
            groups: int = 1) -> Node:
     """Channels-last 3-D convolution; ``kernel`` is ``(kd, kh, kw, C / groups, F)``."""
-    d, h, w, c = _static(who, x)
     kd = int(kernel.shape[0])
     sd, dd = strides[0], dilation[0]
     k_eff = (kd - 1) * dd + 1
+    if x.shape[1] is None and None not in x.shape[2:] and sd == 1:
+        return _conv3d_any_depth(x, kernel, strides, padding, dilation, groups)
+    d, h, w, c = _static(who, x)
     if padding == "same":
         out_d, lo, hi = same_pads(d, k_eff, sd)
         if lo or hi:
@@ -80,6 +83,27 @@ def conv3d(who: str, x: Node, kernel: Any, strides: tuple, padding: str, dilatio
             yi = K.conv2d(K.reshape(t, (-1, h, w, c)), ki, groups=groups, **kw2)
             y = yi if y is None else y + yi
     return K.reshape(y, (-1, out_d) + tuple(y.shape[1:]))
+
+
+def _conv3d_any_depth(x: Node, kernel: Any, strides: tuple, padding: str, dilation: tuple,
+                      groups: int) -> Node:
+    """:func:`conv3d` of a depth known only at run time (a video of any number of frames, as
+    Keras allows), depth stride 1: the taps are slices relative to both ends."""
+    h, w, c = (int(v) for v in x.shape[2:])
+    kd, dd = int(kernel.shape[0]), dilation[0]
+    total = (kd - 1) * dd  # k_eff - 1: what "valid" loses, what "same" pads
+    if padding == "same" and total:
+        x = K.pad(x, ((0, 0), (total // 2, total - total // 2), (0, 0), (0, 0), (0, 0)))
+    taps = [_depth_slice(x, i * dd, i * dd - total if i * dd < total else None, 1)
+            for i in range(kd)]
+    kw2 = dict(strides=strides[1:], padding=padding, dilation_rate=dilation[1:])
+    y = None
+    for i, t in enumerate(taps):  # one conv2d per tap (the stacked form needs a static depth)
+        ki = K.squeeze(K.slice(kernel, [(i, i + 1, 1), _ALL, _ALL, _ALL, _ALL], None), 0)
+        yi = K.conv2d(K.reshape(t, (-1, h, w, c)), ki, groups=groups, **kw2)
+        y = yi if y is None else y + yi
+    batch, depth = K.shape(taps[0])[:2]
+    return K.reshape(y, (batch, depth) + tuple(int(v) for v in y.shape[1:]))
 
 
 def conv3d_transpose(who: str, x: Node, kernel: Any, strides: tuple, padding: str,
@@ -122,11 +146,20 @@ def conv3d_transpose(who: str, x: Node, kernel: Any, strides: tuple, padding: st
 
 
 def pool3d(who: str, kind: str, x: Node, pool: tuple, strides: tuple, padding: str) -> Node:
-    """Max (``kind="max"``) or average pooling over depth, height and width."""
-    d, h, w, c = _static(who, x)
+    """Max (``kind="max"``) or average pooling over depth, height and width (the depth may be
+    known only at run time)."""
+    dynamic = x.shape[1] is None and None not in x.shape[2:]  # a video of any length
+    if dynamic:
+        h, w, c = (int(v) for v in x.shape[2:])
+    else:
+        d, h, w, c = _static(who, x)
     op = K.max_pool2d if kind == "max" else K.avg_pool2d
     y = op(K.reshape(x, (-1, h, w, c)), pool[1:], strides[1:], padding)
     ho, wo = int(y.shape[1]), int(y.shape[2])
+    if dynamic:  # the run-time batch and depth (kiln.ops.shape)
+        y = op(K.reshape(y, K.shape(x)[:2] + (ho * wo, c)), (pool[0], 1), (strides[0], 1),
+               padding)
+        return K.reshape(y, K.shape(y)[:2] + (ho, wo, c))
     y = op(K.reshape(y, (-1, d, ho * wo, c)), (pool[0], 1), (strides[0], 1), padding)
     return K.reshape(y, (-1, int(y.shape[1]), ho, wo, c))
 

@@ -23,6 +23,7 @@ from kiln.core import (
     Node,
     Variable,
     WeakIdentityDict,
+    discarding_symbolic_assigns,
     format_shape,
     placeholder,
 )
@@ -396,7 +397,12 @@ class Layer(StatelessLayerMixin):
             if mask is not None and self._call_accepts("mask") and \
                     "mask" in inspect.signature(self.call).parameters:
                 kwargs["mask"] = mask
-        outputs = channels_first.back(self, self.call(inner, *args, **kwargs), inputs, inner)
+        if current() is None:  # functional construction: symbolic assigns are discarded
+            with discarding_symbolic_assigns():
+                result = self.call(inner, *args, **kwargs)
+        else:
+            result = self.call(inner, *args, **kwargs)
+        outputs = channels_first.back(self, result, inputs, inner)
         if getattr(self, "_base_activity_regularizer", None) is not None and isinstance(
                 outputs, Node):
             from kiln.layers._utils import add_activity_loss

@@ -37,6 +37,26 @@ def has_tracer(*values: Any) -> bool:
     return any(isinstance(v, tracer) for v in flatten(list(values)))
 
 
+def host_call(fn: Callable, args: Any, out_specs: Sequence[tuple]) -> list:
+    """``fn(*args)`` (NumPy in, a list of arrays out) inside a JAX trace (``jax.jit``): a
+    ``jax.pure_callback`` whose results have ``out_specs`` (``(shape, dtype)`` pairs). For
+    the stateless APIs that are not differentiated (``optimizer.stateless_apply``,
+    ``metric.stateless_update_state``): Keras' JAX guides jit whole steps around them."""
+    import jax
+
+    # int64/float64 (an optimizer's iterations) as JAX holds them without jax_enable_x64
+    specs = [(tuple(int(d) for d in s), np.dtype(jax.dtypes.canonicalize_dtype(np.dtype(d))))
+             for s, d in out_specs]
+
+    def run(*a: Any) -> list:
+        return [np.asarray(o, dtype=d).reshape(s) for o, (s, d) in zip(fn(*a), specs)]
+    # not differentiated (a metric's state inside jax.value_and_grad's has_aux function):
+    # constant inputs, so that JAX never asks the callback for a JVP
+    args = jax.tree_util.tree_map(jax.lax.stop_gradient, args)
+    return list(jax.pure_callback(run, [jax.ShapeDtypeStruct(s, d) for s, d in specs],
+                                  *args))
+
+
 def _dtype(a: Any, floatx: str) -> str:
     kind = np.dtype(a.dtype).kind
     if kind == "f":

@@ -230,7 +230,14 @@ class Metric:
                                ) -> list[np.ndarray]:
         """The state after ``update_state(*args, **kwargs)`` from ``metric_variables`` (one
         value per :attr:`variables`); this metric's own state is unchanged."""
+        from kiln.layers.jax_bridge import has_tracer
         from kiln.layers.stateless import values_of
+        if has_tracer(metric_variables, args, kwargs):  # inside jax.jit: a host callback
+            from kiln.layers.jax_bridge import host_call
+            return host_call(
+                lambda m, a, k: self.stateless_update_state(m, *a, **k),
+                (list(metric_variables), list(args), dict(kwargs)),
+                [(np.shape(v), np.asarray(v).dtype) for v in self._state_values()])
 
         def run() -> list[np.ndarray]:
             self.update_state(*args, **kwargs)
@@ -239,6 +246,12 @@ class Metric:
 
     def stateless_result(self, metric_variables: Any) -> Any:
         """:meth:`result` of the state ``metric_variables``."""
+        from kiln.layers.jax_bridge import has_tracer
+        if has_tracer(metric_variables):  # inside jax.jit: a host callback
+            from kiln.layers.jax_bridge import host_call
+            like = np.asarray(self.result())
+            return host_call(lambda m: [self.stateless_result(m)], (list(metric_variables),),
+                             [(like.shape, like.dtype)])[0]
         return self._stateless(metric_variables, lambda: np.asarray(self.result()))
 
     def stateless_reset_state(self) -> list[np.ndarray]:

@@ -161,7 +161,12 @@ class StepGraphsMixin:
             warnings.warn(f"{self.name}: the model does not have any trainable weights",
                           stacklevel=4)
         self._build_optimizer_if_ready()
-        layer_updates = _layer_updates(ctx, assigned)
+        # as in Keras' JAX trainer (stateless_call keeps the non-trainable updates only), a
+        # layer's assign to a weight the optimizer trains is the forward pass' value, not the
+        # step's update (PixelCNN masks its kernel in call(): the optimizer's update wins)
+        trained = {id(v) for v in variables}
+        layer_updates = [(v, n) for v, n in _layer_updates(ctx, assigned)
+                         if id(v) not in trained]
         if weight is None:
             # Keras differentiates optimizer.scale_loss(loss) (loss_scale_factor, the dynamic
             # scale of LossScaleOptimizer); the optimizer divides the gradients back

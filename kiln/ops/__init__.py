@@ -88,6 +88,8 @@ def _symbolic(values) -> bool:
             for w in v:
                 if isinstance(w, Node) or hasattr(w, "__kiln_node__") and not _read(w):
                     return True
+                if isinstance(w, SymbolicDim):  # a shape holding ops.shape(x)[i]
+                    return True
     return False
 
 
@@ -229,7 +231,16 @@ avg_pool2d = _dual(_pool.avg_pool2d)
 softmax_cross_entropy = _dual(_nn.softmax_cross_entropy)
 sparse_softmax_cross_entropy = _dual(_nn.sparse_softmax_cross_entropy)
 stop_gradient = _dual(stop_gradient)
-broadcast_to = _dual(_movement.broadcast_to)
+
+
+def _broadcast_to(x, shape):
+    from kiln.ops._shapes import broadcast_to_symbolic
+
+    out = broadcast_to_symbolic(x, shape)  # ops.shape(x) in the shape (Keras code)
+    return _movement.broadcast_to(x, shape) if out is None else out
+
+
+broadcast_to = _dual(_broadcast_to)
 
 # ---- the Keras namespaces, shapes and creation with symbolic dimensions (kiln/ops/_shapes.py)
 from kiln.ops import image, nn, numpy  # noqa: E402

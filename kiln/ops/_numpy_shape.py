@@ -40,7 +40,10 @@ def _sl(x, axis, start, stop):
 def _reshape(x, newshape):
     if isinstance(newshape, int | np.integer):
         newshape = (int(newshape),)
-    return _G.reshape(x, newshape)
+    from kiln.ops._shapes import reshape_symbolic
+
+    out = reshape_symbolic(x, newshape)  # ops.shape(x)[0] in the shape (Keras code)
+    return _G.reshape(x, newshape) if out is None else out
 
 
 def _transpose(x, axes=None, *, perm=None):

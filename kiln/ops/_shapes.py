@@ -98,3 +98,43 @@ def ones(shape, dtype=None):
 def zeros(shape, dtype=None):
     """Zeros of ``shape`` (see :func:`full`; default dtype floatx)."""
     return full(shape, 0, dtype or kiln.config.floatx())
+
+
+def _is_dim_of(d, node):
+    """Whether the SymbolicDim ``d`` is a run-time dimension of ``node`` itself."""
+    return isinstance(d, SymbolicDim) and d.tensor is node and node.shape[d.axis] is None
+
+
+def reshape_symbolic(x, shape_):
+    """``reshape(x, shape_)`` where ``shape_`` holds :class:`SymbolicDim` entries (Keras code's
+    ``ops.reshape(x, (ops.shape(x)[0], -1, d))``); None when it holds none.
+
+    Without a -1 the result takes its run-time shape from a stand-in of ``shape_``
+    (:func:`like_shape`); with a -1, the symbolic entries must be ``x``'s own unknown
+    dimensions (then the -1 is static)."""
+    shape_ = tuple(shape_)
+    if not builtins.any(isinstance(d, SymbolicDim) for d in shape_):
+        return None
+    node = _G.as_node(x)
+    if -1 not in shape_:
+        return _G.apply("reshape_like", node, like_shape(shape_, node.dtype))
+    symbolic = [d for d in shape_ if isinstance(d, SymbolicDim)]
+    unknown = [a for a, d in enumerate(node.shape) if d is None]
+    if len(symbolic) == 1 and len(unknown) == 1 and _is_dim_of(symbolic[0], node):
+        known = int(np.prod([d for d in node.shape if d is not None]))
+        rest = int(np.prod([int(d) for d in shape_ if not isinstance(d, SymbolicDim)
+                            and d != -1]))
+        if rest and known % rest == 0:
+            return _G.reshape(node, tuple(-1 if isinstance(d, SymbolicDim) else
+                                          known // rest if d == -1 else int(d)
+                                          for d in shape_))
+    raise TypeError(f"reshape: cannot infer the -1 of the shape {shape_} for a tensor of shape "
+                    f"{node.shape} (its symbolic dimensions are not this tensor's own unknown "
+                    "dimension); give every dimension, or only one of -1 and ops.shape(x)[i]")
+
+
+def broadcast_to_symbolic(x, shape_):
+    """``broadcast_to(x, shape_)`` where ``shape_`` holds :class:`SymbolicDim` entries (Keras
+    code's ``ops.broadcast_to(table, ops.shape(inputs))``); None when it holds none."""
+    like = like_shape(tuple(shape_), _G.as_node(x).dtype)
+    return None if like is None else _G.broadcast_like(_G.as_node(x), like)

@@ -305,6 +305,13 @@ class Optimizer(ApplyMixin):
                              "trainable_variables) first")
         who = f"{type(self).__name__}.stateless_apply"
         targets, own = list(self._trainable_variables), list(self.variables)
+        from kiln.layers.jax_bridge import has_tracer
+        if has_tracer(optimizer_variables, grads, trainable_variables):  # inside jax.jit
+            from kiln.layers.jax_bridge import host_call
+            out = host_call(lambda o, g, t: sum(self.stateless_apply(o, g, t), []),
+                            (list(optimizer_variables), list(grads), list(trainable_variables)),
+                            [(v.shape, v.dtype) for v in targets + own])
+            return out[:len(targets)], out[len(targets):]
         with swapped(targets, trainable_variables, who, "trainable_variables"), \
                 swapped(own, optimizer_variables, who, "optimizer_variables"):
             self.apply(grads)

@@ -66,12 +66,33 @@ KNOWN_GAPS: dict[str, str] = {
     "p35_customizing_saving_and_serialization.py":
         "TypeError: expected a kiln tensor, Variable, NumPy array or number, received "
         "ResourceVariable",
+    # the example's own Sequence sets ``self.num_batches``, a read-only property of Keras 3's
+    # PyDataset (and of kiln's): Keras 3 stops at the same line
+    "p43_metric_learning.py":
+        "AttributeError: property 'num_batches' of 'AnchorPositivePairs' object has no setter",
+    # tf.math.top_k on kiln tensors in a layer's call() (kiln traces call() once, even for an
+    # eager call on concrete data): kiln's clear error names the call
+    "p45_mnist_moe.py":
+        "TypeError: TensorFlow's top_k() was given a symbolic kiln tensor",
+    # tf.nn.relu on kiln tensors in a layer's call(): kiln's clear error
+    "p46_debugging_tips.py":
+        "TypeError: TensorFlow's relu() was given a symbolic kiln tensor",
+    # tf.gather / tf.math.unsorted_segment_mean on kiln tensors in GraphConv.call()
+    "p48_timeseries_traffic_forecasting.py":
+        "TypeError: TensorFlow's gather() was given a symbolic kiln tensor",
+    # jax.jit of a step whose state holds the model's Variables: JAX 0.10 no longer reads
+    # __jax_array__ while abstracting arguments (Keras 3.15 stops at the same line)
+    "p50_writing_a_custom_training_loop_in_jax.py":
+        "ValueError: Triggering __jax_array__() during abstractification is no longer "
+        "supported",
 }
 
 if importlib.util.find_spec("jax") is None:
     # the JAX-style train_step(state, data) differentiates with jax.value_and_grad (kiln runs
     # it where jax is installed: kiln/models/jax_steps.py)
     KNOWN_GAPS["p38_custom_train_step_in_jax.py"] = \
+        "ModuleNotFoundError: No module named 'jax'"
+    KNOWN_GAPS["p50_writing_a_custom_training_loop_in_jax.py"] = \
         "ModuleNotFoundError: No module named 'jax'"
 
 # program -> (regex with one float group, lower bound, upper bound)
@@ -98,6 +119,14 @@ BOUNDS = {
     "p40_timeseries_classification_transformer.py": (r"Test accuracy: ([0-9.]+)", 0.0, 1.0),
     # the first "Validation acc" (one epoch of the eager GradientTape loop on 3,000 digits)
     "p41_writing_a_training_loop_from_scratch.py": (r"Validation acc: ([0-9.]+)", 0.6, 1.0),
+    # 1 epoch on 512 random blobs: a binary cross-entropy near log(2)
+    "p42_pixelcnn.py": (r"final loss: ([0-9.e+-]+)", 0.0, 1.0),
+    # 2 epochs on random series whose class shifts the mean
+    "p44_lstm_vs_cnn_timeseries_classification.py": (r"CNN Test Accuracy: ([0-9.]+)", 0.3, 1.0),
+    "p47_compact_convolutional_transformers.py": (r"Test accuracy: ([0-9.]+)%", 0.0, 100.0),
+    "p49_intro_to_keras_for_engineers.py": (r"Test accuracy: ([0-9.]+)", 0.0, 1.0),
+    # 1 epoch of next-frame prediction: a binary cross-entropy below log(2)-ish
+    "p51_conv_lstm.py": (r"val loss: ([0-9.e+-]+|nan)", 0.0, 1.0),
 }
 
 

@@ -1,0 +1,63 @@
+"""``Conv3D`` on inputs of unknown depth (``Input((None, h, w, c))``: videos of any number of
+frames, as keras.io's conv_lstm example feeds them). NumPy direct convolution is the oracle."""
+
+import numpy as np
+import pytest
+
+import kiln as keras
+from kiln import layers
+
+
+def _conv3d_ref(x, k, b, padding, dil):
+    kd, kh, kw = k.shape[:3]
+    eff = [(n - 1) * d + 1 for n, d in zip((kd, kh, kw), dil)]
+    if padding == "same":
+        pads = [((e - 1) // 2, e - 1 - (e - 1) // 2) for e in eff]
+        x = np.pad(x, [(0, 0)] + pads + [(0, 0)])
+    n, d, h, w, _ = x.shape
+    od, oh, ow = d - eff[0] + 1, h - eff[1] + 1, w - eff[2] + 1
+    out = np.zeros((n, od, oh, ow, k.shape[-1]))
+    for i in range(kd):
+        for j in range(kh):
+            for m in range(kw):
+                patch = x[:, i * dil[0]:i * dil[0] + od, j * dil[1]:j * dil[1] + oh,
+                          m * dil[2]:m * dil[2] + ow]
+                out += patch @ k[i, j, m]
+    return out + b
+
+
+@pytest.mark.parametrize("padding", ["same", "valid"])
+@pytest.mark.parametrize("dilation", [(1, 1, 1), (2, 1, 1)])
+def test_unknown_depth_matches_numpy(padding, dilation):
+    rng = np.random.default_rng(0)
+    inputs = keras.Input((None, 6, 5, 3))
+    conv = layers.Conv3D(4, (3, 3, 2), padding=padding, dilation_rate=dilation,
+                         bias_initializer="glorot_uniform")
+    outputs = conv(inputs)
+    assert outputs.shape[1] is None and outputs.shape[-1] == 4
+    model = keras.Model(inputs, outputs)
+    for depth in (7, 9):  # one model, videos of two lengths
+        a = rng.normal(size=(2, depth, 6, 5, 3)).astype("float32")
+        ref = _conv3d_ref(a.astype(np.float64), conv.kernel.numpy(), conv.bias.numpy(),
+                          padding, dilation)
+        np.testing.assert_allclose(model.predict(a, verbose=0), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_a_depth_stride_still_needs_a_known_depth():
+    inputs = keras.Input((None, 6, 5, 3))
+    with pytest.raises(ValueError, match=r"Conv3D\) needs known depth, height, width and "
+                                         r"channels, received input shape \(None, None, 6, 5, 3\)"):
+        layers.Conv3D(4, 3, strides=2)(inputs)
+
+
+@pytest.mark.parametrize("kind", ["max", "average"])
+def test_pooling_of_unknown_depth_matches_numpy(kind):
+    rng = np.random.default_rng(1)
+    layer = (layers.MaxPooling3D if kind == "max" else layers.AveragePooling3D)((2, 2, 2))
+    inputs = keras.Input((None, 4, 6, 3))
+    model = keras.Model(inputs, layer(inputs))
+    for depth in (6, 8):
+        a = rng.normal(size=(2, depth, 4, 6, 3)).astype("float32")
+        blocks = a.reshape(2, depth // 2, 2, 2, 2, 3, 2, 3)
+        ref = (blocks.max(axis=(2, 4, 6)) if kind == "max" else blocks.mean(axis=(2, 4, 6)))
+        np.testing.assert_allclose(model.predict(a, verbose=0), ref, rtol=1e-5, atol=1e-6)
