@@ -233,7 +233,7 @@ sparse_softmax_cross_entropy = _dual(_nn.sparse_softmax_cross_entropy)
 stop_gradient = _dual(stop_gradient)
 
 
-def _broadcast_to(x, shape):
+def _broadcast_to(x, shape):  # noqa: F811 (Keras names the argument shape)
     from kiln.ops._shapes import broadcast_to_symbolic
 
     out = broadcast_to_symbolic(x, shape)  # ops.shape(x) in the shape (Keras code)
