@@ -209,6 +209,26 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, *, name="scan")
     return _scan(f, init, xs, length=length, reverse=reverse, name=name)
 
 
+def _apply_graph(op_name, *inputs, **attrs):
+    return _apply(op_name, *(_as_node(x) for x in inputs), **attrs)
+
+
+def apply_op(name, *inputs, **attrs):
+    """The registered graph op ``name`` (``kiln.core.ops.all_ops()``) on ``inputs`` with
+    ``attrs``: a node on symbolic inputs, else eager (compiled once per signature, the attrs
+    part of the cache key, and recorded on an active ``kiln.GradientTape``). Python values
+    among ``inputs`` become arrays (floats as floatx, ints as int32).
+
+    Example:
+        >>> kiln.ops.apply_op("sum", np.ones((2, 3)), axis=(1,), keepdims=False)
+        array([3., 3.])
+    """
+    if is_symbolic(*inputs):
+        return _apply_graph(name, *inputs, **attrs)
+    inputs = tuple(x if _is_array(x) else _eager.to_array(x) for x in inputs)
+    return _eager.call(f"apply_op.{name}", _apply_graph, (name,) + inputs, attrs)
+
+
 def reshape_like(x, like):
     """``x`` reshaped to the (run-time) shape of ``like``; only ``like``'s shape is read."""
     return _apply("reshape_like", _as_node(x), _as_node(like))
