@@ -48,6 +48,7 @@ from kiln.core.ops import reduce as _reduce
 from kiln.core.ops import sort as _sort
 from kiln.core.ops._rules import as_node as _as_node
 from kiln.core.ops.registry import apply as _apply
+from kiln.core.ops.registry import get_op as _get_op
 from kiln.core.ops.scan import scan as _scan
 from kiln.core.ops.source import constant, placeholder
 from kiln.core.variable import _TRACE
@@ -210,7 +211,17 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, *, name="scan")
 
 
 def _apply_graph(op_name, *inputs, **attrs):
-    return _apply(op_name, *(_as_node(x) for x in inputs), **attrs)
+    try:
+        _get_op(op_name)
+    except KeyError:
+        raise ValueError(f"kiln.ops.apply_op: unknown op {op_name!r} (the registered ops are "
+                         "kiln.core.ops.all_ops())") from None
+    nodes = [_as_node(x) for x in inputs]
+    try:
+        return _apply(op_name, *nodes, **attrs)
+    except TypeError as e:  # wrong inputs or attrs for the op's shape rule
+        raise TypeError(f"kiln.ops.apply_op({op_name!r}): {e}; received inputs of shapes "
+                        f"{[n.shape for n in nodes]} and attrs {sorted(attrs)}") from e
 
 
 def apply_op(name, *inputs, **attrs):
