@@ -14,6 +14,7 @@ import pytest
 from fd_oracle import numeric_grad
 
 import kiln
+import kiln.tape
 from kiln.core.ops import all_ops
 from kiln.core.ops.registry import SOURCE
 
@@ -67,6 +68,13 @@ def test_tape_gradient_matches_finite_differences(name):
             tape.watch(sources)
             target = _target(name, inputs, example.attrs, c)
         grads = tape.gradient(target, sources)
+        compiles = kiln.tape.cache_info()["compiles"]
+        with kiln.GradientTape() as tape:  # the same signature again: the cached gradient
+            tape.watch(sources)
+            again = tape.gradient(_target(name, inputs, example.attrs, c), sources)
+        assert kiln.tape.cache_info()["compiles"] == compiles, f"{name}: gradient recompiled"
+        for g, h in zip(grads, again):
+            np.testing.assert_array_equal(g, h, err_msg=f"{name}: cached gradient differs")
         assert np.ndim(target) == 0
         np.testing.assert_allclose(target, np.sum(ref_out * c), rtol=1e-10, atol=1e-10,
                                    err_msg=f"{name}: eager value vs reference {example.attrs}")
