@@ -48,6 +48,7 @@ from kiln.core.ops import reduce as _reduce
 from kiln.core.ops import sort as _sort
 from kiln.core.ops._rules import as_node as _as_node
 from kiln.core.ops.registry import apply as _apply
+from kiln.core.ops.registry import get_op as _get_op
 from kiln.core.ops.scan import scan as _scan
 from kiln.core.ops.source import constant, placeholder
 from kiln.core.variable import _TRACE
@@ -207,6 +208,36 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, *, name="scan")
     ``unroll`` is a speed hint in Keras; kiln's loop is one graph op and runs the same
     either way, so any value is accepted."""
     return _scan(f, init, xs, length=length, reverse=reverse, name=name)
+
+
+def _apply_graph(op_name, *inputs, **attrs):
+    try:
+        _get_op(op_name)
+    except KeyError:
+        raise ValueError(f"kiln.ops.apply_op: unknown op {op_name!r} (the registered ops are "
+                         "kiln.core.ops.all_ops())") from None
+    nodes = [_as_node(x) for x in inputs]
+    try:
+        return _apply(op_name, *nodes, **attrs)
+    except TypeError as e:  # wrong inputs or attrs for the op's shape rule
+        raise TypeError(f"kiln.ops.apply_op({op_name!r}): {e}; received inputs of shapes "
+                        f"{[n.shape for n in nodes]} and attrs {sorted(attrs)}") from e
+
+
+def apply_op(name, *inputs, **attrs):
+    """The registered graph op ``name`` (``kiln.core.ops.all_ops()``) on ``inputs`` with
+    ``attrs``: a node on symbolic inputs, else eager (compiled once per signature, the attrs
+    part of the cache key, and recorded on an active ``kiln.GradientTape``). Python values
+    among ``inputs`` become arrays (floats as floatx, ints as int32).
+
+    Example:
+        >>> kiln.ops.apply_op("sum", np.ones((2, 3)), axis=(1,), keepdims=False)
+        array([3., 3.])
+    """
+    if is_symbolic(*inputs):
+        return _apply_graph(name, *inputs, **attrs)
+    inputs = tuple(x if _is_array(x) else _eager.to_array(x) for x in inputs)
+    return _eager.call(f"apply_op.{name}", _apply_graph, (name,) + inputs, attrs)
 
 
 def reshape_like(x, like):
