@@ -7,7 +7,16 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from kiln.losses import focal, generalized, hinges, overlap, probabilistic, regression
+from kiln.losses import (
+    focal,
+    generalized,
+    hinges,
+    metric_learning,
+    overlap,
+    probabilistic,
+    regression,
+    sequence,
+)
 from kiln.losses.base import Loss, LossFunctionWrapper
 from kiln.registry import get_registered_object
 
@@ -21,7 +30,8 @@ def defined_in(modules: tuple, keep: Callable[[Any], bool], own: bool = True) ->
             and (not own or getattr(obj, "__module__", None) == m.__name__)}
 
 
-FAMILIES = (regression, probabilistic, hinges, focal, overlap, generalized)
+FAMILIES = (regression, probabilistic, hinges, focal, overlap, generalized, sequence,
+            metric_learning)
 _FUNCTIONS: dict[str, Callable] = defined_in(FAMILIES, inspect.isfunction)
 _ALIASES: dict[str, Callable] = {alias: _FUNCTIONS[name] for alias, name in {
     "mse": "mean_squared_error", "MSE": "mean_squared_error",
