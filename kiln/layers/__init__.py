@@ -111,6 +111,7 @@ from kiln.layers.preprocessing import (  # noqa: E402
     CategoryEncoding,
     CenterCrop,
     Discretization,
+    HashedCrossing,
     Hashing,
     IntegerLookup,
     Normalization,
@@ -131,7 +132,7 @@ __all__ += [
     "Rescaling", "Normalization", "Discretization", "CategoryEncoding", "Resizing", "CenterCrop",
     "RandomFlip", "RandomRotation", "RandomZoom", "RandomTranslation", "RandomContrast",
     "RandomBrightness", "RandomCrop", "StringLookup", "IntegerLookup", "Hashing",
-    "TextVectorization",
+    "TextVectorization", "HashedCrossing",
 ]
 
 # Keras' layers.serialize / deserialize (kiln/layers/serialization.py)
