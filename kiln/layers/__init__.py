@@ -244,3 +244,11 @@ __all__ += ["MelSpectrogram", "STFTSpectrogram"]
 from kiln.layers.augment_policy import AugMix, RandAugment  # noqa: E402
 
 __all__ += ["AugMix", "RandAugment"]
+from kiln.layers.preprocessing.clahe import (  # noqa: E402
+    ContrastLimitedAdaptiveHistogramEqualization,
+)
+
+__all__ += ["ContrastLimitedAdaptiveHistogramEqualization"]
+from kiln.layers.preprocessing.elastic import RandomElasticTransform  # noqa: E402
+
+__all__ += ["RandomElasticTransform"]
