@@ -156,3 +156,16 @@ def test_elastic_bad_arguments():
         L.RandomElasticTransform(fill_mode="edge")
     with pytest.raises(ValueError, match=r"`scale` argument .* Received: scale=2.0"):
         L.RandomElasticTransform(scale=2.0)
+
+
+def test_inside_tf_data():
+    tf = pytest.importorskip("tensorflow")
+    layer = CLAHE(tile_grid_size=(2, 3))
+    ds = tf.data.Dataset.from_tensor_slices(IMAGES).batch(2).map(lambda a: layer(a))
+    got = np.concatenate([b.numpy() for b in ds])
+    np.testing.assert_allclose(got, layer(IMAGES), atol=1e-4)
+    elastic = L.RandomElasticTransform(value_range=(0, 255))
+    ds = tf.data.Dataset.from_tensor_slices(IMAGES).batch(3).map(lambda a: elastic(a))
+    out = next(iter(ds)).numpy()
+    assert out.shape == IMAGES.shape and out.min() >= 0 and out.max() <= 255
+    assert np.abs(out - IMAGES).mean() > 1.0
