@@ -164,8 +164,10 @@ def target_rule(loss: Any) -> str | None:
     of 1), ``"same"`` (the prediction's shape; a trailing axis of 1 may be added or dropped),
     or None for a loss kiln does not define (a custom loss may read targets of any shape)."""
     fn = getattr(loss, "fn", loss)
-    if is_sparse_categorical(fn):
+    if is_sparse_categorical(fn) or fn is metric_learning.circle:  # labels of the embeddings
         return "sparse"
+    if fn is sequence.ctc:  # label sequences (batch, max_length) of (batch, time, classes)
+        return None
     builtin = any(fn is f for f in _FUNCTIONS.values())
     return "same" if builtin else None
 

@@ -148,3 +148,19 @@ def test_ctc_and_circle_match_keras():
                                atol=1e-5)
     np.testing.assert_allclose(losses.Circle()(y, e),
                                kops.convert_to_numpy(keras.losses.Circle()(y, e)), rtol=1e-4)
+
+
+def test_both_losses_train_a_model():
+    x = RNG.standard_normal((32, 5)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32") + 2 * (x[:, 1] > 0)
+    emb = kiln.Sequential([kiln.Input((5,)), kiln.layers.Dense(8),
+                           kiln.layers.UnitNormalization()])
+    emb.compile("adam", losses.Circle(gamma=16.0))  # targets: one label per embedding
+    hist = emb.fit(x, y, batch_size=32, epochs=3, verbose=0).history["loss"]
+    assert np.isfinite(hist).all()
+    seq = kiln.Sequential([kiln.Input((6, 3)), kiln.layers.Dense(4)])
+    seq.compile(kiln.optimizers.SGD(0.1), losses.CTC())  # targets: (batch, max_label_length)
+    labels = np.array([[1, 2], [3, 0], [2, 2], [1, 3]], "int32")
+    frames = RNG.standard_normal((4, 6, 3)).astype("float32")
+    hist = seq.fit(frames, labels, batch_size=4, epochs=4, verbose=0).history["loss"]
+    assert hist[-1] < hist[0]
