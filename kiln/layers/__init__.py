@@ -111,6 +111,7 @@ from kiln.layers.preprocessing import (  # noqa: E402
     CategoryEncoding,
     CenterCrop,
     Discretization,
+    HashedCrossing,
     Hashing,
     IntegerLookup,
     Normalization,
@@ -131,7 +132,7 @@ __all__ += [
     "Rescaling", "Normalization", "Discretization", "CategoryEncoding", "Resizing", "CenterCrop",
     "RandomFlip", "RandomRotation", "RandomZoom", "RandomTranslation", "RandomContrast",
     "RandomBrightness", "RandomCrop", "StringLookup", "IntegerLookup", "Hashing",
-    "TextVectorization",
+    "TextVectorization", "HashedCrossing",
 ]
 
 # Keras' layers.serialize / deserialize (kiln/layers/serialization.py)
@@ -243,3 +244,11 @@ __all__ += ["MelSpectrogram", "STFTSpectrogram"]
 from kiln.layers.augment_policy import AugMix, RandAugment  # noqa: E402
 
 __all__ += ["AugMix", "RandAugment"]
+from kiln.layers.preprocessing.clahe import (  # noqa: E402
+    ContrastLimitedAdaptiveHistogramEqualization,
+)
+
+__all__ += ["ContrastLimitedAdaptiveHistogramEqualization"]
+from kiln.layers.preprocessing.elastic import RandomElasticTransform  # noqa: E402
+
+__all__ += ["RandomElasticTransform"]

@@ -14,6 +14,7 @@ by a function compiled once per input signature: :mod:`kiln.eager`).
 * :mod:`~kiln.losses.focal`: binary and categorical focal cross-entropy;
 * :mod:`~kiln.losses.overlap`: Dice, Tversky;
 * :mod:`~kiln.losses.generalized`: the generalized cross-entropy;
+* :mod:`~kiln.losses.sequence`: CTC; :mod:`~kiln.losses.metric_learning`: the Circle loss;
 * :mod:`~kiln.losses.lookup`: :func:`get`, :func:`serialize`, :func:`deserialize`.
 
 Example:
@@ -60,6 +61,7 @@ from kiln.losses.lookup import (
     serialize,
     target_rule,
 )
+from kiln.losses.metric_learning import Circle, circle
 from kiln.losses.overlap import Dice, Tversky, dice, tversky
 from kiln.losses.probabilistic import (
     BinaryCrossentropy,
@@ -89,6 +91,7 @@ from kiln.losses.regression import (
     mean_squared_error,
     mean_squared_logarithmic_error,
 )
+from kiln.losses.sequence import CTC, ctc
 
 __all__ = [
     "Loss", "LossFunctionWrapper", "binary_crossentropy", "categorical_crossentropy",
@@ -106,4 +109,5 @@ __all__ = [
     "BinaryFocalCrossentropy", "CategoricalFocalCrossentropy", "binary_focal_crossentropy",
     "categorical_focal_crossentropy", "Dice", "Tversky", "dice", "tversky",
     "CategoricalGeneralizedCrossEntropy", "categorical_generalized_cross_entropy",
+    "CTC", "Circle", "ctc", "circle",
 ]

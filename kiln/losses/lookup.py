@@ -7,7 +7,16 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from kiln.losses import focal, generalized, hinges, overlap, probabilistic, regression
+from kiln.losses import (
+    focal,
+    generalized,
+    hinges,
+    metric_learning,
+    overlap,
+    probabilistic,
+    regression,
+    sequence,
+)
 from kiln.losses.base import Loss, LossFunctionWrapper
 from kiln.registry import get_registered_object
 
@@ -21,7 +30,8 @@ def defined_in(modules: tuple, keep: Callable[[Any], bool], own: bool = True) ->
             and (not own or getattr(obj, "__module__", None) == m.__name__)}
 
 
-FAMILIES = (regression, probabilistic, hinges, focal, overlap, generalized)
+FAMILIES = (regression, probabilistic, hinges, focal, overlap, generalized, sequence,
+            metric_learning)
 _FUNCTIONS: dict[str, Callable] = defined_in(FAMILIES, inspect.isfunction)
 _ALIASES: dict[str, Callable] = {alias: _FUNCTIONS[name] for alias, name in {
     "mse": "mean_squared_error", "MSE": "mean_squared_error",
@@ -154,8 +164,10 @@ def target_rule(loss: Any) -> str | None:
     of 1), ``"same"`` (the prediction's shape; a trailing axis of 1 may be added or dropped),
     or None for a loss kiln does not define (a custom loss may read targets of any shape)."""
     fn = getattr(loss, "fn", loss)
-    if is_sparse_categorical(fn):
+    if is_sparse_categorical(fn) or fn is metric_learning.circle:  # labels of the embeddings
         return "sparse"
+    if fn is sequence.ctc:  # label sequences (batch, max_length) of (batch, time, classes)
+        return None
     builtin = any(fn is f for f in _FUNCTIONS.values())
     return "same" if builtin else None
 

@@ -25,3 +25,15 @@ for _mod, _ns in [(nn_more, _nn), (nn_conv, _nn), (nn_ctc, _nn), (linalg, linalg
         if _name not in _NAMESPACE_ONLY:
             globals()[_name] = getattr(_mod, _name)
             __all__.append(_name)
+
+# Keras 3.15's last ops (complex-valued ones on arrays; rearrange on tensors too): at the top
+# level, eig also in kiln.ops.linalg, polar also in kiln.ops.nn (kiln/ops/complex_more.py)
+from kiln.ops import complex_more, rearrange  # noqa: E402
+
+for _name, _ns in [("eig", linalg), ("polar", _nn)]:
+    setattr(_ns, _name, getattr(complex_more, _name))
+    if _name not in _ns.__all__:
+        _ns.__all__.append(_name)
+for _name in complex_more.__all__ + rearrange.__all__:
+    globals()[_name] = getattr(complex_more if _name != "rearrange" else rearrange, _name)
+    __all__.append(_name)

@@ -5,7 +5,8 @@ host (``kiln/core/ops/linalg_host.py``); the rest are composites of them. Matric
 last two axes (leading axes are a batch); integer inputs compute in float32.
 
 ``norm`` adds the matrix norms of singular values (``ord`` 2, -2, "nuc") to
-``kiln.ops.norm``. Not here: ``eig`` (complex eigenvalues; kiln has no complex dtype).
+``kiln.ops.norm``. ``eig`` (complex eigenvalues: kiln has no complex dtype in graphs) is defined in
+:mod:`kiln.ops.complex_more`, on arrays only, and added to this namespace there.
 Gradients: every op but ``lu_factor`` and ``matrix_rank`` (piecewise constant) and the
 singular vectors of ``svd`` (only the singular values are differentiable); ``cholesky`` and
 ``eigh`` read the lower triangle only (LAPACK's convention), so their gradients live there.

@@ -4,8 +4,8 @@ Complex values are ``(real, imag)`` pairs, Keras' convention; the transforms are
 with constant DFT matrices (O(n^2) per axis, exact to rounding, differentiable), so they suit
 the short axes of audio frames and small images, not long signals. Segment reductions take
 ``num_segments`` statically (from the ids when they are concrete arrays) and build a
-(segments x rows) mask. Not here: ``view_as_complex`` / ``view_as_real`` (kiln has no
-complex dtype).
+(segments x rows) mask. ``view_as_complex`` / ``view_as_real`` (complex arrays: kiln has
+no complex dtype in graphs) are in :mod:`kiln.ops.complex_more` (top-level names, as Keras).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from kiln.layers.preprocessing.augment import (
     RandomZoom,
 )
 from kiln.layers.preprocessing.encoding import CategoryEncoding
+from kiln.layers.preprocessing.hashed_crossing import HashedCrossing
 from kiln.layers.preprocessing.hashing import Hashing
 from kiln.layers.preprocessing.image import CenterCrop, Resizing
 from kiln.layers.preprocessing.lookup import IntegerLookup, StringLookup
@@ -37,4 +38,5 @@ __all__ = [
     "RandomFlip", "RandomRotation", "RandomZoom", "RandomTranslation", "RandomContrast",
     "RandomBrightness", "RandomCrop",
     "StringLookup", "IntegerLookup", "Hashing", "TextVectorization",
+    "HashedCrossing",
 ]
