@@ -201,7 +201,7 @@ def record(key: Hashable | None, replay: Callable[[list], list], inputs: list, d
         tape._add(rec)
 
 
-def _forget_with_owners(key: tuple) -> None:
+def _forget_with_owners(key: Any) -> None:
     """Drops the cache entry ``key`` when a layer it names (weakly) is freed: the compiled
     function's graph holds that layer's Variables, which would otherwise outlive the model
     until 64 newer gradients pushed the entry out."""
@@ -212,7 +212,7 @@ def _forget_with_owners(key: tuple) -> None:
             weakref.finalize(owner, _forget, key)
 
 
-def _forget(key: tuple) -> None:
+def _forget(key: Hashable) -> None:
     with _LOCK:
         _CACHE.pop(key, None)
 
