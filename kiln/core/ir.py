@@ -254,7 +254,7 @@ class Node:
     """
 
     # ``_mask`` and ``_history``: entries of the side tables ``TENSOR_MASKS`` and
-    # ``kiln.layers.base.HISTORY`` (:class:`NodeAttrTable`), kept on the node to die with it.
+    # the layers' ``HISTORY`` (:class:`NodeAttrTable`), kept on the node to die with it.
     __slots__ = ("op", "inputs", "attrs", "type", "_key", "_mask", "_history", "__weakref__")
 
     op: str
