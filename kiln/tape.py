@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
@@ -200,6 +201,22 @@ def record(key: Hashable | None, replay: Callable[[list], list], inputs: list, d
         tape._add(rec)
 
 
+def _forget_with_owners(key: Any) -> None:
+    """Drops the cache entry ``key`` when a layer it names (weakly) is freed: the compiled
+    function's graph holds that layer's Variables, which would otherwise outlive the model
+    until 64 newer gradients pushed the entry out."""
+    for rec_key in key[0]:
+        ref = rec_key[1] if isinstance(rec_key, tuple) and len(rec_key) > 1 else None
+        owner = ref() if isinstance(ref, weakref.ref) else None
+        if owner is not None:
+            weakref.finalize(owner, _forget, key)
+
+
+def _forget(key: Hashable) -> None:
+    with _LOCK:
+        _CACHE.pop(key, None)
+
+
 def cache_info() -> dict:
     """``{"size": compiled gradient functions kept, "compiles": compiles so far}``."""
     with _LOCK:
@@ -350,6 +367,7 @@ class GradientTape:
                     _CACHE[key] = entry
                     while len(_CACHE) > MAXSIZE:
                         _CACHE.popitem(last=False)
+                _forget_with_owners(key)
         function, connected = entry
         feeds = plan.feeds(function)
         values = iter(list(function(*feeds)) if function is not None else [])

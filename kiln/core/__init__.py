@@ -31,6 +31,7 @@ from kiln.core.ir import (
     Graph,
     HashableArray,
     Node,
+    NodeAttrTable,
     TensorType,
     WeakIdentityDict,
     canonical_dtype,
@@ -57,7 +58,8 @@ def optimize(graph, exclude=(), **kwargs):
     return passes.optimize(graph, exclude=exclude, **kwargs)
 
 
-__all__ = ["Graph", "Node", "TensorType", "HashableArray", "WeakIdentityDict", "Variable",
+__all__ = ["Graph", "Node", "TensorType", "HashableArray", "WeakIdentityDict",
+           "NodeAttrTable", "Variable",
            "Function", "function",
            "grad", "placeholder", "constant", "convert_to_tensor", "is_tensor", "toposort",
            "depends_on", "rebuild", "canonical_dtype", "format_shape", "backend_for_device",

@@ -196,10 +196,54 @@ class WeakIdentityDict(MutableMapping):
         return sum(1 for ref, _ in list(self._data.values()) if ref() is not None)
 
 
+class NodeAttrTable(WeakIdentityDict):
+    """A :class:`WeakIdentityDict` that keeps the value of a :class:`Node` key on the node
+    itself (in its slot ``attr``), so the value dies with the node, in the same garbage
+    collection: a weak-key table whose value reaches its key (a layer holding its output
+    tensor) is never freed, and one whose value holds other cycles (a mask holding its input
+    tensor) frees them one collection late. Other keys use the weak table."""
+
+    def __init__(self, attr: str):
+        super().__init__()
+        self._attr = attr
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(key, Node):
+            object.__setattr__(key, self._attr, value)
+        else:
+            super().__setitem__(key, value)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, Node):
+            try:
+                return getattr(key, self._attr)
+            except AttributeError:
+                raise KeyError(key) from None
+        return super().__getitem__(key)
+
+    def __delitem__(self, key: Any) -> None:
+        if isinstance(key, Node):
+            self[key]  # noqa: B018  (KeyError when absent)
+            object.__delattr__(key, self._attr)
+        else:
+            super().__delitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, Node):
+            return hasattr(key, self._attr)
+        return super().__contains__(key)
+
+    def __iter__(self) -> Iterator[Any]:
+        raise TypeError("a NodeAttrTable keeps its entries on the nodes: it cannot be iterated")
+
+    def __len__(self) -> int:
+        raise TypeError("a NodeAttrTable keeps its entries on the nodes: it has no length")
+
+
 # Symbolic tensor -> its Keras mask (a bool tensor): what Keras keeps in
 # ``tensor._keras_mask``. Layers set it (kiln/layers/base.py, docs/architecture.md "Masking");
-# weak keys, so a mask lives as long as its tensor.
-TENSOR_MASKS: WeakIdentityDict = WeakIdentityDict()
+# kept on the node, so a mask lives as long as its tensor.
+TENSOR_MASKS: WeakIdentityDict = NodeAttrTable("_mask")
 
 
 class Node:
@@ -209,7 +253,9 @@ class Node:
     checks types with the op's shape rule and returns the existing node for equal arguments.
     """
 
-    __slots__ = ("op", "inputs", "attrs", "type", "_key", "__weakref__")
+    # ``_mask`` and ``_history``: entries of the side tables ``TENSOR_MASKS`` and
+    # the layers' ``HISTORY`` (:class:`NodeAttrTable`), kept on the node to die with it.
+    __slots__ = ("op", "inputs", "attrs", "type", "_key", "_mask", "_history", "__weakref__")
 
     op: str
     inputs: tuple[Node, ...]

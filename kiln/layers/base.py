@@ -21,6 +21,7 @@ import kiln.tape
 from kiln.core import (
     TENSOR_MASKS,
     Node,
+    NodeAttrTable,
     Variable,
     WeakIdentityDict,
     discarding_symbolic_assigns,
@@ -35,8 +36,9 @@ from kiln.layers.naming import reset_names as reset_names  # re-exported (tests 
 from kiln.layers.naming import snake_case, unique_name
 from kiln.layers.stateless import StatelessLayerMixin
 
-# Symbolic tensor -> (layer, call index, output index): the functional API's layer graph.
-HISTORY: WeakIdentityDict = WeakIdentityDict()
+# Symbolic tensor -> (layer, call index, output index): the functional API's layer graph. Kept
+# on the tensor (a weak-key table could never free it: the layer holds its output tensors).
+HISTORY: WeakIdentityDict = NodeAttrTable("_history")
 
 # Symbolic tensor -> its Keras mask (a bool tensor, ``(batch, steps)`` for sequences): what
 # Keras keeps in ``tensor._keras_mask``. Layers set it in ``__call__`` from ``compute_mask``
