@@ -46,7 +46,14 @@ def binding(steps: list, target: np.ndarray) -> list[tuple[int, int, int, tuple,
     lo, hi = _bounds(target)
     refs = []
     for k, step in enumerate(steps):
-        if any(np.shares_memory(a, target) for a in closure_arrays(step.fn)):
+        # arrays the step holds where they cannot be rebuilt: in its function's closure, or
+        # inside an argument that is not an array (a Winograd pipeline's list of chunk calls).
+        # Those would keep reading (writing) the body's own buffer while the bound steps move
+        # to xs[t] (ys[t]): a step input never copied there, read uninitialised (issue: p51's
+        # NaN kernel gradients, varying with what the memory held before)
+        held = closure_arrays(step.fn) + closure_arrays(
+            [a for a in step.args if not isinstance(a, np.ndarray)])
+        if any(np.shares_memory(a, target) for a in held):
             return None
         for pos, a in enumerate(step.args):
             if not isinstance(a, np.ndarray) or not a.size or not np.shares_memory(a, target):
