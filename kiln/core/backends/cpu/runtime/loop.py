@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from kiln.core.backends.cpu.registry import builder
-from kiln.core.backends.cpu.runtime import parts
+from kiln.core.backends.cpu.runtime import parts, poison
 from kiln.core.ir import Graph
 from kiln.core.layout import prod
 from kiln.core.ops.scan_body import offsets, output_types
@@ -110,7 +110,7 @@ def build_scan(b, node) -> None:
     sub.serial_small = False
     shapes = ([c.shape for c in carries0] + [s.shape[1:] for s in seqs]
               + [c.shape for c in consts])
-    plan = sub.plan([np.empty(s, np.dtype(p.dtype)) for s, p in zip(shapes, graph.inputs)])
+    plan = sub.plan([poison.empty(s, np.dtype(p.dtype)) for s, p in zip(shapes, graph.inputs)])
     feeds, results = plan.feed_buffers, plan.outputs
     carry_in, x_in, const_in = feeds[:nc], feeds[nc:nc + nx], feeds[nc + nx:]
     new_carry, y_out = results[:nc], results[nc:]

@@ -49,6 +49,7 @@ from kiln.core.backends.cpu.codegen.spec import REDUCE_OPS
 from kiln.core.backends.cpu.kernels.elementwise import build_group, build_loop
 from kiln.core.backends.cpu.lowering import lower
 from kiln.core.backends.cpu.registry import BUILDERS, build_reference
+from kiln.core.backends.cpu.runtime import poison
 from kiln.core.backends.cpu.runtime.feeds import (
     FeedBinding,
     feed_binding,
@@ -281,7 +282,7 @@ class PlanBuilder:
         arr = self.array(node)
         if lay.is_contiguous and arr.flags.c_contiguous:
             return arr
-        scratch = np.empty(lay.shape, np.dtype(node.dtype))
+        scratch = poison.empty(lay.shape, np.dtype(node.dtype))
         self.add(np.copyto, (scratch, arr), label=f"{node.op}(contiguous copy)")
         return scratch
 
@@ -381,7 +382,7 @@ class PlanBuilder:
                 continue
             b = buffers[id(n)]
             sizes[b] = max(sizes.get(b, 0), st.nbytes(n))
-        raw = {b: np.empty(max(s, 1), np.uint8) for b, s in sizes.items()}
+        raw = {b: poison.empty(max(s, 1), np.uint8) for b, s in sizes.items()}
         self.info["buffer_bytes"] = int(sum(sizes.values()))
         self.info["buffers"] = len(raw)
         for n in self.order:
@@ -389,7 +390,7 @@ class PlanBuilder:
             kind = st.storage.get(key)
             dtype = np.dtype(n.dtype)
             if kind == "feed":
-                self.flats[key] = np.empty(self.shapes[key], dtype).reshape(-1)
+                self.flats[key] = poison.empty(self.shapes[key], dtype).reshape(-1)
             elif kind == "param":
                 self.flats[key] = n.attrs["var"].value.reshape(-1)
             elif kind == "const":
