@@ -32,7 +32,8 @@ Environment variables (read when kiln is imported; the setters below change them
 Keras' ``keras.config`` names are here too (the second half of this module): ``backend``,
 ``epsilon``, ``image_data_format``, ``dtype_policy``, the interactive-logging,
 traceback-filtering and flash-attention switches, ``enable_unsafe_deserialization`` and the
-``fit`` caps ``max_epochs`` / ``max_steps_per_epoch``.
+caps ``max_epochs`` (``fit``) / ``max_steps_per_epoch`` (every loop: ``fit``, its
+validation, ``evaluate``, ``predict``).
 """
 
 from __future__ import annotations
@@ -441,6 +442,19 @@ def max_steps_per_epoch() -> int | None:
     if _STATE["max_steps_per_epoch"] is not None:
         return _STATE["max_steps_per_epoch"]
     return _env_cap("KILN_MAX_STEPS_PER_EPOCH", "KERAS_MAX_STEPS_PER_EPOCH")
+
+
+def loop_limits(steps: int | None) -> tuple[int | None, int | None]:
+    """``(steps, step_cap)`` of an ``evaluate`` / ``predict`` call (and fit's validation)
+    under :func:`max_steps_per_epoch`, as Keras' epoch iterator caps every loop: ``steps``
+    above the cap becomes the cap; unset, ``step_cap`` ends the pass after that many."""
+    cap = max_steps_per_epoch()
+    if not cap or (steps and steps <= cap):
+        return steps, None
+    import warnings
+
+    warnings.warn(f"Limiting steps_per_epoch to {cap}", stacklevel=3)
+    return (cap, None) if steps else (None, cap)
 
 
 def fit_limits(epochs: int, steps_per_epoch: int | None

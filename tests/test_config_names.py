@@ -239,3 +239,25 @@ def test_fit_caps_from_the_environment_and_refusals(monkeypatch):
     for bad in (0, -2, 1.5, True, "3"):
         with pytest.raises(ValueError, match="set_max_epochs: expected a positive integer"):
             config.set_max_epochs(bad)
+
+
+def test_max_steps_per_epoch_caps_evaluate_and_predict_like_keras():
+    """Keras' epoch iterator caps every loop, fit's validation included: the first ``cap``
+    batches, with the same warning."""
+    x, y = _data(64)  # 8 steps of 8
+    model = _model()
+    want = model.evaluate(x[:24], y[:24], batch_size=8, verbose=0)
+    config.set_max_steps_per_epoch(3)
+    try:
+        with pytest.warns(UserWarning, match="Limiting steps_per_epoch to 3"):
+            got = model.evaluate(x, y, batch_size=8, verbose=0)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        with pytest.warns(UserWarning, match="Limiting steps_per_epoch to 3"):
+            assert model.predict(x, batch_size=8, verbose=0).shape[0] == 24
+        with pytest.warns(UserWarning, match="Limiting steps_per_epoch to 3"):
+            assert model.predict(x, batch_size=8, steps=5, verbose=0).shape[0] == 24
+        with warnings.catch_warnings():  # under the cap: untouched, no warning
+            warnings.simplefilter("error")
+            assert model.predict(x, batch_size=8, steps=2, verbose=0).shape[0] == 16
+    finally:
+        config.set_max_steps_per_epoch(None)

@@ -338,7 +338,7 @@ class LoopsMixin:
                             f"{sorted(kwargs)}")
         self._assert_compiled("evaluate")
         batch_size = positive_int("evaluate: batch_size", batch_size)
-        steps = positive_int("evaluate: steps", steps)
+        steps, step_cap = kiln.config.loop_limits(positive_int("evaluate: steps", steps))
         verbose = resolve_verbose(verbose)
         structure = getattr(x, "custom_structure", None)  # fit's data for a custom test_step
         if isinstance(x, ArrayAdapter | IterableAdapter) and structure is None:
@@ -378,6 +378,8 @@ class LoopsMixin:
 
         i = in_execution = 0
         for feeds in adapter.epoch():
+            if step_cap and i >= step_cap:  # kiln.config.max_steps_per_epoch
+                break
             if step is None:
                 step = self._test_step(*self._split_specs(feeds))
             if batch_begin and not in_execution:
@@ -418,7 +420,7 @@ class LoopsMixin:
             A NumPy array, or a list/dict of arrays for several outputs.
         """
         batch_size = positive_int("predict: batch_size", batch_size)
-        steps = positive_int("predict: steps", steps)
+        steps, step_cap = kiln.config.loop_limits(positive_int("predict: steps", steps))
         verbose = resolve_verbose(verbose)
         if (callbacks is None and verbose == 0 and steps is None and type(x) is np.ndarray
                 and x.ndim and 0 < len(x) <= (batch_size or 32)
@@ -449,6 +451,8 @@ class LoopsMixin:
         per_execution = self._steps_per_execution
         i = in_execution = 0
         for feeds in adapter.epoch():
+            if step_cap and i >= step_cap:  # kiln.config.max_steps_per_epoch
+                break
             if batch_begin and not in_execution:
                 callbacks.on_predict_batch_begin(i)
             outs = fn(*feeds)
