@@ -420,7 +420,7 @@ class LoopsMixin:
             A NumPy array, or a list/dict of arrays for several outputs.
         """
         batch_size = positive_int("predict: batch_size", batch_size)
-        steps, step_cap = kiln.config.loop_limits(positive_int("predict: steps", steps))
+        steps = positive_int("predict: steps", steps)
         verbose = resolve_verbose(verbose)
         if (callbacks is None and verbose == 0 and steps is None and type(x) is np.ndarray
                 and x.ndim and 0 < len(x) <= (batch_size or 32)
@@ -432,6 +432,8 @@ class LoopsMixin:
                 fn, feeds = self._batch_step("predict", x, None, None, None)
                 outs = fn(*feeds)
             return pack(outs, self._model_output_structure())
+        # after the one-batch path (the cap never limits one batch; 1 us a call saved)
+        steps, step_cap = kiln.config.loop_limits(steps)
         custom = self._custom("predict")
         if custom:  # an overridden predict_step (kiln/models/custom_steps.py)
             adapter, first, structure = self._custom_adapter(x, None, None, batch_size, steps,
