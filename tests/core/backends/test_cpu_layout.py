@@ -12,8 +12,12 @@ that module; an import of a package edges to its ``__init__``. The rules:
 4. the arrows between the subpackages point down (runtime -> kernels -> gemm -> codegen):
    generated code (``codegen``) knows no hand-written kernel, no product engine and no runtime
    piece; the product engines (``gemm``) know no hand-written kernel; kernels and engines use
-   the runtime's worker API (``threads``, ``spin_pool``, ``parts``, ``cpus``), never the
-   program (``program``, ``feeds``, ``loop``).
+   the runtime's worker API (``parts``, ``cpus``), never the pools behind it (``threads``,
+   ``spin_pool``) nor the program (``program``, ``feeds``, ``loop``);
+5. kernels describe their work in parts; only the runtime splits and runs them: no module of
+   ``kernels`` or ``gemm`` names a split step, a pool or the thread count
+   (:data:`RUNTIME_ONLY`: ``SplitCall``, ``KernelPool``, ``POOL``, ``kernel_threads``,
+   ``chunks``) as an imported name or an attribute.
 """
 
 from __future__ import annotations
@@ -144,11 +148,14 @@ def test_every_subpackage_says_what_it_holds():
 #: the runtime's upper modules: the program, which builds on everything below it
 PROGRAM = ("runtime.program", "runtime.feeds", "runtime.loop")
 
+#: the pools behind the worker API (``runtime.parts``): the runtime's alone
+POOLS = ("runtime.threads", "runtime.spin_pool")
+
 #: subpackage -> the modules / subpackages its modules must not import
 FORBIDDEN = {
     "codegen": ("kernels", "gemm", "runtime", "registry", "lowering"),
-    "gemm": ("kernels", "registry", *PROGRAM),
-    "kernels": PROGRAM,
+    "gemm": ("kernels", "registry", *PROGRAM, *POOLS),
+    "kernels": (*PROGRAM, *POOLS),
     # the worker API: below the kernels and engines that hand it their parts
     **{f"runtime.{m}": ("kernels", "gemm", "registry", "lowering", *PROGRAM)
        for m in ("threads", "spin_pool", "parts")},
@@ -165,3 +172,34 @@ def test_the_arrows_between_subpackages_point_down(package):
         if v != u and any(v == f"{PACKAGE}.{f}" or v.startswith(f"{PACKAGE}.{f}.")
                           for f in FORBIDDEN[package]))
     assert not wrong, f"{package} imports above it: {wrong}"
+
+
+#: names only the runtime uses: a split step, the pools, the thread count, the split itself
+RUNTIME_ONLY = frozenset({"SplitCall", "KernelPool", "POOL", "kernel_threads", "chunks"})
+
+
+def runtime_names(source: str) -> list[str]:
+    """The names of :data:`RUNTIME_ONLY` that ``source`` imports or reads as an attribute
+    (``threads.chunks(...)``), with their lines."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom | ast.Import):
+            found += [f"{node.lineno}: import {a.name}" for a in node.names
+                      if a.name.rpartition(".")[2] in RUNTIME_ONLY]
+        elif isinstance(node, ast.Attribute) and node.attr in RUNTIME_ONLY:
+            found.append(f"{node.lineno}: .{node.attr}")
+    return found
+
+
+def test_the_runtime_name_finder_finds_imports_and_attributes():
+    source = ("from kiln.core.backends.cpu.runtime.threads import SplitCall\n"
+              "def f(t):\n    return t.kernel_threads(), t.POOL, chunks\n")
+    assert sorted(runtime_names(source)) == ["1: import SplitCall", "3: .POOL", "3: .kernel_threads"]
+
+
+@pytest.mark.parametrize("package", ["kernels", "gemm"])
+def test_kernels_describe_parts_and_only_the_runtime_splits_them(package):
+    wrong = {str(p.relative_to(CPU)): names for p in sorted((CPU / package).rglob("*.py"))
+             if (names := runtime_names(p.read_text()))}
+    assert not wrong, (f"{package} splits its own work (describe it to runtime.parts."
+                       f"add_parts instead): {wrong}")

@@ -80,7 +80,7 @@ def test_the_platform_guards(system, machine, blas, spin, private, monkeypatch):
     assert (t.system, t.machine) == (system, machine.lower())
     assert (t.spin_engine, t.private_blas) == (spin, private)
     line = t.describe()
-    assert f"spin workers {'on' if spin else 'off'}" in line
+    assert ("workers: spin (x86-64 Linux)" if spin else "workers: portable threads") in line
     assert f"private OpenBLAS {'on' if private else 'off'}" in line
 
 

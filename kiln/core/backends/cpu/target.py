@@ -18,8 +18,10 @@ The derived choices (docs/architecture.md, "Register-tiled convolutions", "Dense
   the GEMM paths win: conv.py); ``vector_lanes``: float32 lanes of a vector register (16 with
   AVX-512, else 8), Winograd's transform width.
 * ``spin_engine``: the spinning native workers (``spin_pool.py``) use x86-64 Linux's futex
-  syscall number (202) and x86's ``pause``: on Linux x86-64 only (and ``KILN_SPIN_POOL`` not
-  0); elsewhere split calls run on ``threads.KernelPool``'s portable Python workers.
+  syscall number (202) and x86's ``pause``: on the platforms of :data:`SPIN_PLATFORMS` only
+  (x86-64 Linux; and ``KILN_SPIN_POOL`` not 0); elsewhere split calls run on
+  ``threads.KernelPool``'s portable Python workers. The compile report names the engine
+  (:attr:`CpuTarget.workers`): "workers: spin (x86-64 Linux)" / "workers: portable threads".
 * ``private_blas``: the private OpenBLAS copy (``blas.py``: a memory file opened with
   ``RTLD_DEEPBIND``) only on Linux where NumPy's BLAS is OpenBLAS; elsewhere NumPy's BLAS.
 
@@ -109,6 +111,13 @@ class CpuTarget:
         return self.has_avx512
 
     @property
+    def workers(self) -> str:
+        """The engine split kernels run on, as the compile report names it."""
+        if self.spin_engine:
+            return f"spin ({SPIN_PLATFORMS[(_os(self.system), self.machine)]})"
+        return "portable threads"
+
+    @property
     def native_matmul(self) -> bool:
         """Whether Dense products run kiln's own kernel (native_matmul.py)."""
         return self.has_avx512
@@ -123,9 +132,8 @@ class CpuTarget:
         return (f"CPU target {self.name} ({self.source}; {self.system}/{self.machine}; "
                 f"{'AVX-512' if self.has_avx512 else 'no AVX-512'}, {self.vector_lanes} "
                 f"float32 lanes): tile convolutions {on[self.tile_conv]}, native Dense "
-                f"products {on[self.native_matmul]}, spin workers {on[self.spin_engine]} "
-                f"(else Python workers), private OpenBLAS {on[self.private_blas]} (NumPy's "
-                f"BLAS: {self.numpy_blas or 'unknown'})")
+                f"products {on[self.native_matmul]}, workers: {self.workers}, private "
+                f"OpenBLAS {on[self.private_blas]} (NumPy's BLAS: {self.numpy_blas or 'unknown'})")
 
 
 def _llvm() -> Any:
@@ -231,13 +239,27 @@ def build(cpu: str | None = None, host: tuple[str, dict[str, bool]] | None = Non
                               f"CPU ({host_name}) lacks: its code would not run here")
         name, llvm_features, source = cpu, "", "KILN_CPU"
     linux = system.startswith("linux")
-    spin = linux and machine in ("x86_64", "amd64") and config.env_flag("KILN_SPIN_POOL", True)
+    spin = (_os(system), machine) in SPIN_PLATFORMS and config.env_flag("KILN_SPIN_POOL", True)
     numpy_blas = _numpy_blas() if numpy_blas is None else numpy_blas
     private = (linux and hasattr(os, "memfd_create") and hasattr(os, "RTLD_DEEPBIND")
                and "openblas" in numpy_blas.lower()
                and config.env_choice("KILN_BLAS", _BLAS_SETTINGS, "auto") != "numpy")
     return CpuTarget(name, features, llvm_features, source, system, machine, spin, private,
                      numpy_blas)
+
+
+#: (OS, machine) -> the name of the platform whose spin engine ``spin_pool.py`` generates:
+#: its IR holds x86-64 Linux's futex syscall number (202) and x86's ``pause`` hint. aarch64
+#: Linux would need futex 98, the ``yield`` hint and the virtual counter (``cntvct_el0``; its
+#: cycle counter traps in user space) in place of ``llvm.readcyclecounter``, and a spin
+#: measured in counter ticks: not generated, as no aarch64 host runs kiln's tests; it stays on
+#: the portable workers, as every other platform.
+SPIN_PLATFORMS = {("linux", "x86_64"): "x86-64 Linux", ("linux", "amd64"): "x86-64 Linux"}
+
+
+def _os(system: str) -> str:
+    """``sys.platform``'s OS family: ``linux`` for every ``linux*``."""
+    return "linux" if system.startswith("linux") else system
 
 
 _lock = threading.Lock()

@@ -4,7 +4,7 @@ choice of engine per plan), over the engines: kiln's private OpenBLAS (``blas``)
 own register-blocked kernels (``native_matmul``: Dense products with epilogues,
 ``native_gemm``: batches of small products and dot products).
 
-May import: ``codegen``, ``target``, the runtime's worker API (``runtime.threads``,
-``runtime.spin_pool``, ``runtime.parts``, ``runtime.cpus``) and ``kiln.core``; never a
-hand-written kernel (``kernels``).
+May import: ``codegen``, ``target``, the runtime's worker API (``runtime.parts``,
+``runtime.cpus``) and ``kiln.core``; never the pools behind that API (``runtime.threads``,
+``runtime.spin_pool``) nor a hand-written kernel (``kernels``).
 """

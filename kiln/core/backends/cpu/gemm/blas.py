@@ -55,7 +55,8 @@ from typing import Any
 
 import numpy as np
 
-from kiln.core.backends.cpu.runtime import spin_pool, threads
+from kiln.core.backends.cpu.runtime import cpus
+from kiln.core.backends.cpu.runtime import parts as workers
 
 # Core names whose kernels are AVX2 at most; the cores KILN_BLAS may name, with the CPU
 # features their kernels use (LLVM's names).
@@ -311,9 +312,9 @@ def place(lib: Library) -> None:
     0.2-4 ms, about one time in two (docs/architecture.md, "BLAS"). Only the copy's own
     threads are touched: they exist for kiln's GEMMs alone. Nothing moves in a forked child
     (its thread ids are not these). On a busy machine the copy runs on fewer threads, the
-    caller's alone where :func:`threads.plan` says one (NumPy's instance is the user's)."""
-    spin_pool.POOL.park()
-    want = min(lib.threads, threads.plan().threads)
+    caller's alone where :func:`cpus.plan` says one (NumPy's instance is the user's)."""
+    workers.park()
+    want = min(lib.threads, cpus.plan().threads)
     if want != lib.running and lib is _state.get("lib"):
         lib.running = want
         lib.set_threads(want)
@@ -321,11 +322,11 @@ def place(lib: Library) -> None:
         return
     if lib.stale:
         _find_again(lib)
-    cpu = threads.current_cpu()
+    cpu = cpus.current_cpu()
     if cpu < 0 or cpu == lib.placed_for or not lib.workers:
         return
     lib.placed_for = cpu
-    if not threads.move_off(lib.workers, cpu):  # stopped and started anew: found again next call
+    if not cpus.move_off(lib.workers, cpu):  # stopped and started anew: found again next call
         lib.stale = True
 
 
@@ -470,7 +471,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     bounds = [nb * j // parts for j in range(parts + 1)]
     lib.set_threads(1)
     try:
-        threads.POOL.run([(products, (bounds[j], bounds[j + 1])) for j in range(parts)])
+        workers.run_parts([(products, (bounds[j], bounds[j + 1])) for j in range(parts)])
     finally:
         lib.set_threads(lib.running)
     return True

@@ -34,7 +34,7 @@ import numpy as np
 from kiln.core.backends.cpu import target
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import native_gemm
-from kiln.core.backends.cpu.runtime import threads
+from kiln.core.backends.cpu.runtime import parts as workers
 from kiln.core.backends.cpu.runtime.parts import native_split
 
 LANES = 16
@@ -125,8 +125,8 @@ def _ranges(m: int, k: int, n: int, update: bool = False,
     weight's columns and its velocity's stay with one core from the forward product to the
     update (docs/architecture.md, "Dense products"); other products (every one where
     ``columns`` is False) by their rows, at multiples of the block height."""
-    parts = threads.kernel_threads()
-    if m * k * n < SERIAL_WORK or parts == 1:
+    parts = workers.count(m * k * n, SERIAL_WORK)
+    if parts == 1:
         return False, [(0, m)]
     if columns and n % LANES == 0 and n >= MIN_COLUMNS and (update or m < COLUMN_ROWS):
         unit = LANES * BLOCK[1] if n // parts >= LANES * BLOCK[1] else LANES
@@ -221,7 +221,7 @@ def add_transpose(b, src: np.ndarray, dst: np.ndarray) -> bool:
     rows, cols = src.shape
     if not (src.flags.c_contiguous and dst.flags.c_contiguous and dst.shape == (cols, rows)):
         return False
-    parts = threads.kernel_threads() if rows * cols >= TRANSPOSE_SPLIT else 1
+    parts = workers.count(rows * cols, TRANSPOSE_SPLIT)
     cuts = [0] + [min(rows, -(-rows * j // parts) // LANES * LANES)
                   for j in range(1, parts)] + [rows]
     ranges = [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]

@@ -5,6 +5,7 @@ reduce and collective ops; the families with several modules are subpackages (``
 ``pool``, ``nn``).
 
 May import: ``codegen``, ``gemm``, ``registry``, ``target``, the runtime's worker API
-(``runtime.threads``, ``runtime.spin_pool``, ``runtime.parts``, ``runtime.cpus``) and
-``kiln.core``; never ``runtime.program``, ``runtime.feeds`` or ``runtime.loop``.
+(``runtime.parts``: a kernel describes its work in parts, the runtime splits and runs them;
+``runtime.cpus``) and ``kiln.core``; never the pools behind that API (``runtime.threads``,
+``runtime.spin_pool``) nor ``runtime.program``, ``runtime.feeds`` or ``runtime.loop``.
 """

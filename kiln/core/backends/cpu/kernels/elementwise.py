@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from kiln.core.backends.cpu.codegen.spec import (
     split_program,
 )
 from kiln.core.backends.cpu.gemm import products
-from kiln.core.backends.cpu.runtime import threads
+from kiln.core.backends.cpu.runtime import parts as workers
 from kiln.core.ir import Node, TensorType
 from kiln.core.layout import Layout, contiguous_strides, loop_nest
 from kiln.core.memory import planned_elements
@@ -40,7 +41,7 @@ from kiln.core.ops.registry import REDUCE, get_op
 MIN_RANK = 1
 # Loops without reduction that move at least this many bytes (outputs plus full-size reads)
 # run on all threads: the serial kernel on parts of the outermost real loop, one per thread
-# (threads.SplitCall, kiln's own pool; docs/architecture.md, "Threads"). The split changes
+# (runtime.parts.add_parts, kiln's workers; docs/architecture.md, "Threads"). The split changes
 # only the parameter array (sizes and offsets), so one compiled kernel serves a loop split or
 # not; numba's prange variant compiled 3-4x slower (the LSTM model's Adam update over its
 # 20,000 x 128 embedding: 2.3 against 0.67 s). Waking the pool costs ~45 us
@@ -266,22 +267,25 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
             *[i.flat for i in ins], p)
     kernel = loop_kernel(spec)
     entry = kernel.specialize(args)
-    n_threads = threads.kernel_threads()
     # threads take the outermost real (not padding) loop; the choice is made on the static
     # shape (unknown dims counted as PLANNER_BATCH), so it does not depend on the batch size
     d = nest.padded
-    if (n_threads > 1 and d < nest.rank and nest.sizes[d] > 1
-            and size * _bytes_per_element(out, extras, ins, classes) >= _min_bytes(
-                b, kernel, red is None)):
-        ranges = threads.chunks(nest.sizes[d], n_threads)
+    ranges = [(0, 1)]
+    if d < nest.rank and nest.sizes[d] > 1 and workers.count() > 1:
+        ranges = workers.split(nest.sizes[d],
+                               work=size * _bytes_per_element(out, extras, ins, classes),
+                               min_work=_min_bytes(b, kernel, red is None))
+    if len(ranges) > 1:
         parts = [_part(p, nest.rank, len(ins), len(extras), d, lo, hi, red is not None,
                        len(reductions)) for lo, hi in ranges]
         if red is None or nest.strides[0][d] != 0:  # the parts write disjoint outputs
-            b.add(threads.SplitCall(entry, len(parts), _with_params(parts)), args, label=name)
+            workers.add_parts(b, entry, args, ranges=ranges,
+                              vary=lambda k, lo, hi: {-1: parts[k]}, label=name)
         else:
             ops = [red] + [op for _, op, _ in inner_reductions(head)]
-            _split_reduction(b, entry, args, parts, ops, [out, *reductions], name, nest.rank,
-                             len(extras), params_length(nest.rank, len(ins), len(extras), True))
+            _split_reduction(b, entry, args, ranges, parts, ops, [out, *reductions], name,
+                             nest.rank, len(extras),
+                             params_length(nest.rank, len(ins), len(extras), True))
     else:
         b.add(entry, args, label=name)
 
@@ -292,9 +296,7 @@ def _min_bytes(b, kernel, plain: bool) -> int:
     pool: a trivial kernel split in two takes 4.0 us a call there, its two parts one after
     the other 2.7; and no OpenBLAS thread spins on the other core:
     ``gemm.products.products_native``), else :data:`PARALLEL_MIN_BYTES`."""
-    from kiln.core.backends.cpu.runtime import spin_pool
-
-    if (plain and spin_pool.ENABLED and isinstance(kernel, native.NativeKernel)
+    if (plain and workers.engine() == "spin" and isinstance(kernel, native.NativeKernel)
             and products.products_native(b)):
         return min(SPIN_MIN_BYTES, PARALLEL_MIN_BYTES)
     return PARALLEL_MIN_BYTES
@@ -305,9 +307,9 @@ _PARTIALS = {"sum": np.add, "mean": np.add, "prod": np.multiply, "max": np.maxim
              "min": np.minimum}
 
 
-def _split_reduction(b, entry, args: tuple, parts: list[np.ndarray], ops: list[str],
-                     outs: list[Operand], name: str, rank: int, n_extra: int,
-                     base_r: int) -> None:
+def _split_reduction(b, entry, args: tuple, ranges: list[tuple[int, int]],
+                     parts: list[np.ndarray], ops: list[str], outs: list[Operand], name: str,
+                     rank: int, n_extra: int, base_r: int) -> None:
     """A reduction whose threads split a reduced loop: part 0 reduces into the outputs (the
     result's, then those of the reductions inside), part k > 0 into scratch arrays of its own
     (offset 0, the outputs' layout), then one step combines them in part order (a
@@ -320,15 +322,11 @@ def _split_reduction(b, entry, args: tuple, parts: list[np.ndarray], ops: list[s
         q[base_r:base_r + len(outs) - 1] = 0
     slots = [0] + [1 + n_extra + k for k in range(len(outs) - 1)]  # the outputs in the args
 
-    def change(call_args: tuple, k: int) -> tuple:
-        if not k:
-            return call_args[:-1] + (parts[0],)
-        new = list(call_args[:-1])
-        for slot, arr in zip(slots, scratch[k - 1]):
-            new[slot] = arr
-        return (*new, parts[k])
+    def vary(k: int, lo: int, hi: int) -> dict[int, Any]:
+        own = dict(zip(slots, scratch[k - 1])) if k else {}  # part k > 0: its scratch
+        return {**own, len(args) - 1: parts[k]}
 
-    b.add(threads.SplitCall(entry, len(parts), change), args, label=name)
+    workers.add_parts(b, entry, args, ranges=ranges, vary=vary, label=name)
     regions = [o.flat[o.layout.offset:o.layout.offset + size] for o in outs]
 
     def gather(*arrays: np.ndarray) -> None:
@@ -376,15 +374,6 @@ def _part(p: np.ndarray, rank: int, n_in: int, n_extra: int, d: int, lo: int,
     else:
         q[side:side + n_extra] += lo * p[out + 1 + d]
     return q
-
-
-def _with_params(parts: list[np.ndarray]):
-    """``SplitCall``'s change: the step's arguments with part ``k``'s parameter array."""
-
-    def change(args: tuple, k: int) -> tuple:
-        return args[:-1] + (parts[k],)
-
-    return change
 
 
 def build_group(b, nodes: list[Node]) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from kiln.core.backends.cpu.codegen import jit
 from kiln.core.backends.cpu.registry import builder
-from kiln.core.backends.cpu.runtime import threads
+from kiln.core.backends.cpu.runtime import parts as workers
 from kiln.core.ir import Node
 from kiln.core.ops.sort import descending_key
 
@@ -86,7 +86,7 @@ def build_argsort(b, node: Node) -> None:
     stage = np.empty((rows, n) if staged else (0, n), x.dtype)
     flat = stage if staged else x.reshape(rows, n)
     kind = _keyed(flat.dtype) if n < (1 << 32) else None
-    parts = threads.chunks(rows, threads.kernel_threads() if rows * n >= PARALLEL_MIN else 1)
+    parts = workers.split(rows, work=rows * n, min_work=PARALLEL_MIN)
 
     if kind is None:
         def sort_part(lo: int, hi: int) -> None:
@@ -112,7 +112,7 @@ def build_argsort(b, node: Node) -> None:
     def argsort() -> None:
         if staged:
             np.copyto(stage.reshape(x.shape), x)
-        threads.POOL.run([(sort_part, part) for part in parts])
+        workers.run_parts([(sort_part, part) for part in parts])
         if not direct:
             np.copyto(out, result.reshape(out.shape))
 

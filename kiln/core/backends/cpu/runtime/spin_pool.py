@@ -50,8 +50,9 @@ MAX_ARRAYS = 16        # arrays per part a trampoline passes on
 SLOT = 64              # bytes per worker slot (one cache line)
 LOCK_OFFSET = 0        # the pool's first line: its lock word, and the park word
 PARK_OFFSET = 8
-# Linux x86-64 only (the futex syscall number 202 and ``pause`` below), KILN_SPIN_POOL not 0:
-# target.py decides, once; elsewhere threads.KernelPool's Python workers run the parts
+# Linux x86-64 only (the futex syscall number 202 and ``pause`` below: target.SPIN_PLATFORMS),
+# KILN_SPIN_POOL not 0: target.py decides, once at import; elsewhere threads.KernelPool's
+# Python workers run the parts (runtime.parts.engine() says which)
 ENABLED = target.process().spin_engine
 
 # slot fields (byte offsets): i32 seq, i32 done, i32 sleeping, ptr trampoline, ptr argv,

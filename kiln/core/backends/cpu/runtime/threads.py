@@ -1,6 +1,7 @@
 """Thread pools: kiln's kernel threads (``SplitCall``, ``POOL``: serial kernels run on parts
 of their work, docs/architecture.md "Threads"), and the settings of the pools that share the
-cores with them.
+cores with them. Kernels never use this module: they describe their parts to
+``runtime.parts`` (the worker API), which builds the ``SplitCall`` steps.
 
 numba's kernels and NumPy's BLAS take turns on the same cores.
 
@@ -38,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
-# kernel_threads (cpus.py) is read through this module by the kernels that split their work
-# (threads.kernel_threads()), so that one setting reaches all of them.
+# kernel_threads (cpus.py) is read through this module by the worker API (runtime.parts)
+# and by tests, so that one setting reaches every split kernel.
 from kiln.core.backends.cpu.runtime.cpus import (  # noqa: F401
     current_cpu,
     kernel_threads,
@@ -201,14 +202,15 @@ class KernelPool:
                 self._threads.append(t)
             self.placed_for = -1
 
-    def run(self, calls: Sequence[tuple[Callable, tuple]]) -> None:
+    def run(self, calls: Sequence[tuple[Callable, tuple]], follow_load: bool = True) -> None:
         """Runs every ``fn(*args)`` of ``calls`` (independent parts of one kernel call), the
         first in the calling thread, the others on the pool; returns when all are done and
         raises the first error of any part. A waiting caller runs queued parts itself, so
         concurrent callers always make progress. A pool that follows the load (``POOL``) has
         the caller run every part, in order, on a busy machine (:func:`cpus.plan` gives one
-        thread): the same parts, the same bits."""
-        if len(calls) == 1 or (self.follow_load and plan().threads == 1):
+        thread): the same parts, the same bits. ``follow_load=False``: on the workers whatever
+        the load (a split call forced onto this engine)."""
+        if len(calls) == 1 or (self.follow_load and follow_load and plan().threads == 1):
             in_order(calls)
             return
         self._ensure(len(calls) - 1)
@@ -256,23 +258,37 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=POOL.reset)
 
 
+#: the engines a split call runs on (``runtime.parts.add_parts``' ``engine``): the caller
+#: alone, in order; ``KernelPool``'s portable Python workers; ``spin_pool``'s native workers
+ENGINES = ("serial", "portable", "spin")
+
+
 class SplitCall:
     """A plan step that runs the serial kernel ``entry`` on parts of its work at once: called
     with the step's arguments, it calls ``entry`` once per part with those arguments changed
-    by ``part(args, k)`` (e.g. another parameter array: a range of the outer loop)."""
+    by ``change(args, k)`` (e.g. another parameter array: a range of the outer loop). Built
+    by ``runtime.parts.add_parts`` (kernels describe their parts there). ``engine`` None:
+    the spin pool where ``entry`` is a native kernel and the pool is on, else :data:`POOL`,
+    the caller alone on a busy machine; one of :data:`ENGINES`: that one, whatever the load
+    (``"spin"`` where the pool cannot take the call raises)."""
 
-    __slots__ = ("entry", "parts", "change", "_native", "_for")
+    __slots__ = ("entry", "parts", "change", "engine", "_native", "_for")
 
-    def __init__(self, entry: Callable, parts: int, change: Callable[[tuple, int], tuple]):
+    def __init__(self, entry: Callable, parts: int, change: Callable[[tuple, int], tuple],
+                 engine: str | None = None):
         self.entry = entry
         self.parts = parts
         self.change = change
+        self.engine = engine
         self._native: Any = None  # (entry, header, generation, spin pool) for ``_for``
         self._for: Any = None
 
     def __call__(self, *args: Any) -> None:
         entry, change = self.entry, self.change
         calls = [change(args, k) for k in range(self.parts)]
+        if self.engine is not None:
+            self._forced(entry, calls)
+            return
         found = self._native
         if self._for is not entry or (found is not None
                                       and found[2] != found[3].generation):
@@ -285,6 +301,25 @@ class SplitCall:
             found[0](found[1], *[a for c in calls for a in c])
             return
         POOL.run([(entry, c) for c in calls])
+
+    def _forced(self, entry: Callable, calls: list) -> None:
+        """The parts on the engine :attr:`engine` names, whatever the load."""
+        if self.engine == "serial":
+            in_order([(entry, c) for c in calls])
+        elif self.engine == "portable":
+            POOL.run([(entry, c) for c in calls], follow_load=False)
+        else:
+            found = self._native
+            if self._for is not entry or (found is not None
+                                          and found[2] != found[3].generation):
+                found = self._bind(entry, calls)
+            if found is None:
+                raise RuntimeError(f"SplitCall: the spin engine cannot run {entry!r} in "
+                                   f"{self.parts} parts here (not a native kernel of at "
+                                   "most spin_pool.MAX_ARRAYS arrays, or the engine is off: "
+                                   "target.process().spin_engine)")
+            found[3].place()
+            found[0](found[1], *[a for c in calls for a in c])
 
     def _bind(self, entry: Callable, calls: list) -> Any:
         """The spin pool's entry and header where ``entry`` is a native kernel's entry point

@@ -45,7 +45,7 @@ from kiln.core.backends.cpu import target
 from kiln.core.backends.cpu.codegen import jit
 from kiln.core.backends.cpu.kernels.conv import native_conv, native_groups
 from kiln.core.backends.cpu.kernels.pool import native_pool
-from kiln.core.backends.cpu.runtime import threads
+from kiln.core.backends.cpu.runtime import parts as workers
 from kiln.core.backends.cpu.runtime.parts import native_split
 from kiln.core.ops.window import window2d
 
@@ -164,7 +164,7 @@ def _call(b, name: str, *args, n: int | None = None, make: Callable | None = Non
     call it only where the native path is on (:func:`registry.reference_unless_native`), so a
     kernel that does not build is an error naming it."""
     n = args[0].shape[0] if n is None else n
-    _split(b, name, args, threads.chunks(n, threads.kernel_threads()), None, make)
+    _split(b, name, args, workers.split(n), None, make)
 
 
 def _call_summed(b, name: str, out: np.ndarray, *args, n: int,
@@ -173,7 +173,7 @@ def _call_summed(b, name: str, out: np.ndarray, *args, n: int,
     items ``n0 <= i < n1`` of ``n`` (a kernel gradient over the batch): with several threads
     each sums its part into its own buffer, then the parts are added in order (the same
     threads, the same bits). ``make``: as for :func:`_call`."""
-    ranges = threads.chunks(n, threads.kernel_threads())
+    ranges = workers.split(n)
     if len(ranges) == 1:
         _call(b, name, out, *args, n=n, make=make)
         return
@@ -198,11 +198,6 @@ def _split(b, name: str, args: tuple, ranges: list, parts: np.ndarray | None,
 def call_numba(b, fn, *args, n: int, fastmath: bool = False) -> None:
     """Adds the numba kernel ``fn(*args, n0, n1)`` split like :func:`_call` (the one left here,
     ``conv_tile64_kernel``, has no native counterpart on CPUs without AVX-512)."""
-    ranges = threads.chunks(n, threads.kernel_threads())
-    label = f"{b.node.op}:{fn.__name__}"
     entry = jit.load_function(fn, fastmath=fastmath, noalias=True).specialize((*args, 0, 0))
-    if len(ranges) == 1:
-        b.add(entry, (*args, 0, n), label=label)
-        return
-    b.add(threads.SplitCall(entry, len(ranges), lambda a, k: a[:-2] + ranges[k]),
-          (*args, 0, n), label=label)
+    workers.add_parts(b, entry, (*args, 0, n), n, vary=lambda k, lo, hi: {-2: lo, -1: hi},
+                      label=f"{b.node.op}:{fn.__name__}")

@@ -14,7 +14,7 @@ import numpy as np
 from kiln.core.backends.cpu import target
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.kernels.conv import conv, native_tile
-from kiln.core.backends.cpu.runtime import threads
+from kiln.core.backends.cpu.runtime import parts as workers
 from kiln.core.backends.cpu.runtime.parts import native_split
 from kiln.core.ir import Node
 from kiln.core.ops.window import window2d
@@ -33,14 +33,10 @@ def padded(b, x_node: Node, x: np.ndarray, k: tuple[int, int], attrs: dict) -> n
     if found is None:
         found = np.zeros((n, h + pt + pb, wd + pl + pr, ci), x.dtype)
         inner = found[:, pt:pt + h, pl:pl + wd]
-        ranges = threads.chunks(n, threads.kernel_threads())
         # the borders stay zero: only the interior is written, split over kiln's threads
         # (NumPy's copy releases the GIL); the parts are sliced from the step's arguments, so
         # a fed input the plan binds in place of its buffer is the one copied
-        b.add(threads.SplitCall(np.copyto, len(ranges),
-                                lambda a, k: (a[0][ranges[k][0]:ranges[k][1]],
-                                              a[1][ranges[k][0]:ranges[k][1]])),
-              (inner, x), label=f"{b.node.op}:pad")
+        workers.add_parts(b, np.copyto, (inner, x), n, sliced=(0, 1), label=f"{b.node.op}:pad")
         b.cache[key] = found
     return found
 
@@ -150,7 +146,7 @@ def native_filter(b, out: np.ndarray, x: np.ndarray, ct: np.ndarray, geometry: t
     rows, vecs = native_tile.block_shape(16, co, taps)
     per = max(1, conv.FILTER_CHUNK // ow)
     chunks = -(-(n * oh) // per)
-    ranges = threads.chunks(chunks, threads.kernel_threads())
+    ranges = workers.split(chunks)
     strides, off = tap_offsets(x, geometry)
     flat = out.reshape(taps, co)
     parts = np.empty((len(ranges), taps, co), out.dtype) if len(ranges) > 1 else None
@@ -224,7 +220,7 @@ def native_dot_filter(b, node: Node, x: np.ndarray, ct: np.ndarray, out: np.ndar
     tail = kk % rows
     n, oh, ow, _ = ct.shape
     per = max(1, conv.FILTER_CHUNK // ow)
-    ranges = threads.chunks(-(-(n * oh) // per), threads.kernel_threads())
+    ranges = workers.split(-(-(n * oh) // per))
     strides, off = dot_geometry(x, node, (kh, kw))
     total = np.empty((kk, co, cvecs * 16), np.float32)
     parts = np.empty((len(ranges), *total.shape), np.float32) if len(ranges) > 1 else None

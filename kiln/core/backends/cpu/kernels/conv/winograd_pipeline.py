@@ -18,7 +18,7 @@ import numpy as np
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import native_gemm
 from kiln.core.backends.cpu.kernels.conv import native_winograd, winograd
-from kiln.core.backends.cpu.runtime import threads
+from kiln.core.backends.cpu.runtime import parts as workers
 
 
 def _transform_call(geo: winograd.Geometry, kind: str, arrays: tuple, tiles: winograd.Tiles,
@@ -66,14 +66,12 @@ def _chunk(call: tuple, n0: int, n1: int) -> tuple:
     return entry, (*arrays, np.array(params + [n0, n1], np.int64))
 
 
-def _add_pipeline(b, jobs: list[list[list[tuple]]], name: str = "winograd_pipeline") -> None:
-    """Adds the pipeline step: thread ``k`` runs ``jobs[k]``, chunk after chunk."""
-    label = f"{b.node.op}:{name}"
-    if len(jobs) == 1:
-        b.add(_run_chunks, (jobs[0],), label=label)
-    else:
-        b.add(threads.SplitCall(_run_chunks, len(jobs), lambda a, k: (jobs[k],)), (None,),
-              label=label)
+def _add_pipeline(b, jobs: list[list[list[tuple]]], ranges: list[tuple[int, int]],
+                  name: str = "winograd_pipeline") -> None:
+    """Adds the pipeline step: part ``k`` (the images ``ranges[k]``) runs ``jobs[k]``, chunk
+    after chunk."""
+    workers.add_parts(b, _run_chunks, (None,), ranges=ranges,
+                      vary=lambda k, lo, hi: {0: jobs[k]}, label=f"{b.node.op}:{name}")
 
 
 def _run_chunks(chunks: list[list[tuple]]) -> None:
@@ -126,7 +124,8 @@ def forward(b, geo: winograd.Geometry, x: np.ndarray, key: object, pads: tuple[i
     b.add(fn, args, label=f"{b.node.op}:winograd_kernel")
     per = winograd.chunk_images(geo.blocks, per_image, k_in + width)
     jobs = []
-    for lo, hi in threads.chunks(n, threads.kernel_threads()):
+    parts = workers.split(n)
+    for lo, hi in parts:
         part = []
         for n0 in range(lo, hi, per):
             n1 = min(hi, n0 + per)
@@ -138,7 +137,7 @@ def forward(b, geo: winograd.Geometry, x: np.ndarray, key: object, pads: tuple[i
                         + [(gemm, (cc, a, flat_u, gp))]
                         + [_chunk(t, n0, n1) for t in last_calls])
         jobs.append(part)
-    _add_pipeline(b, jobs)
+    _add_pipeline(b, jobs, parts)
     return True
 
 
@@ -162,7 +161,7 @@ def adjoint(b, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
         return False
     per_image = geo.th * geo.tw
     per = winograd.chunk_images(geo.blocks, per_image, ci + co)
-    parts = threads.chunks(n, threads.kernel_threads())
+    parts = workers.split(n)
     zs = [winograd.Tiles(geo.blocks, min(per, hi - lo) * per_image, co) for lo, hi in parts]
     dvs = [winograd.Tiles(geo.blocks, min(per, hi - lo) * per_image, ci) for lo, hi in parts]
     zeros = np.zeros(co, np.float32)
@@ -196,7 +195,7 @@ def adjoint(b, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
                 (gemm, (dv.flat, z.flat, flat_u, gp)),
                 _chunk((a_entry, a_arrays, a_params[:-1] + [a_params[-1] - shift * ci]), n0, n1)])
         jobs.append(part)
-    _add_pipeline(b, jobs, "winograd_adjoint")
+    _add_pipeline(b, jobs, parts, "winograd_adjoint")
     return True
 
 
@@ -224,7 +223,7 @@ def kernel_gradient(b, geo: winograd.Geometry, x: np.ndarray, key: object, ct: n
         return False
     per_image = geo.th * geo.tw
     per = winograd.chunk_images(geo.blocks, per_image, k_in + co)
-    parts = threads.chunks(n, threads.kernel_threads())
+    parts = workers.split(n)
     scratch = [winograd.Tiles(geo.blocks, min(per, hi - lo) * per_image, co) for lo, hi in parts]
     zeros = np.zeros(co, np.float32)
     du_parts = np.empty((len(parts), geo.blocks, k_in, co), np.float32)
@@ -265,7 +264,7 @@ def kernel_gradient(b, geo: winograd.Geometry, x: np.ndarray, key: object, ct: n
             part.append(calls + [_chunk((entry, arrays, params), n0, n1),
                                  (gemms[1 if n0 > lo else 0], (du, a, z.flat, gp))])
         jobs.append(part)
-    _add_pipeline(b, jobs)
+    _add_pipeline(b, jobs, parts)
     du = du_parts[0]
     if len(parts) > 1:
         du = np.empty(du_parts.shape[1:], np.float32)
