@@ -194,7 +194,8 @@ def runtime_names(source: str) -> list[str]:
 def test_the_runtime_name_finder_finds_imports_and_attributes():
     source = ("from kiln.core.backends.cpu.runtime.threads import SplitCall\n"
               "def f(t):\n    return t.kernel_threads(), t.POOL, chunks\n")
-    assert sorted(runtime_names(source)) == ["1: import SplitCall", "3: .POOL", "3: .kernel_threads"]
+    assert sorted(runtime_names(source)) == ["1: import SplitCall", "3: .POOL",
+                                             "3: .kernel_threads"]
 
 
 @pytest.mark.parametrize("package", ["kernels", "gemm"])

@@ -28,7 +28,8 @@ argument is its int64 parameters. Imports codegen and the runtime's worker pools
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,10 +39,11 @@ from kiln.core.backends.cpu.codegen.native import try_kernel
 from kiln.core.backends.cpu.runtime import spin_pool, threads
 from kiln.core.backends.cpu.runtime.threads import ENGINES, SplitCall
 
-__all__ = ["ENGINES", "add_parts", "count", "engine", "native_split", "park", "run_parts",
-           "settled", "split"]
+__all__ = ["ENGINES", "add_parts", "count", "engine", "forced", "native_split", "park",
+           "run_parts", "settled", "split"]
 
 Vary = Callable[[int, int, int], dict[int, Any]]
+_forced: list[str] = []  # the engines of the open forced() blocks, innermost last
 
 
 def engine() -> str:
@@ -50,6 +52,20 @@ def engine() -> str:
     ``"portable"`` (``threads.KernelPool``'s Python workers). Other entries always run on the
     portable workers."""
     return "spin" if spin_pool.ENABLED else "portable"
+
+
+@contextlib.contextmanager
+def forced(engine: str) -> Iterator[None]:
+    """Every split step :func:`add_parts` builds inside the block (plans built by a call
+    inside it) runs on ``engine`` (one of :data:`ENGINES`) whatever the load and the planner's
+    serial rule: the same parts on each engine, for tests and benchmarks."""
+    if engine not in ENGINES:
+        raise ValueError(f"parts.forced: engine {engine!r} is not one of {ENGINES}")
+    _forced.append(engine)
+    try:
+        yield
+    finally:
+        _forced.pop()
 
 
 def count(work: int = 1, min_work: int = 0) -> int:
@@ -78,8 +94,10 @@ def add_parts(b, entry: Callable, args: tuple, n: int = 0, *,
     when given, else :func:`split`'s of ``n`` items (``work`` / ``min_work``: see
     :func:`count`). One part is a plain step (its arguments changed here); several, a step
     the runtime runs on its engine. ``engine`` forces one (``"serial"``, ``"portable"`` or
-    ``"spin"``, whatever the load: tests and benchmarks); None lets the runtime choose.
+    ``"spin"``: native kernels there, other entries on the portable workers), whatever the
+    load (tests and benchmarks; else :func:`forced`'s); None lets the runtime choose.
     Returns the ranges."""
+    engine = engine or (_forced[-1] if _forced else None)
     if engine is not None and engine not in ENGINES:
         raise ValueError(f"add_parts: engine {engine!r} is not one of {ENGINES}")
     ranges = list(ranges) if ranges else split(n, work=work, min_work=min_work)
@@ -92,7 +110,7 @@ def add_parts(b, entry: Callable, args: tuple, n: int = 0, *,
         if any(not 0 <= i < size for i, _ in change):
             raise IndexError(f"add_parts({label}): a part changes an argument out of "
                              f"{size}: {[i for i, _ in change]}")
-    if len(ranges) == 1 and engine is None and not cut:
+    if len(ranges) == 1 and not cut:  # nothing to split: a plain step on every engine
         b.add(entry, _changed(args, changes[0]), label=label)
     else:
         b.add(SplitCall(entry, len(ranges), _change(changes, size, ranges, cut), engine),
@@ -163,13 +181,14 @@ def settled(fn: Callable) -> Callable:
 def native_split(b, name: str, make, arrays: tuple, p: list[int], n: int = 0, *,
                  ranges: list | None = None, label: str | None = None,
                  parts: np.ndarray | None = None, tail: list[int] | None = None,
-                 mixed: bool = False, work: int = 1, min_work: int = 0) -> bool:
+                 mixed: bool = False, work: int = 1, min_work: int = 0,
+                 engine: str | None = None) -> bool:
     """Adds the native kernel ``make(symbol, dtype)`` over ``arrays`` (one dtype, ``dtype``
     the first array's; ``mixed``: others too, which ``make`` fixes) with the parameters
     ``[*shapes, *p, n0, n1, *tail]``, its range of ``n`` items in the runtime's parts
     (``ranges``: given; ``work`` / ``min_work``: :func:`count`), into ``parts[k]`` per part
-    when given (part ``k``'s own output); False when it cannot run here (the caller then runs
-    its numba kernel)."""
+    when given (part ``k``'s own output), on ``engine`` when given (:func:`add_parts`); False
+    when it cannot run here (the caller then runs its numba kernel)."""
     if not mixed and any(a.dtype != arrays[0].dtype for a in arrays):
         return False
     ranges = ranges or split(n, work=work, min_work=min_work)
@@ -194,5 +213,5 @@ def native_split(b, name: str, make, arrays: tuple, p: list[int], n: int = 0, *,
     def vary(k: int, lo: int, hi: int) -> dict[int, Any]:
         return {size - 1: params(lo, hi), **({0: out[k]} if out is not None else {})}
 
-    add_parts(b, entry, first, ranges=ranges, vary=vary, label=label)
+    add_parts(b, entry, first, ranges=ranges, vary=vary, label=label, engine=engine)
     return True

@@ -270,7 +270,8 @@ class SplitCall:
     by ``runtime.parts.add_parts`` (kernels describe their parts there). ``engine`` None:
     the spin pool where ``entry`` is a native kernel and the pool is on, else :data:`POOL`,
     the caller alone on a busy machine; one of :data:`ENGINES`: that one, whatever the load
-    (``"spin"`` where the pool cannot take the call raises)."""
+    (``"spin"``: a native kernel the pool cannot take raises; other entries run on
+    :data:`POOL`, as they would unforced)."""
 
     __slots__ = ("entry", "parts", "change", "engine", "_native", "_for")
 
@@ -314,10 +315,15 @@ class SplitCall:
                                           and found[2] != found[3].generation):
                 found = self._bind(entry, calls)
             if found is None:
+                from kiln.core.backends.cpu.runtime import spin_pool
+
+                if spin_pool.ENABLED and spin_pool.kernel_of(entry) is None:
+                    POOL.run([(entry, c) for c in calls], follow_load=False)
+                    return
                 raise RuntimeError(f"SplitCall: the spin engine cannot run {entry!r} in "
-                                   f"{self.parts} parts here (not a native kernel of at "
-                                   "most spin_pool.MAX_ARRAYS arrays, or the engine is off: "
-                                   "target.process().spin_engine)")
+                                   f"{self.parts} parts here (the engine is off: "
+                                   "target.process().spin_engine; or more than "
+                                   "spin_pool.MAX_ARRAYS arrays or parts than its slots)")
             found[3].place()
             found[0](found[1], *[a for c in calls for a in c])
 
