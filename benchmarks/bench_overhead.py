@@ -415,9 +415,10 @@ SPIN_SHAPES = ((128, 128, 256), (256, 128, 256), (512, 128, 256), (128, 784, 512
 def spin_split_calls(blocks: int = 40, per_block: int = 25) -> dict:
     """Median us a call of kiln's Dense kernel split in two parts (``native_matmul.add``: a
     ``threads.SplitCall``), its parts on the spin pool and on the Python pool
-    (``threads.POOL``), alternated in blocks whose first call is not counted."""
+    (``threads.POOL``), each forced (``parts.forced``: whatever the load), alternated in
+    blocks whose first call is not counted."""
     from kiln.core.backends.cpu.gemm import native_matmul
-    from kiln.core.backends.cpu.runtime import threads
+    from kiln.core.backends.cpu.runtime import parts, threads
 
     class Steps:
         class node:
@@ -436,7 +437,11 @@ def spin_split_calls(blocks: int = 40, per_block: int = 25) -> dict:
         saved = native_matmul.SERIAL_WORK
         native_matmul.SERIAL_WORK = 0  # split even the smallest
         try:
-            if not (native_matmul.add(spin, a, b, c) and native_matmul.add(python, a, b, c)):
+            with parts.forced("spin" if parts.engine() == "spin" else "portable"):
+                taken = native_matmul.add(spin, a, b, c)
+            with parts.forced("portable"):
+                taken = taken and native_matmul.add(python, a, b, c)
+            if not taken:
                 out[f"{m}x{k}x{n}"] = {"note": "not taken by the kernel (no AVX-512?)"}
                 continue
         finally:
@@ -446,7 +451,6 @@ def spin_split_calls(blocks: int = 40, per_block: int = 25) -> dict:
             continue
         spin.fn(*spin.args)
         bound = spin.fn._native is not None
-        python.fn._for, python.fn._native = python.fn.entry, None  # the Python pool's way
         times: dict[str, list[float]] = {"spin": [], "python": []}
         for _ in range(blocks):
             for name, step in (("spin", spin), ("python", python)):
