@@ -145,11 +145,17 @@ class MpiGroup:
     def allreduce_start(self, buffer: np.ndarray) -> None:
         """Starts summing ``buffer`` (C-contiguous float) over the ranks, in place; it must not
         be read or written until :meth:`allreduce_wait` of the same buffer returns. Every rank
-        starts its sums in the same order (MPI pairs non-blocking collectives by order)."""
+        starts its sums in the same order (MPI pairs non-blocking collectives by order).
+
+        MPI moves a started sum on only inside MPI calls (this one, later starts, the wait):
+        no progress thread (one measured slower on a loaded 2-core host: docs/architecture.md,
+        "Data parallelism")."""
         key = (buffer.__array_interface__["data"][0], buffer.nbytes)
         if key in self._pending:  # a step stopped between a start and its wait
             self.allreduce_wait(buffer)
         self._start()
+        for earlier in self._pending.values():  # MPI moves them on only inside MPI calls
+            earlier.Test()
         self._pending[key] = self.comm.Iallreduce(self.MPI.IN_PLACE, buffer, op=self.MPI.SUM)
 
     def allreduce_wait(self, buffer: np.ndarray) -> None:
