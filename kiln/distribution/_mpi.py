@@ -150,6 +150,8 @@ class MpiGroup:
         MPI moves a started sum on only inside MPI calls (this one, later starts, the wait):
         no progress thread (one measured slower on a loaded 2-core host: docs/architecture.md,
         "Data parallelism")."""
+        if buffer.size == 0:  # nothing to sum (and empty buffers may share an address)
+            return
         key = (buffer.__array_interface__["data"][0], buffer.nbytes)
         if key in self._pending:  # a step stopped between a start and its wait
             self.allreduce_wait(buffer)
@@ -160,6 +162,8 @@ class MpiGroup:
 
     def allreduce_wait(self, buffer: np.ndarray) -> None:
         """Waits until the sum that :meth:`allreduce_start` started on ``buffer`` has arrived."""
+        if buffer.size == 0:
+            return
         req = self._pending.pop((buffer.__array_interface__["data"][0], buffer.nbytes), None)
         if req is None:
             raise self._error(f"rank {self.rank} of {self.size}: allreduce_wait of "

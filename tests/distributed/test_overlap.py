@@ -163,3 +163,33 @@ def test_bucketed_step_equals_one_allreduce_bit_for_bit(monkeypatch, model_kind)
         assert np.all(np.isfinite(b))
         np.testing.assert_array_equal(a, b)
     assert h_one == h_bkt
+
+
+def test_bucket_bytes_is_checked():
+    pytest.importorskip("mpi4py")
+    for bad in (0, -5, 1.5, True, "1MB"):
+        with pytest.raises(ValueError, match="bucket_bytes must be a positive integer or "
+                                             f"None, received {bad!r}"):
+            kiln.distribution.DataParallel(bucket_bytes=bad)
+
+
+@pytest.mark.mpi
+def test_mpi_group_start_and_wait_on_one_rank():
+    """One rank: the started sum is the buffer itself; a wait needs its start; an empty
+    buffer sums nothing."""
+    pytest.importorskip("mpi4py")
+    group = kiln.distribution.DataParallel(timeout=30).group
+    a = np.arange(6, dtype="float32")
+    b = np.ones((2, 3), "float64")
+    group.allreduce_start(a)
+    group.allreduce_start(b)
+    group.allreduce_wait(b)
+    group.allreduce_wait(a)
+    np.testing.assert_array_equal(a, np.arange(6))
+    np.testing.assert_array_equal(b, np.ones((2, 3)))
+    with pytest.raises(kiln.distribution.DistributionError,
+                       match="allreduce_wait of 6 float32 values: no allreduce was started"):
+        group.allreduce_wait(a)
+    empty = np.zeros(0, "float32")
+    group.allreduce_start(empty)
+    group.allreduce_wait(empty)
