@@ -3,7 +3,7 @@ overlapped gradient sums of data parallelism, in one process.
 
 The oracle is a simulated group of two identical ranks (the sum is ``2 * x``) whose buffer
 holds NaN while a sum is in flight: a kernel that read a started buffer before its wait would
-turn the result into NaN. The bucketed step must then equal the one-allreduce step bit for bit
+turn the result into NaN, one that wrote into it fails the wait. The bucketed step must then equal the one-allreduce step bit for bit
 (the 2-rank MPI runs are in test_data_parallel.py).
 """
 
@@ -19,7 +19,8 @@ from kiln.models.distributed import buckets
 
 
 class TwinGroup:
-    """Two identical ranks: every sum doubles; a started buffer is NaN until its wait."""
+    """Two identical ranks: every sum doubles; a started buffer is NaN until its wait (which
+    checks that nothing wrote into it meanwhile)."""
 
     size = 2
 
@@ -42,6 +43,7 @@ class TwinGroup:
         self.events.append(("start", buffer.size))
 
     def allreduce_wait(self, buffer: np.ndarray) -> None:
+        assert np.isnan(buffer).all(), "a kernel wrote into a sum in flight"
         buffer[...] = self.pending.pop(self._key(buffer))
         self.events.append(("wait", buffer.size))
 
@@ -147,22 +149,24 @@ def _train(monkeypatch, bucket_bytes, model_kind):
         model = kiln.Sequential(layers)
         model.compile(optimizer=kiln.optimizers.Adam(0.01),
                       loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-        hist = model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
-        return model.get_weights(), hist.history, [e for e, _ in group.events]
+        hist = model.fit(x[:60], y[:60], batch_size=16, epochs=2, verbose=0, shuffle=False,
+                         validation_data=(x[60:], y[60:]))  # a last batch of 12 rows
+        ev = model.evaluate(x, y, batch_size=24, verbose=0)
+        return model.get_weights(), hist.history, ev, [e for e, _ in group.events]
     finally:
         register_group(dist.group_name, None)
 
 
 @pytest.mark.parametrize("model_kind", ["mlp", "bn"])
 def test_bucketed_step_equals_one_allreduce_bit_for_bit(monkeypatch, model_kind):
-    w_one, h_one, ev_one = _train(monkeypatch, None, model_kind)
-    w_bkt, h_bkt, ev_bkt = _train(monkeypatch, 256, model_kind)
+    w_one, h_one, e_one, ev_one = _train(monkeypatch, None, model_kind)
+    w_bkt, h_bkt, e_bkt, ev_bkt = _train(monkeypatch, 256, model_kind)
     assert set(ev_one) == {"sum"} and ev_bkt.count("start") > 8  # several buckets per step
     assert ev_bkt.count("start") == ev_bkt.count("wait")
     for a, b in zip(w_one, w_bkt):
         assert np.all(np.isfinite(b))
         np.testing.assert_array_equal(a, b)
-    assert h_one == h_bkt
+    assert h_one == h_bkt and e_one == e_bkt
 
 
 def test_bucket_bytes_is_checked():
