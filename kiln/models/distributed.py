@@ -6,7 +6,13 @@ batch). The step differentiates ``total * replica_weight``; the gradients, the w
 losses, the metric statistics (sums over samples) and the layers' own float updates
 (BatchNormalization's moving statistics, weighted) are flattened into one buffer per dtype and
 summed by ONE ``allreduce`` node, so every rank gets the global batch's gradient, loss and
-statistics and applies the same update. :class:`ShardedFunction` wraps the compiled function:
+statistics and applies the same update. With ``DataParallel(bucket_bytes=n)`` they are summed
+in buckets of about ``n`` bytes instead (:func:`buckets`: in the order the backward pass
+computes them), each an ``allreduce_start`` that the scheduler runs as soon as its values are
+computed and an ``allreduce_wait`` it runs after every kernel that does not need the sum: the
+sums travel while the backward pass goes on. The same bits as one allreduce with 2 ranks
+(each element is the sum of the same two values; with more ranks MPI's summation order may
+depend on the buffer's size). :class:`ShardedFunction` wraps the compiled function:
 it is called with the global batch's feeds (the loops need no change), slices this rank's rows,
 appends the weight and makes the random key rank-specific (dropout masks differ per rank).
 """
