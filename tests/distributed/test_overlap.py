@@ -3,8 +3,8 @@ overlapped gradient sums of data parallelism, in one process.
 
 The oracle is a simulated group of two identical ranks (the sum is ``2 * x``) whose buffer
 holds NaN while a sum is in flight: a kernel that read a started buffer before its wait would
-turn the result into NaN, one that wrote into it fails the wait. The bucketed step must then equal the one-allreduce step bit for bit
-(the 2-rank MPI runs are in test_data_parallel.py).
+turn the result into NaN, one that wrote into it fails the wait. The bucketed step must then
+equal the one-allreduce step bit for bit (the 2-rank MPI runs are in test_data_parallel.py).
 """
 
 from __future__ import annotations
