@@ -9,7 +9,8 @@ Workloads (synthetic MNIST-shaped data, Adam, ``fit`` on arrays):
 Each configuration runs in fresh processes (``python`` for 1 rank, ``mpiexec -n 2`` for 2),
 one thread each (``NUMBA_NUM_THREADS=OPENBLAS_NUM_THREADS=1``): compile and one warm-up
 epoch, then ``--rounds`` timed epochs; the median epoch gives samples/s. The 2-rank workers
-also time every allreduce (the transport's wait included). Reported per workload:
+also time every allreduce (the transport's wait included; with ``--bucket-bytes``, every
+bucket's start and wait). Reported per workload:
 samples/s at 1 and 2 ranks, **scaling efficiency** = (samples/s at 2) / (2 x samples/s at 1)
 (strong scaling: the same global batch), allreduce ms per step and the gradient size.
 
@@ -68,21 +69,26 @@ def build(workload: str):
     return model, x, y
 
 
-def worker(workload: str, rounds: int, distributed: bool, batch: int) -> None:
+def worker(workload: str, rounds: int, distributed: bool, batch: int,
+           bucket_bytes: int | None = None) -> None:
     import kiln
     timer = {"s": 0.0, "n": 0}
     if distributed:
-        dist = kiln.distribution.DataParallel()
+        dist = kiln.distribution.DataParallel(bucket_bytes=bucket_bytes)
         kiln.distribution.set_distribution(dist)
-        inner = dist.group.allreduce_sum
 
-        def timed(buffer):
-            t0 = time.perf_counter()
-            inner(buffer)
-            timer["s"] += time.perf_counter() - t0
-            timer["n"] += 1
+        def timed(inner, count):
+            def call(buffer):
+                t0 = time.perf_counter()
+                inner(buffer)
+                timer["s"] += time.perf_counter() - t0
+                timer["n"] += count
+            return call
 
-        dist.group.allreduce_sum = timed  # what the compiled step's allreduce calls
+        # what the compiled step's allreduce (or each bucket's start and wait) calls
+        dist.group.allreduce_sum = timed(dist.group.allreduce_sum, 1)
+        dist.group.allreduce_start = timed(dist.group.allreduce_start, 0)
+        dist.group.allreduce_wait = timed(dist.group.allreduce_wait, 1)
     kiln.utils.set_random_seed(0)
     model, x, y = build(workload)
     model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)  # compile, warm up
@@ -99,7 +105,8 @@ def worker(workload: str, rounds: int, distributed: bool, batch: int) -> None:
                           "grad_bytes": grad_bytes}), flush=True)
 
 
-def launch(workload: str, ranks: int, rounds: int, batch: int) -> dict:
+def launch(workload: str, ranks: int, rounds: int, batch: int,
+           bucket_bytes: int | None = None) -> dict:
     env = dict(os.environ, NUMBA_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                OMP_NUM_THREADS="1")
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", workload, "--rounds",
@@ -108,6 +115,8 @@ def launch(workload: str, ranks: int, rounds: int, batch: int) -> dict:
         mpiexec = shutil.which("mpiexec") or os.path.join(os.path.dirname(sys.executable),
                                                           "mpiexec")
         cmd = [mpiexec, "-n", str(ranks)] + cmd + ["--distributed"]
+        if bucket_bytes:
+            cmd += ["--bucket-bytes", str(bucket_bytes)]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
@@ -125,9 +134,11 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=BATCH)
     p.add_argument("--worker", default=None)
     p.add_argument("--distributed", action="store_true")
+    p.add_argument("--bucket-bytes", type=int, default=None,
+                   help="DataParallel(bucket_bytes=...): overlapped buckets of this size")
     args = p.parse_args()
     if args.worker:
-        worker(args.worker, args.rounds, args.distributed, args.batch)
+        worker(args.worker, args.rounds, args.distributed, args.batch, args.bucket_bytes)
         return
     print(f"global batch {args.batch}, {SAMPLES} samples per epoch, one thread per rank, "
           f"median of {args.rounds} epochs\n")
@@ -136,10 +147,10 @@ def main() -> None:
     paper = []
     for w in args.workloads:
         one = launch(w, 1, args.rounds, args.batch)
-        two = launch(w, 2, args.rounds, args.batch)
+        two = launch(w, 2, args.rounds, args.batch, args.bucket_bytes)
         s1 = SAMPLES / one["epoch_s"]
         s2 = SAMPLES / two["epoch_s"]
-        per_step = two["allreduce_s"] / max(1, two["allreduces"])
+        per_step = two["allreduce_s"] / max(1, args.rounds * two["steps"])
         print(f"{w:10} {s1:9.0f}/s {s2:9.0f}/s {s2 / (2 * s1):10.0%} "
               f"{per_step * 1e3:9.2f} ms {two['grad_bytes'] / 1e6:7.2f} MB")
         # weak scaling on paper: per-rank batch 64 -> compute time of one rank at batch 64

@@ -118,9 +118,12 @@ def overwritable_inputs(node: Node) -> tuple[int, ...]:
     """Positions of the inputs whose buffer ``node``'s kernel may write its result into,
     reading element ``k`` before writing element ``k``: every input of an elementwise kernel;
     a ``gemm``'s ``c`` (BLAS reads and writes C element by element) when ``a`` and ``b`` are
-    other values (it must not write what it still multiplies)."""
+    other values (it must not write what it still multiplies); the input of an
+    ``allreduce_start``/``allreduce_wait`` (a copy, then a sum in place)."""
     if elementwise_output(node):
         return tuple(range(len(node.inputs)))
+    if node.op in ("allreduce_start", "allreduce_wait"):
+        return (0,)
     if node.op == "gemm" and all(node.inputs[2] is not i for i in node.inputs[:2]):
         return (2,)
     return ()

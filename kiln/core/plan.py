@@ -249,7 +249,7 @@ class StaticPlan:
             if (self.layouts[id(c)].root != root or not overwritable_inputs(node)
                     or any(self.layouts[id(i)].root == root for i in (a, b))):
                 return False
-        elif not elementwise_output(node):
+        elif not (elementwise_output(node) or overwritable_inputs(node)):
             return False
         return all(lay.same_view(out) for s, lay in lt.reads.get(root, []) if s == t)
 

@@ -15,7 +15,11 @@ The order is a depth-first, demand-driven one that tends to free memory early:
   by its update right after it is computed, instead of all gradients living until the end;
 * below a node, its inputs are visited deepest first, so a long chain (the back-propagated
   gradient) runs before short ones (a transpose of a saved activation, a rematerialized
-  value), and the short ones are computed just before the node that reads them.
+  value), and the short ones are computed just before the node that reads them;
+* a split collective (``allreduce_start`` ... ``allreduce_wait``) overlaps with the kernels
+  between them: every ``allreduce_wait``, with all that depends on it, runs after everything
+  else (each start stays where the order computes it, as soon as its input is ready), so the
+  sums of a data-parallel step travel while the rest of the backward pass runs.
 
 Example:
     >>> order = schedule(graph)
@@ -73,7 +77,42 @@ def schedule(graph: Graph) -> list[Node]:
             done.add(id(node))
             if node.op not in _SOURCES:
                 order.append(node)
-    return order
+    return _waits_last(order)
+
+
+def _waits_last(order: list[Node]) -> list[Node]:
+    """``order`` with each ``allreduce_wait`` and every kernel depending on it moved after the
+    others (both parts keep their relative order, so inputs still come before users), then
+    each ``allreduce_start``, with the kernels computing only its input, moved up to just after
+    the last kernel it needs."""
+    late: set[int] = set()
+    for n in order:
+        if n.op == "allreduce_wait" or any(id(i) in late for i in n.inputs):
+            late.add(id(n))
+    if not late:
+        return order
+    order = [n for n in order if id(n) not in late] + [n for n in order if id(n) in late]
+    readers: dict[int, list[Node]] = {}
+    for n in order:
+        for i in n.inputs:
+            readers.setdefault(id(i), []).append(n)
+    early: set[int] = set()  # the starts and what only they read
+    for n in reversed(order):
+        users = readers.get(id(n), [])
+        if n.op == "allreduce_start" or (users and all(id(u) in early for u in users)):
+            early.add(id(n))
+    # sort keys: a kept node's position; a moved node's key extends its latest input's, so it
+    # sorts right after that input (and after the nodes moved there before it)
+    key: dict[int, tuple[int, ...]] = {}
+    count = 0
+    for k, n in enumerate(order):
+        if id(n) in early:
+            count += 1
+            key[id(n)] = max((key[id(i)] for i in n.inputs if id(i) in key),
+                             default=(-1,)) + (count,)
+        else:
+            key[id(n)] = (k,)
+    return sorted(order, key=lambda n: key[id(n)])
 
 
 def _children(node: Node, depth: dict[int, int]) -> list[Node]:

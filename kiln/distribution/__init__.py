@@ -37,13 +37,17 @@ class DataParallel:
             :class:`DistributionError` (a dead or stuck peer); default ``KILN_DIST_TIMEOUT``
             or 600 (the first step also waits for the slowest rank's compilation).
         comm: an ``mpi4py`` communicator (default ``MPI.COMM_WORLD``).
+        bucket_bytes: kiln only: sum the gradients in buckets of about this many bytes, each
+            started as soon as the backward pass has computed it and waited for just before
+            the optimizer reads it (overlapping the sums with the backward pass); ``None``
+            sums everything in one allreduce per dtype when the backward pass is done.
 
     Example:
         >>> kiln.distribution.set_distribution(kiln.distribution.DataParallel())
     """
 
     def __init__(self, devices: Any = None, timeout: float | None = None, comm: Any = None,
-                 **kwargs: Any):
+                 bucket_bytes: int | None = None, **kwargs: Any):
         if devices is not None:
             raise ValueError("DataParallel: kiln runs one process per rank; devices must be "
                              f"None, received {devices!r}")
@@ -56,6 +60,11 @@ class DataParallel:
             timeout = config.env_positive_float("KILN_DIST_TIMEOUT", 600.0)
         if not timeout > 0:
             raise ValueError(f"DataParallel: timeout must be > 0 seconds, received {timeout!r}")
+        if bucket_bytes is not None and (isinstance(bucket_bytes, bool) or not isinstance(
+                bucket_bytes, int) or bucket_bytes <= 0):
+            raise ValueError("DataParallel: bucket_bytes must be a positive integer or None, "
+                             f"received {bucket_bytes!r}")
+        self.bucket_bytes = bucket_bytes
         from kiln.distribution._mpi import MpiGroup
 
         self.group = MpiGroup(comm, float(timeout))

@@ -57,6 +57,7 @@ class MpiGroup:
         self._received: tuple[int, str, float] | None = None  # (rank, notice, when)
         self._notified = False
         self._sent: list[Any] = []
+        self._pending: dict[tuple[int, int], Any] = {}  # (address, bytes) -> started sum
         if self.size > 1:
             atexit.register(self._at_exit)
 
@@ -139,6 +140,35 @@ class MpiGroup:
         """Sums ``buffer`` (C-contiguous float) over the ranks, in place."""
         self._start()
         req = self.comm.Iallreduce(self.MPI.IN_PLACE, buffer, op=self.MPI.SUM)
+        self._wait(req, f"allreduce of {buffer.size} {buffer.dtype} values")
+
+    def allreduce_start(self, buffer: np.ndarray) -> None:
+        """Starts summing ``buffer`` (C-contiguous float) over the ranks, in place; it must not
+        be read or written until :meth:`allreduce_wait` of the same buffer returns. Every rank
+        starts its sums in the same order (MPI pairs non-blocking collectives by order).
+
+        MPI moves a started sum on only inside MPI calls (this one, later starts, the wait):
+        no progress thread (one measured slower on a loaded 2-core host: docs/architecture.md,
+        "Data parallelism")."""
+        if buffer.size == 0:  # nothing to sum (and empty buffers may share an address)
+            return
+        key = (buffer.__array_interface__["data"][0], buffer.nbytes)
+        if key in self._pending:  # a step stopped between a start and its wait
+            self.allreduce_wait(buffer)
+        self._start()
+        for earlier in self._pending.values():  # MPI moves them on only inside MPI calls
+            earlier.Test()
+        self._pending[key] = self.comm.Iallreduce(self.MPI.IN_PLACE, buffer, op=self.MPI.SUM)
+
+    def allreduce_wait(self, buffer: np.ndarray) -> None:
+        """Waits until the sum that :meth:`allreduce_start` started on ``buffer`` has arrived."""
+        if buffer.size == 0:
+            return
+        req = self._pending.pop((buffer.__array_interface__["data"][0], buffer.nbytes), None)
+        if req is None:
+            raise self._error(f"rank {self.rank} of {self.size}: allreduce_wait of "
+                              f"{buffer.size} {buffer.dtype} values: no allreduce was started "
+                              "on this buffer")
         self._wait(req, f"allreduce of {buffer.size} {buffer.dtype} values")
 
     def broadcast(self, buffer: np.ndarray, root: int = 0) -> None:

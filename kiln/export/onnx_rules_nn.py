@@ -43,6 +43,9 @@ NOT_EXPORTABLE: dict[str, str] = {
                "stable with NaN last: an export could reorder a model's outputs silently",
     "allreduce": "a collective across processes (data-parallel training): an exported "
                  "inference graph runs in one process",
+    **{op: "half of a split collective (data-parallel training's overlapped gradient sums): "
+           "an exported inference graph runs in one process"
+       for op in ("allreduce_start", "allreduce_wait")},
     "resize_grad": "a gradient op: it appears only in training graphs",
     "affine_transform_grad": "a gradient op: it appears only in training graphs",
     **{op: "a LAPACK factorization or solve (kiln.ops.linalg) with no ONNX operator"

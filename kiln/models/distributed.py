@@ -6,7 +6,13 @@ batch). The step differentiates ``total * replica_weight``; the gradients, the w
 losses, the metric statistics (sums over samples) and the layers' own float updates
 (BatchNormalization's moving statistics, weighted) are flattened into one buffer per dtype and
 summed by ONE ``allreduce`` node, so every rank gets the global batch's gradient, loss and
-statistics and applies the same update. :class:`ShardedFunction` wraps the compiled function:
+statistics and applies the same update. With ``DataParallel(bucket_bytes=n)`` they are summed
+in buckets of about ``n`` bytes instead (:func:`buckets`: in the order the backward pass
+computes them), each an ``allreduce_start`` that the scheduler runs as soon as its values are
+computed and an ``allreduce_wait`` it runs after every kernel that does not need the sum: the
+sums travel while the backward pass goes on. The same bits as one allreduce with 2 ranks
+(each element is the sum of the same two values; with more ranks MPI's summation order may
+depend on the buffer's size). :class:`ShardedFunction` wraps the compiled function:
 it is called with the global batch's feeds (the loops need no change), slices this rank's rows,
 appends the weight and makes the random key rank-specific (dropout masks differ per rank).
 """
@@ -62,7 +68,7 @@ def reduce_values(dist: Any, weight: Node, grads: list, weighted: list, stats: l
                           + [s * mask(s.dtype) if s.dtype in ("float32", "float64") else s
                              for s in stats]
                           + [scaled(u[1]) for _, u in float_updates])
-    reduced = _allreduce_flat(values, dist.group_name)
+    reduced = _allreduce_flat(values, dist.group_name, getattr(dist, "bucket_bytes", None))
     g = len(grads)
     w = g + len(weighted)
     s = w + len(stats)
@@ -72,10 +78,11 @@ def reduce_values(dist: Any, weight: Node, grads: list, weighted: list, stats: l
     return reduced[:g], reduced[g:w], reduced[w:s], new_updates
 
 
-def _allreduce_flat(values: list[Node], group: str) -> list[Node]:
+def _allreduce_flat(values: list[Node], group: str,
+                    bucket_bytes: int | None = None) -> list[Node]:
     """Each value summed over the ranks: float values of static shape share one flat buffer
-    per dtype (one collective); others (integer statistics) are cast to float64 and summed
-    alone."""
+    per dtype (one collective), or with ``bucket_bytes`` several buffers of about that size
+    each; others (integer statistics) are cast to float64 and summed alone."""
     out: list[Node | None] = [None] * len(values)
     by_dtype: dict[str, list[int]] = {}
     for i, v in enumerate(values):
@@ -85,16 +92,67 @@ def _allreduce_flat(values: list[Node], group: str) -> list[Node]:
             summed = ops.allreduce(ops.cast(v, "float64"), group)
             out[i] = ops.cast(summed, v.dtype)
     for idx in by_dtype.values():
-        flats = [ops.reshape(values[i], (-1,)) for i in idx]
-        buf = ops.allreduce(flats[0] if len(flats) == 1 else ops.concatenate(flats, axis=0),
-                            group)
-        start = 0
-        for i in idx:
-            size = int(np.prod(values[i].shape, dtype=np.int64))
-            piece = buf[start:start + size]
-            out[i] = ops.reshape(piece, values[i].shape)
-            start += size
+        if bucket_bytes is None:
+            _reduce_bucket(values, idx, out, lambda x: ops.allreduce(x, group))
+            continue
+        for bucket in buckets(values, idx, bucket_bytes):
+            _reduce_bucket(values, bucket, out, lambda x: ops.apply_op(
+                "allreduce_wait", ops.apply_op("allreduce_start", x, group=group), group=group))
     return out  # type: ignore[return-value]
+
+
+def _reduce_bucket(values: list[Node], idx: list[int], out: list, reduce: Callable) -> None:
+    """The values ``idx`` flattened into one buffer, ``reduce``d, and sliced back into ``out``."""
+    flats = [ops.reshape(values[i], (-1,)) for i in idx]
+    buf = reduce(flats[0] if len(flats) == 1 else ops.concatenate(flats, axis=0))
+    start = 0
+    for i in idx:
+        size = _size(values[i])
+        out[i] = ops.reshape(buf[start:start + size], values[i].shape)
+        start += size
+
+
+def _size(v: Node) -> int:
+    return int(np.prod(v.shape, dtype=np.int64))
+
+
+def buckets(values: list[Node], idx: list[int], bucket_bytes: int) -> list[list[int]]:
+    """The values ``idx`` (of one dtype) in buckets of at least ``bucket_bytes`` (the last one
+    may be smaller), in the order the step computes them: by depth in the graph (the longest
+    chain of ops from its sources), so the last layer's gradients, ready first in the backward
+    pass, fill the first bucket, and each bucket's sum can start while the earlier layers'
+    gradients are still being computed (PyTorch DDP's buckets, in reverse layer order)."""
+    depth = _depths([values[i] for i in idx])
+    ready = sorted(idx, key=lambda i: (depth[id(values[i])], i))
+    out: list[list[int]] = []
+    size = 0
+    for i in ready:
+        if not out or size >= bucket_bytes:
+            out.append([])
+            size = 0
+        out[-1].append(i)
+        size += _size(values[i]) * np.dtype(values[i].dtype).itemsize
+    return out
+
+
+def _depths(roots: list[Node]) -> dict[int, int]:
+    """id(node) -> the longest chain of ops below it (0 for sources), for ``roots`` and every
+    node they depend on."""
+    depth: dict[int, int] = {}
+    for root in roots:
+        stack = [root]
+        while stack:
+            node = stack[-1]
+            if id(node) in depth:
+                stack.pop()
+                continue
+            todo = [i for i in node.inputs if id(i) not in depth]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            depth[id(node)] = 1 + max((depth[id(i)] for i in node.inputs), default=-1)
+    return depth
 
 
 def _slice_bounds(n: int, rank: int, world: int) -> tuple[int, int]:

@@ -30,12 +30,14 @@ p.add_argument("--differ", default=None)  # rank 1's model or compile differs: w
 p.add_argument("--dropout", type=float, default=0.0)  # a Dropout layer in the MLP
 p.add_argument("--rank-seeds", action="store_true")  # each rank sets its own random seed
 p.add_argument("--catch", action="store_true")  # the failing rank catches fit's error
+p.add_argument("--bucket-bytes", type=int, default=None)  # DataParallel(bucket_bytes=...)
 args = p.parse_args()
 if args.float64:  # round-off out of the way: the distributed sums match to ~1e-14
     kiln.config.set_floatx("float64")
 
 if args.distributed:
-    kiln.distribution.set_distribution(kiln.distribution.DataParallel(timeout=60))
+    kiln.distribution.set_distribution(kiln.distribution.DataParallel(
+        timeout=60, bucket_bytes=args.bucket_bytes))
 rank = kiln.distribution.rank()
 
 kiln.utils.set_random_seed(1234 + (1000 * rank if args.rank_seeds else 0))

@@ -68,6 +68,29 @@ def test_two_ranks_match_one_process(tmp_path, model):
     assert len(s["h_loss"]) == 3 and s["h_loss"][-1] < s["h_loss"][0]  # it trained
 
 
+@pytest.mark.parametrize("model", ["mlp", "bn"])
+def test_bucketed_overlapped_sums_equal_one_allreduce(tmp_path, model):
+    """DataParallel(bucket_bytes=64): the gradients (and losses, metric statistics, the
+    BatchNormalization moving statistics) summed in many buckets, each started during the
+    backward pass and waited for before the update, give the same bits on both ranks as one
+    allreduce per step (each element is the same sum of the same two values); the MLP also
+    matches one process on the global batch."""
+    one = run(tmp_path, "one", "--model", model, ranks=2)
+    bkt = run(tmp_path, "bkt", "--model", model, "--bucket-bytes", "64", ranks=2)
+    assert one.returncode == 0 and bkt.returncode == 0, one.stderr + bkt.stderr
+    for rank in (0, 1):
+        a, b = load(tmp_path, "one", rank), load(tmp_path, "bkt", rank)
+        assert sorted(a) == sorted(b)
+        for k in a:
+            np.testing.assert_array_equal(b[k], a[k], err_msg=f"rank {rank} {k}")
+    if model == "mlp":
+        single = run(tmp_path, "single", "--model", model)
+        assert single.returncode == 0, single.stderr
+        s, b = load(tmp_path, "single"), load(tmp_path, "bkt", 0)
+        for k in s:
+            np.testing.assert_allclose(b[k], s[k], rtol=1e-4, atol=1e-6, err_msg=k)
+
+
 @pytest.mark.slow  # CI time: the core 2-rank checks above run in CI
 def test_generator_batches_are_split_like_arrays(tmp_path):
     """Batches from a generator (the same on every rank) are sliced like array batches: the

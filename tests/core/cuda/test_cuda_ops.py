@@ -39,6 +39,8 @@ def _check(name: str, dtype: str, example) -> None:
 # numbers), each with its reason. A new op lands here only with a reason.
 HOST_ONLY = {
     "allreduce": "MPI sums host buffers (kiln.distribution runs on the CPU backend)",
+    "allreduce_start": "MPI sums host buffers (kiln.distribution runs on the CPU backend)",
+    "allreduce_wait": "MPI sums host buffers (kiln.distribution runs on the CPU backend)",
     "resize": "image preprocessing: no CUDA kernel yet",
     "resize_grad": "image preprocessing: no CUDA kernel yet",
     "affine_transform": "augmentation (training-time input transform): no CUDA kernel yet",
