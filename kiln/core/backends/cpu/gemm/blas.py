@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.runtime import spin_pool, threads
 
 # Core names whose kernels are AVX2 at most; the cores KILN_BLAS may name, with the CPU
@@ -64,17 +65,14 @@ AVX2_CORES = {"haswell", "zen", "sandybridge", "nehalem", "core2", "prescott", "
 _AVX512 = ("avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl")
 CORES = {"SkylakeX": _AVX512, "Cooperlake": (*_AVX512, "avx512bf16"),
          "Haswell": ("avx2", "fma"), "Zen": ("avx2", "fma"), "SandyBridge": ("avx",)}
-# Below this many multiply-adds in all (or with an edge under MIN_EDGE), np.matmul is at least
+# Below this many multiply-adds in all (or with an edge under the minimum), np.matmul is at least
 # as fast: the ~5 us of checks and ctypes call here against its ~2 us (2-core Zen 5, us, NumPy /
 # copy: 32x32x64 2.3 / 7.4, 64x128x128 23.9 / 25.1, 128^3 22.3 / 20.0, 256^3 156 / 91; 36
-# products of 64^3 186 / 143).
-MIN_WORK = 1 << 21
-MIN_EDGE = 8
+# products of 64^3 186 / 143): options.CpuOptions.blas_min_work / blas_min_edge.
 # Where kiln places the copy's threads (:func:`place`), single products above OpenBLAS's own
 # threading threshold (it runs products of at most 4 x 65536 multiply-adds on one thread,
 # GEMM_MULTITHREAD_THRESHOLD) go through the copy: NumPy's instance would wake threads kiln
-# cannot place.
-PLACED_MIN_WORK = 4 * 65536 + 1
+# cannot place (options.CpuOptions.blas_placed_min_work).
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
@@ -451,7 +449,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     lib = library()
     if lib is None:
         return False
-    call = _call(lib, a, b, out, MIN_WORK)
+    call = _call(lib, a, b, out, options.current().blas_min_work)
     if call is None:
         return False
     fn, nb, (m, n, k), (ta, tb), (pa, lda, sa), (pb, ldb, sb), (pc, ldc, sc) = call
@@ -483,7 +481,9 @@ def prepare(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> tuple | None:
     lib = singles()
     if lib is None:
         return None
-    call = _call(lib, a, b, out, PLACED_MIN_WORK if lib.placeable else MIN_WORK)
+    opts = options.current()
+    call = _call(lib, a, b, out,
+                 opts.blas_placed_min_work if lib.placeable else opts.blas_min_work)
     return None if call is None else (lib, call[0], _single_args(call))
 
 
@@ -502,9 +502,11 @@ def run(single: tuple) -> None:
 
 
 def _call(lib: Library, a: np.ndarray, b: np.ndarray, out: np.ndarray, min_work: int,
-          min_edge: int = MIN_EDGE) -> tuple | None:
+          min_edge: int | None = None) -> tuple | None:
     """The cblas arguments of ``out = a @ b`` on ``lib`` (see :func:`matmul`), or None where the
     operands do not suit it."""
+    if min_edge is None:
+        min_edge = options.current().blas_min_edge
     dt = out.dtype
     fn = lib.gemm.get(dt)
     if fn is None or a.dtype != dt or b.dtype != dt or not a.ndim == b.ndim == out.ndim:
