@@ -144,14 +144,14 @@ def _conv_reference(x, w, padding):
 
 
 @pytest.mark.parametrize("native_tile", [True, False])
-def test_a_padded_convolution_of_a_large_feed_reads_the_fed_values(native_tile, monkeypatch):
+def test_a_padded_convolution_of_a_large_feed_reads_the_fed_values(native_tile, monkeypatch,
+                                                                   cpu_options):
     # A fed input of at least BIND_MIN_BYTES is read in place (its buffer never written); the
     # zero-bordered copy of a "same" convolution must copy the fed array, not the buffer (it
     # once copied the buffer: garbage, or zeros, for any 'same' first layer on a large batch)
-    from kiln.core.backends.cpu.kernels.conv import conv
     from kiln.core.backends.cpu.runtime import feeds
 
-    monkeypatch.setattr(conv, "NATIVE_TILE", native_tile)
+    cpu_options(native_tile=native_tile)
     rng = np.random.default_rng(30)
     w = rng.normal(size=(5, 5, 8, 16)).astype("float32") * 0.1
     x = kiln.placeholder((None, 12, 12, 8))
