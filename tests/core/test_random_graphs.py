@@ -25,7 +25,6 @@ import pytest
 
 import kiln
 import kiln.ops as K
-from kiln.core.backends.cpu.kernels import elementwise
 from kiln.core.backends.cpu.runtime import threads
 
 UNARY = [
@@ -115,10 +114,10 @@ def _compare(seed: int, grad: bool) -> None:
 
 
 @pytest.fixture
-def every_path(monkeypatch, tmp_path):
+def every_path(monkeypatch, cpu_options, tmp_path):
     """Reductions join loops of any size; every loop splits over ``parts`` threads."""
     monkeypatch.setattr(importlib.import_module("kiln.core.passes.fuse"), "TAIL_MIN_ELEMENTS", 0)
-    monkeypatch.setattr(elementwise, "PARALLEL_MIN_BYTES", 0)
+    cpu_options(parallel_min_bytes=0)
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
 
     def use(seed: int, native: str) -> None:

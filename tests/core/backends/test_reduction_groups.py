@@ -23,7 +23,6 @@ import pytest
 
 import kiln
 import kiln.ops as K
-from kiln.core.backends.cpu.kernels import elementwise
 from kiln.core.backends.cpu.runtime import threads
 from kiln.core.plan import program_order
 
@@ -48,9 +47,9 @@ def _groups(fn):
 
 
 @pytest.fixture
-def split(monkeypatch):
+def split(monkeypatch, cpu_options):
     """Every loop split over ``n`` parts (kernels run as Python too: KILN_JIT=0)."""
-    monkeypatch.setattr(elementwise, "PARALLEL_MIN_BYTES", 0)
+    cpu_options(parallel_min_bytes=0)
 
     def parts(n: int) -> None:
         monkeypatch.setattr(threads, "kernel_threads", lambda: n)

@@ -89,7 +89,7 @@ def test_plain_sgd_updates_are_the_gemms_themselves():
 
 
 def test_the_velocity_is_added_to_a_large_kernel_by_axpy():
-    # w + v after the gemm: BLAS's axpy where the kernel has AXPY_MIN_ELEMENTS elements, a
+    # w + v after the gemm: BLAS's axpy where the kernel has axpy_min_elements elements, a
     # generated loop below; the same values either way (the reference backend's)
     rng = np.random.default_rng(9)
     x = rng.normal(size=(32, 300)).astype("float32")

@@ -64,7 +64,7 @@ from kiln.core.backends.cpu.codegen.spec import (
 NATIVE_VERSION = "1"
 METH_FASTCALL = 0x0080
 # A native kernel's compile cost in the compile batch's units (jit.Kernel.size: characters of
-# numba source, ~0.3 ms each, plus compile_batch.KERNEL_BASE_COST per kernel): 0.02 per
+# numba source, ~0.3 ms each, plus CpuOptions.compile_kernel_base_cost per kernel): 0.02 per
 # character of IR. Only the order of the batch's queue depends on it (largest first).
 COST_PER_IR_CHAR = 0.02
 
