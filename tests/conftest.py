@@ -40,3 +40,21 @@ def cpu_options():
                                                                        **fields)))
 
         yield set_fields
+
+
+@pytest.fixture
+def pass_options():
+    """Sets the passes' thresholds for one test: ``pass_options(fuse_tail_min_elements=0)``
+    (``kiln/core/passes/_util.py``, ``PassOptions``); each call adds to the last; restored
+    after."""
+    import contextlib
+    import dataclasses
+
+    from kiln.core.passes import _util
+
+    with contextlib.ExitStack() as stack:
+        def set_fields(**fields):
+            return stack.enter_context(_util.using(dataclasses.replace(_util.options(),
+                                                                        **fields)))
+
+        yield set_fields

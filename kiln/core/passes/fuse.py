@@ -54,6 +54,7 @@ from kiln.core.passes._util import (
     is_const,
     is_elementwise,
     is_source,
+    options,
     rebuild,
     with_outputs,
 )
@@ -66,8 +67,7 @@ TAIL_REDUCTIONS = frozenset({"sum", "mean", "max", "min", "prod"})
 # joined loop's accumulation in memory costs what the separate sum does (the MLP's ReLU
 # gradient and bias sum, 128 x 512: 8.97 us joined against 5.18 + 4.04 us, in cache); past
 # them one pass less is what counts (BatchNormalization's gradient over 16 MB: see
-# docs/architecture.md, "Passes")
-TAIL_MIN_ELEMENTS = 1 << 18
+# docs/architecture.md, "Passes"): _util.PassOptions.fuse_tail_min_elements
 CHEAP_UNARY = frozenset({"neg", "abs", "relu", "cast", "square", "sign", "floor", "ceil",
                          "round", "logical_not"})
 CHEAP_BINARY = frozenset({"add", "sub", "mul", "maximum", "minimum"})
@@ -214,13 +214,13 @@ def _chainable(node: Node) -> bool:
 def reduction_tail(node: Node) -> tuple | None:
     """The iteration shape of ``node`` where it may END a multi-output group: a generated
     reduction (plain, or a fused node whose program ends with one) over at least
-    :data:`TAIL_MIN_ELEMENTS` elements; None otherwise."""
+    ``PassOptions.fuse_tail_min_elements`` elements; None otherwise."""
     if is_source(node) or (node.op != "fused" and node.op not in TAIL_REDUCTIONS):
         return None
     if program_of(node)[-1][0] not in TAIL_REDUCTIONS:
         return None
     t = reduced_type(node)
-    if t is None or planned_elements(t.shape) < TAIL_MIN_ELEMENTS:
+    if t is None or planned_elements(t.shape) < options().fuse_tail_min_elements:
         return None
     return t.shape
 
