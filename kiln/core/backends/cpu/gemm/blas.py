@@ -505,8 +505,7 @@ def _call(lib: Library, a: np.ndarray, b: np.ndarray, out: np.ndarray, min_work:
           min_edge: int | None = None) -> tuple | None:
     """The cblas arguments of ``out = a @ b`` on ``lib`` (see :func:`matmul`), or None where the
     operands do not suit it."""
-    if min_edge is None:
-        min_edge = options.current().blas_min_edge
+    min_edge = options.current().blas_min_edge if min_edge is None else min_edge
     dt = out.dtype
     fn = lib.gemm.get(dt)
     if fn is None or a.dtype != dt or b.dtype != dt or not a.ndim == b.ndim == out.ndim:
