@@ -226,6 +226,26 @@ def test_a_plan_follows_the_options_its_program_was_compiled_under(monkeypatch):
     assert labels and not any("winograd" in lab for lab in labels), labels
 
 
+def test_a_blas_step_keeps_the_options_of_the_plan_that_made_it():
+    # a step's BLAS call is derived at its first run, on whichever thread runs it
+    from kiln.core.backends.cpu.gemm import products
+
+    tuned = dataclasses.replace(options.current(), blas_min_work=1 << 40,
+                                blas_placed_min_work=1 << 40)
+    with options.use(tuned):
+        call = products.MatmulCall()
+    assert call._options is tuned
+    a, b = np.ones((256, 256), np.float32), np.ones((256, 256), np.float32)
+    out = np.empty((256, 256), np.float32)
+    plain = products.MatmulCall()
+    plain(a, b, out)
+    if plain._single is products.NUMPY:
+        pytest.skip("no private BLAS here: every product is NumPy's")
+    call(a, b, out)  # run outside the block: still under the tuned thresholds
+    np.testing.assert_array_equal(out, a @ b)
+    assert call._single is products.NUMPY
+
+
 def test_the_compile_report_names_the_options_that_differ():
     x = kiln.placeholder((None, 4))
     plain = kiln.function([x], kiln.ops.relu(x), backend="cpu")
@@ -233,8 +253,10 @@ def test_the_compile_report_names_the_options_that_differ():
     with options.use(dataclasses.replace(options.current(), serial_work=0,
                                          conv_epilogue=False)):
         tuned = kiln.function([x], kiln.ops.relu(x), backend="cpu")
-    assert "CPU options (not the defaults): serial_work=0, conv_epilogue=False" in str(
-        tuned.report)
+    # the report's first lines: the target, then the options off their defaults
+    first = str(tuned.report).splitlines()[:2]
+    assert first[0].startswith("CPU target "), first
+    assert first[1] == "CPU options (not the defaults): serial_work=0, conv_epilogue=False"
 
 
 def test_pass_options_are_scoped_like_the_cpu_options():

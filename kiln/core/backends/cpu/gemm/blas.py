@@ -435,21 +435,21 @@ def _operand(shape: tuple, strides: tuple, size: int) -> tuple[int, int] | None:
     return None
 
 
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, opts: Any = None) -> bool:
     """``out = a @ b`` through the private OpenBLAS where it is loaded and the operands suit
     it (2-D, or 3-D with equal batch sizes; one dtype, float32 or float64; each matrix with a
     unit-stride axis, ``out`` row-major; no overlap with ``out``; enough work). Returns
     False, doing nothing, otherwise: the caller runs ``np.matmul``."""
     if a.ndim == 2:
-        single = prepare(a, b, out)
+        single = prepare(a, b, out, opts)
         if single is None:
             return False  # NumPy's own kernels, threads kiln cannot place: np.matmul
         run(single)
         return True
-    lib = library()
+    lib, opts = library(), opts or options.current()
     if lib is None:
         return False
-    call = _call(lib, a, b, out, options.current().blas_min_work)
+    call = _call(lib, a, b, out, opts.blas_min_work, opts.blas_min_edge)
     if call is None:
         return False
     fn, nb, (m, n, k), (ta, tb), (pa, lda, sa), (pb, ldb, sb), (pc, ldc, sc) = call
@@ -474,16 +474,16 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     return True
 
 
-def prepare(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> tuple | None:
+def prepare(a: np.ndarray, b: np.ndarray, out: np.ndarray, opts: Any = None) -> tuple | None:
     """``(library, cblas function, arguments)`` of the single product ``out = a @ b`` (2-D)
     where it goes through the copy (:func:`singles`; the operands suit it and the work is
-    large enough, :func:`matmul`), for :func:`run`; None where ``np.matmul`` computes it."""
+    large enough by ``opts``, default ``options.current()``), for :func:`run`; else None."""
     lib = singles()
     if lib is None:
         return None
-    opts = options.current()
-    call = _call(lib, a, b, out,
-                 opts.blas_placed_min_work if lib.placeable else opts.blas_min_work)
+    opts = opts or options.current()
+    call = _call(lib, a, b, out, opts.blas_placed_min_work if lib.placeable
+                 else opts.blas_min_work, opts.blas_min_edge)
     return None if call is None else (lib, call[0], _single_args(call))
 
 
