@@ -43,6 +43,9 @@ class PassOptions:
 
     fuse_tail_min_elements: int = 1 << 18  # a multi-output loop ends with a reduction this large
     gemm_min_elements: int = 1 << 14  # a scaled product into a sum this large -> one BLAS gemm
+    fuse_max_instructions: int = 64  # a fused group stops growing at this many instructions
+    fuse_max_chain_instructions: int = 48  # instructions of one multi-output loop
+    fold_affine_min_ratio: int = 4  # fold a scale into a kernel this many times smaller
 
 
 _DEFAULT = PassOptions()

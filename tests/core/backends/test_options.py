@@ -71,6 +71,7 @@ MOVED = {
     ("feeds", "BIND_MIN_BYTES"): "bind_min_bytes",
     ("compile_batch", "KERNEL_BASE_COST"): "compile_kernel_base_cost",
     ("compile_batch", "SCALARS_COST"): "compile_scalars_cost",
+    ("native", "COST_PER_IR_CHAR"): "compile_cost_per_ir_char",
 }
 MODULES = {
     "lowering": "kiln.core.backends.cpu.lowering",
@@ -86,8 +87,12 @@ MODULES = {
     "avg_tiled": "kiln.core.backends.cpu.kernels.pool.avg_tiled",
     "feeds": "kiln.core.backends.cpu.runtime.feeds",
     "compile_batch": "kiln.core.backends.cpu.codegen.compile_batch",
+    "native": "kiln.core.backends.cpu.codegen.native",
 }
 PASS_MOVED = {("fuse", "TAIL_MIN_ELEMENTS"): "fuse_tail_min_elements",
+              ("fuse", "MAX_INSTRUCTIONS"): "fuse_max_instructions",
+              ("fuse", "MAX_CHAIN_INSTRUCTIONS"): "fuse_max_chain_instructions",
+              ("fold_affine", "MIN_RATIO"): "fold_affine_min_ratio",
               ("gemm", "MIN_ELEMENTS"): "gemm_min_elements"}
 
 

@@ -100,6 +100,7 @@ class CpuOptions:
     bind_min_bytes: int = 32768  # feeds from this size are read in place
     compile_kernel_base_cost: int = 300  # a kernel's fixed cost in the compile batch's balance
     compile_scalars_cost: int = 2800  # the scalar library's cost there
+    compile_cost_per_ir_char: float = 0.02  # a native kernel's cost per character of its IR
 
     def differences(self, other: CpuOptions | None = None) -> dict[str, object]:
         """The fields whose value differs from ``other`` (default: :func:`build`'s)."""
