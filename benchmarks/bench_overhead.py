@@ -11,7 +11,7 @@ Measures, on this machine:
    written out), which is the alternative the executor could use;
 3. (``--parallel``) generated elementwise loops serial vs on all threads, by size: a 2-array
    loop (``relu(2x - 1)``) and the merged momentum update (5 arrays: g, v, p in; v, p out), to
-   set ``elementwise.PARALLEL_MIN_BYTES``;
+   set ``CpuOptions.parallel_min_bytes`` (kiln/core/backends/cpu/options.py);
 4. (``--pool``) split calls of kiln's thread pool right after the machine idled 0.2 s against
    back to back, and how many ran both parts on one CPU;
 5. (``--blas``) single float32 GEMMs right after the machine idled 0.2 s: kiln's (a plan
@@ -43,6 +43,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -145,17 +146,15 @@ def step_overheads() -> dict:
 def parallel_threshold() -> dict:
     import kiln
     import kiln.ops as K
-    from kiln.core.backends.cpu.kernels import elementwise
+    from kiln.core.backends.cpu import options
 
     res = {}
-    saved = elementwise.PARALLEL_MIN_BYTES
-    try:
-        for n in (1 << 14, 1 << 16, 1 << 17, 1 << 18, 1 << 19, 1 << 20, 1 << 22):
-            x = kiln.placeholder((n,))
-            xv = np.random.default_rng(0).random(n, dtype=np.float32)
-            row = {}
-            for mode, threshold in (("serial", 1 << 62), ("parallel", 0)):
-                elementwise.PARALLEL_MIN_BYTES = threshold
+    for n in (1 << 14, 1 << 16, 1 << 17, 1 << 18, 1 << 19, 1 << 20, 1 << 22):
+        x = kiln.placeholder((n,))
+        xv = np.random.default_rng(0).random(n, dtype=np.float32)
+        row = {}
+        for mode, threshold in (("serial", 1 << 62), ("parallel", 0)):
+            with options.use(replace(options.current(), parallel_min_bytes=threshold)):
                 f = kiln.function([x], K.relu(x * 2.0 - 1.0), backend="cpu")
                 row[f"relu_{mode}_us"] = per_call_us(
                     lambda f=f, xv=xv: f.program.run([xv]), n=200)
@@ -165,9 +164,7 @@ def parallel_threshold() -> dict:
                 g = kiln.function([x], [], updates=[(v, nv), (p, p + nv)], backend="cpu")
                 row[f"momentum_{mode}_us"] = per_call_us(
                     lambda g=g, xv=xv: g.program.run([xv]), n=200)
-            res[n] = row
-    finally:
-        elementwise.PARALLEL_MIN_BYTES = saved
+        res[n] = row
     return res
 
 
@@ -271,46 +268,45 @@ def mlp_calls_after_pause(pause: float = 0.2, calls: int = 20) -> dict:
     NumPy's own instance (``blas.singles`` answering None while it runs). Both models' Dense
     products are BLAS's here (kiln's own kernel off: its ``predict`` would take it)."""
     import kiln
-    from kiln.core.backends.cpu.gemm import blas, native_matmul
+    from kiln.core.backends.cpu import options
+    from kiln.core.backends.cpu.gemm import blas
 
-    native_matmul.ENABLED = False
+    with options.use(replace(options.current(), native_matmul=False)):
+        rng = np.random.default_rng(0)
+        x = rng.random((256, 784), dtype=np.float32)
+        y = rng.integers(0, 10, 256).astype(np.int32)
+        placed = blas.singles
 
-    rng = np.random.default_rng(0)
-    x = rng.random((256, 784), dtype=np.float32)
-    y = rng.integers(0, 10, 256).astype(np.int32)
-    placed = blas.singles
+        def model(numpys: bool) -> Any:
+            m = kiln.Sequential([kiln.Input((784,)), kiln.layers.Dense(512, activation="relu"),
+                                 kiln.layers.Dense(256, activation="relu"),
+                                 kiln.layers.Dense(10, activation="softmax")])
+            m.compile(kiln.optimizers.SGD(0.01, momentum=0.9), "sparse_categorical_crossentropy")
 
-    def model(numpys: bool) -> Any:
-        m = kiln.Sequential([kiln.Input((784,)), kiln.layers.Dense(512, activation="relu"),
-                             kiln.layers.Dense(256, activation="relu"),
-                             kiln.layers.Dense(10, activation="softmax")])
-        m.compile(kiln.optimizers.SGD(0.01, momentum=0.9), "sparse_categorical_crossentropy")
+            def on(f: Callable[[], Any]) -> Callable[[], Any]:
+                def call() -> Any:
+                    blas.singles = (lambda: None) if numpys else placed
+                    try:
+                        return f()
+                    finally:
+                        blas.singles = placed
+                return call
 
-        def on(f: Callable[[], Any]) -> Callable[[], Any]:
-            def call() -> Any:
-                blas.singles = (lambda: None) if numpys else placed
-                try:
-                    return f()
-                finally:
-                    blas.singles = placed
-            return call
-
-        fs = {"predict_256": on(lambda: m.predict(x, batch_size=256, verbose=0)),
-              "train_on_batch_128": on(lambda: m.train_on_batch(x[:128], y[:128]))}
-        for f in fs.values():
-            f()
-        return fs
-
-    sides = {"kiln": model(False), "numpy": model(True)}
-    times: dict[str, list[float]] = {f"{c}_{s}": [] for s in sides for c in sides["kiln"]}
-    for _ in range(calls):
-        for side, fs in sides.items():
-            for name, f in fs.items():
-                time.sleep(pause)
-                t0 = time.perf_counter()
+            fs = {"predict_256": on(lambda: m.predict(x, batch_size=256, verbose=0)),
+                  "train_on_batch_128": on(lambda: m.train_on_batch(x[:128], y[:128]))}
+            for f in fs.values():
                 f()
-                times[f"{name}_{side}"].append((time.perf_counter() - t0) * 1e3)
-    native_matmul.ENABLED = True
+            return fs
+
+        sides = {"kiln": model(False), "numpy": model(True)}
+        times: dict[str, list[float]] = {f"{c}_{s}": [] for s in sides for c in sides["kiln"]}
+        for _ in range(calls):
+            for side, fs in sides.items():
+                for name, f in fs.items():
+                    time.sleep(pause)
+                    t0 = time.perf_counter()
+                    f()
+                    times[f"{name}_{side}"].append((time.perf_counter() - t0) * 1e3)
     return {k: {"median_ms": round(statistics.median(v), 2),
                 "p90_ms": round(sorted(v)[int(0.9 * len(v))], 2)} for k, v in times.items()}
 
@@ -417,6 +413,7 @@ def spin_split_calls(blocks: int = 40, per_block: int = 25) -> dict:
     ``threads.SplitCall``), its parts on the spin pool and on the Python pool
     (``threads.POOL``), each forced (``parts.forced``: whatever the load), alternated in
     blocks whose first call is not counted."""
+    from kiln.core.backends.cpu import options
     from kiln.core.backends.cpu.gemm import native_matmul
     from kiln.core.backends.cpu.runtime import parts, threads
 
@@ -434,9 +431,7 @@ def spin_split_calls(blocks: int = 40, per_block: int = 25) -> dict:
         b = rng.standard_normal((k, n)).astype(np.float32)
         c = np.empty((m, n), np.float32)
         spin, python = Steps(), Steps()
-        saved = native_matmul.SERIAL_WORK
-        native_matmul.SERIAL_WORK = 0  # split even the smallest
-        try:
+        with options.use(replace(options.current(), matmul_serial_work=0)):  # split all
             with parts.forced("spin" if parts.engine() == "spin" else "portable"):
                 taken = native_matmul.add(spin, a, b, c)
             with parts.forced("portable"):
@@ -444,8 +439,6 @@ def spin_split_calls(blocks: int = 40, per_block: int = 25) -> dict:
             if not taken:
                 out[f"{m}x{k}x{n}"] = {"note": "not taken by the kernel (no AVX-512?)"}
                 continue
-        finally:
-            native_matmul.SERIAL_WORK = saved
         if not isinstance(python.fn, threads.SplitCall):
             out[f"{m}x{k}x{n}"] = {"note": "one thread only"}
             continue

@@ -14,7 +14,8 @@ Environment variables (read when kiln is imported; the setters below change them
                    NumPy references (backends/cpu/codegen/native.py).
     KILN_WINOGRAD  CPU float32 3x3 / 1x3 / stride-2 4x4 convolutions: 4 (default) Winograd
                    F(4x4, 3x3), 2 F(2x2, 3x3), 0 im2col + GEMM
-                   (backends/cpu/kernels/conv/winograd.py; read when a plan is built).
+                   (backends/cpu/kernels/conv/winograd.py; read into CpuOptions.winograd_m
+                   by backends/cpu/options.py when a program is compiled).
     KILN_BLAS      the BLAS of the CPU backend's GEMMs: auto (default: a private copy of
                    NumPy's OpenBLAS, with NumPy's kernels or AVX-512 ones where NumPy's picked
                    AVX2 ones on an AVX-512 CPU by itself), numpy, or an OpenBLAS core name

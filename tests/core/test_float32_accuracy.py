@@ -98,13 +98,13 @@ def test_batch_statistics_of_a_channel_are_rounded_float64_ones(loops):
 
 @pytest.mark.parametrize("parts", [1, 2, 3])
 def test_a_fused_gradient_with_channel_sums_accumulates_wide_on_any_thread_count(
-        loops, parts, monkeypatch):
+        loops, parts, monkeypatch, pass_options, cpu_options):
     """BatchNormalization's backward shape: a stored member (a ReLU gradient) and two channel
     sums in one loop (the inner reduction and the result), split over ``parts`` threads along
     the reduced batch loop (partials combined in part order): against NumPy in float64."""
-    monkeypatch.setattr(elementwise, "PARALLEL_MIN_BYTES", 0)
+    cpu_options(parallel_min_bytes=0)
     monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
-    monkeypatch.setattr(FUSE, "TAIL_MIN_ELEMENTS", 0)  # the group forms at this size too
+    pass_options(fuse_tail_min_elements=0)  # the group forms at this size too
     rng = np.random.default_rng(parts)
     shape = (24, 16, 16, 8)  # 6,144 values per channel
     gv = (rng.standard_normal(shape) + 2.0).astype(np.float32)

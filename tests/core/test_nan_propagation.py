@@ -210,11 +210,11 @@ CANCELLING = {
 
 @pytest.mark.parametrize("case", list(CANCELLING))
 @pytest.mark.parametrize("backend", ["reference", "cpu", "cpu-numba", "cpu-nojit"])
-def test_a_reduction_does_not_cancel_nan_or_inf_away(case, backend, monkeypatch, tmp_path):
+def test_a_reduction_does_not_cancel_nan_or_inf_away(case, backend, monkeypatch, pass_options,
+                                                     tmp_path):
     """``cpu``: native loops; ``cpu-numba``: numba's (KILN_NATIVE=0)."""
-    import importlib
 
-    monkeypatch.setattr(importlib.import_module("kiln.core.passes.fuse"), "TAIL_MIN_ELEMENTS", 0)
+    pass_options(fuse_tail_min_elements=0)
     monkeypatch.setenv("KILN_NATIVE", "0" if backend == "cpu-numba" else "1")
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
     selected = _use(backend.replace("-numba", ""), monkeypatch)

@@ -18,14 +18,11 @@ cancellation that LLVM's ``reassoc nsz`` allowed in ``sum(x + (-x))``
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 
 import kiln
 import kiln.ops as K
-from kiln.core.backends.cpu.kernels import elementwise
 from kiln.core.backends.cpu.runtime import threads
 
 UNARY = [
@@ -115,10 +112,10 @@ def _compare(seed: int, grad: bool) -> None:
 
 
 @pytest.fixture
-def every_path(monkeypatch, tmp_path):
+def every_path(monkeypatch, pass_options, cpu_options, tmp_path):
     """Reductions join loops of any size; every loop splits over ``parts`` threads."""
-    monkeypatch.setattr(importlib.import_module("kiln.core.passes.fuse"), "TAIL_MIN_ELEMENTS", 0)
-    monkeypatch.setattr(elementwise, "PARALLEL_MIN_BYTES", 0)
+    pass_options(fuse_tail_min_elements=0)
+    cpu_options(parallel_min_bytes=0)
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
 
     def use(seed: int, native: str) -> None:

@@ -211,11 +211,11 @@ def _split_steps(model: kiln.Model, x: np.ndarray) -> tuple[int, int]:
     return sum(isinstance(s.fn, SplitCall) for s in plan.steps), plan.info["serial_steps"]
 
 
-def test_batch_one_plan_runs_its_small_kernels_on_the_callers_thread(monkeypatch):
+def test_batch_one_plan_runs_its_small_kernels_on_the_callers_thread(monkeypatch, cpu_options):
     monkeypatch.setenv("KILN_NUM_THREADS", "2")
     x = np.random.default_rng(5).uniform(size=(1, 12, 12, 1)).astype(np.float32)
     split, serial = _split_steps(_convnet(), x)
-    monkeypatch.setattr(lowering, "SERIAL_WORK", 0)  # the same plan with every split kept
+    cpu_options(serial_work=0)  # the same plan with every split kept
     split_before, serial_before = _split_steps(_convnet(), x)
     assert serial_before == 0
     assert split == 0 and serial == split_before  # each split step now runs serially

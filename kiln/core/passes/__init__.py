@@ -92,8 +92,9 @@ class Report:
         memory_budget: the budget in bytes, or None.
         before, after: the graphs before and after the pipeline.
         plan: the :class:`~kiln.core.memory.MemoryPlan` of the optimized graph.
-        target: the backend's line about the machine it compiled for (the CPU backend: its
-            cpu, features and the engines they enable; "" where none was given).
+        target: the backend's lines about the machine it compiled for (the CPU backend: its
+            cpu, features and the engines they enable, then its options that differ from the
+            defaults); the report's first lines ("" where none was given).
     """
 
     passes: list[PassEntry] = field(default_factory=list)
@@ -123,9 +124,11 @@ class Report:
 
     def __str__(self) -> str:
         kernels_before = num_kernels(self.before) if self.before is not None else 0
-        lines = [f"{'pass':<14}{'nodes before':>13}{'nodes after':>13}{'kernels':>9}"
-                 f"{'ms':>9}",
-                 f"{'(input)':<14}{'':>13}{self.nodes_before:>13}{kernels_before:>9}{'':>9}"]
+        # the machine and the backend's options off their defaults first, then the passes
+        lines = [self.target] if self.target else []
+        lines += [f"{'pass':<14}{'nodes before':>13}{'nodes after':>13}{'kernels':>9}"
+                  f"{'ms':>9}",
+                  f"{'(input)':<14}{'':>13}{self.nodes_before:>13}{kernels_before:>9}{'':>9}"]
         for e in self.passes:
             lines.append(f"{e.name:<14}{e.nodes_before:>13}{e.nodes_after:>13}"
                          f"{e.kernels_after:>9}{e.seconds * 1e3:>9.1f}")
@@ -134,8 +137,6 @@ class Report:
         lines.append(f"{self.num_kernels} kernels; planned peak {format_bytes(self.peak_bytes)}"
                      f" vs {format_bytes(self.naive_bytes)} without reuse "
                      f"(batch_size={self.batch_size}{budget})")
-        if self.target:
-            lines.append(self.target)
         lines += self._loop_lines()
         return "\n".join(lines)
 

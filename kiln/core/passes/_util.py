@@ -1,6 +1,10 @@
 """Helpers shared by the passes: node classification, constant inspection, the bottom-up
 rewrite engine and kernel counting.
 
+:class:`PassOptions`: the passes' tuning thresholds (the graph-level counterpart of the CPU
+backend's ``CpuOptions``; passes know no backend), scoped like it: :func:`options` is what the
+passes read (what :func:`using` set in this thread, else the defaults).
+
 The rewrite engine (:func:`rewrite`) rebuilds a graph from its inputs towards its outputs. At
 every node (whose inputs are already rewritten) it applies a local ``rule`` until the rule has
 nothing more to say; nodes created by a rule are themselves rewritten before they are used.
@@ -9,7 +13,10 @@ It is iterative (no recursion over the graph), so chains of 100,000 nodes are fi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import contextvars
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +35,43 @@ BROADCASTS = frozenset({"broadcast_to", "broadcast_like"})
 # ops that a backend may want to know are transcendental (never duplicated by fusion)
 TRANSCENDENTAL = frozenset({"exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "sin", "cos",
                             "tanh", "sigmoid", "softplus", "erf", "pow"})
+
+
+@dataclasses.dataclass(frozen=True)
+class PassOptions:
+    """The passes' thresholds (the measurements next to their readers, fuse.py and gemm.py)."""
+
+    fuse_tail_min_elements: int = 1 << 18  # a multi-output loop ends with a reduction this large
+    gemm_min_elements: int = 1 << 14  # a scaled product into a sum this large -> one BLAS gemm
+    fuse_max_instructions: int = 64  # a fused group stops growing at this many instructions
+    fuse_max_chain_instructions: int = 48  # instructions of one multi-output loop
+    fold_affine_min_ratio: int = 4  # fold a scale into a kernel this many times smaller
+
+
+_DEFAULT = PassOptions()
+_scoped: contextvars.ContextVar[PassOptions | None] = contextvars.ContextVar(
+    "kiln_pass_options", default=None)
+
+
+def options() -> PassOptions:
+    """The thresholds the passes read: :func:`using`'s in this thread, else the defaults."""
+    return _scoped.get() or _DEFAULT
+
+
+@contextlib.contextmanager
+def using(opts: PassOptions) -> Iterator[PassOptions]:
+    """The passes in this thread read ``opts`` inside the block (restored after).
+
+    Raises:
+        TypeError: ``opts`` is not a :class:`PassOptions`.
+    """
+    if not isinstance(opts, PassOptions):
+        raise TypeError(f"passes: expected a PassOptions, received {type(opts).__name__}")
+    token = _scoped.set(opts)
+    try:
+        yield opts
+    finally:
+        _scoped.reset(token)
 
 
 def kind_of(node: Node) -> str:

@@ -17,7 +17,7 @@ value's dtype, not computed from the convolution: a training BatchNormalization'
 statistics are, so training graphs keep theirs), without changing the value's type; a link
 read elsewhere ends the chain (its readers get the folded value). It folds only a chain
 that scales (a bias add alone is already the epilogue) and only where the activation has at
-least ``MIN_RATIO`` times the kernel's elements (unknown dims counted as
+least ``PassOptions.fold_affine_min_ratio`` times the kernel's elements (unknown dims counted as
 ``memory.PLANNER_BATCH``): the kernel's product is paid at every call.
 
 Example:
@@ -33,10 +33,9 @@ import numpy as np
 from kiln.core.ir import Graph, Node, depends_on
 from kiln.core.memory import planned_elements
 from kiln.core.ops.source import constant
-from kiln.core.passes._util import build, rebuild, with_outputs
+from kiln.core.passes._util import build, options, rebuild, with_outputs
 
 DTYPES = ("float32", "float64")
-MIN_RATIO = 4
 
 def _per_channel(node: Node, channels: int | None, dtype: str) -> bool:
     shape = node.shape
@@ -109,9 +108,10 @@ def fold_affine(graph: Graph) -> Graph:
     users = graph.users()
     outputs = {id(o) for o in graph.outputs}
     ends: dict[int, tuple[Node, list]] = {}  # id(chain end) -> (conv, links)
+    ratio = options().fold_affine_min_ratio
     for n in graph.nodes:
         if (n.op != "conv2d" or n.dtype not in DTYPES or n.shape[-1] is None
-                or planned_elements(n.shape) < MIN_RATIO * planned_elements(n.inputs[1].shape)):
+                or planned_elements(n.shape) < ratio * planned_elements(n.inputs[1].shape)):
             continue
         found = _chain(n, users, outputs)
         if found is not None:

@@ -18,7 +18,7 @@ topological position (so every user of a candidate has been decided before the c
   removed the broadcasts that only fed elementwise ops. Smaller-shaped producers (a scalar
   learning-rate expression, a bias) are kept outside too, so they are computed once and not
   once per element of the loop;
-* groups stop growing at :data:`MAX_INSTRUCTIONS` instructions.
+* groups stop growing at ``PassOptions.fuse_max_instructions`` instructions.
 
 No cycle can appear: a group's members other than its root have no users outside it (cheap
 duplicates read their own input), so every external input of a group is an ancestor of its
@@ -54,6 +54,7 @@ from kiln.core.passes._util import (
     is_const,
     is_elementwise,
     is_source,
+    options,
     rebuild,
     with_outputs,
 )
@@ -66,13 +67,10 @@ TAIL_REDUCTIONS = frozenset({"sum", "mean", "max", "min", "prod"})
 # joined loop's accumulation in memory costs what the separate sum does (the MLP's ReLU
 # gradient and bias sum, 128 x 512: 8.97 us joined against 5.18 + 4.04 us, in cache); past
 # them one pass less is what counts (BatchNormalization's gradient over 16 MB: see
-# docs/architecture.md, "Passes")
-TAIL_MIN_ELEMENTS = 1 << 18
+# docs/architecture.md, "Passes"): _util.PassOptions.fuse_tail_min_elements
 CHEAP_UNARY = frozenset({"neg", "abs", "relu", "cast", "square", "sign", "floor", "ceil",
                          "round", "logical_not"})
 CHEAP_BINARY = frozenset({"add", "sub", "mul", "maximum", "minimum"})
-MAX_INSTRUCTIONS = 64
-MAX_CHAIN_INSTRUCTIONS = 48  # instructions of one multi-output loop (group_chains)
 
 
 def is_cheap(node: Node) -> bool:
@@ -124,7 +122,7 @@ def find_groups(graph: Graph) -> list[list[Node]]:
         members = {id(root): root}
         heap: list[tuple[int, int]] = []
         _push(heap, root, members, index)
-        while heap and len(members) < MAX_INSTRUCTIONS:
+        while heap and len(members) < options().fuse_max_instructions:
             neg_k, pid = heapq.heappop(heap)
             p = nodes[-neg_k]
             if pid in members or id(p) in assigned or not _fusible(p) or pid in outputs:
@@ -214,13 +212,13 @@ def _chainable(node: Node) -> bool:
 def reduction_tail(node: Node) -> tuple | None:
     """The iteration shape of ``node`` where it may END a multi-output group: a generated
     reduction (plain, or a fused node whose program ends with one) over at least
-    :data:`TAIL_MIN_ELEMENTS` elements; None otherwise."""
+    ``PassOptions.fuse_tail_min_elements`` elements; None otherwise."""
     if is_source(node) or (node.op != "fused" and node.op not in TAIL_REDUCTIONS):
         return None
     if program_of(node)[-1][0] not in TAIL_REDUCTIONS:
         return None
     t = reduced_type(node)
-    if t is None or planned_elements(t.shape) < TAIL_MIN_ELEMENTS:
+    if t is None or planned_elements(t.shape) < options().fuse_tail_min_elements:
         return None
     return t.shape
 
@@ -307,7 +305,8 @@ def group_chains(graph: Graph, updates: list[tuple[int, Any]],
         if not groups:
             continue
         groups.sort(key=lambda g: pos[id(g[0])])
-        if sum(len(program_of(m)) for g in groups for m in g) > MAX_CHAIN_INSTRUCTIONS:
+        if (sum(len(program_of(m)) for g in groups for m in g)
+                > options().fuse_max_chain_instructions):
             continue
         members = [m for g in groups for m in g]
         ids = {id(m) for m in members}

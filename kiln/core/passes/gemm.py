@@ -12,7 +12,7 @@ a product written, read back and combined by an elementwise kernel (docs/archite
 Rewrites, for ``p = matmul(a, b)`` of two matrices (float32 / float64) that nothing else
 reads (not a graph output), ``s`` and ``t`` scalars (0-d) of its dtype, ``c`` a tensor of
 the product's type that is a Variable or a kernel's result read by nothing else (where the
-result can take its storage: see ``_accumulator``), of at least ``MIN_ELEMENTS`` elements:
+result can take its storage: see ``_accumulator``), of at least ``gemm_min_elements`` elements:
 
     add(t * c, s * p), add(s * p, t * c)  -> gemm(a, b, c, s, t)
     sub(t * c, s * p)                     -> gemm(a, b, c, -s, t)
@@ -41,6 +41,7 @@ from kiln.core.passes._util import (
     const_value,
     is_const,
     is_source,
+    options,
     rebuild,
     with_outputs,
 )
@@ -51,7 +52,7 @@ DTYPES = ("float32", "float64")
 # elementwise pass (bench_cpu.py's tiny_train, 32-64-64-1 MLP with SGD momentum: its step took
 # 2x the time with its three kernels' updates, of 2048 / 4096 / 64 elements, as gemms; the
 # 784-512-256-10 MLP's 256 x 10 kernel: 28 us as a gemm against 14 + 1 for matmul and update).
-MIN_ELEMENTS = 1 << 14  # unknown dims counted as kiln.core.memory.PLANNER_BATCH
+# _util.PassOptions.gemm_min_elements (unknown dims counted as kiln.core.memory.PLANNER_BATCH)
 
 
 def _scalar(node: Node, dtype: str) -> bool:
@@ -96,7 +97,7 @@ def _match(node: Node, single: set[int]
     """(matmul, c, sign of s, s, sign of t, t) for a sum the pass rewrites, else None."""
     if node.op not in ("add", "sub") or node.dtype not in DTYPES or node.ndim != 2:
         return None
-    if planned_elements(node.shape) < MIN_ELEMENTS:
+    if planned_elements(node.shape) < options().gemm_min_elements:
         return None
     x, y = node.inputs
     sub = node.op == "sub"

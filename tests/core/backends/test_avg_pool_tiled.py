@@ -10,6 +10,7 @@ import pytest
 
 import kiln
 import kiln.ops as K
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.kernels.pool import avg_tiled
 from kiln.core.ops import all_ops
@@ -71,7 +72,7 @@ def test_tiled_average_pooling_gradient_is_the_closed_form(shape, pool, dtype):
     fn = _gradient(ct.astype(dtype), (h, w), pool)
     got = fn(ct.astype(dtype))
     tiled = f"avg_pool2d_grad:avg_pool_grad_tiled_{pool}x{pool}c{c}" in _labels(fn)
-    assert tiled == (c <= avg_tiled.MAX_GRAD_CHANNELS)
+    assert tiled == (c <= options.CpuOptions.avg_pool_max_grad_channels)
     want = _closed_form_gradient(ct, (h, w), pool)
     tol = 1e-6 if dtype == "float32" else 1e-14
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
@@ -99,12 +100,12 @@ def test_gradient_through_autodiff_matches_finite_differences():
 
 
 @pytest.mark.parametrize("shape, pool", CASES[:3])
-def test_same_bits_as_the_generic_kernels(shape, pool, monkeypatch):
+def test_same_bits_as_the_generic_kernels(shape, pool, monkeypatch, cpu_options):
     x = np.random.default_rng(2).normal(size=shape).astype(np.float32)
     ct = np.random.default_rng(3).normal(
         size=(shape[0], shape[1] // pool, shape[2] // pool, shape[3])).astype(np.float32)
     tiled = (_forward(x, pool)(x), _gradient(ct, shape[1:3], pool)(ct))
-    monkeypatch.setattr(avg_tiled, "MAX_TAPS", 0)  # the generic kernels
+    cpu_options(avg_pool_max_taps=0)  # the generic kernels
     fns = (_forward(x, pool), _gradient(ct, shape[1:3], pool))
     generic = (fns[0](x), fns[1](ct))
     assert not any("tiled" in label for fn in fns for label in _labels(fn))

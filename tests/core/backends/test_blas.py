@@ -103,11 +103,11 @@ def test_the_library_file_is_copied_byte_for_byte(tmp_path, sendfile, monkeypatc
 
 
 @pytest.fixture
-def using(copy, monkeypatch):
+def using(copy, monkeypatch, cpu_options):
     """The copy in use, for GEMMs of any size (the layouts are what is tested)."""
     monkeypatch.setattr(blas, "_state", {"lib": copy})
-    monkeypatch.setattr(blas, "MIN_WORK", 0)
-    monkeypatch.setattr(blas, "PLACED_MIN_WORK", 0)
+    cpu_options(blas_min_work=0)
+    cpu_options(blas_placed_min_work=0)
     return copy
 
 
@@ -209,14 +209,14 @@ def test_outputs_that_overlap_each_other_are_left_to_numpy(using):
 
 @pytest.mark.parametrize("case", ["small", "edge", "alias", "broadcast", "strided", "int",
                                   "mixed", "out_t", "shapes"])
-def test_what_the_copy_does_not_take_falls_back_to_numpy(using, case, monkeypatch):
+def test_what_the_copy_does_not_take_falls_back_to_numpy(using, case, monkeypatch, cpu_options):
     rng = np.random.default_rng(1)
     f32 = np.float32
     a, b = _rand(rng, (64, 48), f32), _rand(rng, (48, 40), f32)
     out = np.zeros((64, 40), f32)
     if case == "small":  # 64 x 48 x 40 products: NumPy's is faster, and one-threaded
-        monkeypatch.setattr(blas, "MIN_WORK", 1 << 21)
-        monkeypatch.setattr(blas, "PLACED_MIN_WORK", 4 * 65536 + 1)
+        cpu_options(blas_min_work=1 << 21)
+        cpu_options(blas_placed_min_work=4 * 65536 + 1)
     elif case == "edge":  # one output column: NumPy's gemv
         b, out = b[:, :1], np.zeros((64, 1), f32)
     elif case == "alias":  # the output is the input: BLAS would read what it writes

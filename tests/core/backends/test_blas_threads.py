@@ -113,9 +113,9 @@ def test_after_a_fork_the_workers_are_found_again(copy, two_cpus, monkeypatch):
 
 
 @pytest.fixture
-def using(copy, monkeypatch):
+def using(copy, monkeypatch, cpu_options):
     monkeypatch.setattr(blas, "_state", {"lib": copy})
-    monkeypatch.setattr(blas, "PLACED_MIN_WORK", 0)
+    cpu_options(blas_placed_min_work=0)
     monkeypatch.setattr(copy, "placeable", True)
     return copy
 
@@ -248,10 +248,10 @@ def test_a_step_gemm_with_alpha_and_beta_reads_them_at_each_call(using, alpha, b
     assert np.isnan(out[:, 0]).all() and not np.isnan(out[:, 1:]).any()
 
 
-def test_a_product_too_small_for_blas_threads_stays_numpys(using, monkeypatch):
+def test_a_product_too_small_for_blas_threads_stays_numpys(using, monkeypatch, cpu_options):
     """Under OpenBLAS's threading threshold the step keeps NumPy's product (decided once),
     right for every new first operand, one that overlaps the output included."""
-    monkeypatch.setattr(blas, "PLACED_MIN_WORK", 4 * 65536 + 1)
+    cpu_options(blas_placed_min_work=4 * 65536 + 1)
     rng = np.random.default_rng(10)
     step = products.MatmulCall()
     b = rng.normal(size=(32, 32)).astype(np.float32)

@@ -148,8 +148,8 @@ class _FakeKernel:
         self.size, self.scalars = size, scalars
 
 
-def test_units_are_ordered_largest_first_and_deterministic(monkeypatch):
-    monkeypatch.setattr(compile_batch, "KERNEL_BASE_COST", 0)
+def test_units_are_ordered_largest_first_and_deterministic(monkeypatch, cpu_options):
+    cpu_options(compile_kernel_base_cost=0)
     groups = {f"k{i}.py": [compile_batch.Deferred(_FakeKernel(s), ())]
               for i, s in enumerate([100, 90, 120, 10, 90])}
     units = compile_batch.units(groups)
@@ -159,10 +159,10 @@ def test_units_are_ordered_largest_first_and_deterministic(monkeypatch):
     assert units[2][0] is groups["k1.py"][0]  # a tie: by file name
 
 
-def test_kernels_calling_the_scalar_functions_compile_in_one_process(monkeypatch):
+def test_kernels_calling_the_scalar_functions_compile_in_one_process(monkeypatch, cpu_options):
     # they share the compilation of those functions (once per process): one unit
-    monkeypatch.setattr(compile_batch, "KERNEL_BASE_COST", 0)
-    monkeypatch.setattr(compile_batch, "SCALARS_COST", 50)
+    cpu_options(compile_kernel_base_cost=0)
+    cpu_options(compile_scalars_cost=50)
     sizes = [(100, True), (90, False), (80, True), (200, False), (10, True)]
     groups = {f"k{i}.py": [compile_batch.Deferred(_FakeKernel(s, sc), ())]
               for i, (s, sc) in enumerate(sizes)}

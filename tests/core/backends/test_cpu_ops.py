@@ -14,7 +14,7 @@ from conv_cases import conv_block, conv_block_reference
 from cpu_targets import AVX2, AVX512, cpu, set_cpu
 
 import kiln
-from kiln.core.backends.cpu import covered_ops
+from kiln.core.backends.cpu import covered_ops, options
 from kiln.core.ops import all_ops
 from kiln.core.ops.registry import KERNELS, SOURCE, apply
 
@@ -187,13 +187,12 @@ TILE_FORWARD_CASES = [
 ]
 
 
-def _tile_paths(monkeypatch, native: bool) -> None:
+def _tile_paths(monkeypatch, native: bool, cpu_options) -> None:
     """The tiles on any host (chosen only with AVX-512), native_tile's kernels, or (native
-    False: ``conv.NATIVE_TILE`` off) none: the direct loops or im2col + GEMM."""
-    from kiln.core.backends.cpu.kernels.conv import conv
+    False: ``native_tile`` off) none: the direct loops or im2col + GEMM."""
 
     set_cpu(monkeypatch, avx512=True)
-    monkeypatch.setattr(conv, "NATIVE_TILE", native)
+    cpu_options(native_tile=native)
 
 
 def native_enabled() -> bool:
@@ -210,12 +209,13 @@ def _labels(f) -> list[str]:
 @pytest.mark.nojit
 @pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("shape, kernel, attrs", TILE_FORWARD_CASES)
-def test_conv2d_tile_kernels_match_the_reference(shape, kernel, attrs, native, monkeypatch):
+def test_conv2d_tile_kernels_match_the_reference(shape, kernel, attrs, native, monkeypatch,
+                                                 cpu_options):
     """The float32 forward convolution with at most 64 output channels (AVX-512's tiles) against
     the float64 reference, with strides, dilation, padding, tail blocks and masked channel
     tails; native_tile's kernel, or with the tiles off the direct loops or im2col + GEMM (the
     op's NumPy reference where the native path is off, as under KILN_JIT=0)."""
-    _tile_paths(monkeypatch, native)
+    _tile_paths(monkeypatch, native, cpu_options)
     rng = np.random.default_rng(3)
     xv = rng.normal(size=shape).astype("float32")
     wv = rng.normal(size=kernel).astype("float32")
@@ -251,16 +251,15 @@ def test_conv2d_tile_kernels_match_the_reference(shape, kernel, attrs, native, m
     ((1, 9, 9, 1), (3, 3, 1, 3), {"dilation": (2, 2)}),     # one masked vector
 ])
 def test_conv2d_kernel_gradient_tiles_match_the_reference(shape, kernel, attrs, native,
-                                                           monkeypatch):
+                                                           monkeypatch, cpu_options):
     """The float32 kernel gradient against the float64 reference: native_tile's kernel
     (any taps, at most 64 output channels; chunks of output rows that
     leave a partial last chunk, several partial sums), or with the tiles off the direct loops
     or im2col + GEMM (the op's NumPy reference where the native path is off)."""
-    from kiln.core.backends.cpu.kernels.conv import conv
     from kiln.core.backends.cpu.runtime import threads
 
-    _tile_paths(monkeypatch, native)
-    monkeypatch.setattr(conv, "FILTER_CHUNK", 10)
+    _tile_paths(monkeypatch, native, cpu_options)
+    cpu_options(filter_chunk=10)
     monkeypatch.setattr(threads, "kernel_threads", lambda: 3)
     rng = np.random.default_rng(4)
     attrs = {"strides": (1, 1), "padding": "valid", "dilation": (1, 1), **attrs}
@@ -294,14 +293,14 @@ def test_conv2d_kernel_gradient_tiles_match_the_reference(shape, kernel, attrs, 
     ((1, 5, 5, 40), (5, 5, 40, 1), {}),                      # 25 taps: blocks + a tail
     ((2, 4, 5, 16), (3, 3, 16, 5), {}),                      # 5 outputs: the tiles instead
 ])
-def test_convolutions_into_few_channels_match_the_reference(shape, kernel, attrs, monkeypatch):
+def test_convolutions_into_few_channels_match_the_reference(shape, kernel, attrs, monkeypatch,
+                                                            cpu_options):
     """native_tile's dot kernels (vectors over the input channels) for the forward and the
     kernel gradient of a float32 convolution into at most 4 channels from at least 8."""
-    from kiln.core.backends.cpu.kernels.conv import conv
     from kiln.core.backends.cpu.runtime import threads
 
-    _tile_paths(monkeypatch, True)
-    monkeypatch.setattr(conv, "FILTER_CHUNK", 10)
+    _tile_paths(monkeypatch, True, cpu_options)
+    cpu_options(filter_chunk=10)
     monkeypatch.setattr(threads, "kernel_threads", lambda: 3)
     rng = np.random.default_rng(8)
     attrs = {"strides": (1, 1), "padding": "valid", "dilation": (1, 1), **attrs}
@@ -321,7 +320,7 @@ def test_convolutions_into_few_channels_match_the_reference(shape, kernel, attrs
         np.testing.assert_allclose(y, want * scale, rtol=1e-5, atol=1e-5 * scale)
         np.testing.assert_allclose(dw, want_dw * scale, rtol=1e-4, atol=1e-4 * scale)
     labels = _labels(f)
-    dot = kernel[3] <= conv.DOT_MAX_OUT and native_enabled()
+    dot = kernel[3] <= options.CpuOptions.dot_max_out and native_enabled()
     assert ("conv2d:conv_dot" in labels) == dot
     assert ("conv2d_backprop_filter:conv_dot_filter" in labels) == dot
 
@@ -329,13 +328,12 @@ def test_convolutions_into_few_channels_match_the_reference(shape, kernel, attrs
 @pytest.mark.parametrize("activation, co", [("relu", 32), ("relu", 20), (None, 16),
                                             ("sigmoid", 32)])
 def test_the_bias_and_relu_after_a_tiled_convolution_are_its_epilogue(activation, co,
-                                                                       monkeypatch):
+                                                                       monkeypatch, cpu_options):
     """Conv2D(+bias, relu) -> max pooling: the convolution's kernel writes relu(conv + bias)
     (the fused add/relu pass gone), the same bits as without the epilogue; a sigmoid is no
     epilogue (it stays a pass of its own)."""
-    from kiln.core.backends.cpu.kernels.conv import conv
 
-    _tile_paths(monkeypatch, True)
+    _tile_paths(monkeypatch, True, cpu_options)
     rng = np.random.default_rng(12)
     xv = rng.normal(size=(3, 10, 9, 2)).astype("float32")
     xv[0, 0, 0, 0] = np.nan  # a NaN stays NaN through the epilogue's ReLU
@@ -349,15 +347,15 @@ def test_the_bias_and_relu_after_a_tiled_convolution_are_its_epilogue(activation
     fused = activation != "sigmoid" and native_enabled()
     assert any(lab.startswith("conv2d:conv_tile_b") for lab in labels) == fused
     assert not any(lab.startswith("fused") or lab == "add" for lab in labels) or not fused
-    monkeypatch.setattr(conv, "EPILOGUE", False)
+    cpu_options(conv_epilogue=False)
     np.testing.assert_array_equal(got, conv_block(xv.shape, k, bias, activation, attrs)(xv))
     ref, _ = conv_block_reference(xv, k, bias, activation, attrs)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
-def test_no_epilogue_where_the_convolution_has_other_readers(monkeypatch):
+def test_no_epilogue_where_the_convolution_has_other_readers(monkeypatch, cpu_options):
     # the convolution's value is an output too: it must be stored as it is
-    _tile_paths(monkeypatch, True)
+    _tile_paths(monkeypatch, True, cpu_options)
     rng = np.random.default_rng(13)
     xv = rng.normal(size=(2, 6, 6, 3)).astype("float32")
     k = rng.normal(size=(3, 3, 3, 16)).astype("float32")
@@ -379,12 +377,11 @@ def test_no_epilogue_where_the_convolution_has_other_readers(monkeypatch):
     (40, 16, True),    # the squeezed value is an output too: no epilogue
 ])
 def test_a_conv1ds_bias_and_relu_are_its_epilogue_through_the_squeeze(length, ci, other_reader,
-                                                                      monkeypatch):
+                                                                      monkeypatch, cpu_options):
     # conv1d is conv2d on (N, 1, L, C), then a squeeze (a view, no kernel) that the bias add
     # reads: the epilogue sees through it (PlanBuilder.epilogue_input)
-    from kiln.core.backends.cpu.kernels.conv import conv
 
-    _tile_paths(monkeypatch, True)
+    _tile_paths(monkeypatch, True, cpu_options)
     rng = np.random.default_rng(14)
     xv = rng.normal(size=(3, length, ci)).astype("float32")
     k = rng.normal(size=(3, ci, 16)).astype("float32")
@@ -406,7 +403,7 @@ def test_a_conv1ds_bias_and_relu_are_its_epilogue_through_the_squeeze(length, ci
     labels = _labels(f)
     absorbed = native_enabled() and not other_reader
     assert (not any(lab.startswith("fused") or lab == "add" for lab in labels)) == absorbed
-    monkeypatch.setattr(conv, "EPILOGUE", False)
+    cpu_options(conv_epilogue=False)
     for a, b in zip(got, build()(xv), strict=True):
         np.testing.assert_array_equal(a, b)
 

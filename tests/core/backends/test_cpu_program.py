@@ -11,6 +11,7 @@ import pytest
 import kiln
 import kiln.ops as K
 from kiln.core.backends import cpu, lowering
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.registry import BUILDERS
 from kiln.core.ir import Graph
 
@@ -144,21 +145,20 @@ def _conv_reference(x, w, padding):
 
 
 @pytest.mark.parametrize("native_tile", [True, False])
-def test_a_padded_convolution_of_a_large_feed_reads_the_fed_values(native_tile, monkeypatch):
-    # A fed input of at least BIND_MIN_BYTES is read in place (its buffer never written); the
+def test_a_padded_convolution_of_a_large_feed_reads_the_fed_values(native_tile, monkeypatch,
+                                                                   cpu_options):
+    # A fed input of at least bind_min_bytes is read in place (its buffer never written); the
     # zero-bordered copy of a "same" convolution must copy the fed array, not the buffer (it
     # once copied the buffer: garbage, or zeros, for any 'same' first layer on a large batch)
-    from kiln.core.backends.cpu.kernels.conv import conv
-    from kiln.core.backends.cpu.runtime import feeds
 
-    monkeypatch.setattr(conv, "NATIVE_TILE", native_tile)
+    cpu_options(native_tile=native_tile)
     rng = np.random.default_rng(30)
     w = rng.normal(size=(5, 5, 8, 16)).astype("float32") * 0.1
     x = kiln.placeholder((None, 12, 12, 8))
     f = kiln.function([x], K.conv2d(x, K.constant(w), padding="same"), backend="cpu")
     for scale in (1, -2):  # a new fed array each call
         xv = rng.normal(size=(9, 12, 12, 8)).astype("float32") * scale
-        assert xv.nbytes >= feeds.BIND_MIN_BYTES
+        assert xv.nbytes >= options.CpuOptions.bind_min_bytes
         np.testing.assert_allclose(f(xv), _conv_reference(xv, w, "same"), rtol=1e-4, atol=1e-4)
     assert f.program.plan([xv]).info["bound_feeds"] == 1  # still read in place
 

@@ -16,6 +16,7 @@ from cpu_targets import set_cpu
 from step_recorder import StepRecorder
 
 import kiln
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import native_matmul, products
 from kiln.core.backends.cpu.runtime import threads
@@ -59,9 +60,9 @@ SHAPES = [
 
 @pytest.mark.parametrize("parts", [1, 2, 3])
 @pytest.mark.parametrize("m, k, n", SHAPES)
-def test_products_match_the_float64_product(parts, m, k, n, monkeypatch):
+def test_products_match_the_float64_product(parts, m, k, n, monkeypatch, cpu_options):
     monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
-    monkeypatch.setattr(native_matmul, "SERIAL_WORK", 0)  # split even the small ones
+    cpu_options(matmul_serial_work=0)  # split even the small ones
     rng = np.random.default_rng(m * n + k)
     a = rng.normal(size=(m, k)).astype(np.float32)
     b = rng.normal(size=(k, n)).astype(np.float32)
@@ -87,15 +88,15 @@ def test_how_a_product_is_split(n, parts, by_columns, cuts, monkeypatch):
 def test_a_small_product_is_one_part_and_a_tall_one_is_split_by_rows(monkeypatch):
     monkeypatch.setattr(threads, "kernel_threads", lambda: 2)
     assert native_matmul._ranges(128, 10, 256) == (False, [(0, 128)])
-    tall = native_matmul.COLUMN_ROWS
+    tall = options.CpuOptions.matmul_column_rows
     assert native_matmul._ranges(tall, 784, 512) == (False, [(0, tall // 2), (tall // 2, tall)])
     # an update (a weight's velocity, and the weight) keeps its columns with one thread
     assert native_matmul._ranges(tall, 784, 512, update=True) == (True, [(0, 256), (256, 512)])
 
 
 @pytest.mark.parametrize("m, k, n", [(131, 100, 272), (257, 64, 10)])
-def test_one_thread_or_two_give_the_same_bits(m, k, n, monkeypatch):
-    monkeypatch.setattr(native_matmul, "SERIAL_WORK", 0)
+def test_one_thread_or_two_give_the_same_bits(m, k, n, monkeypatch, cpu_options):
+    cpu_options(matmul_serial_work=0)
     rng = np.random.default_rng(3)
     a = rng.normal(size=(m, k)).astype(np.float32)
     b = rng.normal(size=(k, n)).astype(np.float32)
@@ -120,9 +121,9 @@ def test_a_transposed_a_is_read_through_its_strides():
 @pytest.mark.parametrize("relu", [False, True])
 @pytest.mark.parametrize("n", [272, 10])
 @pytest.mark.parametrize("parts", [1, 2, 3])
-def test_the_bias_and_relu_epilogue(relu, n, parts, monkeypatch):
+def test_the_bias_and_relu_epilogue(relu, n, parts, monkeypatch, cpu_options):
     monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
-    monkeypatch.setattr(native_matmul, "SERIAL_WORK", 0)
+    cpu_options(matmul_serial_work=0)
     rng = np.random.default_rng(5)
     a = rng.normal(size=(140, 33)).astype(np.float32)
     b = rng.normal(size=(33, n)).astype(np.float32)
@@ -244,9 +245,9 @@ def test_threads_predicting_at_once_get_the_serial_results():
 # ---- training steps: d @ W.T, the gemm update, the weights' update -----------------------------
 @pytest.mark.parametrize("r, c", [(512, 256), (37, 53), (16, 16), (1, 300), (300, 1), (130, 10)])
 @pytest.mark.parametrize("parts", [1, 2])
-def test_the_transpose_kernel(r, c, parts, monkeypatch):
+def test_the_transpose_kernel(r, c, parts, monkeypatch, cpu_options):
     monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
-    monkeypatch.setattr(native_matmul, "TRANSPOSE_SPLIT", 0)
+    cpu_options(transpose_split=0)
     src = np.random.default_rng(r * c).normal(size=(r, c)).astype(np.float32)
     dst = np.full((c, r), np.nan, np.float32)
     bld = StepRecorder()
@@ -257,9 +258,9 @@ def test_the_transpose_kernel(r, c, parts, monkeypatch):
 
 @pytest.mark.parametrize("m, k, n", [(128, 256, 512), (131, 37, 272), (256, 100, 5),
                                      (128, 1, 256)])
-def test_a_transposed_b_is_laid_out_first(m, k, n, monkeypatch):
+def test_a_transposed_b_is_laid_out_first(m, k, n, monkeypatch, cpu_options):
     # d @ W.T (an input gradient): W.T is copied into the kernel's layout by a step before
-    monkeypatch.setattr(native_matmul, "SERIAL_WORK", 0)
+    cpu_options(matmul_serial_work=0)
     rng = np.random.default_rng(m + k + n)
     w = rng.normal(size=(n, k)).astype(np.float32)
     d = rng.normal(size=(m, k)).astype(np.float32)
@@ -282,12 +283,12 @@ def _gemm_reference(a, b, c, alpha, beta):
 @pytest.mark.parametrize("m, k, n, parts", [(784, 128, 512, 2), (256, 128, 10, 2),
                                             (131, 7, 272, 2), (131, 7, 272, 3)])
 @pytest.mark.parametrize("apply", [False, True])
-def test_the_gemm_update_epilogue(m, k, n, parts, apply, monkeypatch):
+def test_the_gemm_update_epilogue(m, k, n, parts, apply, monkeypatch, cpu_options):
     # v = alpha * (h.T @ d) + beta * v in place, alpha and beta read at each call; with
     # ``apply`` then w += v (SGD momentum's weights), one rounded add: the same bits as the
     # add kernel it replaces; split over the threads by the columns (by the rows under 16)
     monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
-    monkeypatch.setattr(native_matmul, "SERIAL_WORK", 0)
+    cpu_options(matmul_serial_work=0)
     rng = np.random.default_rng(m * k + n)
     h = rng.normal(size=(k, m)).astype(np.float32)
     d = rng.normal(size=(k, n)).astype(np.float32)
@@ -328,11 +329,11 @@ def test_the_gemm_update_keeps_nan_and_infinities():
 @pytest.mark.parametrize("in_place", [False, True])
 @pytest.mark.parametrize("m, k, n, parts", [(128, 256, 512, 2), (131, 10, 272, 2),
                                             (131, 10, 272, 3), (257, 64, 10, 2)])
-def test_the_relu_gradient_epilogue(m, k, n, parts, in_place, monkeypatch):
+def test_the_relu_gradient_epilogue(m, k, n, parts, in_place, monkeypatch, cpu_options):
     # out = (d @ W.T) * float(g > t): the ReLU's output g may be out's own storage (the
     # gradient written over it); x * 0 keeps NaN and infinities NaN, as the separate kernel
     monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
-    monkeypatch.setattr(native_matmul, "SERIAL_WORK", 0)
+    cpu_options(matmul_serial_work=0)
     rng = np.random.default_rng(m + n)
     d = rng.normal(size=(m, k)).astype(np.float32)
     w = rng.normal(size=(n, k)).astype(np.float32)
@@ -360,10 +361,10 @@ def test_the_relu_gradient_epilogue_refuses_partial_overlaps():
     assert not native_matmul.add(StepRecorder(), d, w, out, gate=(g, np.array(0, np.float32)))
 
 
-def _train_mlp(optimizer, native_on, monkeypatch, steps=2):
+def _train_mlp(optimizer, native_on, cpu_options, steps=2):
     # two steps: the second updates with a velocity (a third may already flip a ReLU whose
     # input is within rounding of 0, after which any two correct implementations differ)
-    monkeypatch.setattr(native_matmul, "ENABLED", native_on)
+    cpu_options(native_matmul=native_on)
     kiln.utils.set_random_seed(1)
     model = kiln.Sequential([kiln.layers.Input((160,)),
                              kiln.layers.Dense(512, activation="relu"),
@@ -382,9 +383,9 @@ def _train_mlp(optimizer, native_on, monkeypatch, steps=2):
     (lambda: kiln.optimizers.SGD(0.001, momentum=0.9), True),
     (lambda: kiln.optimizers.SGD(0.001), False),
 ])
-def test_a_dense_stacks_training_step_runs_on_the_kernel(optimizer, fused, monkeypatch):
-    got, labels = _train_mlp(optimizer, True, monkeypatch)
-    want, blas_labels = _train_mlp(optimizer, False, monkeypatch)
+def test_a_dense_stacks_training_step_runs_on_the_kernel(optimizer, fused, cpu_options):
+    got, labels = _train_mlp(optimizer, True, cpu_options)
+    want, blas_labels = _train_mlp(optimizer, False, cpu_options)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
     assert not any("dense" in s for s in blas_labels)

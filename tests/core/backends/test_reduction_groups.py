@@ -23,7 +23,6 @@ import pytest
 
 import kiln
 import kiln.ops as K
-from kiln.core.backends.cpu.kernels import elementwise
 from kiln.core.backends.cpu.runtime import threads
 from kiln.core.plan import program_order
 
@@ -32,9 +31,9 @@ FUSE = importlib.import_module("kiln.core.passes.fuse")  # the module (``fuse`` 
 
 
 @pytest.fixture(autouse=True)
-def small_loops_join(monkeypatch):
+def small_loops_join(monkeypatch, pass_options):
     """The tests' loops are small; the size limit has a test of its own."""
-    monkeypatch.setattr(FUSE, "TAIL_MIN_ELEMENTS", 0)
+    pass_options(fuse_tail_min_elements=0)
 
 
 def _steps(fn):
@@ -48,9 +47,9 @@ def _groups(fn):
 
 
 @pytest.fixture
-def split(monkeypatch):
+def split(monkeypatch, cpu_options):
     """Every loop split over ``n`` parts (kernels run as Python too: KILN_JIT=0)."""
-    monkeypatch.setattr(elementwise, "PARALLEL_MIN_BYTES", 0)
+    cpu_options(parallel_min_bytes=0)
 
     def parts(n: int) -> None:
         monkeypatch.setattr(threads, "kernel_threads", lambda: n)
@@ -130,10 +129,10 @@ def test_a_chain_ended_by_a_reduction_takes_nothing_after_it():
 
 
 @pytest.mark.parametrize("width, joins", [(4096, True), (512, False)])
-def test_only_a_loop_past_the_caches_takes_its_reduction(monkeypatch, width, joins):
+def test_only_a_loop_past_the_caches_takes_its_reduction(monkeypatch, pass_options, width, joins):
     """By the static shape, unknown dims counted as the planner's batch (64): 64 x 4096
     elements join, 64 x 512 (the MLP's ReLU gradient) keep their sum apart."""
-    monkeypatch.setattr(FUSE, "TAIL_MIN_ELEMENTS", 1 << 18)
+    pass_options(fuse_tail_min_elements=1 << 18)
     g, h = (kiln.placeholder((None, width)) for _ in range(2))
     d = g * K.cast(h > 0, "float32")
     fn = kiln.function([g, h], [d, K.sum(d, axis=0)])

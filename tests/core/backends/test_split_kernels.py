@@ -17,8 +17,6 @@ import pytest
 
 import kiln
 import kiln.ops as K
-from kiln.core.backends.cpu import lowering
-from kiln.core.backends.cpu.kernels import elementwise
 from kiln.core.backends.cpu.runtime import threads
 
 
@@ -28,10 +26,10 @@ def _plan_steps(f):
 
 
 @pytest.fixture
-def split_all(monkeypatch):
-    monkeypatch.setattr(elementwise, "PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(lowering, "SERIAL_WORK", 0)  # small kernels split too
-    monkeypatch.setattr(lowering, "WINOGRAD_MIN_OUTPUTS", 0)
+def split_all(monkeypatch, cpu_options):
+    cpu_options(parallel_min_bytes=0)
+    cpu_options(serial_work=0)  # small kernels split too
+    cpu_options(winograd_min_outputs=0)
 
     def with_threads(n):
         monkeypatch.setenv("KILN_NUM_THREADS", str(n))
@@ -175,8 +173,8 @@ def test_a_forked_child_starts_its_own_threads():
     (16, 16, 4, 1, 2, "same", "4"),    # Winograd, stride 2: four phases
 ])
 def test_convolutions_and_pools_with_split_loops_match_the_reference(
-        split_all, ci, co, k, groups, stride, padding, winograd, monkeypatch):
-    monkeypatch.setenv("KILN_WINOGRAD", winograd)  # "0": the kernels named above
+        split_all, ci, co, k, groups, stride, padding, winograd, monkeypatch, cpu_options):
+    cpu_options(winograd_m=int(winograd))  # "0": the kernels named above
     rng = np.random.default_rng(3)
     xv = rng.normal(size=(5, 9, 8, ci)).astype("float32")  # batch 5: parts of 2, 2, 1
     wv = (rng.normal(size=(k, k, ci // groups, co)) / k).astype("float32")

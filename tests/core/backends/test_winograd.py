@@ -4,6 +4,7 @@ that leave a tail of the 8-lane loop, both paddings, the three convolution ops."
 
 from __future__ import annotations
 
+import dataclasses
 from fractions import Fraction
 
 import numpy as np
@@ -12,7 +13,7 @@ from conv_cases import conv_block, conv_block_reference
 
 import kiln
 import kiln.ops as K
-from kiln.core.backends.cpu import lowering
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.kernels.conv import native_winograd, winograd, winograd_ops
 from kiln.core.ops import all_ops
@@ -20,10 +21,10 @@ from kiln.core.ops.registry import apply
 
 
 @pytest.fixture(autouse=True)
-def _winograd_at_any_size(monkeypatch):
+def _winograd_at_any_size(monkeypatch, cpu_options):
     # these cases are small: Winograd's forward runs here from one output position (it
     # takes the direct kernels below lowering.WINOGRAD_MIN_OUTPUTS elsewhere)
-    monkeypatch.setattr(lowering, "WINOGRAD_MIN_OUTPUTS", 0)
+    cpu_options(winograd_min_outputs=0)
 
 
 OPS = all_ops()
@@ -103,14 +104,13 @@ def _three_ops(rng, shape: tuple, kernel: tuple, attrs: dict) -> tuple:
 @pytest.mark.parametrize("m", [2, 4])
 @pytest.mark.parametrize("shape, k, co, padding, stride", CASES)
 def test_winograd_convolutions_match_the_reference(m, shape, k, co, padding, stride,
-                                                  monkeypatch):
-    from kiln.core.backends.cpu.kernels.conv import conv
+                                                  monkeypatch, cpu_options):
 
-    monkeypatch.setenv("KILN_WINOGRAD", str(m))
+    cpu_options(winograd_m=m)
     # one output channel runs native_tile's dot kernels first on AVX-512 hosts; Winograd's
     # products into one column are what this covers
-    monkeypatch.setattr(conv, "DOT_MAX_OUT", 0)
-    monkeypatch.setattr(winograd, "STRIDE2_KERNELS", ((4, 4), (3, 3)))
+    cpu_options(dot_max_out=0)
+    cpu_options(winograd_stride2_kernels=((4, 4), (3, 3)))
     kh, kw = k
     rng = np.random.default_rng(sum(shape) + co)
     attrs = {**_attrs(padding), "strides": (stride, stride)}
@@ -137,7 +137,7 @@ def test_winograd_convolutions_match_the_reference(m, shape, k, co, padding, str
     ((3, 9, 11, 8), (4, 4), 24, "valid", 2),
 ])
 def test_the_pipelined_convolution_and_gradients_match_the_reference(
-        shape, k, co, padding, stride, chunk_bytes, alone, monkeypatch):
+        shape, k, co, padding, stride, chunk_bytes, alone, monkeypatch, cpu_options):
     # the stride-1 forward and input gradient as one pass per chunk of images (input
     # transform, products, output transform on one thread); the kernel gradient then reads
     # the input tiles the pipeline wrote, in a pipeline of its own (the cotangent's transform
@@ -145,8 +145,8 @@ def test_the_pipelined_convolution_and_gradients_match_the_reference(
     # without the forward (a Conv2DTranspose's): each thread transforms its chunk's input too
     from kiln.core.backends.cpu.runtime import threads
 
-    monkeypatch.setattr(winograd, "PIPELINE_BYTES", chunk_bytes)
-    monkeypatch.setattr(winograd, "PIPELINE_MIN_TILES", 1)
+    cpu_options(winograd_pipeline_bytes=chunk_bytes)
+    cpu_options(winograd_pipeline_min_tiles=1)
     monkeypatch.setattr(threads, "kernel_threads", lambda: 3)
     rng = np.random.default_rng(5)
     attrs = {**_attrs(padding), "strides": (stride, stride)}
@@ -169,19 +169,20 @@ def test_the_pipelined_convolution_and_gradients_match_the_reference(
 
 
 def test_chunks_hold_at_least_the_minimum_of_tiles():
-    # 256 channels in and out on 8 x 8 images (36 blocks, 4 tiles an image): PIPELINE_BYTES
-    # alone would give chunks of 3 images, 12 tiles
-    assert winograd.PIPELINE_BYTES // (36 * 4 * 512 * 4) == 3
-    assert winograd.chunk_images(36, 4, 512) == -(-winograd.PIPELINE_MIN_TILES // 4)
-    assert winograd.chunk_images(36, 1, 8) == winograd.PIPELINE_BYTES // (36 * 8 * 4)
+    # 256 channels in and out on 8 x 8 images (36 blocks, 4 tiles an image): the pipeline's
+    # bytes alone would give chunks of 3 images, 12 tiles
+    opts = options.current()
+    assert opts.winograd_pipeline_bytes // (36 * 4 * 512 * 4) == 3
+    assert winograd.chunk_images(36, 4, 512) == -(-opts.winograd_pipeline_min_tiles // 4)
+    assert winograd.chunk_images(36, 1, 8) == opts.winograd_pipeline_bytes // (36 * 8 * 4)
 
 
 @pytest.mark.parametrize("partial_bytes, pipelined", [(0, False), (1 << 30, True)])
 def test_a_large_kernel_gradient_runs_without_per_thread_partials(partial_bytes, pipelined,
-                                                                  monkeypatch):
+                                                                  monkeypatch, cpu_options):
     # above PARTIAL_BYTES of transformed gradient per thread, the kernel gradient runs the
     # products over the whole batch (split by blocks) instead of the pipeline's partials
-    monkeypatch.setattr(winograd, "PARTIAL_BYTES", partial_bytes)
+    cpu_options(winograd_partial_bytes=partial_bytes)
     rng = np.random.default_rng(6)
     attrs = {**_attrs("same"), "strides": (1, 1)}
     (xv, wv, ctv), (x, w, ct), nodes, wants = _three_ops(rng, (3, 8, 8, 16), (3, 3, 16, 16),
@@ -195,9 +196,9 @@ def test_a_large_kernel_gradient_runs_without_per_thread_partials(partial_bytes,
 
 
 @pytest.mark.parametrize("lanes", [8, 16])
-def test_transforms_in_either_vector_width_match_the_reference(lanes, monkeypatch):
+def test_transforms_in_either_vector_width_match_the_reference(lanes, monkeypatch, cpu_options):
     # 27 input / 24 output channels: 16-lane vectors, then 8-lane, then single channels
-    monkeypatch.setattr(winograd, "TRANSFORM_LANES", lanes)
+    cpu_options(winograd_transform_lanes=lanes)
     (xv, wv, ctv), (x, w, ct), nodes, wants = _three_ops(
         np.random.default_rng(9), (2, 7, 6, 27), (3, 3, 27, 24), ATTRS)
     f = kiln.function([x, w, ct], nodes, backend="cpu", optimize=False)
@@ -215,14 +216,14 @@ def test_transforms_in_either_vector_width_match_the_reference(lanes, monkeypatc
     ((3, 2, 14, 16), 16, (1, 3)),     # one-row tiles (Conv1D): 3 against 4
 ])
 def test_the_input_gradient_over_the_forward_tiles_matches_the_reference(
-        shape, co, kernel, chunk_bytes, adjoint, monkeypatch):
+        shape, co, kernel, chunk_bytes, adjoint, monkeypatch, cpu_options):
     # a "valid" convolution's input gradient as the adjoint of the forward, over its tiles
     # (the windows of neighbouring tiles overlap and are added), against the float64
     # reference, one image per chunk or several, images over 3 threads
     from kiln.core.backends.cpu.runtime import threads
 
-    monkeypatch.setattr(winograd, "ADJOINT", adjoint)
-    monkeypatch.setattr(winograd, "PIPELINE_BYTES", chunk_bytes)
+    cpu_options(winograd_adjoint=adjoint)
+    cpu_options(winograd_pipeline_bytes=chunk_bytes)
     monkeypatch.setattr(threads, "kernel_threads", lambda: 3)
     rng = np.random.default_rng(10)
     attrs = _attrs("valid")
@@ -246,10 +247,9 @@ def test_the_input_gradient_over_the_forward_tiles_matches_the_reference(
 @pytest.mark.parametrize("kernel, stride, ci, co", [((3, 3), 1, 16, 32), ((4, 4), 2, 8, 16),
                                                     ((3, 3), 1, 24, 24)])
 def test_the_bias_and_relu_are_the_output_transforms_epilogue(kernel, stride, ci, co,
-                                                              activation, monkeypatch):
+                                                              activation, monkeypatch, cpu_options):
     # conv + bias (+ ReLU) with the pipeline: the output transform adds the bias and applies
     # the ReLU (the separate pass gone), the same bits as without; tanh is not folded
-    from kiln.core.backends.cpu.kernels.conv import conv
 
     rng = np.random.default_rng(15)
     xv = rng.normal(size=(3, 12, 10, ci)).astype("float32")
@@ -263,7 +263,7 @@ def test_the_bias_and_relu_are_the_output_transforms_epilogue(kernel, stride, ci
     assert "conv2d:winograd_pipeline" in labels
     folded = activation != "tanh"
     assert (not any(lab.startswith("fused") or lab == "add" for lab in labels)) == folded
-    monkeypatch.setattr(conv, "EPILOGUE", False)
+    cpu_options(conv_epilogue=False)
     np.testing.assert_array_equal(got, conv_block(xv.shape, k, bias, activation, attrs)(xv))
     # F(4x4)'s error is relative to the convolution's scale
     ref, scale = conv_block_reference(xv, k, bias, activation, attrs)
@@ -275,11 +275,10 @@ def test_the_bias_and_relu_are_the_output_transforms_epilogue(kernel, stride, ci
 @pytest.mark.parametrize("activation", ["relu", None, "tanh"])
 @pytest.mark.parametrize("kernel, stride", [((3, 3), 1), ((4, 4), 2)])
 def test_a_transposed_convolutions_bias_and_relu_are_its_epilogue(kernel, stride, activation,
-                                                                  monkeypatch):
+                                                                  monkeypatch, cpu_options):
     # Conv2DTranspose (conv2d_backprop_input of its input) + bias (+ ReLU): the pipelined
     # output transforms (at stride 2 one per phase, every other row and column) add the bias
     # and apply the ReLU; the same bits as without; tanh is not folded
-    from kiln.core.backends.cpu.kernels.conv import conv
 
     rng = np.random.default_rng(16)
     ci, co = 16, 16  # the transposed convolution's input and output channels
@@ -302,7 +301,7 @@ def test_a_transposed_convolutions_bias_and_relu_are_its_epilogue(kernel, stride
     assert "conv2d_backprop_input:winograd_pipeline" in labels
     folded = activation != "tanh"
     assert (not any(lab.startswith("fused") or lab == "add" for lab in labels)) == folded
-    monkeypatch.setattr(conv, "EPILOGUE", False)
+    cpu_options(conv_epilogue=False)
     np.testing.assert_array_equal(got, build()(xv))
     pre = OPS["conv2d_backprop_input"].ref(xv.astype("float64"), k.astype("float64"),
                                            input_shape=out_shape, **attrs) + bias
@@ -314,8 +313,8 @@ def test_a_transposed_convolutions_bias_and_relu_are_its_epilogue(kernel, stride
                                atol=1e-5 * np.nanmax(np.abs(pre)))
 
 
-def test_the_pipeline_can_be_turned_off(monkeypatch):
-    monkeypatch.setattr(winograd, "PIPELINE", False)
+def test_the_pipeline_can_be_turned_off(monkeypatch, cpu_options):
+    cpu_options(winograd_pipeline=False)
     x, w = kiln.placeholder((None, 6, 6, 16)), kiln.placeholder((3, 3, 16, 16))
     f = kiln.function([x, w], apply("conv2d", x, w, **ATTRS), backend="cpu", optimize=False)
     rng = np.random.default_rng(6)
@@ -352,8 +351,8 @@ S2 = {**ATTRS, "strides": (2, 2)}
     (ATTRS, (3, 3, 512, 512), np.float32, "4", 0),          # 38 MB: im2col + GEMM
     (ATTRS, (3, 3, 512, 512), np.float32, "2", 1),          # F(2x2, 3x3): 16 MiB, the limit
 ])
-def test_usable_only_where_the_transform_applies(attrs, shape, dtype, env, want, monkeypatch):
-    monkeypatch.setenv("KILN_WINOGRAD", env)
+def test_usable_only_where_the_transform_applies(attrs, shape, dtype, env, want, cpu_options):
+    cpu_options(winograd_m=int(env))  # as KILN_WINOGRAD=env
     assert winograd.usable(attrs, shape, np.dtype(dtype)) == want
     assert winograd.usable(attrs, shape, np.dtype(dtype), "conv2d_backprop_filter") == want
 
@@ -394,7 +393,7 @@ def test_kernel_transforms_match_the_float64_products(m, r, rows):
 def test_bad_setting_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("KILN_WINOGRAD", "3")
     with pytest.raises(ValueError, match="KILN_WINOGRAD must be 0, 2 or 4, got '3'"):
-        winograd.tile_size()
+        options.build()
 
 
 @pytest.mark.parametrize("tiles, channels", [(4096, 64), (16384, 32), (7, 19), (1, 16)])
@@ -430,12 +429,12 @@ def test_a_training_step_with_winograd_matches_im2col(layers, monkeypatch):
     monkeypatch.setattr(winograd_ops, "convolve",
                         lambda *a, **k: built.append(1) or convolve(*a, **k))
     for env in ("4", "0"):
-        monkeypatch.setenv("KILN_WINOGRAD", env)
         built.clear()
         kiln.utils.set_random_seed(1)
-        model = kiln.Sequential(layers())
-        model.compile(optimizer="sgd", loss="mse")
-        model.fit(xv, np.ones((4, 3), "float32"), epochs=2, batch_size=4, verbose=0)
+        with options.use(dataclasses.replace(options.current(), winograd_m=int(env))):
+            model = kiln.Sequential(layers())
+            model.compile(optimizer="sgd", loss="mse")
+            model.fit(xv, np.ones((4, 3), "float32"), epochs=2, batch_size=4, verbose=0)
         results.append([w.numpy() for w in model.weights])
         assert bool(built) == (env == "4")
     for a, b in zip(*results):

@@ -10,7 +10,8 @@ import kiln.ops as K
 from kiln.core.backends.reference import evaluate
 from kiln.core.ir import Graph
 from kiln.core.ops.fused import check_program
-from kiln.core.passes.fuse import MAX_INSTRUCTIONS, fuse
+from kiln.core.passes._util import PassOptions
+from kiln.core.passes.fuse import fuse
 from kiln.core.passes.verify import check_graph
 
 RNG = np.random.default_rng(0)
@@ -138,5 +139,6 @@ def test_single_ops_stay_plain_and_long_chains_are_split():
     g = Graph([x], [y])
     out = check(g, {x: RNG.normal(size=(2, 4)).astype("float32")})
     fs = fused_nodes(out)
-    assert len(fs) == 3 and all(len(f.attrs["program"]) <= MAX_INSTRUCTIONS for f in fs)
+    assert len(fs) == 3 and all(len(f.attrs["program"]) <= PassOptions.fuse_max_instructions
+                               for f in fs)
     assert sum(len(f.attrs["program"]) for f in fs) == 150

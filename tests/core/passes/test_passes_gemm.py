@@ -18,9 +18,9 @@ gemm_pass = sys.modules["kiln.core.passes.gemm"]  # the package's `gemm` is the 
 
 
 @pytest.fixture(autouse=True)
-def small_sums(monkeypatch):
+def small_sums(monkeypatch, pass_options):
     # the tests' sums are small: let the pass take them (the size rule has its own test)
-    monkeypatch.setattr(gemm_pass, "MIN_ELEMENTS", 1)
+    pass_options(gemm_min_elements=1)
 
 
 def _ops(graph):
@@ -89,7 +89,7 @@ def test_plain_sgd_updates_are_the_gemms_themselves():
 
 
 def test_the_velocity_is_added_to_a_large_kernel_by_axpy():
-    # w + v after the gemm: BLAS's axpy where the kernel has AXPY_MIN_ELEMENTS elements, a
+    # w + v after the gemm: BLAS's axpy where the kernel has axpy_min_elements elements, a
     # generated loop below; the same values either way (the reference backend's)
     rng = np.random.default_rng(9)
     x = rng.normal(size=(32, 300)).astype("float32")
@@ -221,8 +221,8 @@ def test_a_product_of_the_updated_variable_itself_is_not_written_over_its_operan
     np.testing.assert_allclose(w.numpy(), expect, rtol=1e-4, atol=1e-5)
 
 
-def test_sums_below_the_size_limit_stay_a_matmul_and_an_elementwise_kernel(monkeypatch):
-    monkeypatch.setattr(gemm_pass, "MIN_ELEMENTS", 1 << 14)
+def test_sums_below_the_size_limit_stay_a_matmul_and_an_elementwise_kernel(pass_options):
+    pass_options(gemm_min_elements=1 << 14)
     for rows, cols, want in ((128, 127, False), (128, 128, True), (None, 255, False),
                              (None, 256, True)):  # an unknown dim counts as 64
         x, w = kiln.placeholder((rows, 9)), kiln.placeholder((9, cols))

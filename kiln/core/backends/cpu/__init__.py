@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kiln.core.backends.cpu import target
+from kiln.core.backends.cpu import options, target
 from kiln.core.backends.cpu.runtime import threads
 
 # the CPU kiln compiles for (the host, or KILN_CPU's; refused here if the host cannot run it),
@@ -91,7 +91,9 @@ def compile_graph(graph: Graph, updates: Sequence[tuple[int, Any]] | None = None
 
 
 def describe() -> str:
-    """The CPU target and the engines it enables, for the compile report (target.py)."""
-    return target.current().describe()
+    """The CPU target and the engines it enables, for the compile report (target.py), and the
+    options (options.py) that differ from the defaults, if any."""
+    tuned = options.current().describe()
+    return target.current().describe() + (f"\n{tuned}" if tuned else "")
 
 

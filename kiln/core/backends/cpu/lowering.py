@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.core.backends.cpu import options
 from kiln.core.ir import Graph, Node, rebuild
 from kiln.core.ops.fused import fused
 from kiln.core.ops.registry import apply
@@ -68,18 +69,16 @@ def _lowers(node: Node) -> bool:
 # one thread against 47 ms split, 2-core host at load 11). A hand-written kernel of fewer
 # multiply-adds than this runs its parts one after the other on the caller's thread
 # (runtime/serial.py): ~20-80 us on one core of an AVX2 / AVX-512 CPU, where waking even one
-# idle worker gains little. A count of the plan's own shapes, so one rule on every host.
-SERIAL_WORK = 1 << 22
-# Multiply-adds one element read or written counts as (pooling, gathers, movement: work
-# proportional to the data they touch).
-ELEMENT_WORK = 8
+# idle worker gains little. A count of the plan's own shapes, so one rule on every host
+# (options.CpuOptions.serial_work). Multiply-adds one element read or written counts as
+# (pooling, gathers, movement: work proportional to the data they touch): element_work.
 # Products whose work is their output's elements times a contracted length.
 _PRODUCTS = frozenset({"matmul", "gemm"})
 _CONVS = frozenset({"conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"})
 
 
 def kernel_work(node: Node, shape_of) -> int:
-    """Multiply-adds (or their equivalent, :data:`ELEMENT_WORK` per element touched) of the
+    """Multiply-adds (or their equivalent, ``element_work`` per element touched) of the
     kernel computing ``node`` at the shapes ``shape_of(node)`` gives."""
     size = _elements(shape_of(node))
     if node.op in _PRODUCTS and node.inputs and len(shape_of(node.inputs[0])):
@@ -95,12 +94,12 @@ def kernel_work(node: Node, shape_of) -> int:
             groups = int(node.attrs.get("groups", 1) or 1)
             return _elements(shape_of(y)) * _elements(w_shape) // int(w_shape[-1]) // groups
     touched = size + sum(_elements(shape_of(i)) for i in node.inputs)
-    return touched * ELEMENT_WORK
+    return touched * options.current().element_work
 
 
 def runs_serial(node: Node, shape_of) -> bool:
     """Whether the hand-written kernel of ``node`` runs on the caller's thread alone."""
-    return kernel_work(node, shape_of) < SERIAL_WORK
+    return kernel_work(node, shape_of) < options.current().serial_work
 
 
 def _elements(shape) -> int:
@@ -117,11 +116,11 @@ def _elements(shape) -> int:
 # convnet's 3x3 32 -> 64 convolution on 13 x 13 (121 positions a sample), one thread, 2-core
 # Zen 5 host: direct register tiles 17.4 us a sample; Winograd 28 us (kernel transform) +
 # 12 us + 8.5 us a sample: even at ~4.5 samples (~550 positions). Below this many output
-# positions a forward convolution takes the direct kernels (issue 47: batch-1 serving).
-WINOGRAD_MIN_OUTPUTS = 512
+# positions a forward convolution takes the direct kernels (issue 47: batch-1 serving):
+# options.CpuOptions.winograd_min_outputs.
 
 
 def winograd_pays(out_shape) -> bool:
     """Whether a forward convolution with an NHWC output of ``out_shape`` has enough output
-    positions for Winograd's per-call setup to pay (:data:`WINOGRAD_MIN_OUTPUTS`)."""
-    return _elements(out_shape[:-1]) >= WINOGRAD_MIN_OUTPUTS
+    positions for Winograd's per-call setup to pay (``options.current().winograd_min_outputs``)."""
+    return _elements(out_shape[:-1]) >= options.current().winograd_min_outputs

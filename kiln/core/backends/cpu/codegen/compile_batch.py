@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from kiln.core.backends.cpu import options
+
 MAX_WORKERS = 4
 MIN_TIMEOUT_S = 60.0  # the least a worker is waited for once the queue is empty
 
@@ -202,24 +204,25 @@ def _compile_in_worker(d: Deferred) -> None:
 # per kernel; kernels calling the scalar functions of
 # ``scalars.py`` go to one process, which compiles those functions once (~1 s, as much as a
 # 2,800-character kernel). Fitted to the LSTM model's 18 kernels compiled serially (0.36 s
-# for 621 characters to 1.6 s for 3,244).
-KERNEL_BASE_COST = 300
-SCALARS_COST = 2800
+# for 621 characters to 1.6 s for 3,244): options.CpuOptions.compile_kernel_base_cost and
+# compile_scalars_cost.
 
 
 def units(groups: dict[str, list[Deferred]]) -> list[list[Deferred]]:
     """``groups`` (kernel file -> its calls) as units of work for one process each: a file's
     calls, or all the files whose kernels call the scalar functions (one unit); ordered by
     estimated cost, largest first, ties by file name (deterministic)."""
+    opts = options.current()
+
     def cost(path: str) -> int:
         k = groups[path][0].kernel
-        return (k.size + KERNEL_BASE_COST) * len(groups[path])
+        return (k.size + opts.compile_kernel_base_cost) * len(groups[path])
 
     by_unit: dict[str, list[str]] = {}
     for path in groups:
         scalars = getattr(groups[path][0].kernel, "scalars", False)
         by_unit.setdefault("" if scalars else path, []).append(path)
-    unit_cost = {u: sum(cost(p) for p in ps) + (SCALARS_COST if u == "" else 0)
+    unit_cost = {u: sum(cost(p) for p in ps) + (opts.compile_scalars_cost if u == "" else 0)
                  for u, ps in by_unit.items()}
     return [[d for path in sorted(by_unit[u]) for d in groups[path]]
             for u in sorted(by_unit, key=lambda u: (-unit_cost[u], u))]

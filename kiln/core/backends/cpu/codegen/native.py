@@ -51,6 +51,7 @@ import numpy as np
 
 from kiln import config
 from kiln.core.backends import jit as jit_loader
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.codegen import jit
 from kiln.core.backends.cpu.codegen.llvm_expr import LIBM
 from kiln.core.backends.cpu.codegen.llvm_loop import DATA_OFFSET, generate_ir
@@ -64,9 +65,9 @@ from kiln.core.backends.cpu.codegen.spec import (
 NATIVE_VERSION = "1"
 METH_FASTCALL = 0x0080
 # A native kernel's compile cost in the compile batch's units (jit.Kernel.size: characters of
-# numba source, ~0.3 ms each, plus compile_batch.KERNEL_BASE_COST per kernel): 0.02 per
-# character of IR. Only the order of the batch's queue depends on it (largest first).
-COST_PER_IR_CHAR = 0.02
+# numba source, ~0.3 ms each, plus CpuOptions.compile_kernel_base_cost per kernel): 0.02 per
+# character of IR (CpuOptions.compile_cost_per_ir_char). Only the order of the batch's queue
+# depends on it (largest first).
 
 _lock = threading.RLock()
 _state: dict[str, Any] = {}
@@ -251,7 +252,7 @@ class NativeKernel:
 
     @property
     def size(self) -> int:
-        return int(len(self.ir) * COST_PER_IR_CHAR)
+        return int(len(self.ir) * options.current().compile_cost_per_ir_char)
 
     def __repr__(self) -> str:
         return f"<kiln native kernel {self.key} [{self.label}]>"

@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.runtime import cpus
 from kiln.core.backends.cpu.runtime import parts as workers
 
@@ -65,17 +66,14 @@ AVX2_CORES = {"haswell", "zen", "sandybridge", "nehalem", "core2", "prescott", "
 _AVX512 = ("avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl")
 CORES = {"SkylakeX": _AVX512, "Cooperlake": (*_AVX512, "avx512bf16"),
          "Haswell": ("avx2", "fma"), "Zen": ("avx2", "fma"), "SandyBridge": ("avx",)}
-# Below this many multiply-adds in all (or with an edge under MIN_EDGE), np.matmul is at least
+# Below this many multiply-adds in all (or with an edge under the minimum), np.matmul is at least
 # as fast: the ~5 us of checks and ctypes call here against its ~2 us (2-core Zen 5, us, NumPy /
 # copy: 32x32x64 2.3 / 7.4, 64x128x128 23.9 / 25.1, 128^3 22.3 / 20.0, 256^3 156 / 91; 36
-# products of 64^3 186 / 143).
-MIN_WORK = 1 << 21
-MIN_EDGE = 8
+# products of 64^3 186 / 143): options.CpuOptions.blas_min_work / blas_min_edge.
 # Where kiln places the copy's threads (:func:`place`), single products above OpenBLAS's own
 # threading threshold (it runs products of at most 4 x 65536 multiply-adds on one thread,
 # GEMM_MULTITHREAD_THRESHOLD) go through the copy: NumPy's instance would wake threads kiln
-# cannot place.
-PLACED_MIN_WORK = 4 * 65536 + 1
+# cannot place (options.CpuOptions.blas_placed_min_work).
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
@@ -438,21 +436,21 @@ def _operand(shape: tuple, strides: tuple, size: int) -> tuple[int, int] | None:
     return None
 
 
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, opts: Any = None) -> bool:
     """``out = a @ b`` through the private OpenBLAS where it is loaded and the operands suit
     it (2-D, or 3-D with equal batch sizes; one dtype, float32 or float64; each matrix with a
     unit-stride axis, ``out`` row-major; no overlap with ``out``; enough work). Returns
     False, doing nothing, otherwise: the caller runs ``np.matmul``."""
     if a.ndim == 2:
-        single = prepare(a, b, out)
+        single = prepare(a, b, out, opts)
         if single is None:
             return False  # NumPy's own kernels, threads kiln cannot place: np.matmul
         run(single)
         return True
-    lib = library()
+    lib, opts = library(), opts or options.current()
     if lib is None:
         return False
-    call = _call(lib, a, b, out, MIN_WORK)
+    call = _call(lib, a, b, out, opts.blas_min_work, opts.blas_min_edge)
     if call is None:
         return False
     fn, nb, (m, n, k), (ta, tb), (pa, lda, sa), (pb, ldb, sb), (pc, ldc, sc) = call
@@ -477,14 +475,16 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     return True
 
 
-def prepare(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> tuple | None:
+def prepare(a: np.ndarray, b: np.ndarray, out: np.ndarray, opts: Any = None) -> tuple | None:
     """``(library, cblas function, arguments)`` of the single product ``out = a @ b`` (2-D)
     where it goes through the copy (:func:`singles`; the operands suit it and the work is
-    large enough, :func:`matmul`), for :func:`run`; None where ``np.matmul`` computes it."""
+    large enough by ``opts``, default ``options.current()``), for :func:`run`; else None."""
     lib = singles()
     if lib is None:
         return None
-    call = _call(lib, a, b, out, PLACED_MIN_WORK if lib.placeable else MIN_WORK)
+    opts = opts or options.current()
+    call = _call(lib, a, b, out, opts.blas_placed_min_work if lib.placeable
+                 else opts.blas_min_work, opts.blas_min_edge)
     return None if call is None else (lib, call[0], _single_args(call))
 
 
@@ -503,9 +503,10 @@ def run(single: tuple) -> None:
 
 
 def _call(lib: Library, a: np.ndarray, b: np.ndarray, out: np.ndarray, min_work: int,
-          min_edge: int = MIN_EDGE) -> tuple | None:
+          min_edge: int | None = None) -> tuple | None:
     """The cblas arguments of ``out = a @ b`` on ``lib`` (see :func:`matmul`), or None where the
     operands do not suit it."""
+    min_edge = options.current().blas_min_edge if min_edge is None else min_edge
     dt = out.dtype
     fn = lib.gemm.get(dt)
     if fn is None or a.dtype != dt or b.dtype != dt or not a.ndim == b.ndim == out.ndim:

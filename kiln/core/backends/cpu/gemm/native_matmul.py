@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kiln.core.backends.cpu import target
+from kiln.core.backends.cpu import options, target
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import native_gemm
 from kiln.core.backends.cpu.runtime import parts as workers
@@ -41,13 +41,10 @@ LANES = 16
 BLOCK = (4, 4)          # rows x vectors: 16 accumulators, 4 B vectors and a broadcast (of 32)
 NARROW_BLOCK = (16, 1)  # under 16 columns: one masked vector, 16 rows (independent FMA chains)
 CHUNK = 64              # rows of A per chunk (64 x 784 floats: 200 KB of the 1 MB L2)
-MIN_ROWS = 128
 MIN_COLUMNS, MAX_COLUMNS = 256, 1024
-MAX_INNER = 1024
-SERIAL_WORK = 1 << 22   # multiply-adds under which one thread runs the product
-COLUMN_ROWS = 512       # products of fewer rows are split by their columns (_ranges)
-TRANSPOSE_SPLIT = 1 << 16  # elements from which a transpose is split over the threads
-ENABLED = True
+# The planner's choices (the rows and inner length the kernel takes, the work under which one
+# thread runs a product, the rows under which it splits by columns, the size from which a
+# transpose splits; the switch): options.CpuOptions.matmul_* / transpose_split / native_matmul.
 # The kernel's blocks are AVX-512 vectors: it runs only where the CPU has them
 # (target.current().native_matmul, target.py).
 
@@ -64,14 +61,16 @@ def suits(a: np.ndarray, b: np.ndarray, out: np.ndarray, packed: bool = False) -
     C-contiguous; ``packed``: ``b`` may instead be :func:`transposed`), ``a`` any positive
     strides; the shape inside the measured range above; no overlap between ``out`` and an
     operand."""
-    if not (ENABLED and target.current().native_matmul and a.ndim == b.ndim == out.ndim == 2):
+    opts = options.current()
+    if not (opts.native_matmul and target.current().native_matmul
+            and a.ndim == b.ndim == out.ndim == 2):
         return False
     if not (a.dtype == b.dtype == out.dtype == np.float32):
         return False
     (m, k), n = a.shape, b.shape[1]
     wide = MIN_COLUMNS <= n <= MAX_COLUMNS and n % LANES == 0
-    if (b.shape[0] != k or out.shape != (m, n) or m < MIN_ROWS or k > MAX_INNER or k < 1
-            or not (wide or n < LANES)):
+    if (b.shape[0] != k or out.shape != (m, n) or m < opts.matmul_min_rows
+            or k > opts.matmul_max_inner or k < 1 or not (wide or n < LANES)):
         return False
     unit = b.strides[1] == 4 and b.strides[0] >= 4 * n
     if not out.flags.c_contiguous or not (unit or (packed and transposed(b))):
@@ -117,18 +116,20 @@ def _name(n: int, bias: bool, relu: bool, update: bool, apply: bool, gate: bool)
 def _ranges(m: int, k: int, n: int, update: bool = False,
             columns: bool = True) -> tuple[bool, list[tuple[int, int]]]:
     """``(by_columns, ranges)``: the product's parts, one per kiln thread (one part where it
-    is under ``SERIAL_WORK`` multiply-adds: waking a thread would cost more). An update
+    is under ``matmul_serial_work`` multiply-adds: waking a thread would cost more). An update
     (``update``: ``C`` a weight's velocity, and the weight) or a product of under
-    ``COLUMN_ROWS`` rows, of whole vectors (``n % LANES == 0``, 256 columns and more), is
+    ``matmul_column_rows`` rows, of whole vectors (``n % LANES == 0``, 256 columns and more), is
     split by its columns, at multiples of the block width where each part gets one: each
     thread then reads only its columns of ``B`` and writes its columns of ``C``, so a
     weight's columns and its velocity's stay with one core from the forward product to the
     update (docs/architecture.md, "Dense products"); other products (every one where
     ``columns`` is False) by their rows, at multiples of the block height."""
-    parts = workers.count(m * k * n, SERIAL_WORK)
+    opts = options.current()
+    parts = workers.count(m * k * n, opts.matmul_serial_work)
     if parts == 1:
         return False, [(0, m)]
-    if columns and n % LANES == 0 and n >= MIN_COLUMNS and (update or m < COLUMN_ROWS):
+    if (columns and n % LANES == 0 and n >= MIN_COLUMNS
+            and (update or m < opts.matmul_column_rows)):
         unit = LANES * BLOCK[1] if n // parts >= LANES * BLOCK[1] else LANES
         cuts = [0] + [min(n, round(n * j / parts / unit) * unit) for j in range(1, parts)]
         cuts.append(n)
@@ -221,7 +222,7 @@ def add_transpose(b, src: np.ndarray, dst: np.ndarray) -> bool:
     rows, cols = src.shape
     if not (src.flags.c_contiguous and dst.flags.c_contiguous and dst.shape == (cols, rows)):
         return False
-    parts = workers.count(rows * cols, TRANSPOSE_SPLIT)
+    parts = workers.count(rows * cols, options.current().transpose_split)
     cuts = [0] + [min(rows, -(-rows * j // parts) // LANES * LANES)
                   for j in range(1, parts)] + [rows]
     ranges = [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]

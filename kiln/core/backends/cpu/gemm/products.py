@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.gemm import blas, native_matmul
 from kiln.core.ir import Node
 
@@ -57,13 +58,15 @@ NUMPY = ()
 class _KeptCall:
     """A plan step's BLAS call (``blas.prepare`` / ``prepare_gemm``) kept for the arrays it
     last saw: weak references to them, never the arrays (a feed the step reads is still bound
-    in place: ``feeds.closure_arrays``), with their dtypes, shapes and strides."""
+    in place: ``feeds.closure_arrays``), with their dtypes, shapes and strides; and the CPU
+    options of the plan that made it (options.py: its thresholds, whichever thread runs it)."""
 
-    __slots__ = ("_seen", "_single")
+    __slots__ = ("_seen", "_single", "_options")
 
     def __init__(self) -> None:
         self._seen: tuple | None = None
         self._single: tuple | None = None
+        self._options = options.current()
 
     def _kept(self, a: Any, b: Any, out: Any) -> tuple | None:
         """The kept call for these arrays: as kept when they are the ones last seen; with
@@ -108,10 +111,10 @@ class MatmulCall(_KeptCall):
             single = self._kept(a, b, out)
             if single is None:
                 if a.ndim != 2:  # a batch: split over kiln's threads where BLAS takes it
-                    if not blas.matmul(a, b, out):
+                    if not blas.matmul(a, b, out, self._options):
                         np.matmul(a, b, out=out)
                     return
-                single = blas.prepare(a, b, out) or NUMPY
+                single = blas.prepare(a, b, out, self._options) or NUMPY
                 self._keep(a, b, out, single)
             if single is NUMPY:
                 np.matmul(a, b, out=out)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.codegen import jit, native
 from kiln.core.backends.cpu.codegen.spec import (
     LoopSpec,
@@ -37,8 +38,8 @@ from kiln.core.ops.registry import REDUCE, get_op
 # loop. Padding every nest to rank 3 (one kernel for rank 1, 2 and 3 loops of the same
 # expression) shared no kernel in the models measured, and a rank-3 loop compiles ~1.5x
 # slower (0.38 against 0.24 s for relu(a + b)): the LSTM model's first step 7.9 -> 6.6 s,
-# the MNIST convnet's 10.6 -> 9.4 s (cold, 2 compile processes, the same 18 / 24 kernels).
-MIN_RANK = 1
+# the MNIST convnet's 10.6 -> 9.4 s (cold, 2 compile processes, the same 18 / 24 kernels):
+# options.CpuOptions.loop_min_rank.
 # Loops without reduction that move at least this many bytes (outputs plus full-size reads)
 # run on all threads: the serial kernel on parts of the outermost real loop, one per thread
 # (runtime.parts.add_parts, kiln's workers; docs/architecture.md, "Threads"). The split changes
@@ -55,8 +56,7 @@ MIN_RANK = 1
 # against 345 us serial there (125 us alone); the whole step 6.56 -> 6.18 ms with 16 MB
 # (12 interleaved epochs, one process), and no workload of bench_suite.py slower
 # (convnet, wide MLP, text classifier, Conv1D: 0.96-1.00x, 10 pairs each).
-PARALLEL_MIN_BYTES = 16 << 20
-SPIN_MIN_BYTES = 512 << 10
+# options.CpuOptions.parallel_min_bytes, and spin_min_bytes where the spin pool runs the parts.
 _kernels: dict[LoopSpec, jit.Kernel | native.NativeKernel] = {}
 
 
@@ -64,8 +64,7 @@ _kernels: dict[LoopSpec, jit.Kernel | native.NativeKernel] = {}
 # PLANNER_BATCH) accumulate float32 sums and means in float64 (spec.wide_accumulators). Below
 # it a float32 running sum stays within ~sqrt(n) ulps and the wider arithmetic would cost:
 # a bias gradient over 128 x 512 took 6.7 us wide against 5.5, 4096 row sums of 256 48.4
-# against 42.9 (2 shared cores, min of 15 x 200 calls).
-WIDE_MIN_COUNT = 1024
+# against 42.9 (2 shared cores, min of 15 x 200 calls): options.CpuOptions.wide_min_count.
 
 
 def loop_kernel(spec: LoopSpec) -> jit.Kernel | native.NativeKernel:
@@ -132,11 +131,10 @@ def build_loop(b, node: Node) -> None:
 # An in-place sum of two large contiguous float arrays (SGD momentum's w + v after the velocity's
 # gemm: kiln/core/passes/gemm.py) runs as BLAS's axpy (``products.axpy``): OpenBLAS's threads,
 # still spinning on the other core after the GEMM before it, take half of it, where a split
-# over kiln's own threads would first wake them (see PARALLEL_MIN_BYTES). Same bits: axpy
+# over kiln's own threads would first wake them (see parallel_min_bytes). Same bits: axpy
 # with alpha 1 is one rounded add per element. MLP training step (784 x 512 update): about
 # 3% less time (process A/B; docs/architecture.md, "Passes").
-AXPY = (("add", (-1, -2), ()),)
-AXPY_MIN_ELEMENTS = 1 << 16
+AXPY = (("add", (-1, -2), ()),)  # from options.CpuOptions.axpy_min_elements elements
 
 
 def _axpy(b, node: Node) -> bool:
@@ -145,7 +143,7 @@ def _axpy(b, node: Node) -> bool:
     otherwise."""
     if node.dtype not in ("float32", "float64") or any(d is None for d in node.shape):
         return False
-    if int(np.prod(node.type.dims)) < AXPY_MIN_ELEMENTS:
+    if int(np.prod(node.type.dims)) < options.current().axpy_min_elements:
         return False
 
     if products.products_native(b):  # a plan without BLAS calls: OpenBLAS's threads stay asleep
@@ -211,7 +209,7 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
                                  f"reduction loop over {it}")
             strides.append(operand_strides(e.layout, e.static, it, static_it))
     drop = tuple(s == 1 for s in static_it)
-    nest = loop_nest(it, strides, drop, MIN_RANK)
+    nest = loop_nest(it, strides, drop, options.current().loop_min_rank)
     classes = []
     outs = [("O", out)] + [(f"E{k}", e) for k, (_, e) in enumerate(extras)]
     # a loop of one element (static: e.g. the Adam update of a Dense(1) bias) classifies its
@@ -245,7 +243,7 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
     # float64 accumulators where the reduction is long (decided on the static shape, as the
     # threads are: a new batch size never needs the other kernel)
     wide = red is not None and planned_elements(
-        [static_it[d] for d in dict(red_attrs)["axis"]]) >= WIDE_MIN_COUNT
+        [static_it[d] for d in dict(red_attrs)["axis"]]) >= options.current().wide_min_count
     spec = LoopSpec(head, red, tuple(in_dtypes), out.dtype, nest.rank, tuple(classes),
                     out_class, tuple(j for j, _ in extras), tuple(e.dtype for _, e in extras),
                     wide)
@@ -291,15 +289,16 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
 
 
 def _min_bytes(b, kernel, plain: bool) -> int:
-    """The bytes a loop moves from which its threads split it: :data:`SPIN_MIN_BYTES` for a
+    """The bytes a loop moves from which its threads split it: ``spin_min_bytes`` for a
     native loop without a reduction in a plan without BLAS calls (its parts go to the spin
     pool: a trivial kernel split in two takes 4.0 us a call there, its two parts one after
     the other 2.7; and no OpenBLAS thread spins on the other core:
-    ``gemm.products.products_native``), else :data:`PARALLEL_MIN_BYTES`."""
+    ``gemm.products.products_native``), else ``parallel_min_bytes`` (options.CpuOptions)."""
+    opts = options.current()
     if (plain and workers.engine() == "spin" and isinstance(kernel, native.NativeKernel)
             and products.products_native(b)):
-        return min(SPIN_MIN_BYTES, PARALLEL_MIN_BYTES)
-    return PARALLEL_MIN_BYTES
+        return min(opts.spin_min_bytes, opts.parallel_min_bytes)
+    return opts.parallel_min_bytes
 
 
 # The binary ops that combine partial reductions (NaN-propagating like the kernels' max/min).

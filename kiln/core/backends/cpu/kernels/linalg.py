@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.gemm import products
 from kiln.core.backends.cpu.kernels.elementwise import Operand, emit_loop
 from kiln.core.backends.cpu.registry import builder
@@ -46,8 +47,7 @@ def build_matmul(b, node: Node) -> None:
 
 # d @ W.T's copy of a weight's W.T made right after the forward product read W (False: just
 # before the product). MLP training step, one process, epochs alternated: 0.912-0.972x the
-# time of the late copy (docs/architecture.md, "Dense products")
-EARLY_PACK = True
+# time of the late copy (docs/architecture.md, "Dense products"): options.CpuOptions.early_pack
 
 def dense(b, node: Node, x, y, out) -> bool:
     """Adds ``out = x @ y`` on kiln's register-blocked kernel (:mod:`..gemm.native_matmul`), with
@@ -118,7 +118,7 @@ def _weight_read(b, yn: Node, y: np.ndarray) -> int | None:
     from kiln.core.backends.cpu.gemm import native_matmul
     from kiln.core.plan import is_view
 
-    if not (EARLY_PACK and native_matmul.transposed(y)):
+    if not (options.current().early_pack and native_matmul.transposed(y)):
         return None
     root = yn
     while root.op != "param" and root.inputs and is_view(root):

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.codegen import jit
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.backends.cpu.runtime import parts as workers
 from kiln.core.ir import Node
 from kiln.core.ops.sort import descending_key
 
-PARALLEL_MIN = 1 << 15  # elements: below this the rows are sorted in one thread
+# below options.CpuOptions.sort_parallel_min elements the rows are sorted in one thread
 
 
 def float_keys(bits, keys, desc):
@@ -86,7 +87,7 @@ def build_argsort(b, node: Node) -> None:
     stage = np.empty((rows, n) if staged else (0, n), x.dtype)
     flat = stage if staged else x.reshape(rows, n)
     kind = _keyed(flat.dtype) if n < (1 << 32) else None
-    parts = workers.split(rows, work=rows * n, min_work=PARALLEL_MIN)
+    parts = workers.split(rows, work=rows * n, min_work=options.current().sort_parallel_min)
 
     if kind is None:
         def sort_part(lo: int, hi: int) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.core.backends.cpu import options
 from kiln.core.layout import contiguous_strides
 
 
@@ -32,8 +33,8 @@ class FeedBinding:
 
 
 
-# Feeds smaller than this are copied into their buffer: cheaper than rebuilding the views.
-BIND_MIN_BYTES = 32768
+# Feeds smaller than options.CpuOptions.bind_min_bytes are copied into their buffer: cheaper
+# than rebuilding the views.
 
 def closure_arrays(fn: Any, depth: int = 8) -> list[np.ndarray]:
     """The arrays a step's function (or another value: an argument that is not an array) holds
@@ -83,7 +84,7 @@ def feed_binding(steps: Sequence[Any], buffer: np.ndarray,
                  outputs: list[np.ndarray]) -> FeedBinding | None:
     """The :class:`FeedBinding` of a feed buffer, or None when the feed is small, or some step
     reads it in a way that cannot be rebuilt (a closure), or an output shows it."""
-    if buffer.nbytes < BIND_MIN_BYTES:
+    if buffer.nbytes < options.current().bind_min_bytes:
         return None
     base_ptr = buffer.__array_interface__["data"][0]
     lo, hi = base_ptr, base_ptr + buffer.nbytes

@@ -44,6 +44,7 @@ import numpy as np
 
 from kiln import config
 from kiln.core import gc_pause
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.codegen import compile_batch
 from kiln.core.backends.cpu.codegen.spec import REDUCE_OPS
 from kiln.core.backends.cpu.kernels.elementwise import build_group, build_loop
@@ -295,7 +296,8 @@ class PlanBuilder:
     def build(self) -> Plan:
         """The plan; its kernels are compiled together when the outermost build ends
         (:mod:`..codegen.compile_batch`), and its calls then call their entry points directly."""
-        with gc_pause.paused():  # no collector pauses while building (kiln/core/gc_pause.py)
+        # the options the program was compiled under, whichever thread builds (options.py)
+        with gc_pause.paused(), options.use(self.program.options):
             with compile_batch.batch():
                 plan = self._build()
             for step in plan.steps:
@@ -439,7 +441,10 @@ class CpuProgram:
 
     def __init__(self, graph: Graph, updates: Sequence[tuple[int, Any]] | None = None):
         self.source_graph = graph
-        self.graph = lower(graph)
+        # the CPU options every plan of this program is built with (options.py)
+        self.options = options.current()
+        with options.use(self.options):
+            self.graph = lower(graph)
         self.updates = [(int(k), var) for k, var in (updates or ())]
         self.kernels_order, self.groups = program_order(self.graph, self.updates)
         self.order = with_sources(self.graph, self.kernels_order)

@@ -1,6 +1,6 @@
 """Small kernels on the caller's thread: a plan step split into parts for kiln's workers
 (:class:`~kiln.core.backends.cpu.runtime.threads.SplitCall`) whose work is below
-:data:`kiln.core.backends.cpu.lowering.SERIAL_WORK` at the plan's shapes runs its parts one
+``options.CpuOptions.serial_work`` at the plan's shapes runs its parts one
 after the other on the thread that calls the plan, waking no worker (:func:`serialize`,
 called once when a plan is built: a decision of the planner, not of the pools).
 
@@ -40,7 +40,7 @@ class SerialParts:
 
 def serialize(plan: Any, shape_of: Callable) -> int:
     """Makes each split step of ``plan`` (a built ``program.Plan``, its entry points settled)
-    whose hand-written kernel does less than ``SERIAL_WORK`` run on the caller's thread;
+    whose hand-written kernel does less than ``serial_work`` run on the caller's thread;
     returns how many steps changed."""
     changed = 0
     for k, step in enumerate(plan.steps):

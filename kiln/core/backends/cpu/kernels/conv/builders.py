@@ -2,7 +2,7 @@
 each picks how its node runs (kiln/core/backends/cpu/kernels/conv/conv.py's module docstring
 lists the ways), in this order: grouped kernels (``conv_groups``), native dot kernels for few
 output channels (``conv_tile``), Winograd (``winograd``, ``winograd_pipeline``; a forward one
-from ``lowering.WINOGRAD_MIN_OUTPUTS`` output positions), the register
+from ``CpuOptions.winograd_min_outputs`` output positions), the register
 tiles (``conv_tile``), then ``conv.conv_method``'s choice of direct loops or im2col + GEMM.
 The im2col buffer of an input is computed once per step and shared by its readers. Every
 kernel here is native (LLVM IR): where that path is off, each op runs its NumPy reference.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.gemm import products
 from kiln.core.backends.cpu.kernels.conv import conv, conv_tile, winograd, winograd_ops
 from kiln.core.backends.cpu.kernels.conv.conv_groups import build_grouped
@@ -76,7 +77,8 @@ def build_conv2d(b, node: Node) -> None:
     method = conv.conv_method(taps, node.op, out.dtype.name, w.shape[3])
     if method == "tile" and conv_tile.forward_tile(b, node, x, w, out):
         return
-    if method == "direct" or (method == "tile" and taps <= conv.DIRECT_MAX_TAPS):
+    if method == "direct" or (method == "tile"
+                              and taps <= options.current().conv_direct_max_taps):
         conv._call(b, "conv_direct_kernel", out, x, w, p)
         return
     cols = _cols(b, x_node, k, oh, ow, p)
@@ -114,7 +116,7 @@ def build_conv2d_filter(b, node: Node) -> None:
         (sh, sw), (dh, dw) = node.attrs["strides"], node.attrs["dilation"]
         if conv_tile.native_filter(b, out, padded, ct, (sh, sw, dh, dw, *k)):
             return
-    if taps <= conv.DIRECT_MAX_TAPS:
+    if taps <= options.current().conv_direct_max_taps:
         conv._call_summed(b, "conv_filter_direct_kernel", out, x, ct, p, n=ct.shape[0])
         return
     cols = _cols(b, x_node, k, oh, ow, p)

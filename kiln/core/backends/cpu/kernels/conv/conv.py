@@ -41,7 +41,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kiln.core.backends.cpu import target
+from kiln.core.backends.cpu import options, target
 from kiln.core.backends.cpu.codegen import jit
 from kiln.core.backends.cpu.kernels.conv import native_conv, native_groups
 from kiln.core.backends.cpu.kernels.pool import native_pool
@@ -49,8 +49,8 @@ from kiln.core.backends.cpu.runtime import parts as workers
 from kiln.core.backends.cpu.runtime.parts import native_split
 from kiln.core.ops.window import window2d
 
-# A convolution with at most this many taps per output (kh * kw * Cin) runs direct loops.
-DIRECT_MAX_TAPS = 16
+# A convolution with at most this many taps per output (kh * kw * Cin) runs direct loops
+# (options.CpuOptions.conv_direct_max_taps).
 # A float32 convolution with at most 64 output channels runs register tiles forward: no
 # im2col buffer, tiles of output pixels x channels held in registers. MNIST convnet, batch 128
 # (benchmarks/bench_conv.py, forward.tile against the others; numba's 4 x 64 tiles, since
@@ -65,28 +65,22 @@ DIRECT_MAX_TAPS = 16
 # place the CPU's features are read).
 # The forward and kernel-gradient tiles are native_tile's kernels (explicit vectors of 16
 # lanes, blocks of R pixels or taps x the output channels' vectors, masked tails).
-# NATIVE_TILE = False turns them off (then the direct loops or im2col + GEMM).
-# FILTER_CHUNK: output pixels per chunk of the kernel gradient (their cotangent stays in
-# cache across the tap blocks).
-NATIVE_TILE = True
-FILTER_CHUNK = 256
+# options.CpuOptions.native_tile = False turns them off (then the direct loops or im2col +
+# GEMM). filter_chunk: output pixels per chunk of the kernel gradient (their cotangent stays
+# in cache across the tap blocks).
 # A bias add and ReLU in the fused kernel right after a tiled forward convolution are its
 # epilogue (PlanBuilder.epilogue): the convolution writes relu(conv + bias) and the separate
-# pass over its output (a read and a write of the whole tensor) is gone.
-EPILOGUE = True
-# Convolutions into at most DOT_MAX_OUT channels run native_tile's dot kernels (vectors over
+# pass over its output (a read and a write of the whole tensor) is gone (conv_epilogue).
+# Convolutions into at most dot_max_out channels run native_tile's dot kernels (vectors over
 # the input channels; conv_tile.few_outputs); their kernel gradient keeps at most
-# DOT_ACCUMULATORS
-# vectors of sums in registers.
-DOT_MAX_OUT = 4
-DOT_ACCUMULATORS = 24
+# dot_accumulators vectors of sums in registers.
 # The input gradient of a float32 stride-1 convolution with few output channels (<= 8) and
 # 16 to 64 input channels runs as a forward convolution through conv_tile64_kernel
 # (conv_tile.input_gradient_tile) instead of a starved GEMM (N = Cout) into an im2col-sized
 # buffer +
 # col2im: a Conv2D(1) output layer on 28x28x32, batch 128, 71 -> 9 ms (AVX2 host); with 16
 # or more output channels the GEMM wins (32 -> 16: 48 against 52 ms; 32 -> 32: 67 against 101).
-INPUT_AS_FORWARD = True
+# options.CpuOptions.input_as_forward.
 
 
 def conv_method(taps: int, op: str = "conv2d", dtype: str = "float32",
@@ -98,17 +92,17 @@ def conv_method(taps: int, op: str = "conv2d", dtype: str = "float32",
     gradient of layer 1 (9 taps) run 2.1 / 1.9 ms direct against 3.5 / 4.1 ms with im2col +
     GEMM; layer 2 (288 taps) 5.1 / 6.4 ms with GEMM against 10.5 / 12.0 ms direct; the input
     gradient is faster as GEMM + col2im at both sizes (1.9 vs 6.2 ms on layer 1). ``"tile"``
-    (``target.current().tile_conv``, ``NATIVE_TILE``) beats both where it applies: a float32
+    (``target.current().tile_conv``, ``native_tile``) beats both where it applies: a float32
     forward or kernel gradient with Cout <= 64 (native_tile's kernel gradient: 101-116 GFLOPS
     on one core for any number of taps; CIFAR's first layer, 27 taps -> 32 channels, batch 64,
     ran 0.8 + 5.1 ms as im2col + OpenBLAS's tall-skinny GEMM).
     """
     if op == "conv2d_backprop_input":
         return "gemm"
-    if (target.current().tile_conv and NATIVE_TILE and dtype == "float32"
+    if (target.current().tile_conv and options.current().native_tile and dtype == "float32"
             and channels_out <= 64):
         return "tile"
-    return "direct" if taps <= DIRECT_MAX_TAPS else "gemm"
+    return "direct" if taps <= options.current().conv_direct_max_taps else "gemm"
 
 
 # ---- kernels ------------------------------------------------------------------------------------

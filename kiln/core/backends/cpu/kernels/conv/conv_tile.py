@@ -3,15 +3,15 @@
 shared padded copy of an input, the tap offsets, the forward (with its bias / ReLU epilogue),
 the kernel gradient and the dot kernels of convolutions into few channels. Each ``native_*``
 function adds its steps and returns True, or adds nothing and returns False (the caller then takes
-another path). The switches (``NATIVE_TILE``, ``FILTER_CHUNK``, ``DOT_MAX_OUT`` ...) live in
-``conv.py``, next to the choice of method they change.
+another path). The switches (``native_tile``, ``filter_chunk``, ``dot_max_out`` ...) are fields of
+``options.CpuOptions``; their measurements stay in ``conv.py``, next to the choice of method.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kiln.core.backends.cpu import target
+from kiln.core.backends.cpu import options, target
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.kernels.conv import conv, native_tile
 from kiln.core.backends.cpu.runtime import parts as workers
@@ -56,7 +56,8 @@ def native_forward(b, out: np.ndarray, x: np.ndarray, w2d: np.ndarray, geometry:
     """Adds ``native_tile.forward_ir`` for ``out = conv(x (padded), w2d (taps, CO))``, with
     ``epilogue = (bias, relu)`` ``out = relu?(conv + bias)``; False where it cannot run (the
     caller runs the numba kernel)."""
-    if not (target.current().tile_conv and conv.NATIVE_TILE and out.dtype == np.float32):
+    if not (target.current().tile_conv and options.current().native_tile
+            and out.dtype == np.float32):
         return False
     co = out.shape[3]
     taps = w2d.shape[0]
@@ -98,7 +99,7 @@ def epilogue(b, *inputs: np.ndarray) -> tuple:
     a Conv2DTranspose's input gradient, a Dense product) is a bias add (and ReLU) the node's
     kernel can apply as its epilogue (:func:`bias_relu`), its output not overlapping the
     node's ``inputs``, else ``(None, None)``."""
-    fused = b.epilogue(b.node) if conv.EPILOGUE else None
+    fused = b.epilogue(b.node) if options.current().conv_epilogue else None
     epi = bias_relu(b, b.node, fused) if fused is not None else None
     target = b.epilogue_target(fused, b.node) if epi is not None else None
     if target is None or any(np.shares_memory(target, x) for x in inputs):
@@ -138,13 +139,14 @@ def native_filter(b, out: np.ndarray, x: np.ndarray, ct: np.ndarray, geometry: t
     """Adds ``native_tile.filter_ir`` for the kernel gradient ``out`` (kh, kw, CI, CO) of
     ``x`` (padded) and the cotangent ``ct``: chunks of output rows split over kiln's threads,
     one partial sum per thread, added in order; False where it cannot run."""
-    if not (target.current().tile_conv and conv.NATIVE_TILE and out.dtype == np.float32):
+    if not (target.current().tile_conv and options.current().native_tile
+            and out.dtype == np.float32):
         return False
     kh, kw, ci, co = out.shape
     taps = kh * kw * ci
     n, oh, ow, _ = ct.shape
     rows, vecs = native_tile.block_shape(16, co, taps)
-    per = max(1, conv.FILTER_CHUNK // ow)
+    per = max(1, options.current().filter_chunk // ow)
     chunks = -(-(n * oh) // per)
     ranges = workers.split(chunks)
     strides, off = tap_offsets(x, geometry)
@@ -168,11 +170,11 @@ def native_filter(b, out: np.ndarray, x: np.ndarray, ct: np.ndarray, geometry: t
 
 
 def few_outputs(kernel_shape: tuple, out: np.ndarray) -> bool:
-    """A float32 convolution into at most conv.DOT_MAX_OUT channels from at least 8 (a Conv2D(1)
+    """A float32 convolution into at most ``dot_max_out`` channels from at least 8 (a Conv2D(1)
     output layer): native_tile's dot kernels, vectors over the input channels (AVX-512
     hosts, as the tiles)."""
-    return (target.current().tile_conv and conv.NATIVE_TILE and out.dtype == np.float32
-            and kernel_shape[3] <= conv.DOT_MAX_OUT and kernel_shape[2] >= 8)
+    return (target.current().tile_conv and options.current().native_tile and out.dtype == np.float32
+            and kernel_shape[3] <= options.current().dot_max_out and kernel_shape[2] >= 8)
 
 
 def dot_geometry(x: np.ndarray, node: Node, k: tuple[int, int]) -> tuple[list[int], list[int]]:
@@ -216,10 +218,10 @@ def native_dot_filter(b, node: Node, x: np.ndarray, ct: np.ndarray, out: np.ndar
     x = padded(b, node.inputs[0], x, (kh, kw), node.attrs)
     cvecs = -(-ci // 16)
     kk = kh * kw
-    rows = max(1, min(kk, conv.DOT_ACCUMULATORS // (co * cvecs)))
+    rows = max(1, min(kk, options.current().dot_accumulators // (co * cvecs)))
     tail = kk % rows
     n, oh, ow, _ = ct.shape
-    per = max(1, conv.FILTER_CHUNK // ow)
+    per = max(1, options.current().filter_chunk // ow)
     ranges = workers.split(-(-(n * oh) // per))
     strides, off = dot_geometry(x, node, (kh, kw))
     total = np.empty((kk, co, cvecs * 16), np.float32)
@@ -248,7 +250,7 @@ def forward_tile(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray) -
     (sh, sw), (dh, dw) = node.attrs["strides"], node.attrs["dilation"]
     x = padded(b, node.inputs[0], x, (kh, kw), node.attrs)
     w2d = w.reshape(kh * kw * ci, co)
-    fused = b.epilogue(node) if conv.EPILOGUE else None
+    fused = b.epilogue(node) if options.current().conv_epilogue else None
     epi = bias_relu(b, node, fused) if fused is not None else None
     target = b.epilogue_target(fused, node) if epi is not None else None
     if target is not None and not (np.shares_memory(target, x)
@@ -262,14 +264,14 @@ def forward_tile(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray) -
 def input_as_forward(node: Node, w: np.ndarray, out: np.ndarray) -> bool:
     """Whether the input gradient runs as a forward convolution (``input_gradient_tile``): a
     float32 convolution with stride 1, dilation 1, 16 to 64 input channels and at most 8
-    output channels (see conv.INPUT_AS_FORWARD); on hosts with native_tile's kernels, any
+    output channels (see ``input_as_forward``); on hosts with native_tile's kernels, any
     stride-1 convolution (any dilation) into at most 64 input channels: the 5x5 32 -> 64 and
     the dilated 3x3 64 -> 64 layers of benchmarks/bench_conv_shapes.py (16 x 16, batch 32),
     5.8 / 4.0 ms as a GEMM into an im2col-sized buffer + col2im -> 3.9 / 3.1 ms."""
-    if not (conv.INPUT_AS_FORWARD and out.dtype == np.float32
+    if not (options.current().input_as_forward and out.dtype == np.float32
             and tuple(node.attrs["strides"]) == (1, 1)):
         return False
-    if target.current().tile_conv and conv.NATIVE_TILE and w.shape[2] <= 64:
+    if target.current().tile_conv and options.current().native_tile and w.shape[2] <= 64:
         return True
     return (tuple(node.attrs["dilation"]) == (1, 1) and 16 <= w.shape[2] <= 64
             and w.shape[3] <= 8)

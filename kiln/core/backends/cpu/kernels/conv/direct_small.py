@@ -9,29 +9,26 @@ As ``conv_tile.input_gradient_tile``: dx is the correlation of the cotangent, ze
 swapped; here laid out as the dot kernel reads it, ``(CI, taps, CO padded to 16 lanes)``.
 
 The rule (shapes only, not the host's speed): float32, stride 1, at most
-:data:`MAX_INPUT_CHANNELS` input channels (the dot kernel keeps one accumulator per input
-channel and pixel of a block, blocks of at least 2 pixels) and at least
-:data:`MIN_OUTPUT_CHANNELS` output channels (the vectors' lanes), on hosts with the tiles'
-kernels (``target.current().tile_conv``).
+``direct_small_max_input_channels`` (options.CpuOptions) input channels (the dot kernel
+keeps one accumulator per input channel and pixel of a block, blocks of at least 2 pixels)
+and at least ``direct_small_min_output_channels`` output channels (the vectors' lanes), on
+hosts with the tiles' kernels (``target.current().tile_conv``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kiln.core.backends.cpu import target
+from kiln.core.backends.cpu import options, target
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.codegen.ir_kernel import _div, _Kernel
 from kiln.core.backends.cpu.codegen.llvm_expr import Val
-from kiln.core.backends.cpu.kernels.conv import conv
 from kiln.core.backends.cpu.kernels.conv.native_tile import _check, _no_unroll, _Vec
 from kiln.core.backends.cpu.runtime.parts import native_split
 from kiln.core.ir import Node
 from kiln.core.ops.window import window2d
 
-ENABLED = True
-MAX_INPUT_CHANNELS = 8
-MIN_OUTPUT_CHANNELS = 12
+# the switch and the channel bounds: options.CpuOptions.direct_small*
 LANES = 16
 
 
@@ -39,10 +36,12 @@ def takes_input_gradient(node: Node, w: np.ndarray, out: np.ndarray) -> bool:
     """Whether :func:`input_gradient` takes the input gradient ``out`` of ``node`` (the rule
     of the module docstring)."""
     kh, kw, ci, co = w.shape
-    return (ENABLED and conv.NATIVE_TILE and target.current().tile_conv and native.enabled()
-            and out.dtype == np.float32 and w.dtype == np.float32
-            and tuple(node.attrs["strides"]) == (1, 1) and ci <= MAX_INPUT_CHANNELS
-            and co >= MIN_OUTPUT_CHANNELS
+    opts = options.current()
+    return (opts.direct_small and opts.native_tile and target.current().tile_conv
+            and native.enabled() and out.dtype == np.float32 and w.dtype == np.float32
+            and tuple(node.attrs["strides"]) == (1, 1)
+            and ci <= opts.direct_small_max_input_channels
+            and co >= opts.direct_small_min_output_channels
             and (ci + 1) * -(-co // LANES) * 2 + 1 <= REGISTERS)  # blocks of 2+ pixels
 
 

@@ -26,13 +26,12 @@ or ``4`` picks m of the stride-1 tiles.
 
 from __future__ import annotations
 
-import os
 from fractions import Fraction
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from kiln.core.backends.cpu import target
+from kiln.core.backends.cpu import options, target
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import native_gemm
 from kiln.core.backends.cpu.gemm import products as gemm_products
@@ -45,15 +44,13 @@ from kiln.core.ir import Node
 # im2col + GEMM -> Winograd): 32 -> 1 channels 24.8 / - / 24.0 -> 11.1 / - / 10.9 (the
 # input gradient reads 1 channel: 9.9 by conv_tile64 against 20.9), 32 -> 8 38.3 / 38.7 /
 # 37.2 -> 13.9 / 15.7 / 16.5, 8 -> 32 17.0 / - / 16.2 -> 16.8 / - / 15.3; reading 1 or 3
-# channels (a first layer) 1.7-3.3x slower.
-MIN_CHANNELS = 8
-# Lanes of the transforms' channel vectors where the CPU has AVX-512 (else 8).
-TRANSFORM_LANES = 16
-DEFAULT_M = 4
+# channels (a first layer) 1.7-3.3x slower (options.CpuOptions.winograd_min_channels).
+# Lanes of the transforms' channel vectors where the CPU has AVX-512 (else 8):
+# winograd_transform_lanes; m of F(m x m, 3 x 3): winograd_m (KILN_WINOGRAD).
 KERNELS = ((3, 3), (1, 3))  # stride 1
 # A 3x3 kernel at stride 2 as four zero-padded 2x2 phases does 16 taps' work for 9: 1.3-1.6x
 # slower than im2col (batch 64, 32x32x64 -> 64: 18.8/21.0/18.9 against 25.1/25.5/27.1 ms).
-STRIDE2_KERNELS = ((4, 4),)  # as four 2x2 phases, F(3x3, 2x2)
+# winograd_stride2_kernels: ((4, 4),), as four 2x2 phases, F(3x3, 2x2).
 # Tiles that overhang the image compute pixels that are thrown away (11x11 outputs in 12x12
 # tiles: 16%; a stride-2 layer's 7x7 in 9x9: 40%). With OpenBLAS's products, Winograd lost
 # to the register-tiled forward / AVX-512 GEMMs below ~85% useful pixels on the Zen 5 host;
@@ -66,18 +63,13 @@ STRIDE2_KERNELS = ((4, 4),)  # as four 2x2 phases, F(3x3, 2x2)
 # transform again, and a 512 -> 512 3x3 kernel's is 38 MB (benchmarks/bench_conv_shapes.py's
 # c512 case, 4 x 4 images, batch 32: forward 32.1 ms with Winograd against 13.4 ms, input
 # gradient 37.5 against 14.1, kernel gradient 32.2 against 13.6; the c256 case, 9.4 MB,
-# stays faster with Winograd: forward 7.6 against 13.8 ms).
-MAX_KERNEL_TRANSFORM_BYTES = 16 << 20
+# stays faster with Winograd: forward 7.6 against 13.8 ms): winograd_max_kernel_transform_bytes.
 
 
 def tile_size() -> int:
-    """m of F(m x m, 3 x 3) (``KILN_WINOGRAD``: 0 off, 2 or 4), 0 when off."""
-    env = os.environ.get("KILN_WINOGRAD", "").strip()
-    if not env:
-        return DEFAULT_M
-    if env not in ("0", "2", "4"):
-        raise ValueError(f"KILN_WINOGRAD must be 0, 2 or 4, got {env!r}")
-    return int(env)
+    """m of F(m x m, 3 x 3) (``options.current().winograd_m``: ``KILN_WINOGRAD``, 0 off, 2 or
+    4), 0 when off."""
+    return options.current().winograd_m
 
 
 def usable(attrs: dict, kernel_shape: tuple, dtype: np.dtype, op: str = "conv2d") -> int:
@@ -88,14 +80,16 @@ def usable(attrs: dict, kernel_shape: tuple, dtype: np.dtype, op: str = "conv2d"
     kh, kw, ci, co = kernel_shape
     strides = tuple(attrs["strides"])
     read = co if op == "conv2d_backprop_input" else ci
-    m = tile_size()
+    opts = options.current()
+    m = opts.winograd_m
     alpha = m + 2  # the transform's side: (m + r - 1) for r = 3 (and the 2x2 phases' F(3, 2))
     ok = (dtype == np.float32 and m != 0 and tuple(attrs["dilation"]) == (1, 1)
-          and attrs.get("groups", 1) == 1 and read >= MIN_CHANNELS and native.enabled()
-          and alpha * alpha * ci * co * 4 <= MAX_KERNEL_TRANSFORM_BYTES)
+          and attrs.get("groups", 1) == 1 and read >= opts.winograd_min_channels
+          and native.enabled()
+          and alpha * alpha * ci * co * 4 <= opts.winograd_max_kernel_transform_bytes)
     if ok and strides == (1, 1) and (kh, kw) in KERNELS:
         return 1
-    if ok and strides == (2, 2) and (kh, kw) in STRIDE2_KERNELS:
+    if ok and strides == (2, 2) and (kh, kw) in opts.winograd_stride2_kernels:
         return 2
     return 0
 
@@ -144,7 +138,8 @@ class Geometry:
         m, r, rows = self.m, self.r, self.rows
         width, offset = part or (tiles.view.shape[2], 0)
 
-        lanes = TRANSFORM_LANES if _avx512() else native_winograd.LANES
+        lanes = (options.current().winograd_transform_lanes if _avx512()
+                 else native_winograd.LANES)
 
         def make(symbol: str, dtype: str) -> str:
             return native_winograd.transform_ir(symbol, dtype, m, kind, rows, r, step, lanes)
@@ -291,32 +286,29 @@ def _phase_kernels(w: np.ndarray, flipped: bool) -> list[np.ndarray]:
 # thread runs, per chunk of its images, the input transform, the products and the output
 # transform, so the chunk's tiles (about PIPELINE_BYTES) are read back from its core's L2
 # cache instead of memory (the three stages over the whole batch each stream megabytes
-# through the shared cache). PIPELINE False: the three stages over the batch.
-PIPELINE = True
-PIPELINE_BYTES = 1 << 20
-# ... and of at least this many tiles (whole images): with many channels and few tiles per
-# image, a chunk of PIPELINE_BYTES is a few tiles, and every chunk reads the whole kernel
+# through the shared cache). winograd_pipeline False: the three stages over the batch.
+# Chunks of about winograd_pipeline_bytes (options.CpuOptions) and of at least
+# winograd_pipeline_min_tiles tiles (whole images): with many channels and few tiles per
+# image, a chunk of winograd_pipeline_bytes is a few tiles, and every chunk reads the whole kernel
 # transform (forward, input gradient) or adds into the whole partial kernel gradient, megabytes
 # each (256 -> 256 channels on 8 x 8 images, 4 tiles each: chunks of 3 images, the kernel
 # gradient 19.0 ms against 6.7 ms without the pipeline)
-PIPELINE_MIN_TILES = 64
 # The kernel gradient's pipeline gives each thread a partial transformed gradient of its own
 # (blocks x Cin x Cout floats), added up after: above this size, the products over the whole
 # batch split by blocks (no partials) run faster (batch 32, pipeline / not: 64 channels on
 # 16 x 16 2.4 / 3.1 ms, 96 on 16 x 16 3.9 / 3.9, 128 on 8 x 8 3.1 / 2.4, 256 on 8 x 8 10.7 /
-# 7.8)
-PARTIAL_BYTES = 3 << 19
+# 7.8): winograd_partial_bytes.
 
 
 def chunk_images(blocks: int, per_image: int, channels: int) -> int:
     """Images per chunk of a pipeline whose tiles (``blocks`` x ``per_image`` per image) have
-    ``channels`` floats in all (the buffers a chunk fills): about :data:`PIPELINE_BYTES`, at
-    least :data:`PIPELINE_MIN_TILES` tiles."""
-    per = max(1, PIPELINE_BYTES // (blocks * per_image * channels * 4))
-    return max(per, -(-PIPELINE_MIN_TILES // per_image))
+    ``channels`` floats in all (the buffers a chunk fills): about ``winograd_pipeline_bytes``,
+    at least ``winograd_pipeline_min_tiles`` tiles."""
+    opts = options.current()
+    per = max(1, opts.winograd_pipeline_bytes // (blocks * per_image * channels * 4))
+    return max(per, -(-opts.winograd_pipeline_min_tiles // per_image))
 # The stride-1 input gradient over the forward's tiles where they are fewer
-# (winograd_pipeline.adjoint); False: always as the flipped convolution.
-ADJOINT = True
+# (winograd_pipeline.adjoint); False: always as the flipped convolution (winograd_adjoint).
 
 
 def _phases_transform(geo: Geometry, w: np.ndarray, u: np.ndarray, flipped: bool) -> None:

@@ -1,6 +1,6 @@
 """The Winograd convolutions of ``winograd.py`` as pipelines over chunks of images
 (docs/architecture.md, "Winograd convolutions"): each of kiln's threads takes its share of
-the images and runs, chunk after chunk (about ``winograd.PIPELINE_BYTES`` of tiles), the
+the images and runs, chunk after chunk (about ``winograd_pipeline_bytes`` of tiles), the
 stages of one convolution while the chunk's tiles are in its core's L2 cache: :func:`forward`
 (input transform, products, output transform, with an optional bias / ReLU epilogue),
 :func:`adjoint` (the input gradient over the forward's tiles) and :func:`kernel_gradient`
@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import native_gemm
 from kiln.core.backends.cpu.kernels.conv import native_winograd, winograd
@@ -28,7 +29,8 @@ def _transform_call(geo: winograd.Geometry, kind: str, arrays: tuple, tiles: win
     :meth:`winograd.Geometry.transform` adds it), for a pipeline to call per chunk of images; None
     where it does not build."""
     width, off = part or (tiles.view.shape[2], 0)
-    lanes = winograd.TRANSFORM_LANES if winograd._avx512() else native_winograd.LANES
+    lanes = (options.current().winograd_transform_lanes if winograd._avx512()
+             else native_winograd.LANES)
     params = [d for a in arrays for d in a.shape] + [geo.th, geo.tw, *at, tiles.stride, width,
                                                      off + offset]
 
@@ -98,7 +100,8 @@ def forward(b, geo: winograd.Geometry, x: np.ndarray, key: object, pads: tuple[i
     k_in, width = u.shape[1], u.shape[2]
     cache_key = ("winograd", key, geo.m, geo.r, geo.rows, geo.th, geo.tw, pads, stride)
     lanes = 16 if width % 16 == 0 and winograd._avx512() else 8
-    if not winograd.PIPELINE or cache_key in b.cache or width % lanes or not native.enabled():
+    if (not options.current().winograd_pipeline or cache_key in b.cache or width % lanes
+            or not native.enabled()):
         return False
     per_image = geo.th * geo.tw
     v = winograd.Tiles(geo.blocks, n * per_image, k_in)
@@ -156,8 +159,9 @@ def adjoint(b, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
     geo = winograd._stride1(kh, (oh, ow))
     flipped = winograd._stride1(kh, out.shape[1:3])
     lanes = 16 if ci % 16 == 0 and winograd._avx512() else 8
-    if (not winograd.PIPELINE or not winograd.ADJOINT or ci % lanes or not native.enabled()
-            or geo.th * geo.tw >= flipped.th * flipped.tw):
+    opts = options.current()
+    if (not opts.winograd_pipeline or not opts.winograd_adjoint or ci % lanes
+            or not native.enabled() or geo.th * geo.tw >= flipped.th * flipped.tw):
         return False
     per_image = geo.th * geo.tw
     per = winograd.chunk_images(geo.blocks, per_image, ci + co)
@@ -201,7 +205,7 @@ def adjoint(b, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
 
 def kernel_gradient(b, geo: winograd.Geometry, x: np.ndarray, key: object, ct: np.ndarray,
                     out: np.ndarray, pads: tuple[int, int], stride: int) -> bool:
-    """The kernel gradient as a pipeline (see winograd.PIPELINE): each thread, per chunk of
+    """The kernel gradient as a pipeline (see ``winograd_pipeline``): each thread, per chunk of
     its images, transforms the chunk's cotangent into a scratch tile buffer of its own (kept in
     its core's L2) and adds ``V^T Z`` of the chunk into its partial ``dU`` (native_gemm,
     accumulating); the partials are added in order, then ``G^T dU G`` (per phase with
@@ -215,11 +219,11 @@ def kernel_gradient(b, geo: winograd.Geometry, x: np.ndarray, key: object, ct: n
     cache_key = ("winograd", key, geo.m, geo.r, geo.rows, geo.th, geo.tw, pads, stride)
     v = b.cache.get(cache_key)
     lanes = 16 if co % 16 == 0 and winograd._avx512() else 8
-    if not winograd.PIPELINE or co % lanes or not native.enabled():
+    if not options.current().winograd_pipeline or co % lanes or not native.enabled():
         return False
     c = x.shape[3]
     k_in = v.view.shape[2] if v is not None else c * stride * stride  # the phases side by side
-    if geo.blocks * k_in * co * 4 > winograd.PARTIAL_BYTES:
+    if geo.blocks * k_in * co * 4 > options.current().winograd_partial_bytes:
         return False
     per_image = geo.th * geo.tw
     per = winograd.chunk_images(geo.blocks, per_image, k_in + co)

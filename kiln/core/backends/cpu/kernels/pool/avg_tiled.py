@@ -17,28 +17,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.codegen.ir_kernel import _check, _Kernel
 from kiln.core.backends.cpu.kernels.pool.native_pool import _zero_past_windows
 from kiln.core.backends.cpu.runtime.parts import native_split
 
 # At most this many channels are unrolled (more: a loop over the channels, which the
-# generic kernel vectorizes as well); at most MAX_TAPS taps (2x2, 3x3 ... 4x4 windows).
-MAX_CHANNELS = 32
-MAX_TAPS = 16
+# generic kernel vectorizes as well); at most avg_pool_max_taps taps (2x2, 3x3 ... 4x4
+# windows), avg_pool_max_channels channels (options.CpuOptions).
 # The gradient takes at most this many channels: in LeNet-5's training step (one thread, the
 # minimum over 37 steps) its 28 x 28 x 6 gradient ran 434 -> 68-71 us, but its 10 x 10 x 16
 # one 43-45 -> 74-85 us (alone, with its buffers in cache, both kernels ran 28 and 18 us:
-# the generic kernel's zeroing pass first seems to suit a cold output better)
-MAX_GRAD_CHANNELS = 8
+# the generic kernel's zeroing pass first seems to suit a cold output better):
+# avg_pool_max_grad_channels.
 
 
 def usable(p: np.ndarray, x_shape: tuple, out_shape: tuple, dtype: np.dtype) -> bool:
     """Whether the tiled kernels take this pooling: floating point, windows that tile the input
-    (pool size = strides, no padding before, all inside), at most MAX_TAPS taps and
-    MAX_CHANNELS channels."""
+    (pool size = strides, no padding before, all inside), at most ``avg_pool_max_taps`` taps and
+    ``avg_pool_max_channels`` channels."""
     ph, pw, sh, sw, pt, pl = (int(v) for v in p)
     return (np.dtype(dtype).kind == "f" and ph == sh and pw == sw and pt == 0 and pl == 0
-            and ph * pw <= MAX_TAPS and 0 < x_shape[3] <= MAX_CHANNELS
+            and ph * pw <= options.current().avg_pool_max_taps
+            and 0 < x_shape[3] <= options.current().avg_pool_max_channels
             and out_shape[1] * sh <= x_shape[1] and out_shape[2] * sw <= x_shape[2])
 
 
@@ -102,10 +103,10 @@ def add_forward(b, out: np.ndarray, x: np.ndarray, p: np.ndarray) -> bool:
 
 def add_gradient(b, dx: np.ndarray, ct: np.ndarray, p: np.ndarray) -> bool:
     """Adds the tiled gradient kernel for ``dx = avg_pool2d_grad(ct)`` (at most
-    :data:`MAX_GRAD_CHANNELS` channels); False where it does not apply or does not build
-    here."""
+    ``avg_pool_max_grad_channels`` channels: options.CpuOptions); False where it does not
+    apply or does not build here."""
     if not (usable(p, dx.shape, ct.shape, dx.dtype) and dx.flags.c_contiguous
-            and dx.shape[3] <= MAX_GRAD_CHANNELS):
+            and dx.shape[3] <= options.current().avg_pool_max_grad_channels):
         return False
     ph, pw, c = int(p[0]), int(p[1]), dx.shape[3]
     return native_split(b, f"avg_pool_grad_tiled_{ph}x{pw}c{c}",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.kernels.conv.conv import _call
 from kiln.core.backends.cpu.kernels.pool import avg_tiled, native_pool
 from kiln.core.backends.cpu.registry import builder, reference_unless_native
@@ -25,7 +26,7 @@ def _pool_params(b, node: Node, hw: tuple[int, int]) -> np.ndarray:
     return np.array([ps[0], ps[1], st[0], st[1], pads[0][0], pads[1][0]], np.int64)
 
 
-# Max pooling over windows that tile the input, of at most MAX_INDEX_TAPS taps, runs
+# Max pooling over windows that tile the input, of at most ``pool_max_index_taps`` taps, runs
 # native_pool.max_pool_unrolled_ir (every tap of a channel in registers; the same bits as
 # native_pool.max_pool_ir). Where its gradient is a kernel of the same plan (a training
 # step), it also writes the index of each window's winner (INDEX: one byte per pooled
@@ -33,9 +34,7 @@ def _pool_params(b, node: Node, hw: tuple[int, int]) -> np.ndarray:
 # bits) instead of reading the input and the output again to find the winner: MNIST convnet
 # layer 1 (26 x 26 x 32), 64 images on one thread, forward 497 -> 346 us (index included),
 # gradient 797 -> 477 us; CIFAR-shaped 32 x 32 x 64: 1428 -> 1369 and 2347 -> 1214 us.
-UNROLLED = True
-INDEX = True
-MAX_INDEX_TAPS = 16
+# (options.CpuOptions.pool_unrolled, pool_index, pool_max_index_taps)
 
 
 @builder("max_pool2d", "avg_pool2d")
@@ -58,11 +57,13 @@ def _index_key(x: Node, out: Node, attrs: dict) -> tuple:
 
 def _pool_unrolled(b, node: Node, x: np.ndarray, p: np.ndarray) -> bool:
     """Adds the unrolled max pooling of windows that tile the input, writing its winners'
-    index too (see :data:`INDEX`) where its gradient is in this plan; False where the
+    index too (see ``pool_index``) where its gradient is in this plan; False where the
     windows do not tile the input or the native kernels do not run here."""
     out = b.out(node)
     ph, pw = int(p[0]), int(p[1])
-    if not (UNROLLED and _tiled(p, x.shape, out.shape) and ph * pw <= MAX_INDEX_TAPS
+    opts = options.current()
+    if not (opts.pool_unrolled and _tiled(p, x.shape, out.shape)
+            and ph * pw <= opts.pool_max_index_taps
             and out.flags.c_contiguous):
         return False
     grads = b.cache.get("max_pool_grads")
@@ -71,7 +72,7 @@ def _pool_unrolled(b, node: Node, x: np.ndarray, p: np.ndarray) -> bool:
             _index_key(g.inputs[0], g.inputs[1], g.attrs) for g in b.static.kernels
             if g.op == "max_pool2d_grad"}
     key = _index_key(node.inputs[0], node, node.attrs)
-    index = INDEX and key in grads
+    index = opts.pool_index and key in grads
     idx = np.empty(out.shape, np.uint8) if index else None
     if not native_split(b, f"max_pool_unrolled_{ph}x{pw}{'i' if index else ''}",
                         lambda s, dt: native_pool.max_pool_unrolled_ir(s, dt, ph, pw, index),
