@@ -7,10 +7,7 @@ their own (docs/architecture.md, "BLAS").
   product on its own and waits for its threads every time. kiln splits the batch over its
   own threads, each running its share on one BLAS thread (the instance's thread count set to
   1 for the call: nobody else uses it, and kiln's GEMMs run one at a time,
-  ``products.matmul``). On the 2-core Zen 5 test host, before ``native_gemm`` took most of
-  these batches: CIFAR CNN epoch -12% with OpenBLAS's Haswell kernels, -20% with its SkylakeX
-  ones; ResNet -6 / -4.5%, Conv1D -7%; kernel-gradient products 36 x (32 x 4096) @
-  (4096 x 32) 2.8 -> 2.2 ms.
+  ``products.matmul``; measured in docs/performance.md, "BLAS").
 * Kernels: OpenBLAS built with ``DYNAMIC_ARCH`` (NumPy's wheels) picks its kernels from the
   CPU model when it loads, or takes ``OPENBLAS_CORETYPE``. Where NumPy's instance runs AVX2
   kernels (``Haswell``, ``Zen``) on a CPU with the AVX-512 subsets of ``SkylakeX`` (F, CD,
