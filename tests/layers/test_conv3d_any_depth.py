@@ -43,11 +43,25 @@ def test_unknown_depth_matches_numpy(padding, dilation):
         np.testing.assert_allclose(model.predict(a, verbose=0), ref, rtol=1e-4, atol=1e-4)
 
 
-def test_a_depth_stride_still_needs_a_known_depth():
+def test_same_padding_with_a_depth_stride_needs_a_known_depth():
     inputs = keras.Input((None, 6, 5, 3))
-    with pytest.raises(ValueError, match=r"Conv3D\) needs known depth, height, width and "
-                                         r"channels, received input shape \(None, None, 6, 5, 3\)"):
-        layers.Conv3D(4, 3, strides=2)(inputs)
+    with pytest.raises(ValueError, match=r"Conv3D\): 'same' padding with a depth stride of 2 "
+                                         r"needs a known depth .*received input shape "
+                                         r"\(None, None, 6, 5, 3\)"):
+        layers.Conv3D(4, 3, strides=2, padding="same")(inputs)
+
+
+@pytest.mark.parametrize("strides", [(2, 1, 1), (3, 2, 1)])
+def test_valid_depth_stride_of_unknown_depth_matches_numpy(strides):
+    rng = np.random.default_rng(2)
+    inputs = keras.Input((None, 6, 5, 3))
+    conv = layers.Conv3D(2, (3, 2, 2), strides=strides, bias_initializer="glorot_uniform")
+    model = keras.Model(inputs, conv(inputs))
+    for depth in (7, 8):  # 7 - 3 + 1 = 5 and 6 valid planes, every s-th kept
+        a = rng.normal(size=(2, depth, 6, 5, 3)).astype("float32")
+        ref = _conv3d_ref(a.astype(np.float64), conv.kernel.numpy(), conv.bias.numpy(),
+                          "valid", (1, 1, 1))[:, ::strides[0], ::strides[1], ::strides[2]]
+        np.testing.assert_allclose(model.predict(a, verbose=0), ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("kind", ["max", "average"])
