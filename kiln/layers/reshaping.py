@@ -232,6 +232,8 @@ class UpSampling2D(Layer):
             check_rank(self, inputs, 4)
 
     def call(self, inputs: Node) -> Node:
+        if self.interpolation == "nearest" and None in inputs.shape[1:]:
+            return repeat_axes(inputs, self.size)  # a run-time height or width
         check_static(self, inputs, (1, 2, 3), "height, width and channels")
         _, h, w, c = inputs.shape
         sh, sw = self.size
@@ -249,6 +251,15 @@ class UpSampling2D(Layer):
         config.update({"size": self.size, "data_format": self.data_format,
                        "interpolation": self.interpolation})
         return config
+
+
+def repeat_axes(x: Node, sizes: tuple[int, ...]) -> Node:
+    """Nearest-neighbour upsampling of the spatial axes ``1 .. len(sizes)`` (``ops.repeat``,
+    as Keras writes it), for shapes known only at run time."""
+    for axis, size in enumerate(sizes, start=1):
+        if size > 1:
+            x = K.repeat(x, size, axis=axis)
+    return x
 
 
 def _pair(who: str, arg: str, value: Any) -> tuple[int, int]:
@@ -313,7 +324,8 @@ class UpSampling1D(Layer):
             check_rank(self, inputs, 3)
 
     def call(self, inputs: Node) -> Node:
-        check_static(self, inputs, (1, 2), "number of steps and channels")
+        if None in inputs.shape[1:]:  # sequences of any length
+            return repeat_axes(inputs, (self.size,))
         _, steps, c = inputs.shape
         x = K.reshape(inputs, (-1, steps, 1, c))
         if self.size > 1:

@@ -137,3 +137,28 @@ def test_config_round_trip_lowercases_like_keras():
     assert layer.get_config()["interpolation"] == "bilinear"
     clone = layers.UpSampling2D.from_config(layer.get_config())
     np.testing.assert_allclose(clone(IMG), layer(IMG))
+
+
+@pytest.mark.parametrize("make,shape,sizes", [
+    (lambda: layers.UpSampling1D(3), (None, 2), (3,)),
+    (lambda: layers.UpSampling2D((2, 3)), (None, None, 2), (2, 3)),
+    (lambda: layers.UpSampling3D((2, 1, 3)), (None, 3, 4, 2), (2, 1, 3)),
+])
+def test_nearest_upsampling_of_run_time_sizes(make, shape, sizes):
+    """Keras upsamples by ``ops.repeat``, so sizes known only at run time work: one model for
+    two lengths against ``np.repeat``; the gradient of ``sum(y ** 2) / 2`` is ``prod(sizes)
+    * x`` (each input is copied that many times)."""
+    inputs = kiln.Input(shape)
+    model = kiln.Model(inputs, make()(inputs))
+    rng = np.random.default_rng(5)
+    for n in (2, 3):
+        a = rng.normal(size=(2,) + tuple(n if d is None else d for d in shape))
+        want = a
+        for axis, s in enumerate(sizes, start=1):
+            want = np.repeat(want, s, axis=axis)
+        np.testing.assert_array_equal(model.predict(a.astype("float32"), verbose=0),
+                                      want.astype("float32"))
+        ph = kiln.placeholder((None,) + shape, "float64")
+        out = make()(ph)
+        (g,) = kiln.grad(K.sum(out * out) / 2.0, [ph])
+        np.testing.assert_allclose(kiln.function([ph], g)(a), np.prod(sizes) * a, rtol=1e-12)
