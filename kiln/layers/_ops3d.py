@@ -20,9 +20,9 @@ Height and width must be known (static shapes). The depth may be known only at r
 ``Conv3D`` / ``Conv3DTranspose`` / pooling on videos of any number of frames): the taps are
 then depth slices relative to both ends, and a transposed convolution's strided spread is
 written per phase (``out[m * s + p]`` sums the taps ``i`` with ``i * d = p (mod s)``), so
-every pad and crop is a constant whatever the depth. The one exception is ``conv3d`` with
-``"same"`` padding and a depth stride above 1, whose TensorFlow padding depends on the depth
-modulo the stride (a clear error).
+every pad and crop is a constant whatever the depth, except the TensorFlow padding of
+``conv3d`` with ``"same"`` and a depth stride above 1, which depends on the depth modulo the
+stride: each possible padding is computed and the run-time one selected.
 """
 
 from __future__ import annotations
@@ -62,11 +62,6 @@ def conv3d(who: str, x: Node, kernel: Any, strides: tuple, padding: str, dilatio
     sd, dd = strides[0], dilation[0]
     k_eff = (kd - 1) * dd + 1
     if x.shape[1] is None and None not in x.shape[2:]:
-        if sd > 1 and padding == "same":
-            raise ValueError(f"{who}: 'same' padding with a depth stride of {sd} needs a known "
-                             f"depth (its padding depends on the depth modulo the stride), "
-                             f"received input shape {format_shape(x.shape)}; use "
-                             "padding='valid' or a depth stride of 1 for videos of any length")
         return _conv3d_any_depth(x, kernel, strides, padding, dilation, groups)
     d, h, w, c = _static(who, x)
     if padding == "same":
@@ -98,19 +93,51 @@ def conv3d(who: str, x: Node, kernel: Any, strides: tuple, padding: str, dilatio
 def _conv3d_any_depth(x: Node, kernel: Any, strides: tuple, padding: str, dilation: tuple,
                       groups: int) -> Node:
     """:func:`conv3d` of a depth known only at run time (a video of any number of frames, as
-    Keras allows), "valid" with any depth stride or "same" with stride 1: tap ``i`` reads the
-    slice ``[i * d : i * d - (k_eff - 1) : s]`` (its stop relative to the end), which has
-    ``ceil((depth - k_eff + 1) / s)`` planes for every tap."""
-    h, w, c = (int(v) for v in x.shape[2:])
+    Keras allows). Tap ``i`` reads the slice ``[i * d + ... : ... : s]`` with its stop
+    relative to the end, so every tap has the output's number of planes: ``ceil((depth -
+    k_eff + 1) / s)`` for "valid". "same" with stride 1 pads ``k_eff - 1`` (a constant);
+    with a depth stride ``s > 1`` TensorFlow pads ``(q + k_eff - s) // 2`` planes before,
+    ``q = -depth mod s``: the convolution is computed for each distinct padding and the one
+    for the run-time ``q`` selected (``where``; at most ``s`` of them, usually 2)."""
     kd, dd, sd = int(kernel.shape[0]), dilation[0], strides[0]
     total = (kd - 1) * dd  # k_eff - 1: what "valid" loses, what "same" pads
-    if padding == "same" and total:
-        x = K.pad(x, ((0, 0), (total // 2, total - total // 2), (0, 0), (0, 0), (0, 0)))
-    taps = [_depth_slice(x, i * dd, i * dd - total if i * dd < total else None, sd)
-            for i in range(kd)]
+    if padding == "valid":
+        return _tap_convs(x, kernel, [(i * dd, i * dd - total if i * dd < total else None)
+                                      for i in range(kd)], strides, padding, dilation, groups)
+    if sd == 1:
+        return _tap_convs(K.pad(x, ((0, 0), (total // 2, total - total // 2)) + ((0, 0),) * 3),
+                          kernel, [(i * dd, i * dd - total if i * dd < total else None)
+                                   for i in range(kd)], strides, padding, dilation, groups)
+    before_of = {q: max(q + total + 1 - sd, 0) // 2 for q in range(sd)}
+    q_now = K.mod(sd - K.mod(K.shape(x)[1].as_tensor(), sd), sd)  # -depth mod s, run time
+    out = None
+    for before in sorted(set(before_of.values()), reverse=True):
+        after = max(total - before, 0)  # x padded to depth + before + after planes
+        spans = [(i * dd, i * dd - before - after if i * dd < before + after else None)
+                 for i in range(kd)]  # each tap: `depth` planes from i * d, every s-th
+        y = _tap_convs(K.pad(x, ((0, 0), (before, after)) + ((0, 0),) * 3), kernel, spans,
+                       strides, padding, dilation, groups)
+        if out is None:
+            out = y
+            continue
+        hit = None
+        for q, b in before_of.items():
+            if b == before:
+                eq = K.equal(q_now, q)
+                hit = eq if hit is None else K.logical_or(hit, eq)
+        out = K.where(hit, y, out)
+    return out
+
+
+def _tap_convs(x: Node, kernel: Any, spans: list, strides: tuple, padding: str,
+               dilation: tuple, groups: int) -> Node:
+    """``sum_i conv2d(x[:, start_i : stop_i : s], kernel[i])`` over the depth taps, each
+    depth plane a batch entry (the stacked form of :func:`conv3d` needs a static depth)."""
+    h, w, c = (int(v) for v in x.shape[2:])
     kw2 = dict(strides=strides[1:], padding=padding, dilation_rate=dilation[1:])
+    taps = [_depth_slice(x, start, stop, strides[0]) for start, stop in spans]
     y = None
-    for i, t in enumerate(taps):  # one conv2d per tap (the stacked form needs a static depth)
+    for i, t in enumerate(taps):
         ki = K.squeeze(K.slice(kernel, [(i, i + 1, 1), _ALL, _ALL, _ALL, _ALL], None), 0)
         yi = K.conv2d(K.reshape(t, (-1, h, w, c)), ki, groups=groups, **kw2)
         y = yi if y is None else y + yi
