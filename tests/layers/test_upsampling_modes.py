@@ -162,3 +162,20 @@ def test_nearest_upsampling_of_run_time_sizes(make, shape, sizes):
         out = make()(ph)
         (g,) = kiln.grad(K.sum(out * out) / 2.0, [ph])
         np.testing.assert_allclose(kiln.function([ph], g)(a), np.prod(sizes) * a, rtol=1e-12)
+
+
+@pytest.mark.parametrize("interpolation,antialias", [("lanczos3", False), ("area", False),
+                                                     ("bilinear", True), ("lanczos5", True)])
+def test_resizing_layer_modes_match_keras(interpolation, antialias):
+    """Keras' Resizing resizes with ``ops.image.resize``: the same modes, antialias included
+    (downsampling 9x7 -> 4x5 and upsampling to 12x10)."""
+    keras = pytest.importorskip("keras")
+    if keras.backend.backend() not in ("numpy", "jax", "tensorflow") or (
+            interpolation == "area" and keras.backend.backend() != "tensorflow"):
+        pytest.skip(f"Keras' {keras.backend.backend()} backend has other resize kernels")
+    x = np.random.default_rng(6).normal(size=(2, 9, 7, 3)).astype("float32")
+    for size in ((4, 5), (12, 10)):
+        theirs = keras.layers.Resizing(*size, interpolation=interpolation, antialias=antialias)
+        ours = layers.Resizing(*size, interpolation=interpolation, antialias=antialias)
+        np.testing.assert_allclose(ours(x), keras.ops.convert_to_numpy(theirs(x)), rtol=1e-4,
+                                   atol=1e-5)
