@@ -110,3 +110,13 @@ def test_a_string_output_is_refused():
         kiln.Sequential([kiln.Input(shape=(1,), dtype="string"),
                          layers.StringLookup(vocabulary=VOCAB, invert=False, name="ids"),
                          layers.StringLookup(vocabulary=VOCAB, invert=True, name="words")])
+
+
+def test_a_keras_file_round_trip_keeps_the_text_model(tmp_path):
+    tv, stack = _text_model()
+    model = kiln.Sequential(stack)
+    model.compile("sgd", "mse")
+    want = model.predict(TEXTS, verbose=0)
+    model.save(str(tmp_path / "text.keras"))
+    loaded = kiln.saving.load_model(str(tmp_path / "text.keras"))
+    np.testing.assert_allclose(loaded.predict(TEXTS, verbose=0), want, rtol=1e-6)
