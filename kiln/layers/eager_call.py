@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 import kiln.tape
+from kiln import eager
 from kiln.core import Node, Variable, depends_on, placeholder, trace_variables
-from kiln.eager import by_run
+from kiln.eager import by_run, define_by_run
 from kiln.layers.base import flatten, get_mask, map_structure, ops_sum_scalar
 from kiln.layers.context import trace
 
@@ -22,13 +23,14 @@ from kiln.layers.context import trace
 def call_eager(layer: Any, inputs: Any, *args: Any, training: bool | None = None,
                **kwargs: Any) -> Any:
     """``layer(inputs, *args, training=..., **kwargs)`` on arrays; returns arrays."""
-    from kiln import eager
     from kiln.core import function
     from kiln.random_state import next_seed
 
     if (run := by_run()) is not None:  # define-by-run (run_eagerly): eager_tape.py
         from kiln.layers.eager_tape import by_run_call
         return by_run_call(layer, run, inputs, args, training, kwargs)
+    if runs_on_values(layer):
+        return _call_on_values(layer, inputs, args, training, kwargs)
     arrays = map_structure(np.asarray, inputs)
     # Array keyword arguments (``mask=``, ``initial_state=``) are fed like the inputs
     tensor_kwargs = {k: map_structure(np.asarray, v) for k, v in kwargs.items()
@@ -101,6 +103,40 @@ def call_eager(layer: Any, inputs: Any, *args: Any, training: bool | None = None
                     for v, m in zip(values[:n], has_mask)])
     return map_structure(lambda _: next(results), out_structure)
 
+
+
+def runs_on_values(layer: Any) -> bool:
+    """Whether ``layer`` called on arrays runs its ``call()`` on the arrays, as Keras' eager
+    mode does (``print(x)``, ``np.asarray(x)``, ``if ops.sum(x) > 0:`` work inside): a
+    user's layer, whose class is defined outside kiln. kiln's own layers, whose calls are
+    pure ops, run the compiled eager call; so do models (``model(arrays)`` is the cached
+    predict function, a training call one compiled call: ``Model._call_eager``), unless
+    compiled with ``run_eagerly``."""
+    return not type(layer).__module__.startswith("kiln.") and not hasattr(
+        layer, "_is_graph_network")
+
+
+def _call_on_values(layer: Any, inputs: Any, args: tuple, training: Any, kwargs: dict
+                    ) -> Any:
+    """``layer.call`` on the arrays, define-by-run (:func:`kiln.layers.eager_tape.
+    call_direct`): the ``kiln.ops`` and kiln layers it calls run eagerly (recorded on an
+    active GradientTape), its Variables read as their values, ``add_loss`` values become
+    ``layer.losses``."""
+    from kiln import ops
+    from kiln.layers.eager_tape import call_direct
+
+    losses: list = []
+    with define_by_run(bool(training), losses):
+        out = call_direct(layer, inputs, args, training, kwargs)
+    layer.__dict__["_eager_losses"] = [ops.sum(v) if np.ndim(v) else v for v in losses]
+    if kiln.tape.recording():
+        return out
+
+    def result(v: Any) -> Any:
+        if isinstance(v, Variable):
+            v = v.numpy()
+        return eager.eager_result(v) if isinstance(v, np.ndarray | np.generic) else v
+    return map_structure(result, out)
 
 
 def _is_arrays(v: Any) -> bool:

@@ -192,17 +192,27 @@ class ZeroPadding2D(Layer):
 
 
 class UpSampling2D(Layer):
-    """Repeats rows and columns (nearest-neighbour upsampling): ``(batch, h, w, c)`` ->
-    ``(batch, h * size_h, w * size_w, c)``.
+    """Upsamples rows and columns: ``(batch, h, w, c)`` -> ``(batch, h * size_h, w * size_w,
+    c)``.
 
-    Built from reshapes and concatenations, so it is differentiable (each input pixel gets the
-    sum of the gradients of its copies).
+    ``"nearest"`` repeats each pixel (reshapes and concatenations: each input pixel gets the
+    sum of the gradients of its copies); every other mode resizes with
+    ``kiln.ops.image.resize`` to the upsampled size, as Keras does (half-pixel centers, the
+    kernels of Keras' JAX/NumPy backends; ``"area"`` as TensorFlow's). All modes are linear in
+    the image and differentiable.
 
     Args:
         size: an int or a pair ``(size_h, size_w)``.
-        data_format: ``None`` or ``"channels_last"``.
-        interpolation: ``"nearest"`` (the only mode supported).
+        data_format: ``None``, ``"channels_last"`` or ``"channels_first"``.
+        interpolation: ``"nearest"`` (default), ``"bilinear"``, ``"bicubic"``,
+            ``"lanczos3"``, ``"lanczos5"`` or ``"area"`` (case-insensitive).
+
+    Example:
+        >>> kiln.layers.UpSampling2D(2, interpolation="bilinear")(kiln.Input((4, 4, 3))).shape
+        (None, 8, 8, 3)
     """
+
+    INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos3", "lanczos5", "area")
 
     def __init__(self, size: Any = (2, 2), data_format: str | None = None,
                  interpolation: str = "nearest", **kwargs: Any):
@@ -210,19 +220,25 @@ class UpSampling2D(Layer):
         self.size = normalize_tuple("UpSampling2D", size, 2, "size")
         self.data_format = normalize_data_format("UpSampling2D", data_format,
                                                  channels_first=True)
-        if interpolation != "nearest":
-            raise ValueError(f"UpSampling2D: only interpolation='nearest' is supported, "
-                             f"received {interpolation!r}")
-        self.interpolation = interpolation
+        mode = interpolation.lower() if isinstance(interpolation, str) else interpolation
+        if mode not in self.INTERPOLATIONS:
+            raise ValueError(f"UpSampling2D: interpolation must be one of "
+                             f"{', '.join(map(repr, self.INTERPOLATIONS))}, received "
+                             f"interpolation={interpolation!r}")
+        self.interpolation = mode
 
     def _check_inputs(self, inputs: Any) -> None:
         if isinstance(inputs, Node):
             check_rank(self, inputs, 4)
 
     def call(self, inputs: Node) -> Node:
+        if self.interpolation == "nearest" and None in inputs.shape[1:]:
+            return repeat_axes(inputs, self.size)  # a run-time height or width
         check_static(self, inputs, (1, 2, 3), "height, width and channels")
         _, h, w, c = inputs.shape
         sh, sw = self.size
+        if self.interpolation != "nearest":
+            return K.image.resize(inputs, (h * sh, w * sw), interpolation=self.interpolation)
         x = K.reshape(inputs, (-1, h, 1, w, 1, c))
         if sh > 1:
             x = K.concatenate([x] * sh, axis=2)
@@ -235,6 +251,15 @@ class UpSampling2D(Layer):
         config.update({"size": self.size, "data_format": self.data_format,
                        "interpolation": self.interpolation})
         return config
+
+
+def repeat_axes(x: Node, sizes: tuple[int, ...]) -> Node:
+    """Nearest-neighbour upsampling of the spatial axes ``1 .. len(sizes)`` (``ops.repeat``,
+    as Keras writes it), for shapes known only at run time."""
+    for axis, size in enumerate(sizes, start=1):
+        if size > 1:
+            x = K.repeat(x, size, axis=axis)
+    return x
 
 
 def _pair(who: str, arg: str, value: Any) -> tuple[int, int]:
@@ -299,7 +324,8 @@ class UpSampling1D(Layer):
             check_rank(self, inputs, 3)
 
     def call(self, inputs: Node) -> Node:
-        check_static(self, inputs, (1, 2), "number of steps and channels")
+        if None in inputs.shape[1:]:  # sequences of any length
+            return repeat_axes(inputs, (self.size,))
         _, steps, c = inputs.shape
         x = K.reshape(inputs, (-1, steps, 1, c))
         if self.size > 1:

@@ -9,10 +9,10 @@ import numpy as np
 
 import kiln.ops as K
 from kiln.core import Node
-from kiln.layers._utils import check_static, normalize_data_format, normalize_tuple
+from kiln.layers._utils import normalize_data_format, normalize_tuple
 from kiln.layers.base import Layer, check_rank
 from kiln.layers.noise import SpatialDropout2D
-from kiln.layers.reshaping import _crop, _pair
+from kiln.layers.reshaping import _crop, _pair, repeat_axes
 
 
 def _triple_pairs(who: str, arg: str, value: Any) -> tuple[tuple[int, int], ...]:
@@ -105,7 +105,8 @@ class UpSampling3D(_Spatial3D):
         self.data_format = normalize_data_format("UpSampling3D", data_format, channels_first=True)
 
     def call(self, inputs: Node) -> Node:
-        check_static(self, inputs, (1, 2, 3, 4), "depth, height, width and channels")
+        if None in inputs.shape[1:]:  # videos of any number of frames
+            return repeat_axes(inputs, self.size)
         _, d, h, w, c = inputs.shape
         s0, s1, s2 = self.size
         x = K.reshape(inputs, (-1, d, 1, h, 1, w, 1, c))

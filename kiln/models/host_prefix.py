@@ -60,8 +60,8 @@ class HostPrefix:
                                model.name)
         values: dict[int, Any] = {}
         for t, a, spec in zip(model.inputs, flat, model._input_specs):
-            values[id(t)] = _conform(np.asarray(a) if not isinstance(a, np.ndarray) else a,
-                                     spec, model.name)
+            values[id(t)] = conform_host_input(
+                np.asarray(a) if not isinstance(a, np.ndarray) else a, spec, model.name)
 
         def value(t: Any) -> Any:
             if isinstance(t, Node | HostTensor):
@@ -81,7 +81,7 @@ def _name(t: Node, i: int) -> str:
     return h[0].name if h is not None else (t.name or f"input_{i}")
 
 
-def _conform(a: np.ndarray, spec: TensorSpec, model_name: str) -> np.ndarray:
+def conform_host_input(a: np.ndarray, spec: TensorSpec, model_name: str) -> np.ndarray:
     """A raw input array in its input's rank (Keras' ``_adjust_input_rank``)."""
     want = spec.shape
     if a.ndim == len(want) - 1 and want and want[-1] == 1:
@@ -137,4 +137,4 @@ def split_host_prefix(model: Any, calls: list) -> HostPrefix | None:
     return HostPrefix(model, host, graph_calls, graph_inputs)
 
 
-__all__ = ["HostPrefix", "split_host_prefix"]
+__all__ = ["HostPrefix", "conform_host_input", "split_host_prefix"]

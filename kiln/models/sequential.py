@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+import kiln.tape
 from kiln.core import Node, format_shape
 from kiln.layers.base import HISTORY, Layer
-from kiln.layers.host_tensor import HostTensor
+from kiln.layers.host_tensor import HostTensor, is_string_dtype
 from kiln.layers.input_layer import InputLayer
 from kiln.layers.preprocessing.tf_data import is_tf_tensor, tf_entry
-from kiln.models.data import TensorSpec
+from kiln.models.data import TensorSpec, to_numpy
 from kiln.models.functional import adjust_input_rank
+from kiln.models.host_prefix import conform_host_input
 from kiln.models.model import Model, deserialize_layer, is_input_layer, serialize_layer
 from kiln.saving.registration import register_builtin
 
@@ -73,12 +77,12 @@ class Sequential(Model):
             ValueError: for a duplicate layer name, a second input, or a layer that does not
                 accept the current output shape.
         """
-        if isinstance(layer, HostTensor) or (is_input_layer(layer)
-                                             and getattr(layer, "dtype", None) == "string"):
-            raise TypeError(f"Sequential model '{self.name}': a string input cannot start a "
-                            "Sequential model in kiln; use the functional API, whose string "
-                            "inputs feed host preprocessing layers: `text = kiln.Input(shape="
-                            "(1,), dtype='string')`, `kiln.Model(text, model(vectorize(text)))`")
+        if isinstance(layer, HostTensor):  # kiln.Input(shape, dtype="string")
+            h = HISTORY.get(layer)
+            if h is None or not is_input_layer(h[0]):
+                raise TypeError(f"Sequential.add: the only tensors that can be added are "
+                                f"kiln.Input tensors; received {layer!r}")
+            layer = h[0]
         if isinstance(layer, Node):
             h = HISTORY.get(layer)
             if h is None or not is_input_layer(h[0]):
@@ -147,6 +151,10 @@ class Sequential(Model):
             chain = [self._layers[0].output]
             for layer in self._layers[1:]:
                 chain.append(layer(chain[-1]))
+        if isinstance(chain[-1], HostTensor):
+            raise ValueError(f"Sequential model '{self.name}': its output (from layer "
+                             f"'{self._layers[-1].name}') is a string tensor; a kiln model's "
+                             "outputs are numeric (strings never enter its graph)")
         was_built = self.built
         self._chain = chain
         self.inputs = [chain[0]]
@@ -193,7 +201,8 @@ class Sequential(Model):
         # Like Keras: the input takes the first layer's (float) dtype, whatever the data's;
         # layers that need integers (Embedding) cast.
         first = self._layers[0].dtype
-        dtype = first if first in ("float32", "float64") else None
+        dtype = "string" if dtype is not None and is_string_dtype(dtype) else (
+            first if first in ("float32", "float64") else None)
         self._layers.insert(0, InputLayer(batch_shape=shape, dtype=dtype))
         try:
             self._rebuild()
@@ -219,9 +228,13 @@ class Sequential(Model):
 
     def call(self, inputs: Any, training: bool | None = None, mask: Any = None) -> Any:
         x = inputs
+        layers = self.layers
+        n_host = self._host_count()
+        if n_host and isinstance(x, Node):  # the compiled part, on the host prefix's output
+            layers = layers[n_host:]
         if isinstance(x, Node) and self._chain is not None:  # Keras' _adjust_input_rank
-            x = adjust_input_rank(x, self._chain[0])
-        for layer in self.layers:
+            x = adjust_input_rank(x, self._chain[n_host])
+        for layer in layers:
             x = layer(x) if training is None else layer(x, training=training)
         return x
 
@@ -229,7 +242,52 @@ class Sequential(Model):
     def _model_input_specs(self) -> list[TensorSpec] | None:
         if self._chain is None:
             return None
+        n_host = self._host_count()
+        if n_host:  # the compiled graph's input: the host prefix's numeric output
+            first = self._chain[n_host]
+            return [TensorSpec(first.shape, first.dtype, self._layers[n_host].name)]
         return [TensorSpec(self._chain[0].shape, self._chain[0].dtype, self._layers[0].name)]
+
+    # ---- string inputs: the host prefix (kiln/models/host_prefix.py) ---------------------------
+    def _host_count(self) -> int:
+        """How many leading layers run on the host, before the compiled graph: those fed the
+        string input (TextVectorization, StringLookup, Hashing ...) up to the first numeric
+        output; 0 for a numeric input."""
+        chain = self._chain
+        if chain is None or not isinstance(chain[0], HostTensor):
+            return 0
+        n = 1
+        while isinstance(chain[n], HostTensor):  # a string -> string host layer
+            n += 1  # the model's last output is numeric: _rebuild checked it
+        return n
+
+    def _run_host(self, x: Any) -> np.ndarray:
+        """The compiled graph's input array: the host layers run eagerly on the raw strings."""
+        assert self._chain is not None
+        a = to_numpy(x)
+        a = np.asarray(a, dtype=object) if isinstance(a, list | tuple) else np.asarray(a)
+        spec = TensorSpec(self._chain[0].shape, "string", self._layers[0].name)
+        a = conform_host_input(a, spec, self.name)
+        for layer in self.layers[:self._host_count()]:
+            a = np.asarray(layer(a))
+        return a
+
+    def _standardize_x(self, x: Any) -> list:
+        if self._chain is None and self._layers and _is_string_data(x):
+            a = np.asarray(to_numpy(x), dtype=object) if isinstance(x, list | tuple) \
+                else np.asarray(to_numpy(x))
+            self._build_from_spec((None,) + a.shape[1:], "string")  # strings: host layers
+        if self._host_count():
+            x = self._run_host(x)
+        return super()._standardize_x(x)
+
+    def _call_eager(self, inputs: Any, *args: Any, training: bool | None = None,
+                    **kwargs: Any) -> Any:
+        if not self._host_count() or (not training and not args and not kwargs
+                                      and not kiln.tape.recording()):
+            return super()._call_eager(inputs, *args, training=training, **kwargs)
+        return Layer._call_eager(self, self._run_host(inputs), *args, training=training,
+                                 **kwargs)
 
     def _model_input_structure(self) -> tuple | None:
         return None if self._chain is None else ("single",)
@@ -289,6 +347,15 @@ class Sequential(Model):
         if trainable is False:
             model.trainable = False
         return model
+
+
+def _is_string_data(x: Any) -> bool:
+    """Whether ``x`` is an array (or a list) of strings."""
+    if isinstance(x, list | tuple):
+        return bool(x) and all(isinstance(v, str | bytes) for v in x)
+    a = to_numpy(x)
+    return isinstance(a, np.ndarray) and (a.dtype.kind in "US" or (
+        a.dtype.kind == "O" and a.size > 0 and isinstance(a.flat[0], str | bytes)))
 
 
 register_builtin("Sequential", Sequential)

@@ -277,8 +277,9 @@ class StepGraphsMixin:
         self.__dict__["_batch_logs"] = None
         if self._custom(mode):  # an overridden step (kiln/models/custom_steps.py)
             return self._custom_batch(mode, x, y, sample_weight, class_weight)
+        # raw strings go through a host prefix first: its output, not x, feeds the step
         fast = (sample_weight is None and class_weight is None and type(x) is np.ndarray
-                and (y is None or type(y) is np.ndarray))
+                and x.dtype.kind not in "OUS" and (y is None or type(y) is np.ndarray))
         if fast:
             key = (mode, x.shape[1:], x.dtype.str, None if y is None else
                    (y.shape[1:], y.dtype.str), distributed.key())

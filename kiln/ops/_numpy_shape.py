@@ -243,7 +243,15 @@ def _repeat(x, repeats, axis=None):
         if n is not None:
             return _G.take(x, np.repeat(np.arange(n, dtype=np.int32), r), axis=axis)
         y = _G.concatenate([_G.expand_dims(x, axis + 1)] * r, axis=axis + 1)
-        return _G.reshape(y, tuple(-1 if a == axis else d for a, d in enumerate(x.shape)))
+        if builtins.sum(d is None for d in x.shape) == 1:
+            return _G.reshape(y, tuple(-1 if a == axis else d for a, d in enumerate(x.shape)))
+        # other run-time dims too (the batch): the shape comes from a stand-in whose `axis`
+        # holds r copies of x's (only x's first element along every static axis is read)
+        first = x[tuple(builtins.slice(None) if d is None else builtins.slice(0, 1)
+                        for d in x.shape)]
+        like = _G.concatenate([first] * r, axis=axis) + _G.constant(
+            np.zeros(tuple(1 if d is None else d for d in x.shape), x.dtype))
+        return _G.apply("reshape_like", y, like)
     n = x.shape[axis]
     reps = np.asarray(repeats, dtype=np.int64).reshape(-1)
     if n is None or reps.size != n or np.any(reps < 0):

@@ -5,6 +5,7 @@ eager: see ``kiln.ops``). Batched (rank 4) or single (rank 3) images, channels l
 from __future__ import annotations
 
 from kiln.ops import _G, _dual
+from kiln.ops.image_resize import MATRIX_METHODS, matrix_resize
 
 
 def _batched(op, images, data_format):
@@ -32,10 +33,17 @@ def _batched(op, images, data_format):
 def _resize(images, size, interpolation="bilinear", antialias=False,
             crop_to_aspect_ratio=False, pad_to_aspect_ratio=False, fill_mode="constant",
             fill_value=0.0, data_format=None):
-    if antialias or crop_to_aspect_ratio or pad_to_aspect_ratio:
-        raise ValueError("resize: antialias, crop_to_aspect_ratio and pad_to_aspect_ratio are "
-                         "not supported")
+    if crop_to_aspect_ratio or pad_to_aspect_ratio:
+        raise ValueError("resize: crop_to_aspect_ratio and pad_to_aspect_ratio are not "
+                         f"supported, received crop_to_aspect_ratio={crop_to_aspect_ratio!r}, "
+                         f"pad_to_aspect_ratio={pad_to_aspect_ratio!r}")
+    if interpolation not in ("nearest", "bilinear") + MATRIX_METHODS:
+        raise ValueError(f"resize: interpolation must be one of 'nearest', 'bilinear', "
+                         f"{', '.join(map(repr, MATRIX_METHODS))}, received "
+                         f"interpolation={interpolation!r}")
     x, back = _batched("resize", images, data_format)
+    if interpolation in MATRIX_METHODS or (antialias and interpolation == "bilinear"):
+        return back(matrix_resize(x, tuple(size), interpolation, bool(antialias)))
     return back(_G.resize(x, tuple(size), interpolation))
 
 

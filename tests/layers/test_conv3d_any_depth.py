@@ -43,11 +43,43 @@ def test_unknown_depth_matches_numpy(padding, dilation):
         np.testing.assert_allclose(model.predict(a, verbose=0), ref, rtol=1e-4, atol=1e-4)
 
 
-def test_a_depth_stride_still_needs_a_known_depth():
+def _tf_same_pads(n, k_eff, s):
+    """TensorFlow's "same" padding of an axis: ``(before, after)``."""
+    total = max((-(-n // s) - 1) * s + k_eff - n, 0)
+    return total // 2, total - total // 2
+
+
+@pytest.mark.parametrize("kernel,strides", [((3, 3, 2), (2, 2, 1)), ((2, 1, 1), (3, 1, 1)),
+                                            ((4, 2, 2), (2, 1, 2))])
+def test_same_padding_with_a_depth_stride_matches_numpy(kernel, strides):
+    """TF's "same" pads the depth by an amount that depends on the depth modulo the stride:
+    one model for depths of every residue gives NumPy's result."""
+    rng = np.random.default_rng(3)
     inputs = keras.Input((None, 6, 5, 3))
-    with pytest.raises(ValueError, match=r"Conv3D\) needs known depth, height, width and "
-                                         r"channels, received input shape \(None, None, 6, 5, 3\)"):
-        layers.Conv3D(4, 3, strides=2)(inputs)
+    conv = layers.Conv3D(2, kernel, strides=strides, padding="same",
+                         bias_initializer="glorot_uniform")
+    model = keras.Model(inputs, conv(inputs))
+    for depth in (1, 4, 5, 6, 7):
+        a = rng.normal(size=(2, depth, 6, 5, 3))
+        pads = [_tf_same_pads(n, k, s) for n, k, s in zip(a.shape[1:4], kernel, strides)]
+        ref = _conv3d_ref(np.pad(a, [(0, 0)] + pads + [(0, 0)]), conv.kernel.numpy(),
+                          conv.bias.numpy(), "valid", (1, 1, 1))
+        ref = ref[:, ::strides[0], ::strides[1], ::strides[2]]
+        np.testing.assert_allclose(model.predict(a.astype("float32"), verbose=0), ref,
+                                   rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("strides", [(2, 1, 1), (3, 2, 1)])
+def test_valid_depth_stride_of_unknown_depth_matches_numpy(strides):
+    rng = np.random.default_rng(2)
+    inputs = keras.Input((None, 6, 5, 3))
+    conv = layers.Conv3D(2, (3, 2, 2), strides=strides, bias_initializer="glorot_uniform")
+    model = keras.Model(inputs, conv(inputs))
+    for depth in (7, 8):  # 7 - 3 + 1 = 5 and 6 valid planes, every s-th kept
+        a = rng.normal(size=(2, depth, 6, 5, 3)).astype("float32")
+        ref = _conv3d_ref(a.astype(np.float64), conv.kernel.numpy(), conv.bias.numpy(),
+                          "valid", (1, 1, 1))[:, ::strides[0], ::strides[1], ::strides[2]]
+        np.testing.assert_allclose(model.predict(a, verbose=0), ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("kind", ["max", "average"])

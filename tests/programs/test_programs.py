@@ -70,10 +70,6 @@ KNOWN_GAPS: dict[str, str] = {
     # PyDataset (and of kiln's): Keras 3 stops at the same line
     "p43_metric_learning.py":
         "AttributeError: property 'num_batches' of 'AnchorPositivePairs' object has no setter",
-    # tf.math.top_k on kiln tensors in a layer's call() (kiln traces call() once, even for an
-    # eager call on concrete data): kiln's clear error names the call
-    "p45_mnist_moe.py":
-        "TypeError: TensorFlow's top_k() was given a symbolic kiln tensor",
     # tf.nn.relu on kiln tensors in a layer's call(): kiln's clear error
     "p46_debugging_tips.py":
         "TypeError: TensorFlow's relu() was given a symbolic kiln tensor",

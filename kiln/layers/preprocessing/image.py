@@ -8,7 +8,7 @@ import kiln.ops as K
 from kiln.core import Node
 from kiln.layers.preprocessing._base import ImageLayer, check_choice, check_size
 
-RESIZE_INTERPOLATIONS = ("bilinear", "nearest")
+RESIZE_INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "lanczos3", "lanczos5", "area")
 
 
 def aspect_crop_box(h: int, w: int, th: int, tw: int) -> tuple[int, int, int, int]:
@@ -25,12 +25,14 @@ def crop(x: Node, top: int, left: int, height: int, width: int) -> Node:
                        (None, None, 1)], None)
 
 
-def smart_resize(x: Node, h: int, w: int, th: int, tw: int, interpolation: str) -> Node:
+def smart_resize(x: Node, h: int, w: int, th: int, tw: int, interpolation: str,
+                 antialias: bool = False) -> Node:
     """Center-crops to the target aspect ratio, then resizes to ``(th, tw)``."""
     top, left, ch, cw = aspect_crop_box(h, w, th, tw)
     if (ch, cw) != (h, w):
         x = crop(x, top, left, ch, cw)
-    return x if (ch, cw) == (th, tw) else K.resize(x, (th, tw), interpolation)
+    return x if (ch, cw) == (th, tw) else K.resize(x, (th, tw), interpolation,
+                                                    antialias=antialias)
 
 
 class Resizing(ImageLayer):
@@ -42,14 +44,15 @@ class Resizing(ImageLayer):
 
     Args:
         height, width: the output size.
-        interpolation: ``"bilinear"`` (default) or ``"nearest"``.
+        interpolation: ``"bilinear"`` (default), ``"nearest"``, ``"bicubic"``,
+            ``"lanczos3"``, ``"lanczos5"`` or ``"area"`` (``kiln.ops.image.resize``).
         crop_to_aspect_ratio: first crop the largest centered window with the target aspect
             ratio (no distortion).
         pad_to_aspect_ratio: first pad the image evenly on both sides with ``fill_value`` to
             the target aspect ratio (no distortion).
         fill_mode: ``"constant"`` (the only mode, as in Keras).
         fill_value: the padding value (default 0.0).
-        antialias: must be False (kiln has no antialiased resize).
+        antialias: widen the kernel when downsampling (Keras' JAX/NumPy antialiasing).
         data_format: ``"channels_last"`` or None.
 
     Example:
@@ -72,17 +75,14 @@ class Resizing(ImageLayer):
         self.pad_to_aspect_ratio = bool(pad_to_aspect_ratio)
         self.fill_mode = check_choice("Resizing", "fill_mode", fill_mode, ("constant",))
         self.fill_value = float(fill_value)
-        if antialias:
-            raise ValueError("Resizing: antialias=True is not supported by kiln (use "
-                             "antialias=False)")
-        self.antialias = False
+        self.antialias = bool(antialias)
 
     def call(self, inputs: Node) -> Node:
         x, added = self._images(inputs)
         h, w = self._static_hw(x)
         th, tw = self.height, self.width
         if self.crop_to_aspect_ratio:
-            x = smart_resize(x, h, w, th, tw, self.interpolation)
+            x = smart_resize(x, h, w, th, tw, self.interpolation, self.antialias)
         else:
             if self.pad_to_aspect_ratio:
                 ph = max(h, int(float(w * th) / tw))
@@ -92,7 +92,7 @@ class Resizing(ImageLayer):
                     x = K.pad(x, [(0, 0), (top, top), (left, left), (0, 0)], self.fill_value)
                     h, w = h + 2 * top, w + 2 * left
             if (h, w) != (th, tw):
-                x = K.resize(x, (th, tw), self.interpolation)
+                x = K.resize(x, (th, tw), self.interpolation, antialias=self.antialias)
         return K.squeeze(x, 0) if added else x
 
     def get_config(self) -> dict:

@@ -101,11 +101,9 @@ def test_rescaling_scales_and_offsets_per_channel():
 
 def test_image_layer_errors():
     with pytest.raises(ValueError, match="Resizing: interpolation must be one of.*'area'"):
-        L.Resizing(4, 4, interpolation="area")
+        L.Resizing(4, 4, interpolation="gaussian")
     with pytest.raises(ValueError, match="Resizing: only one of crop_to_aspect_ratio"):
         L.Resizing(4, 4, crop_to_aspect_ratio=True, pad_to_aspect_ratio=True)
-    with pytest.raises(ValueError, match="Resizing: antialias=True is not supported"):
-        L.Resizing(4, 4, antialias=True)
     with pytest.raises(ValueError, match="CenterCrop: height must be a positive int.*0"):
         L.CenterCrop(0, 4)
     with pytest.raises(ValueError, match="channels_first' is not supported"):
