@@ -1,0 +1,230 @@
+"""Products of a few rows, ``C = A @ B`` with ``A`` of ``M <= MAX_ROWS`` rows (a Dense layer
+at serving batch sizes: row vector times matrix), on kiln's own kernel generated as LLVM IR
+for the target's vector width (:func:`gemv_ir`), with the bias add and ReLU that follow the
+product as its epilogue (issue 47: batch-1 serving).
+
+At batch 1 OpenBLAS's ``sgemv`` (behind NumPy's dispatch or kiln's kept call) spends as long
+in its call as onnxruntime does in its whole MLP: the MNIST MLP's three products cost ~30 us
+that way. Here all ``M`` rows of ``A`` are broadcast against each ``K x (V L)`` slice of ``B``
+(``B`` read once, row by row, whatever ``M``), the ``M x V`` accumulators stay in registers
+over the whole inner dimension, and the bias and ReLU are applied before the one store: one
+pass over the weights, no pass over the result (docs/performance.md, "Serving at batch 1").
+
+The vector width is the target's (:func:`kiln.core.backends.cpu.target.CpuTarget.vector_lanes`:
+512-bit vectors on AVX-512, 256-bit on AVX2), and the block is as wide as the register file
+allows: ``V`` vectors per row, ``M x V`` accumulators within half the registers
+(:func:`_vectors`). float32 and float64.
+
+Arguments (flat arrays of one dtype): ``(c, a, b[, bias], p)``; ``p = [c size, a size,
+b size, (bias size,) K, N, a_row, a_inner, b_row, n0, n1]`` (strides in elements; ``B``
+and ``C`` unit-stride along the columns, ``C`` C-contiguous): the columns ``n0 <= n < n1``
+(``n0`` a multiple of ``L``; a range that does not end at ``N`` holds whole vectors), in
+blocks of ``V L``, then of ``L``, then one masked vector of ``N % L`` lanes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.core.backends.cpu import target
+from kiln.core.backends.cpu.codegen import native
+from kiln.core.backends.cpu.codegen.ir_kernel import _div, _Kernel, bias_relu_ir
+from kiln.core.backends.cpu.codegen.spec import CodegenError
+from kiln.core.backends.cpu.runtime import threads
+from kiln.core.backends.cpu.runtime.parts import native_split
+
+# Rows of A up to which a product runs here (OpenBLAS's GEMM takes more rows).
+MAX_ROWS = 4
+# Multiply-adds from which the columns are split over kiln's threads (serial.py then runs a
+# small plan's parts on the caller's thread anyway).
+SPLIT_WORK = 1 << 22
+ENABLED = True
+_SCALAR = {"float32": ("float", "f32", 4), "float64": ("double", "f64", 8)}
+
+
+def lanes(dtype: str) -> int:
+    """Elements of ``dtype`` per vector register of the current target."""
+    return target.current().vector_lanes * 4 // _SCALAR[dtype][2]
+
+
+def registers() -> int:
+    """Vector registers of the current target (32 with AVX-512, 16 with AVX2)."""
+    return 32 if target.current().has_avx512 else 16
+
+
+def _vectors(rows: int, regs: int) -> int:
+    """``V``: vectors per row of a block, so that the ``rows x V`` accumulators take at most
+    half the registers (the rest hold ``B``'s vectors and the broadcast), at most 8."""
+    v = 8
+    while v > 1 and rows * v > regs // 2:
+        v //= 2
+    return v
+
+
+def suits(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """Whether ``out = a @ b`` runs here: float32 or float64 matrices of one dtype, ``a`` of
+    at most :data:`MAX_ROWS` rows with positive strides, ``b`` unit-stride along its columns
+    (a weight as stored, not its transposed view), ``out`` C-contiguous and apart from both."""
+    if not (ENABLED and a.ndim == b.ndim == out.ndim == 2 and a.dtype.name in _SCALAR):
+        return False
+    if not (a.dtype == b.dtype == out.dtype):
+        return False
+    (m, k), n = a.shape, b.shape[1]
+    size = a.itemsize
+    if not (1 <= m <= MAX_ROWS and k >= 1 and n >= 1 and b.shape[0] == k
+            and out.shape == (m, n)):
+        return False
+    if b.strides[1] != size or b.strides[0] < size * n or b.strides[0] % size:
+        return False
+    if any(s <= 0 or s % size for s in a.strides) or not out.flags.c_contiguous:
+        return False
+    if np.shares_memory(out, a) or np.shares_memory(out, b):
+        return False
+    return native.enabled()
+
+
+def _ranges(m: int, k: int, n: int, width: int) -> list[tuple[int, int]]:
+    """The column ranges of the kernel's parts: one where the product is under
+    :data:`SPLIT_WORK` multiply-adds, else one per kiln thread at multiples of ``width``."""
+    parts = threads.kernel_threads()
+    if m * k * n < SPLIT_WORK or parts == 1 or n < 2 * width:
+        return [(0, n)]
+    cuts = [0] + [min(n, round(n * j / parts / width) * width) for j in range(1, parts)] + [n]
+    return [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
+
+
+def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
+        epilogue: tuple[np.ndarray, bool] | None = None) -> bool:
+    """Adds ``out = relu?(a @ bm + bias)`` (``epilogue = (bias, relu)``, a bias of one value
+    per column in ``out``'s dtype; None: the plain product) to the plan being built; False
+    where :func:`suits` says no or the kernel does not build."""
+    if not suits(a, bm, out):
+        return False
+    bias, relu = epilogue if epilogue is not None else (None, False)
+    if bias is not None and (bias.shape != (out.shape[1],) or bias.dtype != out.dtype
+                             or not bias.flags.c_contiguous or np.shares_memory(out, bias)):
+        return False
+    dtype = out.dtype.name
+    (m, k), n = a.shape, bm.shape[1]
+    width, regs = lanes(dtype), registers()
+    vecs = _vectors(m, regs)
+    size = a.itemsize
+    arrays = (out.reshape(-1), _flat(a), _flat(bm)) + ((bias,) if bias is not None else ())
+    p = [k, n, a.strides[0] // size, a.strides[1] // size, bm.strides[0] // size]
+    name = (f"dense_gemv_m{m}l{width}v{vecs}t{n % width}{'b' if bias is not None else ''}"
+            f"{'r' if relu else ''}")
+
+    def make(symbol: str, dt: str) -> str:
+        return gemv_ir(symbol, dt, width, m, vecs, n % width, bias is not None, relu)
+
+    tag = ("_bias_relu" if relu else "_bias") if bias is not None else ""
+    return native_split(b, name, make, arrays, p, ranges=_ranges(m, k, n, width * vecs),
+                        label=f"{b.node.op}:gemv{tag}")
+
+
+def _flat(a: np.ndarray) -> np.ndarray:
+    """A 1-D unit-stride view from ``a``'s first element to its last (positive strides)."""
+    if a.flags.c_contiguous:
+        return a.reshape(-1)
+    extent = 1 + sum((d - 1) * s for d, s in zip(a.shape, a.strides)) // a.itemsize
+    return np.lib.stride_tricks.as_strided(a, shape=(extent,), strides=(a.itemsize,))
+
+
+def gemv_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, tail: int,
+            bias: bool = False, relu: bool = False) -> str:
+    """The module of ``@symbol`` (the module docstring's arguments) for ``M = rows`` rows,
+    ``L = lanes``, ``V = vecs``, ``N % L = tail``; ``bias``/``relu``: the epilogue."""
+    if dtype not in _SCALAR:
+        raise CodegenError(f"native gemv: {dtype} not generated")
+    ty, suffix, size = _SCALAR[dtype]
+    k = _Kernel((1, 1, 1) + ((1,) if bias else ()), 5)
+    f = k.f
+    vec = f"<{lanes} x {ty}>"
+    fma = f"@llvm.fma.v{lanes}{suffix}"
+    f.declare.add(f"declare {vec} {fma}({vec}, {vec}, {vec})")
+    kk, nn, sar, sak, sbr = k.p
+    c0, c1 = k.n0, k.n1
+    ctx = (f, ty, vec, fma, lanes, size, rows, kk, sar, sak, sbr, bias, relu, nn)
+
+    def columns(start: str, stop: str, width: int, nv: int, mask: str | None = None) -> None:
+        q, lq = f.begin(_div(f, f.add(k.sub(stop, start), str(width - 1)), str(width)))
+        _block(ctx, f.add(start, f.mul(q, str(width))), nv, mask)
+        f.end(q, lq)
+
+    wide = lanes * vecs
+    n_wide = f.add(c0, f.mul(_div(f, k.sub(c1, c0), str(wide)), str(wide)))
+    n_vec = f.add(c0, f.mul(_div(f, k.sub(c1, c0), str(lanes)), str(lanes)))
+    if vecs > 1:
+        columns(c0, n_wide, wide, vecs)
+    columns(n_wide if vecs > 1 else c0, n_vec, lanes, 1)
+    if tail:
+        # a range ending at N leaves N % L columns: one masked vector (ceil division of the
+        # rest by L: 0 or 1 blocks)
+        f.declare.add(f"declare {vec} @llvm.masked.load.v{lanes}{suffix}.p0(ptr, i32, "
+                      f"<{lanes} x i1>, {vec})")
+        f.declare.add(f"declare void @llvm.masked.store.v{lanes}{suffix}.p0({vec}, ptr, i32, "
+                      f"<{lanes} x i1>)")
+        mask = "<" + ", ".join(f"i1 {'true' if e < tail else 'false'}"
+                               for e in range(lanes)) + ">"
+        columns(n_vec, c1, lanes, 1, mask)
+    names = ["c", "a", "b"] + (["bias"] if bias else [])
+    return f.function(symbol, names + ["p"], noalias=True)
+
+
+def _load(ctx: tuple, arr: str, index: str, mask: str | None) -> str:
+    f, ty, vec, _, lanes, size, *_ = ctx
+    g, x = f.tmp(), f.tmp()
+    f.emit(f"{g} = getelementptr inbounds {ty}, ptr {arr}, i64 {index}")
+    if mask is None:
+        f.emit(f"{x} = load {vec}, ptr {g}, align {size}")
+    else:
+        suffix = "f32" if ty == "float" else "f64"
+        f.emit(f"{x} = call {vec} @llvm.masked.load.v{lanes}{suffix}.p0(ptr {g}, i32 {size}, "
+               f"<{lanes} x i1> {mask}, {vec} zeroinitializer)")
+    return x
+
+
+def _block(ctx: tuple, n0: str, nv: int, mask: str | None) -> None:
+    """``C[:, n0:n0 + nv L] = relu?(A @ B[:, n0:...] + bias)`` for all the rows, the
+    accumulators in registers (allocas LLVM promotes) over the whole inner dimension."""
+    f, ty, vec, fma, lanes, size, rows, kk, sar, sak, sbr, bias, relu, nn = ctx
+    f.labels += 1
+    tag = f"gv{f.labels}"
+    accs = [[f"%{tag}.{i}.{v}" for v in range(nv)] for i in range(rows)]
+    for row in accs:
+        for name in row:
+            f.allocas.append(f"  {name} = alloca {vec}")
+            f.emit(f"store {vec} zeroinitializer, ptr {name}")
+    t, lt = f.begin(kk)
+    brow = f.add(f.mul(t, sbr), n0)
+    bvals = [_load(ctx, "%b", f.add(brow, str(v * lanes)), mask) for v in range(nv)]
+    for i in range(rows):
+        g, s, one, splat = f.tmp(), f.tmp(), f.tmp(), f.tmp()
+        f.emit(f"{g} = getelementptr inbounds {ty}, ptr %a, i64 "
+               f"{f.add(f.mul(str(i), sar), f.mul(t, sak))}")
+        f.emit(f"{s} = load {ty}, ptr {g}, align {size}")
+        f.emit(f"{one} = insertelement {vec} poison, {ty} {s}, i64 0")
+        f.emit(f"{splat} = shufflevector {vec} {one}, {vec} poison, "
+               f"<{lanes} x i32> zeroinitializer")
+        for v in range(nv):
+            old, new = f.tmp(), f.tmp()
+            f.emit(f"{old} = load {vec}, ptr {accs[i][v]}")
+            f.emit(f"{new} = call {vec} {fma}({vec} {splat}, {vec} {bvals[v]}, {vec} {old})")
+            f.emit(f"store {vec} {new}, ptr {accs[i][v]}")
+    f.end(t, lt)
+    biases = [_load(ctx, "%bias", f.add(n0, str(v * lanes)), mask) if bias else None
+              for v in range(nv)]
+    for i in range(rows):
+        for v in range(nv):
+            x, g = f.tmp(), f.tmp()
+            f.emit(f"{x} = load {vec}, ptr {accs[i][v]}")
+            x = bias_relu_ir(f, vec, lanes, x, biases[v], relu)
+            # C is C-contiguous: row i starts at i * N
+            at = f.add(f.add(f.mul(str(i), nn), n0), str(v * lanes))
+            f.emit(f"{g} = getelementptr inbounds {ty}, ptr %c, i64 {at}")
+            if mask is None:
+                f.emit(f"store {vec} {x}, ptr {g}, align {size}")
+            else:
+                suffix = "f32" if ty == "float" else "f64"
+                f.emit(f"call void @llvm.masked.store.v{lanes}{suffix}.p0({vec} {x}, ptr {g}, "
+                       f"i32 {size}, <{lanes} x i1> {mask})")
