@@ -39,6 +39,16 @@ MAX_ROWS = 4
 # small plan's parts on the caller's thread anyway).
 SPLIT_WORK = 1 << 22
 ENABLED = True
+# Which kernel (:func:`streams`). The MNIST MLP's three products (784 x 512, 512 x 512,
+# 512 x 10) one after the other, median us each, 2-core Zen 4 under load, AVX-512:
+# M = 1: strips 19.2 / 12.5 / 0.8, stream (4 rows of B a pass) 15.4 / 10.4 / 1.3;
+# M = 2: 19.5 / 13.2 / 0.8 against 17.9 / 12.5 / 2.3; M = 3: 27.6 / 18.4 against 19.9 / 13.2;
+# M = 4: 18.0 / 11.7 against 20.3 / 13.1 (the strips' 16 accumulators pay there). AVX2
+# (KILN_CPU=x86-64-v3), the same host: M = 1: 22.8 / 15.3 against 19.1 / 12.4; M = 3:
+# 38.7 / 25.4 against 19.6 / 13.2; M = 4: 53.4 / 34.5 against 27.2 / 20.8.
+STREAM_ROWS = 3
+STREAM_VECTORS = 4
+UNROLL = 4
 _SCALAR = {"float32": ("float", "f32", 4), "float64": ("double", "f64", 8)}
 
 
@@ -59,6 +69,14 @@ def _vectors(rows: int, regs: int) -> int:
     while v > 1 and rows * v > regs // 2:
         v //= 2
     return v
+
+
+def streams(m: int, n: int, width: int) -> bool:
+    """Whether the product takes :func:`stream_ir` (``B`` read as one sequential stream) rather
+    than :func:`gemv_ir` (``B`` read in column strips, the accumulators in registers): for up
+    to :data:`STREAM_ROWS` rows with AVX-512 (any with AVX2: its 16 registers make the strips
+    too narrow) and at least :data:`STREAM_VECTORS` vectors of columns."""
+    return (m <= STREAM_ROWS or registers() < 32) and n >= STREAM_VECTORS * width
 
 
 def suits(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
@@ -111,11 +129,17 @@ def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
     size = a.itemsize
     arrays = (out.reshape(-1), _flat(a), _flat(bm)) + ((bias,) if bias is not None else ())
     p = [k, n, a.strides[0] // size, a.strides[1] // size, bm.strides[0] // size]
-    name = (f"dense_gemv_m{m}l{width}v{vecs}t{n % width}{'b' if bias is not None else ''}"
-            f"{'r' if relu else ''}")
+    flags = f"t{n % width}{'b' if bias is not None else ''}{'r' if relu else ''}"
+    if streams(m, n, width):
+        name = f"dense_gemv_stream_m{m}l{width}u{UNROLL}{flags}"
 
-    def make(symbol: str, dt: str) -> str:
-        return gemv_ir(symbol, dt, width, m, vecs, n % width, bias is not None, relu)
+        def make(symbol: str, dt: str) -> str:
+            return stream_ir(symbol, dt, width, m, UNROLL, n % width, bias is not None, relu)
+    else:
+        name = f"dense_gemv_m{m}l{width}v{vecs}{flags}"
+
+        def make(symbol: str, dt: str) -> str:
+            return gemv_ir(symbol, dt, width, m, vecs, n % width, bias is not None, relu)
 
     tag = ("_bias_relu" if relu else "_bias") if bias is not None else ""
     return native_split(b, name, make, arrays, p, ranges=_ranges(m, k, n, width * vecs),
@@ -228,3 +252,107 @@ def _block(ctx: tuple, n0: str, nv: int, mask: str | None) -> None:
                 suffix = "f32" if ty == "float" else "f64"
                 f.emit(f"call void @llvm.masked.store.v{lanes}{suffix}.p0({vec} {x}, ptr {g}, "
                        f"i32 {size}, <{lanes} x i1> {mask})")
+
+
+def stream_ir(symbol: str, dtype: str, lanes: int, rows: int, unroll: int, tail: int,
+              bias: bool = False, relu: bool = False) -> str:
+    """:func:`gemv_ir`'s product with ``B`` read row after row (one sequential stream): ``C``'s
+    rows stay in the L1 cache and take ``unroll`` rows of ``B`` per pass,
+    ``C[:, n] += sum_u A[:, t + u] * B[t + u, n]``, then the epilogue in one pass over ``C``."""
+    if dtype not in _SCALAR:
+        raise CodegenError(f"native gemv: {dtype} not generated")
+    ty, suffix, size = _SCALAR[dtype]
+    k = _Kernel((1, 1, 1) + ((1,) if bias else ()), 5)
+    f = k.f
+    vec = f"<{lanes} x {ty}>"
+    fma = f"@llvm.fma.v{lanes}{suffix}"
+    f.declare.add(f"declare {vec} {fma}({vec}, {vec}, {vec})")
+    kk, nn, sar, sak, sbr = k.p
+    c0, c1 = k.n0, k.n1
+    mask = None
+    if tail:
+        f.declare.add(f"declare {vec} @llvm.masked.load.v{lanes}{suffix}.p0(ptr, i32, "
+                      f"<{lanes} x i1>, {vec})")
+        f.declare.add(f"declare void @llvm.masked.store.v{lanes}{suffix}.p0({vec}, ptr, i32, "
+                      f"<{lanes} x i1>)")
+        mask = "<" + ", ".join(f"i1 {'true' if e < tail else 'false'}"
+                               for e in range(lanes)) + ">"
+    ctx = (f, ty, vec, fma, lanes, size, rows, kk, sar, sak, sbr, bias, relu, nn)
+    n_vec = f.add(c0, f.mul(_div(f, k.sub(c1, c0), str(lanes)), str(lanes)))
+    n_tail = _div(f, f.add(k.sub(c1, n_vec), str(lanes - 1)), str(lanes))  # 0 or 1
+
+    def vectors(body) -> None:
+        q, lq = f.begin(_div(f, k.sub(n_vec, c0), str(lanes)))
+        body(f.add(c0, f.mul(q, str(lanes))), None)
+        f.end(q, lq)
+        if tail:
+            q, lq = f.begin(n_tail)
+            body(n_vec, mask)
+            f.end(q, lq)
+
+    def crow(i: int, n0: str) -> str:
+        g = f.tmp()
+        f.emit(f"{g} = getelementptr inbounds {ty}, ptr %c, i64 {f.add(f.mul(str(i), nn), n0)}")
+        return g
+
+    def store(x: str, g: str, m: str | None) -> None:
+        if m is None:
+            f.emit(f"store {vec} {x}, ptr {g}, align {size}")
+        else:
+            f.emit(f"call void @llvm.masked.store.v{lanes}{suffix}.p0({vec} {x}, ptr {g}, "
+                   f"i32 {size}, <{lanes} x i1> {m})")
+
+    def zero(n0: str, m: str | None) -> None:
+        for i in range(rows):
+            store("zeroinitializer", crow(i, n0), m)
+
+    vectors(zero)
+
+    def splats(t: str, u: int) -> list[str]:
+        out = []
+        for i in range(rows):
+            g, s, one, splat = f.tmp(), f.tmp(), f.tmp(), f.tmp()
+            f.emit(f"{g} = getelementptr inbounds {ty}, ptr %a, i64 "
+                   f"{f.add(f.mul(str(i), sar), f.mul(f.add(t, str(u)), sak))}")
+            f.emit(f"{s} = load {ty}, ptr {g}, align {size}")
+            f.emit(f"{one} = insertelement {vec} poison, {ty} {s}, i64 0")
+            f.emit(f"{splat} = shufflevector {vec} {one}, {vec} poison, "
+                   f"<{lanes} x i32> zeroinitializer")
+            out.append(splat)
+        return out
+
+    def passes(start: str, count: str, width: int) -> None:
+        blk, lb = f.begin(count)
+        t = f.add(start, f.mul(blk, str(width)))
+        a_vals = [splats(t, u) for u in range(width)]
+
+        def body(n0: str, m: str | None) -> None:
+            bvals = [_load(ctx, "%b", f.add(f.mul(f.add(t, str(u)), sbr), n0), m)
+                     for u in range(width)]
+            for i in range(rows):
+                g = crow(i, n0)
+                x = _load(ctx, g, "0", m)
+                for u in range(width):
+                    y = f.tmp()
+                    f.emit(f"{y} = call {vec} {fma}({vec} {a_vals[u][i]}, {vec} {bvals[u]}, "
+                           f"{vec} {x})")
+                    x = y
+                store(x, g, m)
+
+        vectors(body)
+        f.end(blk, lb)
+
+    k_full = _div(f, kk, str(unroll))
+    passes("0", k_full, unroll)
+    passes(f.mul(k_full, str(unroll)), k.sub(kk, f.mul(k_full, str(unroll))), 1)
+    if bias or relu:
+        def epilogue(n0: str, m: str | None) -> None:
+            b = _load(ctx, "%bias", n0, m) if bias else None
+            for i in range(rows):
+                g = crow(i, n0)
+                x = bias_relu_ir(f, vec, lanes, _load(ctx, g, "0", m), b, relu)
+                store(x, g, m)
+
+        vectors(epilogue)
+    names = ["c", "a", "b"] + (["bias"] if bias else [])
+    return f.function(symbol, names + ["p"], noalias=True)
