@@ -117,3 +117,21 @@ def test_only_weights_a_plan_reads_and_does_not_update_are_cached():
     assert kernels(model.predict_function, [x])
     assert not any(isinstance(f, winograd_cache.TransformOnce)
                    for f in kernels(model.train_function, [x, y]))
+
+
+def test_a_predict_plan_takes_winograd_from_fewer_output_positions(monkeypatch):
+    # 7 x 7 = 49 output positions a sample: the transform made once pays from
+    # CACHED_MIN_OUTPUTS (200: 5 samples), one made at every call from WINOGRAD_MIN_OUTPUTS
+    monkeypatch.setattr(lowering, "WINOGRAD_MIN_OUTPUTS", 512)
+    monkeypatch.setattr(winograd_cache, "CACHED_MIN_OUTPUTS", 200)
+    model = _model(1)
+    model.compile(kiln.optimizers.SGD(0.1), "mse")
+    x = np.random.default_rng(3).normal(size=(5, 9, 9, 8)).astype(np.float32)
+    for n, winograd_runs in ((4, False), (5, True)):
+        _check(model, x[:n], 1)
+        assert ("conv2d:winograd_kernel" in _labels(model, x[:n])) == winograd_runs
+    y = np.zeros(model.predict_on_batch(x).shape, np.float32)
+    model.train_on_batch(x, y)  # 245 positions, the kernel written by the step: direct
+    labels = [s.label for s in model.train_function.program.plan([x, y]).steps]
+    assert "conv2d:winograd_kernel" not in labels and any(s.startswith("conv2d") for s in labels)
+    _check(model, x, 1)

@@ -16,6 +16,12 @@ import numpy as np
 from kiln.core.ir import Node
 
 ENABLED = True
+# Output positions from which a forward Winograd convolution pays where its kernel is
+# transformed once (a predict plan; lowering.WINOGRAD_MIN_OUTPUTS where it is transformed at
+# every call). The MNIST convnet's 13 x 13 x 32 -> 64 convolution, one thread, us per call
+# at N samples, direct register tiles against Winograd's pipeline without its kernel
+# transform (docs/performance.md, "Serving at batch 1"): N=1 17.4 / 20.6, N=2 34.6 / 29.1.
+CACHED_MIN_OUTPUTS = 200
 
 
 class TransformOnce:
@@ -47,6 +53,13 @@ def weights(b, w_node: Node, w: np.ndarray) -> Any:
     if any(v is var for _, v in b.program.updates):
         return None  # a training step writes it in place: transformed at every call
     return var
+
+
+def pays(b, w_node: Node, w: np.ndarray, out_shape: tuple) -> bool:
+    """Whether a forward convolution into an NHWC ``out_shape`` whose kernel :func:`weights`
+    finds has enough output positions for Winograd without the kernel transform's cost."""
+    positions = int(np.prod(out_shape[:-1], dtype=np.int64))
+    return positions >= CACHED_MIN_OUTPUTS and weights(b, w_node, w) is not None
 
 
 def once(b, w_node: Node, w: np.ndarray, fn: Callable) -> Callable:
