@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cpu_targets import set_cpu
 
 import kiln
 from kiln.core.backends.cpu import lowering
@@ -119,15 +120,21 @@ def test_only_weights_a_plan_reads_and_does_not_update_are_cached():
                    for f in kernels(model.train_function, [x, y]))
 
 
-def test_a_predict_plan_takes_winograd_from_fewer_output_positions(monkeypatch):
+@pytest.mark.parametrize("avx512", [True, False])
+def test_a_predict_plan_takes_winograd_from_fewer_output_positions(avx512, monkeypatch):
     # 7 x 7 = 49 output positions a sample: the transform made once pays from
-    # CACHED_MIN_OUTPUTS (200: 5 samples), one made at every call from WINOGRAD_MIN_OUTPUTS
+    # CACHED_MIN_OUTPUTS (here 200: 5 samples) against the register tiles (AVX-512), from
+    # CACHED_MIN_OUTPUTS_NO_TILES (here 100: 3 samples) against AVX2's direct loops; one made
+    # at every call (a training step's) from WINOGRAD_MIN_OUTPUTS
+    set_cpu(monkeypatch, avx512)
     monkeypatch.setattr(lowering, "WINOGRAD_MIN_OUTPUTS", 512)
     monkeypatch.setattr(winograd_cache, "CACHED_MIN_OUTPUTS", 200)
+    monkeypatch.setattr(winograd_cache, "CACHED_MIN_OUTPUTS_NO_TILES", 100)
+    first = 5 if avx512 else 3
     model = _model(1)
     model.compile(kiln.optimizers.SGD(0.1), "mse")
     x = np.random.default_rng(3).normal(size=(5, 9, 9, 8)).astype(np.float32)
-    for n, winograd_runs in ((4, False), (5, True)):
+    for n, winograd_runs in ((first - 1, False), (first, True)):
         _check(model, x[:n], 1)
         assert ("conv2d:winograd_kernel" in _labels(model, x[:n])) == winograd_runs
     y = np.zeros(model.predict_on_batch(x).shape, np.float32)

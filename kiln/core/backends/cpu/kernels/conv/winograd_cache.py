@@ -13,15 +13,20 @@ from typing import Any
 
 import numpy as np
 
+from kiln.core.backends.cpu import target
 from kiln.core.ir import Node
 
 ENABLED = True
 # Output positions from which a forward Winograd convolution pays where its kernel is
 # transformed once (a predict plan; lowering.WINOGRAD_MIN_OUTPUTS where it is transformed at
-# every call). The MNIST convnet's 13 x 13 x 32 -> 64 convolution, one thread, us per call
-# at N samples, direct register tiles against Winograd's pipeline without its kernel
-# transform (docs/performance.md, "Serving at batch 1"): N=1 17.4 / 20.6, N=2 34.6 / 29.1.
-CACHED_MIN_OUTPUTS = 200
+# every call): against the register tiles (AVX-512: target.tile_conv), and against the direct
+# loops (AVX2), from any number. A Conv2D(64, 3) + ReLU on one image of C = 32 channels, median
+# us a predict_on_batch, direct against Winograd, 2-core Zen 4 under load (AVX2:
+# KILN_CPU=x86-64-v3): 25 positions 8.0 / 13.1 (AVX2 16.9 / 15.2), 49: 12.2 / 13.2 (24.1 /
+# 15.2), 81: 17.2 / 15.9 (33.9 / 19.3), 121: 22.4 / 16.4 (45.8 / 19.7), 225: 34.3 / 23.8
+# (77.7 / 32.1); 13 x 13, 64 -> 64: 58.5 / 42.8 (113.3 / 58.1).
+CACHED_MIN_OUTPUTS = 80
+CACHED_MIN_OUTPUTS_NO_TILES = 1
 
 
 class TransformOnce:
@@ -59,7 +64,8 @@ def pays(b, w_node: Node, w: np.ndarray, out_shape: tuple) -> bool:
     """Whether a forward convolution into an NHWC ``out_shape`` whose kernel :func:`weights`
     finds has enough output positions for Winograd without the kernel transform's cost."""
     positions = int(np.prod(out_shape[:-1], dtype=np.int64))
-    return positions >= CACHED_MIN_OUTPUTS and weights(b, w_node, w) is not None
+    least = CACHED_MIN_OUTPUTS if target.current().tile_conv else CACHED_MIN_OUTPUTS_NO_TILES
+    return positions >= least and weights(b, w_node, w) is not None
 
 
 def once(b, w_node: Node, w: np.ndarray, fn: Callable) -> Callable:
