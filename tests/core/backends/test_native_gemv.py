@@ -198,3 +198,22 @@ def test_new_weights_reach_the_serving_plan():
     second = model.predict_on_batch(x)
     np.testing.assert_allclose(second, _forward(model, x), rtol=1e-5, atol=1e-6)
     assert not np.allclose(first, second)
+
+
+def test_one_kernel_serves_every_small_batch_and_training_stays_on_blas():
+    from kiln.core.backends.cpu.codegen import jit
+
+    model = _mlp()
+    model.compile("sgd", "mse")
+    x = np.random.default_rng(5).normal(size=(4, 100)).astype(np.float32)
+    model.predict_on_batch(x[:1])
+    before = dict(jit.stats)
+    for n in (2, 3, 4):  # a new plan each, no new kernel (the rows are a parameter)
+        np.testing.assert_allclose(model.predict_on_batch(x[:n]), _forward(model, x[:n]),
+                                   rtol=1e-5, atol=1e-6)
+    assert jit.stats["compiled"] == before["compiled"]
+    assert jit.stats["cache_hits"] == before["cache_hits"]
+    y = np.zeros((2, 10), np.float32)
+    model.train_on_batch(x[:2], y)
+    labels = _labels(model.train_function, [x[:2], y])
+    assert not any("gemv" in s for s in labels) and "matmul" in labels

@@ -29,6 +29,7 @@ import numpy as np
 from kiln.core.backends.cpu import target
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.codegen.ir_kernel import _div, _Kernel, bias_relu_ir
+from kiln.core.backends.cpu.codegen.llvm_expr import Val
 from kiln.core.backends.cpu.codegen.spec import CodegenError
 from kiln.core.backends.cpu.runtime import threads
 from kiln.core.backends.cpu.runtime.parts import native_split
@@ -111,11 +112,21 @@ def _ranges(m: int, k: int, n: int, width: int) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
 
 
+def kinds(n: int, width: int) -> tuple[tuple[str, int], ...]:
+    """Per number of rows ``M = 1 .. MAX_ROWS``, the kernel that computes it: ``("s",
+    UNROLL)`` the stream, ``("v", V)`` the column strips of ``V`` vectors (:func:`streams`)."""
+    regs = registers()
+    return tuple(("s", UNROLL) if streams(m, n, width) else ("v", _vectors(m, regs))
+                 for m in range(1, MAX_ROWS + 1))
+
+
 def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
         epilogue: tuple[np.ndarray, bool] | None = None) -> bool:
     """Adds ``out = relu?(a @ bm + bias)`` (``epilogue = (bias, relu)``, a bias of one value
     per column in ``out``'s dtype; None: the plain product) to the plan being built; False
-    where :func:`suits` says no or the kernel does not build."""
+    where :func:`suits` says no or the kernel does not build. One kernel serves every number
+    of rows up to :data:`MAX_ROWS` (the count is a parameter): a plan for a new serving batch
+    size compiles nothing new."""
     if not suits(a, bm, out):
         return False
     bias, relu = epilogue if epilogue is not None else (None, False)
@@ -124,25 +135,19 @@ def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
         return False
     dtype = out.dtype.name
     (m, k), n = a.shape, bm.shape[1]
-    width, regs = lanes(dtype), registers()
-    vecs = _vectors(m, regs)
+    width = lanes(dtype)
     size = a.itemsize
     arrays = (out.reshape(-1), _flat(a), _flat(bm)) + ((bias,) if bias is not None else ())
-    p = [k, n, a.strides[0] // size, a.strides[1] // size, bm.strides[0] // size]
-    flags = f"t{n % width}{'b' if bias is not None else ''}{'r' if relu else ''}"
-    if streams(m, n, width):
-        name = f"dense_gemv_stream_m{m}l{width}u{UNROLL}{flags}"
+    p = [m, k, n, a.strides[0] // size, a.strides[1] // size, bm.strides[0] // size]
+    plan = kinds(n, width)
+    name = (f"dense_gemv_l{width}t{n % width}{'b' if bias is not None else ''}"
+            f"{'r' if relu else ''}_{''.join(f'{c}{v}' for c, v in plan)}")
 
-        def make(symbol: str, dt: str) -> str:
-            return stream_ir(symbol, dt, width, m, UNROLL, n % width, bias is not None, relu)
-    else:
-        name = f"dense_gemv_m{m}l{width}v{vecs}{flags}"
-
-        def make(symbol: str, dt: str) -> str:
-            return gemv_ir(symbol, dt, width, m, vecs, n % width, bias is not None, relu)
+    def make(symbol: str, dt: str) -> str:
+        return gemv_ir(symbol, dt, width, n % width, plan, bias is not None, relu)
 
     tag = ("_bias_relu" if relu else "_bias") if bias is not None else ""
-    return native_split(b, name, make, arrays, p, ranges=_ranges(m, k, n, width * vecs),
+    return native_split(b, name, make, arrays, p, ranges=_ranges(m, k, n, width * 8),
                         label=f"{b.node.op}:gemv{tag}")
 
 
@@ -154,25 +159,50 @@ def _flat(a: np.ndarray) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(a, shape=(extent,), strides=(a.itemsize,))
 
 
-def gemv_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, tail: int,
+def gemv_ir(symbol: str, dtype: str, lanes: int, tail: int, plan: tuple[tuple[str, int], ...],
             bias: bool = False, relu: bool = False) -> str:
-    """The module of ``@symbol`` (the module docstring's arguments) for ``M = rows`` rows,
-    ``L = lanes``, ``V = vecs``, ``N % L = tail``; ``bias``/``relu``: the epilogue."""
+    """The module of ``@symbol`` (the module docstring's arguments) for ``L = lanes``,
+    ``N % L = tail``: for ``M = r`` rows it runs ``plan[r - 1]`` (``("s", U)``: :func:`_stream`
+    with ``U`` rows of ``B`` a pass; ``("v", V)``: :func:`_strips` of ``V`` vectors);
+    ``bias``/``relu``: the epilogue."""
     if dtype not in _SCALAR:
         raise CodegenError(f"native gemv: {dtype} not generated")
     ty, suffix, size = _SCALAR[dtype]
-    k = _Kernel((1, 1, 1) + ((1,) if bias else ()), 5)
+    k = _Kernel((1, 1, 1) + ((1,) if bias else ()), 6)
     f = k.f
     vec = f"<{lanes} x {ty}>"
     fma = f"@llvm.fma.v{lanes}{suffix}"
     f.declare.add(f"declare {vec} {fma}({vec}, {vec}, {vec})")
-    kk, nn, sar, sak, sbr = k.p
-    c0, c1 = k.n0, k.n1
-    ctx = (f, ty, vec, fma, lanes, size, rows, kk, sar, sak, sbr, bias, relu, nn)
+    m, kk, nn, sar, sak, sbr = k.p
+    mask = None
+    if tail:
+        f.declare.add(f"declare {vec} @llvm.masked.load.v{lanes}{suffix}.p0(ptr, i32, "
+                      f"<{lanes} x i1>, {vec})")
+        f.declare.add(f"declare void @llvm.masked.store.v{lanes}{suffix}.p0({vec}, ptr, i32, "
+                      f"<{lanes} x i1>)")
+        mask = "<" + ", ".join(f"i1 {'true' if e < tail else 'false'}"
+                               for e in range(lanes)) + ">"
+    for rows, (kind, param) in enumerate(plan, 1):
+        # the code for M == rows, branched to
+        same = f.tmp()
+        f.emit(f"{same} = icmp eq i64 {m}, {rows}")
+        lab = f.when(Val(same, "b"))
+        ctx = (f, ty, vec, fma, lanes, size, rows, kk, sar, sak, sbr, bias, relu, nn)
+        (_stream if kind == "s" else _strips)(k, ctx, param, mask)
+        f.done(lab)
+    names = ["c", "a", "b"] + (["bias"] if bias else [])
+    return f.function(symbol, names + ["p"], noalias=True)
 
-    def columns(start: str, stop: str, width: int, nv: int, mask: str | None = None) -> None:
+
+def _strips(k: _Kernel, ctx: tuple, vecs: int, mask: str | None) -> None:
+    """The columns ``n0 <= n < n1`` in strips of ``V L`` (then ``L``, then the masked tail),
+    each computed by :func:`_block` with all rows' accumulators in registers."""
+    f, lanes = ctx[0], ctx[4]
+    c0, c1 = k.n0, k.n1
+
+    def columns(start: str, stop: str, width: int, nv: int, m: str | None = None) -> None:
         q, lq = f.begin(_div(f, f.add(k.sub(stop, start), str(width - 1)), str(width)))
-        _block(ctx, f.add(start, f.mul(q, str(width))), nv, mask)
+        _block(ctx, f.add(start, f.mul(q, str(width))), nv, m)
         f.end(q, lq)
 
     wide = lanes * vecs
@@ -181,18 +211,10 @@ def gemv_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int, tail: int
     if vecs > 1:
         columns(c0, n_wide, wide, vecs)
     columns(n_wide if vecs > 1 else c0, n_vec, lanes, 1)
-    if tail:
+    if mask is not None:
         # a range ending at N leaves N % L columns: one masked vector (ceil division of the
         # rest by L: 0 or 1 blocks)
-        f.declare.add(f"declare {vec} @llvm.masked.load.v{lanes}{suffix}.p0(ptr, i32, "
-                      f"<{lanes} x i1>, {vec})")
-        f.declare.add(f"declare void @llvm.masked.store.v{lanes}{suffix}.p0({vec}, ptr, i32, "
-                      f"<{lanes} x i1>)")
-        mask = "<" + ", ".join(f"i1 {'true' if e < tail else 'false'}"
-                               for e in range(lanes)) + ">"
         columns(n_vec, c1, lanes, 1, mask)
-    names = ["c", "a", "b"] + (["bias"] if bias else [])
-    return f.function(symbol, names + ["p"], noalias=True)
 
 
 def _load(ctx: tuple, arr: str, index: str, mask: str | None) -> str:
@@ -254,30 +276,13 @@ def _block(ctx: tuple, n0: str, nv: int, mask: str | None) -> None:
                        f"i32 {size}, <{lanes} x i1> {mask})")
 
 
-def stream_ir(symbol: str, dtype: str, lanes: int, rows: int, unroll: int, tail: int,
-              bias: bool = False, relu: bool = False) -> str:
-    """:func:`gemv_ir`'s product with ``B`` read row after row (one sequential stream): ``C``'s
-    rows stay in the L1 cache and take ``unroll`` rows of ``B`` per pass,
+def _stream(k: _Kernel, ctx: tuple, unroll: int, mask: str | None) -> None:
+    """The columns ``n0 <= n < n1`` with ``B`` read row after row (one sequential stream):
+    ``C``'s rows stay in the L1 cache and take ``unroll`` rows of ``B`` per pass,
     ``C[:, n] += sum_u A[:, t + u] * B[t + u, n]``, then the epilogue in one pass over ``C``."""
-    if dtype not in _SCALAR:
-        raise CodegenError(f"native gemv: {dtype} not generated")
-    ty, suffix, size = _SCALAR[dtype]
-    k = _Kernel((1, 1, 1) + ((1,) if bias else ()), 5)
-    f = k.f
-    vec = f"<{lanes} x {ty}>"
-    fma = f"@llvm.fma.v{lanes}{suffix}"
-    f.declare.add(f"declare {vec} {fma}({vec}, {vec}, {vec})")
-    kk, nn, sar, sak, sbr = k.p
+    f, ty, vec, fma, lanes, size, rows, kk, sar, sak, sbr, bias, relu, nn = ctx
+    suffix = "f32" if ty == "float" else "f64"
     c0, c1 = k.n0, k.n1
-    mask = None
-    if tail:
-        f.declare.add(f"declare {vec} @llvm.masked.load.v{lanes}{suffix}.p0(ptr, i32, "
-                      f"<{lanes} x i1>, {vec})")
-        f.declare.add(f"declare void @llvm.masked.store.v{lanes}{suffix}.p0({vec}, ptr, i32, "
-                      f"<{lanes} x i1>)")
-        mask = "<" + ", ".join(f"i1 {'true' if e < tail else 'false'}"
-                               for e in range(lanes)) + ">"
-    ctx = (f, ty, vec, fma, lanes, size, rows, kk, sar, sak, sbr, bias, relu, nn)
     n_vec = f.add(c0, f.mul(_div(f, k.sub(c1, c0), str(lanes)), str(lanes)))
     n_tail = _div(f, f.add(k.sub(c1, n_vec), str(lanes - 1)), str(lanes))  # 0 or 1
 
@@ -285,7 +290,7 @@ def stream_ir(symbol: str, dtype: str, lanes: int, rows: int, unroll: int, tail:
         q, lq = f.begin(_div(f, k.sub(n_vec, c0), str(lanes)))
         body(f.add(c0, f.mul(q, str(lanes))), None)
         f.end(q, lq)
-        if tail:
+        if mask is not None:
             q, lq = f.begin(n_tail)
             body(n_vec, mask)
             f.end(q, lq)
@@ -354,5 +359,3 @@ def stream_ir(symbol: str, dtype: str, lanes: int, rows: int, unroll: int, tail:
                 store(x, g, m)
 
         vectors(epilogue)
-    names = ["c", "a", "b"] + (["bias"] if bias else [])
-    return f.function(symbol, names + ["p"], noalias=True)

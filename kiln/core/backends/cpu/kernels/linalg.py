@@ -79,11 +79,13 @@ def few_rows(b, node: Node, x, y, out) -> bool:
     """Adds ``out = x @ y`` for an ``x`` of a few rows (a Dense layer at serving batch sizes)
     on kiln's row-vector kernel (:mod:`..gemm.native_gemv`), with the bias add and ReLU after
     it as its epilogue where they are one (float32: ``conv_tile.epilogue``); False where the
-    kernel does not take the product."""
+    kernel does not take the product. Only in plans without updates (``predict``, a function
+    of no state): a training step at a new batch size compiles nothing new (its products stay
+    BLAS's at every size), and serving is where the few rows are."""
     from kiln.core.backends.cpu.gemm import native_gemv
     from kiln.core.backends.cpu.kernels.conv import conv_tile
 
-    if not native_gemv.suits(x, y, out):
+    if b.program.updates or not native_gemv.suits(x, y, out):
         return False
     fused, epi = conv_tile.epilogue(b, x, y) if out.dtype == np.float32 else (None, None)
     if fused is not None and native_gemv.add(
