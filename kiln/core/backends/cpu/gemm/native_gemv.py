@@ -3,23 +3,28 @@ at serving batch sizes: row vector times matrix), on kiln's own kernel generated
 for the target's vector width (:func:`gemv_ir`), with the bias add and ReLU that follow the
 product as its epilogue (issue 47: batch-1 serving).
 
-At batch 1 OpenBLAS's ``sgemv`` (behind NumPy's dispatch or kiln's kept call) spends as long
-in its call as onnxruntime does in its whole MLP: the MNIST MLP's three products cost ~30 us
-that way. Here all ``M`` rows of ``A`` are broadcast against each ``K x (V L)`` slice of ``B``
-(``B`` read once, row by row, whatever ``M``), the ``M x V`` accumulators stay in registers
-over the whole inner dimension, and the bias and ReLU are applied before the one store: one
-pass over the weights, no pass over the result (docs/performance.md, "Serving at batch 1").
+At batch 1 OpenBLAS's ``sgemv`` (behind NumPy's dispatch or kiln's kept call) costs about
+what onnxruntime's whole MLP call does, and its ``sgemm`` at 2-4 rows 4x more; the bias add
+and ReLU were one more step and one more pass. Two ways to run the product, both reading
+``B`` once whatever ``M`` (docs/performance.md, "Row-vector products"):
 
-The vector width is the target's (:func:`kiln.core.backends.cpu.target.CpuTarget.vector_lanes`:
-512-bit vectors on AVX-512, 256-bit on AVX2), and the block is as wide as the register file
-allows: ``V`` vectors per row, ``M x V`` accumulators within half the registers
-(:func:`_vectors`). float32 and float64.
+* :func:`_stream`: ``B`` read row after row as one sequential stream, ``U`` of its rows a
+  pass added into ``C``'s rows (which stay in the L1 cache), the epilogue in one pass over
+  ``C`` at the end: the faster where the rows are few (:func:`streams`);
+* :func:`_strips`: the columns in strips of ``V`` vectors, each strip's ``M x V``
+  accumulators in registers over the whole inner dimension (``V``: within half the
+  registers, :func:`_vectors`), the epilogue applied before the one store.
+
+The vector width is the target's (:attr:`kiln.core.backends.cpu.target.CpuTarget.vector_lanes`:
+512-bit vectors on AVX-512, 256-bit on AVX2); float32 and float64. One kernel holds the code
+for every ``M`` up to :data:`MAX_ROWS` and branches on it, so a plan at a new serving batch
+size compiles nothing.
 
 Arguments (flat arrays of one dtype): ``(c, a, b[, bias], p)``; ``p = [c size, a size,
-b size, (bias size,) K, N, a_row, a_inner, b_row, n0, n1]`` (strides in elements; ``B``
+b size, (bias size,) M, K, N, a_row, a_inner, b_row, n0, n1]`` (strides in elements; ``B``
 and ``C`` unit-stride along the columns, ``C`` C-contiguous): the columns ``n0 <= n < n1``
-(``n0`` a multiple of ``L``; a range that does not end at ``N`` holds whole vectors), in
-blocks of ``V L``, then of ``L``, then one masked vector of ``N % L`` lanes.
+(``n0`` a multiple of ``L``; a range that does not end at ``N`` holds whole vectors), whole
+vectors first, then one masked vector of ``N % L`` lanes.
 """
 
 from __future__ import annotations
