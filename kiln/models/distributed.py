@@ -275,6 +275,8 @@ def start(model: Any, what: str, signature: dict) -> bool:
         buf = v.value
         if buf.flags.c_contiguous:
             dist.group.broadcast(buf)
+            v.assign(buf)  # written in place: its version moves (a predict plan's cached
+            # Winograd kernel transform is made again: kernels/conv/winograd_cache.py)
         else:
             tmp = np.ascontiguousarray(buf)
             dist.group.broadcast(tmp)

@@ -42,6 +42,8 @@ def build_matmul(b, node: Node) -> None:
     y = b.cache.get("packed", {}).get(id(yn), y)
     if x.ndim == 2 and y.ndim == 2 and products.products_native(b) and dense(b, node, x, y, out):
         return
+    if x.ndim == 2 and y.ndim == 2 and few_rows(b, node, x, y, out):
+        return
     b.add(products.MatmulCall(), (x, y, out))
 
 
@@ -71,6 +73,26 @@ def dense(b, node: Node, x, y, out) -> bool:
         b.absorb(gated[0])
         return True
     return native_matmul.add(b, x, y, out, pack_at=pack_at)
+
+
+def few_rows(b, node: Node, x, y, out) -> bool:
+    """Adds ``out = x @ y`` for an ``x`` of a few rows (a Dense layer at serving batch sizes)
+    on kiln's row-vector kernel (:mod:`..gemm.native_gemv`), with the bias add and ReLU after
+    it as its epilogue where they are one (float32: ``conv_tile.epilogue``); False where the
+    kernel does not take the product. Only in plans without updates (``predict``, a function
+    of no state): a training step at a new batch size compiles nothing new (its products stay
+    BLAS's at every size), and serving is where the few rows are."""
+    from kiln.core.backends.cpu.gemm import native_gemv
+    from kiln.core.backends.cpu.kernels.conv import conv_tile
+
+    if b.program.updates or not native_gemv.suits(x, y, out):
+        return False
+    fused, epi = conv_tile.epilogue(b, x, y) if out.dtype == np.float32 else (None, None)
+    if fused is not None and native_gemv.add(
+            b, x, y, b.epilogue_target(fused, node).reshape(out.shape), epilogue=epi):
+        b.absorb(fused)
+        return True
+    return native_gemv.add(b, x, y, out)
 
 
 # A ReLU's gradient as the fused kernel computes it: dy * float(relu_output > threshold)

@@ -14,7 +14,13 @@ import numpy as np
 
 from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.gemm import products
-from kiln.core.backends.cpu.kernels.conv import conv, conv_tile, winograd, winograd_ops
+from kiln.core.backends.cpu.kernels.conv import (
+    conv,
+    conv_tile,
+    winograd,
+    winograd_cache,
+    winograd_ops,
+)
 from kiln.core.backends.cpu.kernels.conv.conv_groups import build_grouped
 from kiln.core.backends.cpu.kernels.conv.direct_small import input_gradient, takes_input_gradient
 from kiln.core.backends.cpu.lowering import winograd_pays
@@ -68,7 +74,8 @@ def build_conv2d(b, node: Node) -> None:
     x = b.contiguous(x_node)
     if conv_tile.few_outputs(w.shape, out) and conv_tile.native_dot_forward(b, node, x, w, out):
         return
-    stride = winograd.usable(node.attrs, w.shape, out.dtype) if winograd_pays(out.shape) else 0
+    pays = winograd_pays(out.shape) or winograd_cache.pays(b, w_node, w, out.shape)
+    stride = winograd.usable(node.attrs, w.shape, out.dtype) if pays else 0
     if stride:
         pads = winograd.forward_pads(node, x.shape[1:3], k)
         winograd_ops.convolve(b, x, id(x_node), w, out, pads, stride)

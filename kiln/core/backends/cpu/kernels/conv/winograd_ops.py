@@ -11,7 +11,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kiln.core.backends.cpu.kernels.conv import conv_tile, winograd, winograd_pipeline
+from kiln.core.backends.cpu.kernels.conv import (
+    conv_tile,
+    winograd,
+    winograd_cache,
+    winograd_pipeline,
+)
 
 
 def _pipelined(b, x: np.ndarray, w: np.ndarray, out: np.ndarray,
@@ -42,15 +47,13 @@ def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
         geo = winograd._stride2((oh, ow))
         u = np.empty((geo.blocks, 4 * ci, co), np.float32)
         kernel = (winograd._phases_transform, (geo, w, u, False), u)
+    # weights the plan only reads (predict): transformed once per version (winograd_cache)
+    kernel = (winograd_cache.once(b, b.node.inputs[1], w, kernel[0]), *kernel[1:])
     if _pipelined(b, x, w, out, lambda dst, epi: winograd_pipeline.forward(
             b, geo, x, key, pads, kernel, dst, stride, epilogue=epi)):
         return
-    if stride == 1:
-        v = winograd.input_tiles(b, x, key, geo, pads)
-        b.add(geo.kernel_transform, (w, u), label=f"{b.node.op}:winograd_kernel")
-    else:
-        v = winograd.input_tiles(b, x, key, geo, pads, stride=2)
-        b.add(winograd._phases_transform, (geo, w, u, False), label=f"{b.node.op}:winograd_kernel")
+    v = winograd.input_tiles(b, x, key, geo, pads, stride=stride)
+    b.add(kernel[0], kernel[1], label=f"{b.node.op}:winograd_kernel")
     prod = winograd.Tiles(geo.blocks, v.view.shape[1], co)
     winograd.products(b, (v.flat, v.view), u, (prod.flat, prod.view))
     geo.transform(b, "output", (out, prod.flat, np.empty(co, np.float32)), (0, 0), prod, n)
