@@ -49,10 +49,11 @@ def _tol(dtype, k):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("k, n", SHAPES)
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
-def test_products_match_the_float64_product(m, k, n, dtype, avx512, stream, monkeypatch):
+def test_products_match_the_float64_product(m, k, n, dtype, avx512, stream, monkeypatch,
+                                            cpu_options):
     set_cpu(monkeypatch, avx512)
-    monkeypatch.setattr(native_gemv, "STREAM_ROWS", 4 if stream else 0)
-    monkeypatch.setattr(native_gemv, "STREAM_VECTORS", 0 if stream else 1 << 30)
+    cpu_options(gemv_stream_rows=4 if stream else 0,
+                gemv_stream_vectors=0 if stream else 1 << 30)
     rng = np.random.default_rng(m * 1000 + k + n)
     a = rng.normal(size=(m, k)).astype(dtype)
     b = rng.normal(size=(k, n)).astype(dtype)
@@ -88,7 +89,8 @@ def test_the_bias_and_relu_epilogue(m, n, dtype, avx512, relu, monkeypatch):
 
 @pytest.mark.parametrize("avx512", [True, False])
 @pytest.mark.parametrize("parts", [2, 3])
-def test_a_large_product_split_by_columns_gives_the_same_bits(parts, avx512, monkeypatch):
+def test_a_large_product_split_by_columns_gives_the_same_bits(parts, avx512, monkeypatch,
+                                                              cpu_options):
     set_cpu(monkeypatch, avx512)
     rng = np.random.default_rng(parts)
     a = rng.normal(size=(2, 300)).astype(np.float32)
@@ -97,7 +99,7 @@ def test_a_large_product_split_by_columns_gives_the_same_bits(parts, avx512, mon
     one = np.empty((2, 1000), np.float32)
     _run(a, b, one, epilogue=(bias, True))
     monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
-    monkeypatch.setattr(native_gemv, "SPLIT_WORK", 0)
+    cpu_options(gemv_split_work=0)
     split = np.empty((2, 1000), np.float32)
     steps = _run(a, b, split, epilogue=(bias, True))
     assert getattr(steps[0][0], "parts", 1) == parts

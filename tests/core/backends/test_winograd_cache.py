@@ -10,7 +10,7 @@ import pytest
 from cpu_targets import set_cpu
 
 import kiln
-from kiln.core.backends.cpu import lowering
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.kernels.conv import winograd, winograd_cache
 
@@ -18,14 +18,14 @@ pytestmark = pytest.mark.skipif(not native.available(), reason="needs the native
 
 
 @pytest.fixture(autouse=True)
-def _winograd_at_any_size(monkeypatch):
-    monkeypatch.setattr(lowering, "WINOGRAD_MIN_OUTPUTS", 0)
+def _winograd_at_any_size(cpu_options):
+    cpu_options(winograd_min_outputs=0)
 
 
 @pytest.fixture
 def transforms(monkeypatch):
     """Counts the kernel transforms run (a stride-2 transform is four, one per phase)."""
-    assert winograd_cache.ENABLED
+    assert options.current().winograd_cache
     count = [0]
     real = winograd.Geometry.kernel_transform
 
@@ -121,15 +121,15 @@ def test_only_weights_a_plan_reads_and_does_not_update_are_cached():
 
 
 @pytest.mark.parametrize("avx512", [True, False])
-def test_a_predict_plan_takes_winograd_from_fewer_output_positions(avx512, monkeypatch):
+def test_a_predict_plan_takes_winograd_from_fewer_output_positions(avx512, monkeypatch,
+                                                                   cpu_options):
     # 7 x 7 = 49 output positions a sample: the transform made once pays from
-    # CACHED_MIN_OUTPUTS (here 200: 5 samples) against the register tiles (AVX-512), from
-    # CACHED_MIN_OUTPUTS_NO_TILES (here 100: 3 samples) against AVX2's direct loops; one made
-    # at every call (a training step's) from WINOGRAD_MIN_OUTPUTS
+    # winograd_cached_min_outputs (here 200: 5 samples) against the register tiles (AVX-512),
+    # from winograd_cached_min_outputs_no_tiles (here 100: 3 samples) against AVX2's direct
+    # loops; one made at every call (a training step's) from winograd_min_outputs
     set_cpu(monkeypatch, avx512)
-    monkeypatch.setattr(lowering, "WINOGRAD_MIN_OUTPUTS", 512)
-    monkeypatch.setattr(winograd_cache, "CACHED_MIN_OUTPUTS", 200)
-    monkeypatch.setattr(winograd_cache, "CACHED_MIN_OUTPUTS_NO_TILES", 100)
+    cpu_options(winograd_min_outputs=512, winograd_cached_min_outputs=200,
+                winograd_cached_min_outputs_no_tiles=100)
     first = 5 if avx512 else 3
     model = _model(1)
     model.compile(kiln.optimizers.SGD(0.1), "mse")

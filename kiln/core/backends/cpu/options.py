@@ -54,6 +54,11 @@ class CpuOptions:
     matmul_column_rows: int = 512  # products of fewer rows split by their columns
     transpose_split: int = 1 << 16  # elements from which a native transpose is split over threads
     early_pack: bool = True  # a d @ W.T product's W.T packed once per step (kernels/linalg.py)
+    # ---- products of <= 4 rows in plans without updates (gemm/native_gemv.py) ----
+    native_gemv: bool = True  # kiln's own row-vector product kernel (serving)
+    gemv_split_work: int = 1 << 22  # multiply-adds from which its columns split over threads
+    gemv_stream_rows: int = 3  # rows up to which the streaming layout runs (AVX-512)
+    gemv_stream_vectors: int = 4  # ... with at least this many vectors of columns
     # ---- BLAS (gemm/blas.py) ----
     blas_min_work: int = 1 << 21  # multiply-adds under which np.matmul computes a product
     blas_min_edge: int = 8  # an edge under this: np.matmul
@@ -89,6 +94,9 @@ class CpuOptions:
     winograd_pipeline_min_tiles: int = 64  # ... and at least this many tiles
     winograd_partial_bytes: int = 3 << 19  # larger per-thread kernel-gradient partials: no pipeline
     winograd_adjoint: bool = True  # the input gradient over the forward's tiles where fewer
+    winograd_cache: bool = True  # a predict plan transforms a kernel once per weight version
+    winograd_cached_min_outputs: int = 80  # ... and its forward pays from this many positions
+    winograd_cached_min_outputs_no_tiles: int = 25  # ... this many without the register tiles
     # ---- pooling (kernels/pool/pool.py, avg_tiled.py) ----
     pool_unrolled: bool = True  # the unrolled tiled max pooling kernels
     pool_index: bool = True  # max pooling records its argmax where its gradient is planned

@@ -31,29 +31,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln.core.backends.cpu import target
+from kiln.core.backends.cpu import options, target
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.codegen.ir_kernel import _div, _Kernel, bias_relu_ir
 from kiln.core.backends.cpu.codegen.llvm_expr import Val
 from kiln.core.backends.cpu.codegen.spec import CodegenError
-from kiln.core.backends.cpu.runtime import threads
+from kiln.core.backends.cpu.runtime import parts as workers
 from kiln.core.backends.cpu.runtime.parts import native_split
 
 # Rows of A up to which a product runs here (OpenBLAS's GEMM takes more rows).
 MAX_ROWS = 4
-# Multiply-adds from which the columns are split over kiln's threads (serial.py then runs a
-# small plan's parts on the caller's thread anyway).
-SPLIT_WORK = 1 << 22
-ENABLED = True
-# Which kernel (:func:`streams`). The MNIST MLP's three products (784 x 512, 512 x 512,
-# 512 x 10) one after the other, median us each, 2-core Zen 4 under load, AVX-512:
+# Multiply-adds from which the columns are split over kiln's threads: options.gemv_split_work
+# (serial.py then runs a small plan's parts on the caller's thread anyway); the kernel itself:
+# options.native_gemv.
+# Which kernel (:func:`streams`, options.gemv_stream_rows / gemv_stream_vectors). The MNIST
+# MLP's three products (784 x 512, 512 x 512, 512 x 10) one after the other, median us each,
+# 2-core Zen 4 under load, AVX-512:
 # M = 1: strips 19.2 / 12.5 / 0.8, stream (4 rows of B a pass) 15.4 / 10.4 / 1.3;
 # M = 2: 19.5 / 13.2 / 0.8 against 17.9 / 12.5 / 2.3; M = 3: 27.6 / 18.4 against 19.9 / 13.2;
 # M = 4: 18.0 / 11.7 against 20.3 / 13.1 (the strips' 16 accumulators pay there). AVX2
 # (KILN_CPU=x86-64-v3), the same host: M = 1: 22.8 / 15.3 against 19.1 / 12.4; M = 3:
 # 38.7 / 25.4 against 19.6 / 13.2; M = 4: 53.4 / 34.5 against 27.2 / 20.8.
-STREAM_ROWS = 3
-STREAM_VECTORS = 4
 UNROLL = 4
 _SCALAR = {"float32": ("float", "f32", 4), "float64": ("double", "f64", 8)}
 
@@ -80,16 +78,19 @@ def _vectors(rows: int, regs: int) -> int:
 def streams(m: int, n: int, width: int) -> bool:
     """Whether the product takes :func:`stream_ir` (``B`` read as one sequential stream) rather
     than :func:`gemv_ir` (``B`` read in column strips, the accumulators in registers): for up
-    to :data:`STREAM_ROWS` rows with AVX-512 (any with AVX2: its 16 registers make the strips
-    too narrow) and at least :data:`STREAM_VECTORS` vectors of columns."""
-    return (m <= STREAM_ROWS or registers() < 32) and n >= STREAM_VECTORS * width
+    to ``gemv_stream_rows`` rows with AVX-512 (any with AVX2: its 16 registers make the strips
+    too narrow) and at least ``gemv_stream_vectors`` vectors of columns (options)."""
+    opts = options.current()
+    return ((m <= opts.gemv_stream_rows or registers() < 32)
+            and n >= opts.gemv_stream_vectors * width)
 
 
 def suits(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     """Whether ``out = a @ b`` runs here: float32 or float64 matrices of one dtype, ``a`` of
     at most :data:`MAX_ROWS` rows with positive strides, ``b`` unit-stride along its columns
     (a weight as stored, not its transposed view), ``out`` C-contiguous and apart from both."""
-    if not (ENABLED and a.ndim == b.ndim == out.ndim == 2 and a.dtype.name in _SCALAR):
+    if not (options.current().native_gemv and a.ndim == b.ndim == out.ndim == 2
+            and a.dtype.name in _SCALAR):
         return False
     if not (a.dtype == b.dtype == out.dtype):
         return False
@@ -109,9 +110,10 @@ def suits(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
 
 def _ranges(m: int, k: int, n: int, width: int) -> list[tuple[int, int]]:
     """The column ranges of the kernel's parts: one where the product is under
-    :data:`SPLIT_WORK` multiply-adds, else one per kiln thread at multiples of ``width``."""
-    parts = threads.kernel_threads()
-    if m * k * n < SPLIT_WORK or parts == 1 or n < 2 * width:
+    ``gemv_split_work`` multiply-adds (options), else one per kiln thread at multiples of
+    ``width``."""
+    parts = workers.count(m * k * n, options.current().gemv_split_work)
+    if parts == 1 or n < 2 * width:
         return [(0, n)]
     cuts = [0] + [min(n, round(n * j / parts / width) * width) for j in range(1, parts)] + [n]
     return [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]

@@ -13,20 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from kiln.core.backends.cpu import target
+from kiln.core.backends.cpu import options, target
 from kiln.core.ir import Node
 
-ENABLED = True
-# Output positions from which a forward Winograd convolution pays where its kernel is
-# transformed once (a predict plan; lowering.WINOGRAD_MIN_OUTPUTS where it is transformed at
-# every call): 80 against the register tiles (AVX-512: target.tile_conv), 25 (the fewest
-# measured) against the direct loops (AVX2). A Conv2D(64, 3) + ReLU on one image of C = 32
-# channels, median us a predict_on_batch, direct against Winograd, 2-core Zen 4 under load
-# (AVX2: KILN_CPU=x86-64-v3): 25 positions 8.0 / 13.1 (AVX2 16.9 / 15.2), 49: 12.2 / 13.2
-# (24.1 / 15.2), 81: 17.2 / 15.9 (33.9 / 19.3), 121: 22.4 / 16.4 (45.8 / 19.7), 225: 34.3 /
-# 23.8 (77.7 / 32.1); 13 x 13, 64 -> 64: 58.5 / 42.8 (113.3 / 58.1).
-CACHED_MIN_OUTPUTS = 80
-CACHED_MIN_OUTPUTS_NO_TILES = 25
+# The cache: options.winograd_cache. Output positions from which a forward Winograd convolution pays
+# where its kernel is transformed once (a predict plan; options.winograd_min_outputs where it is
+# transformed at every call): options.winograd_cached_min_outputs(_no_tiles), 80 against the
+# register tiles (AVX-512: target.tile_conv), 25 (the fewest measured) against the direct loops
+# (AVX2). A Conv2D(64, 3) + ReLU on one image of C = 32 channels, median us a predict_on_batch,
+# direct against Winograd, 2-core Zen 4 under load (AVX2: KILN_CPU=x86-64-v3): 25 positions 8.0 /
+# 13.1 (AVX2 16.9 / 15.2), 49: 12.2 / 13.2 (24.1 / 15.2), 81: 17.2 / 15.9 (33.9 / 19.3), 121: 22.4 /
+# 16.4 (45.8 / 19.7), 225: 34.3 / 23.8 (77.7 / 32.1); 13 x 13, 64 -> 64: 58.5 / 42.8 (113.3 / 58.1).
 
 
 class TransformOnce:
@@ -49,7 +46,7 @@ class TransformOnce:
 def weights(b, w_node: Node, w: np.ndarray) -> Any:
     """The Variable whose buffer ``w`` is (``w_node`` a ``param`` node, ``w`` its value as
     the plan reads it, not a copy) when the plan being built does not update it; else None."""
-    if not ENABLED or w_node.op != "param":
+    if not options.current().winograd_cache or w_node.op != "param":
         return None
     var = w_node.attrs.get("var")
     value = getattr(var, "_value", None)
@@ -64,7 +61,9 @@ def pays(b, w_node: Node, w: np.ndarray, out_shape: tuple) -> bool:
     """Whether a forward convolution into an NHWC ``out_shape`` whose kernel :func:`weights`
     finds has enough output positions for Winograd without the kernel transform's cost."""
     positions = int(np.prod(out_shape[:-1], dtype=np.int64))
-    least = CACHED_MIN_OUTPUTS if target.current().tile_conv else CACHED_MIN_OUTPUTS_NO_TILES
+    opts = options.current()
+    least = (opts.winograd_cached_min_outputs if target.current().tile_conv
+             else opts.winograd_cached_min_outputs_no_tiles)
     return positions >= least and weights(b, w_node, w) is not None
 
 
