@@ -70,51 +70,25 @@ STRIDE2_KERNELS = ((4, 4),)  # as four 2x2 phases, F(3x3, 2x2)
 MAX_KERNEL_TRANSFORM_BYTES = 16 << 20
 
 
-# m of the stride-1 tiles of each op in a training graph (:func:`trains`). F(4x4, 3x3)'s
-# forward error is ~30 eps of the products' magnitudes where F(2x2, 3x3), im2col + GEMM and
-# the register tiles stay within ~4 (benchmarks/bench_accuracy.py --float32-step, a 48 x 48 x
-# 32 -> 32 layer: 34 / 1.3 / 3.9 eps); in a training step a ReLU or max-pool then sees some
-# pre-activations on the wrong side of the kink or tie (3 of 10 seeds of a VGG-style conv +
-# BN + ReLU + max-pool model's float32 SGD step off by 7e-3..1.1e-2 from the float64 one,
-# against <= 1e-5 with F(2x2)). The forward, and the kernel gradient reading its input tiles,
-# run F(2x2) where the graph trains; the input gradient, whose error flips nothing (the masks
-# come from the forward), keeps F(4x4). Inference (predict, evaluate) keeps F(4x4) throughout.
-TRAINING_M = {"conv2d": 2, "conv2d_backprop_filter": 2, "conv2d_backprop_input": DEFAULT_M}
-_GRADIENTS = frozenset({"conv2d_backprop_input", "conv2d_backprop_filter"})
-
-
-def tile_size(op: str = "conv2d", training: bool = False) -> int:
-    """m of F(m x m, 3 x 3) for ``op`` in a training graph or not (:data:`TRAINING_M`,
-    :data:`DEFAULT_M`), or ``KILN_WINOGRAD``'s for every op (0 off, 2 or 4); 0 when off."""
+def tile_size() -> int:
+    """m of F(m x m, 3 x 3) (``KILN_WINOGRAD``: 0 off, 2 or 4), 0 when off."""
     env = os.environ.get("KILN_WINOGRAD", "").strip()
     if not env:
-        return TRAINING_M[op] if training else DEFAULT_M
+        return DEFAULT_M
     if env not in ("0", "2", "4"):
         raise ValueError(f"KILN_WINOGRAD must be 0, 2 or 4, got {env!r}")
     return int(env)
 
 
-def trains(b) -> bool:
-    """Whether the plan ``b`` builds differentiates a convolution (it holds a convolution's
-    input or kernel gradient: a training step, where the forward's error reaches the
-    gradients through ReLU and max-pool masks); computed once per plan."""
-    found = b.cache.get("winograd:trains")
-    if found is None:
-        found = b.cache["winograd:trains"] = any(n.op in _GRADIENTS for n in b.graph.nodes)
-    return found
-
-
-def usable(attrs: dict, kernel_shape: tuple, dtype: np.dtype, op: str = "conv2d",
-           m: int | None = None) -> int:
+def usable(attrs: dict, kernel_shape: tuple, dtype: np.dtype, op: str = "conv2d") -> int:
     """The stride (1 or 2) of the convolution op ``op`` (conv2d, conv2d_backprop_input or
     conv2d_backprop_filter) with ``attrs`` and an HWIO kernel of ``kernel_shape`` when it runs
-    here with stride-1 tiles of ``m`` (default: :func:`tile_size`'s outside training), else 0.
-    The channels its input transform reads (the input's; the input gradient's: the
-    output's) must fill the 8-lane loop; the others may be as few as one."""
+    here, else 0. The channels its input transform reads (the input's; the input gradient's:
+    the output's) must fill the 8-lane loop; the others may be as few as one."""
     kh, kw, ci, co = kernel_shape
     strides = tuple(attrs["strides"])
     read = co if op == "conv2d_backprop_input" else ci
-    m = tile_size(op) if m is None else m
+    m = tile_size()
     alpha = m + 2  # the transform's side: (m + r - 1) for r = 3 (and the 2x2 phases' F(3, 2))
     ok = (dtype == np.float32 and m != 0 and tuple(attrs["dilation"]) == (1, 1)
           and attrs.get("groups", 1) == 1 and read >= MIN_CHANNELS and native.enabled()
@@ -205,8 +179,8 @@ def _matrix(m: int, r: int, name: str) -> np.ndarray:
                      for row in native_winograd.matrix(m, name, r)], np.float64)
 
 
-def _stride1(kh: int, out_hw: tuple[int, int], m: int | None = None) -> Geometry:
-    return Geometry(m or tile_size(), 3, kh, out_hw)
+def _stride1(kh: int, out_hw: tuple[int, int]) -> Geometry:
+    return Geometry(tile_size(), 3, kh, out_hw)
 
 
 def _stride2(out_hw: tuple[int, int]) -> Geometry:
