@@ -131,8 +131,8 @@ class Geometry:
         self.g_rows = self.g if rows > 1 else np.ones((1, 1))
         # (blocks, kh * r): block (i, j) of tap (a, b) is g_rows[i, a] g[j, b], in float32 (the
         # kernel transforms as one GEMM: 38 against 214 us for 3x3x64x128 in two float64
-        # NumPy products; rounding the coefficients costs 3e-8 of the result's scale, 30x below
-        # F(4x4, 3x3)'s own error)
+        # NumPy products; rounding the coefficients costs ~3e-8 of the result's scale, well
+        # below F(4x4, 3x3)'s own error)
         self.kron = np.kron(self.g_rows, self.g).astype(np.float32)
 
     def transform(self, b, kind: str, arrays: tuple, pads: tuple[int, int], tiles: Tiles,
