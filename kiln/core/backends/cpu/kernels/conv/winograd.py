@@ -70,25 +70,57 @@ STRIDE2_KERNELS = ((4, 4),)  # as four 2x2 phases, F(3x3, 2x2)
 MAX_KERNEL_TRANSFORM_BYTES = 16 << 20
 
 
-def tile_size() -> int:
-    """m of F(m x m, 3 x 3) (``KILN_WINOGRAD``: 0 off, 2 or 4), 0 when off."""
+# m of the stride-1 tiles of each op in a training graph (:func:`trains`). F(4x4, 3x3)'s
+# forward error (7.5 eps of the products' magnitudes with native_winograd's points; 34 with
+# Lavin's) is still ~2x a direct product's (im2col + GEMM, register tiles 3.9, F(2x2, 3x3)
+# 1.3; benchmarks/bench_accuracy.py --float32-step, a 48 x 48 x 32 -> 32 layer), and in a
+# training step a ReLU or max-pool then sees the odd pre-activation on the other side of the
+# kink or tie than float64 does: a VGG-style conv + BN + ReLU + max-pool model's float32 SGD
+# step was 2.8e-3 off the float64 one on 1 of 10 seeds (3 of 10 with Lavin's points, 7e-3..
+# 1.1e-2), all ten within 1e-5 with an F(2x2) forward. So the forward runs F(2x2) where the
+# graph trains. The two gradients keep F(4x4): their error flips nothing (the masks come from
+# the forward) and stays ~1e-6 relative; the kernel gradient then transforms its input again
+# (F(2x2)'s tiles are not F(4x4)'s), which ran faster than both in F(2x2) (training steps,
+# against F(4x4) throughout, interleaved in one process at load ~11: forward F(2x2) 1.14x the
+# time on convnet_train, cifar_cnn and small_resnet; forward and kernel gradient F(2x2)
+# 1.27-1.30x; forward im2col / register tiles 1.12-1.32x). Inference keeps F(4x4) throughout.
+TRAINING_M = {"conv2d": 2, "conv2d_backprop_filter": DEFAULT_M,
+              "conv2d_backprop_input": DEFAULT_M}
+_GRADIENTS = frozenset({"conv2d_backprop_input", "conv2d_backprop_filter"})
+
+
+def tile_size(op: str = "conv2d", training: bool = False) -> int:
+    """m of F(m x m, 3 x 3) for ``op`` in a training graph or not (:data:`TRAINING_M`,
+    :data:`DEFAULT_M`), or ``KILN_WINOGRAD``'s for every op (0 off, 2 or 4); 0 when off."""
     env = os.environ.get("KILN_WINOGRAD", "").strip()
     if not env:
-        return DEFAULT_M
+        return TRAINING_M[op] if training else DEFAULT_M
     if env not in ("0", "2", "4"):
         raise ValueError(f"KILN_WINOGRAD must be 0, 2 or 4, got {env!r}")
     return int(env)
 
 
-def usable(attrs: dict, kernel_shape: tuple, dtype: np.dtype, op: str = "conv2d") -> int:
+def trains(b) -> bool:
+    """Whether the plan ``b`` builds differentiates a convolution (it holds a convolution's
+    input or kernel gradient: a training step, where the forward's error reaches the
+    gradients through ReLU and max-pool masks); computed once per plan."""
+    found = b.cache.get("winograd:trains")
+    if found is None:
+        found = b.cache["winograd:trains"] = any(n.op in _GRADIENTS for n in b.graph.nodes)
+    return found
+
+
+def usable(attrs: dict, kernel_shape: tuple, dtype: np.dtype, op: str = "conv2d",
+           m: int | None = None) -> int:
     """The stride (1 or 2) of the convolution op ``op`` (conv2d, conv2d_backprop_input or
     conv2d_backprop_filter) with ``attrs`` and an HWIO kernel of ``kernel_shape`` when it runs
-    here, else 0. The channels its input transform reads (the input's; the input gradient's:
-    the output's) must fill the 8-lane loop; the others may be as few as one."""
+    here with stride-1 tiles of ``m`` (default: :func:`tile_size`'s outside training), else 0.
+    The channels its input transform reads (the input's; the input gradient's: the
+    output's) must fill the 8-lane loop; the others may be as few as one."""
     kh, kw, ci, co = kernel_shape
     strides = tuple(attrs["strides"])
     read = co if op == "conv2d_backprop_input" else ci
-    m = tile_size()
+    m = tile_size(op) if m is None else m
     alpha = m + 2  # the transform's side: (m + r - 1) for r = 3 (and the 2x2 phases' F(3, 2))
     ok = (dtype == np.float32 and m != 0 and tuple(attrs["dilation"]) == (1, 1)
           and attrs.get("groups", 1) == 1 and read >= MIN_CHANNELS and native.enabled()
@@ -179,8 +211,8 @@ def _matrix(m: int, r: int, name: str) -> np.ndarray:
                      for row in native_winograd.matrix(m, name, r)], np.float64)
 
 
-def _stride1(kh: int, out_hw: tuple[int, int]) -> Geometry:
-    return Geometry(tile_size(), 3, kh, out_hw)
+def _stride1(kh: int, out_hw: tuple[int, int], m: int | None = None) -> Geometry:
+    return Geometry(m or tile_size(), 3, kh, out_hw)
 
 
 def _stride2(out_hw: tuple[int, int]) -> Geometry:
