@@ -23,7 +23,7 @@ The full-data workloads take minutes each on 2 cores and are not run in CI.
 ``--float32-step`` (issue 46, item 7) instead trains one SGD step of two conv + BN + ReLU +
 max-pool models (48 x 48 x 3, batch 32) in float32 and in float64 from the same weights, per
 seed, and prints each setting's largest relative error of a variable's update (kiln's default
-convolutions, ``KILN_WINOGRAD=0`` / ``2``, PyTorch against its own float64 step), then one
+convolutions, ``KILN_WINOGRAD=4`` / ``0`` / ``2``, PyTorch against its own float64 step), then one
 convolution's float32 forward error per algorithm (Winograd F(4x4) / F(2x2), register tiles,
 im2col + GEMM) against float64.
 
@@ -345,7 +345,8 @@ if __name__ == "__main__":
                    help="instead: float32 SGD steps against float64 and one convolution's "
                         "forward error per algorithm (issue 46)")
     p.add_argument("--seeds", type=int, default=10, help="--float32-step: seeds 0..N-1")
-    p.add_argument("--settings", nargs="+", default=["kiln", "kiln:0", "kiln:2", "torch"],
+    p.add_argument("--settings", nargs="+",
+                   default=["kiln", "kiln:4", "kiln:0", "kiln:2", "torch"],
                    help="--float32-step: kiln (default choice), kiln:W (KILN_WINOGRAD=W), torch")
     args = p.parse_args()
     if args.float32_step:
