@@ -467,6 +467,14 @@ def test_a_training_step_runs_an_f2_forward_and_predict_f4(monkeypatch):
     seen.clear()
     model.predict(xv, verbose=0)
     assert set(seen) == {("convolve", 4)}, seen
+    # a Conv2DTranspose's forward is an input gradient: its predict is no training graph
+    seen.clear()
+    kiln.utils.set_random_seed(1)
+    transposed = kiln.Sequential([kiln.Input((10, 9, 16)),
+                                  kiln.layers.Conv2DTranspose(16, 3, padding="same"),
+                                  kiln.layers.Conv2D(16, 3)])
+    transposed.predict(xv, verbose=0)
+    assert set(seen) == {("input_gradient", 4), ("convolve", 4)}, seen
     monkeypatch.setenv("KILN_WINOGRAD", "4")
     seen.clear()
     again = kiln.Sequential(_model2d())

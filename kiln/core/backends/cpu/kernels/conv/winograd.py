@@ -86,7 +86,6 @@ MAX_KERNEL_TRANSFORM_BYTES = 16 << 20
 # 1.27-1.30x; forward im2col / register tiles 1.12-1.32x). Inference keeps F(4x4) throughout.
 TRAINING_M = {"conv2d": 2, "conv2d_backprop_filter": DEFAULT_M,
               "conv2d_backprop_input": DEFAULT_M}
-_GRADIENTS = frozenset({"conv2d_backprop_input", "conv2d_backprop_filter"})
 
 
 def tile_size(op: str = "conv2d", training: bool = False) -> int:
@@ -101,12 +100,14 @@ def tile_size(op: str = "conv2d", training: bool = False) -> int:
 
 
 def trains(b) -> bool:
-    """Whether the plan ``b`` builds differentiates a convolution (it holds a convolution's
-    input or kernel gradient: a training step, where the forward's error reaches the
-    gradients through ReLU and max-pool masks); computed once per plan."""
+    """Whether the plan ``b`` builds trains a convolution (it holds a kernel gradient: a
+    training step, where the forward's error reaches the gradients through ReLU and max-pool
+    masks; not an input gradient, which is also a Conv2DTranspose's forward in inference);
+    computed once per plan."""
     found = b.cache.get("winograd:trains")
     if found is None:
-        found = b.cache["winograd:trains"] = any(n.op in _GRADIENTS for n in b.graph.nodes)
+        found = b.cache["winograd:trains"] = any(n.op == "conv2d_backprop_filter"
+                                                 for n in b.graph.nodes)
     return found
 
 
