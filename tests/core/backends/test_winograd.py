@@ -439,3 +439,45 @@ def test_a_training_step_with_winograd_matches_im2col(layers, monkeypatch):
         assert bool(built) == (env == "4")
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_training_step_runs_an_f2_forward_and_predict_f4(monkeypatch, cpu_options):
+    """With ``winograd_training_forward_m=2`` (default 4: the same tiles everywhere), a
+    float32 training plan's forward convolutions take F(2x2, 3x3) tiles (F(4x4)'s larger
+    forward error flips more ReLU / max-pool masks), its two gradients F(4x4, 3x3); predict's
+    forward F(4x4, 3x3); ``KILN_WINOGRAD`` overrides both."""
+    monkeypatch.delenv("KILN_WINOGRAD", raising=False)
+    cpu_options(winograd_training_forward_m=2)
+    seen: list[tuple[str, int]] = []
+    for name in ("convolve", "input_gradient", "kernel_gradient"):
+        real = getattr(winograd_ops, name)
+
+        def spy(*a, _real=real, _name=name, **k):
+            seen.append((_name, a[7]))  # (b, x, key, w / ct, out, pads, stride, m)
+            return _real(*a, **k)
+        monkeypatch.setattr(winograd_ops, name, spy)
+    xv = np.random.default_rng(3).normal(size=(4, 10, 9, 16)).astype("float32")
+    y = np.ones((4, 3), "float32")
+    kiln.utils.set_random_seed(1)
+    model = kiln.Sequential(_model2d())
+    model.compile(optimizer="sgd", loss="mse")
+    model.train_on_batch(xv, y)
+    assert sorted(set(seen)) == [("convolve", 2), ("input_gradient", 4),
+                                 ("kernel_gradient", 4)], seen
+    seen.clear()
+    model.predict(xv, verbose=0)
+    assert set(seen) == {("convolve", 4)}, seen
+    # a Conv2DTranspose's forward is an input gradient: its predict is no training graph
+    seen.clear()
+    kiln.utils.set_random_seed(1)
+    transposed = kiln.Sequential([kiln.Input((10, 9, 16)),
+                                  kiln.layers.Conv2DTranspose(16, 3, padding="same"),
+                                  kiln.layers.Conv2D(16, 3)])
+    transposed.predict(xv, verbose=0)
+    assert set(seen) == {("input_gradient", 4), ("convolve", 4)}, seen
+    seen.clear()
+    with options.use(options.build(environ={"KILN_WINOGRAD": "4"})):
+        again = kiln.Sequential(_model2d())
+        again.compile(optimizer="sgd", loss="mse")
+        again.train_on_batch(xv, y)
+    assert {m for _, m in seen} == {4}, seen

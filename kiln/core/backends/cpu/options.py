@@ -84,6 +84,7 @@ class CpuOptions:
     direct_small_min_output_channels: int = 12  # ... into at least this many output channels
     # ---- Winograd convolutions (kernels/conv/winograd*.py) ----
     winograd_m: int = 4  # m of F(m x m, 3 x 3): 4, 2, or 0 for off (KILN_WINOGRAD)
+    winograd_training_forward_m: int = 4  # a float32 training graph's forward (2: more accurate)
     winograd_min_outputs: int = 512  # output positions from which a forward conv pays (lowering)
     winograd_min_channels: int = 8  # channels the input transform reads, at least
     winograd_transform_lanes: int = 16  # lanes of the transforms where the target has AVX-512
@@ -155,7 +156,8 @@ def build(cpu: _target.CpuTarget | None = None,
         ValueError: a ``KILN_*`` switch has a value it does not take.
     """
     del cpu  # the target's own choices (tile_conv, native_matmul, vector_lanes) stay on it
-    return CpuOptions(winograd_m=winograd_setting(environ))
+    m = winograd_setting(environ)  # KILN_WINOGRAD sets every op's tiles, training's forward too
+    return CpuOptions(winograd_m=m, winograd_training_forward_m=m)
 
 
 _lock = threading.Lock()

@@ -59,6 +59,12 @@ def _pointwise(node: Node, k: tuple) -> bool:
     return tuple(k) == (1, 1) and tuple(node.attrs["strides"]) == (1, 1)
 
 
+def _tiles(b, node: Node) -> int:
+    """m of ``node``'s stride-1 Winograd tiles (:func:`winograd.tile_size`: the options'
+    training-forward m where the plan trains a convolution, else ``winograd_m``)."""
+    return winograd.tile_size(node.op, winograd.trains(b))
+
+
 @builder("conv2d")
 def build_conv2d(b, node: Node) -> None:
     if not reference_unless_native(b, node):
@@ -74,11 +80,12 @@ def build_conv2d(b, node: Node) -> None:
     x = b.contiguous(x_node)
     if conv_tile.few_outputs(w.shape, out) and conv_tile.native_dot_forward(b, node, x, w, out):
         return
+    m = _tiles(b, node)
     pays = winograd_pays(out.shape) or winograd_cache.pays(b, w_node, w, out.shape)
-    stride = winograd.usable(node.attrs, w.shape, out.dtype) if pays else 0
+    stride = winograd.usable(node.attrs, w.shape, out.dtype, node.op, m) if pays else 0
     if stride:
         pads = winograd.forward_pads(node, x.shape[1:3], k)
-        winograd_ops.convolve(b, x, id(x_node), w, out, pads, stride)
+        winograd_ops.convolve(b, x, id(x_node), w, out, pads, stride, m)
         return
     taps = k[0] * k[1] * w.shape[2]
     method = conv.conv_method(taps, node.op, out.dtype.name, w.shape[3])
@@ -111,10 +118,11 @@ def build_conv2d_filter(b, node: Node) -> None:
     x = b.contiguous(x_node)
     if conv_tile.few_outputs(out.shape, out) and conv_tile.native_dot_filter(b, node, x, ct, out):
         return
-    stride = winograd.usable(node.attrs, (*k, ci, ct.shape[3]), out.dtype, node.op)
+    m = _tiles(b, node)
+    stride = winograd.usable(node.attrs, (*k, ci, ct.shape[3]), out.dtype, node.op, m)
     if stride:
         pads = winograd.forward_pads(node, x.shape[1:3], k)
-        winograd_ops.kernel_gradient(b, x, id(x_node), ct, out, pads, stride)
+        winograd_ops.kernel_gradient(b, x, id(x_node), ct, out, pads, stride, m)
         return
     taps = k[0] * k[1] * ci
     method = conv.conv_method(taps, node.op, out.dtype.name, ct.shape[3])
@@ -145,10 +153,11 @@ def build_conv2d_input(b, node: Node) -> None:
     oh, ow, p = conv._conv_params(node.attrs["input_shape"][:2], k, node.attrs)
     out = b.out(node)
     ct = b.contiguous(ct_node)
-    stride = winograd.usable(node.attrs, w.shape, out.dtype, node.op)
+    m = _tiles(b, node)
+    stride = winograd.usable(node.attrs, w.shape, out.dtype, node.op, m)
     if stride:
         pads = winograd.forward_pads(node, out.shape[1:3], k)
-        winograd_ops.input_gradient(b, ct, id(ct_node), w, out, pads, stride)
+        winograd_ops.input_gradient(b, ct, id(ct_node), w, out, pads, stride, m)
         return
     if _pointwise(node, k):  # dx (M, Cin) = dy (M, Cout) @ w^T: no im2col-sized buffer
         b.add(products.MatmulCall(), (ct.reshape(-1, w.shape[3]), w.reshape(w.shape[2], -1).T,

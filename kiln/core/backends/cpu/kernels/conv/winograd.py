@@ -66,22 +66,55 @@ KERNELS = ((3, 3), (1, 3))  # stride 1
 # stays faster with Winograd: forward 7.6 against 13.8 ms): winograd_max_kernel_transform_bytes.
 
 
-def tile_size() -> int:
-    """m of F(m x m, 3 x 3) (``options.current().winograd_m``: ``KILN_WINOGRAD``, 0 off, 2 or
-    4), 0 when off."""
-    return options.current().winograd_m
+# m of the stride-1 tiles of the forward convolution in a float32 training graph
+# (:func:`trains`): ``options.winograd_training_forward_m``, by default F(4x4, 3x3) as
+# everywhere. F(4x4)'s forward error (7.5 eps of the products' magnitudes with
+# native_winograd's points; 34 with Lavin's) is ~2x a direct product's (im2col + GEMM, register
+# tiles 3.9, F(2x2, 3x3) 1.3; benchmarks/bench_accuracy.py --float32-step, a 48 x 48 x 32 ->
+# 32 layer), and in a training step a ReLU or max-pool may see an odd pre-activation on the
+# other side of the kink or tie than float64 does: a VGG-style conv + BN + ReLU + max-pool
+# model's float32 SGD step was 2.8e-3 off the float64 one on 1 of 10 seeds with these points
+# (3 of 10 with Lavin's, 7e-3..1.1e-2; PyTorch's own float32 step 5 of 10, up to 9.2e-3), all
+# ten within 1e-5 with an F(2x2) forward. F(2x2) costs 4-14% of a training step (A/B in one
+# process: convnet_train, cifar_cnn, small_resnet 1.04-1.14x the time; conv_autoencoder 0.98x),
+# so it is an option (``winograd_training_forward_m=2``), not the default. The two gradients
+# keep ``winograd_m``: their error flips nothing (the masks come from the forward).
 
 
-def usable(attrs: dict, kernel_shape: tuple, dtype: np.dtype, op: str = "conv2d") -> int:
+def tile_size(op: str = "conv2d", training: bool = False) -> int:
+    """m of F(m x m, 3 x 3) for ``op`` in a training graph or not: ``options.winograd_m``
+    (``KILN_WINOGRAD``: 0 off, 2 or 4), but ``winograd_training_forward_m`` for a training
+    graph's forward (``KILN_WINOGRAD`` sets both); 0 when off."""
+    opts = options.current()
+    if training and op == "conv2d" and opts.winograd_m:
+        return opts.winograd_training_forward_m
+    return opts.winograd_m
+
+
+def trains(b) -> bool:
+    """Whether the plan ``b`` builds trains a convolution (it holds a kernel gradient: a
+    training step, where the forward's error reaches the gradients through ReLU and max-pool
+    masks; not an input gradient, which is also a Conv2DTranspose's forward in inference);
+    computed once per plan."""
+    found = b.cache.get("winograd:trains")
+    if found is None:
+        found = b.cache["winograd:trains"] = any(n.op == "conv2d_backprop_filter"
+                                                 for n in b.graph.nodes)
+    return found
+
+
+def usable(attrs: dict, kernel_shape: tuple, dtype: np.dtype, op: str = "conv2d",
+           m: int | None = None) -> int:
     """The stride (1 or 2) of the convolution op ``op`` (conv2d, conv2d_backprop_input or
     conv2d_backprop_filter) with ``attrs`` and an HWIO kernel of ``kernel_shape`` when it runs
-    here, else 0. The channels its input transform reads (the input's; the input gradient's:
-    the output's) must fill the 8-lane loop; the others may be as few as one."""
+    here with stride-1 tiles of ``m`` (default: :func:`tile_size`'s outside training), else 0.
+    The channels its input transform reads (the input's; the input gradient's: the
+    output's) must fill the 8-lane loop; the others may be as few as one."""
     kh, kw, ci, co = kernel_shape
     strides = tuple(attrs["strides"])
     read = co if op == "conv2d_backprop_input" else ci
     opts = options.current()
-    m = opts.winograd_m
+    m = tile_size(op) if m is None else m
     alpha = m + 2  # the transform's side: (m + r - 1) for r = 3 (and the 2x2 phases' F(3, 2))
     ok = (dtype == np.float32 and m != 0 and tuple(attrs["dilation"]) == (1, 1)
           and attrs.get("groups", 1) == 1 and read >= opts.winograd_min_channels
@@ -125,8 +158,8 @@ class Geometry:
         self.g_rows = self.g if rows > 1 else np.ones((1, 1))
         # (blocks, kh * r): block (i, j) of tap (a, b) is g_rows[i, a] g[j, b], in float32 (the
         # kernel transforms as one GEMM: 38 against 214 us for 3x3x64x128 in two float64
-        # NumPy products; rounding the coefficients costs 3e-8 of the result's scale, 30x below
-        # F(4x4, 3x3)'s own error)
+        # NumPy products; rounding the coefficients costs ~3e-8 of the result's scale, well
+        # below F(4x4, 3x3)'s own error)
         self.kron = np.kron(self.g_rows, self.g).astype(np.float32)
 
     def transform(self, b, kind: str, arrays: tuple, pads: tuple[int, int], tiles: Tiles,
@@ -174,8 +207,8 @@ def _matrix(m: int, r: int, name: str) -> np.ndarray:
                      for row in native_winograd.matrix(m, name, r)], np.float64)
 
 
-def _stride1(kh: int, out_hw: tuple[int, int]) -> Geometry:
-    return Geometry(tile_size(), 3, kh, out_hw)
+def _stride1(kh: int, out_hw: tuple[int, int], m: int | None = None) -> Geometry:
+    return Geometry(m or tile_size(), 3, kh, out_hw)
 
 
 def _stride2(out_hw: tuple[int, int]) -> Geometry:

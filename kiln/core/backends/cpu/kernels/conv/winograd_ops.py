@@ -34,13 +34,14 @@ def _pipelined(b, x: np.ndarray, w: np.ndarray, out: np.ndarray,
 
 
 def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
-             pads: tuple[int, int], stride: int = 1) -> None:
-    """``out = conv(x, w)`` (``pads`` top/left), the forward convolution."""
+             pads: tuple[int, int], stride: int = 1, m: int | None = None) -> None:
+    """``out = conv(x, w)`` (``pads`` top/left), the forward convolution (stride-1 tiles of
+    ``m``, default ``winograd.tile_size()``'s; so for the two gradients)."""
     n, oh, ow, co = out.shape
     ci = x.shape[3]
     kernel: tuple[Callable, tuple, np.ndarray]  # (transform, its arguments, its result)
     if stride == 1:
-        geo = winograd._stride1(w.shape[0], (oh, ow))
+        geo = winograd._stride1(w.shape[0], (oh, ow), m)
         u = np.empty((geo.blocks, ci, co), np.float32)
         kernel = (geo.kernel_transform, (w, u), u)
     else:
@@ -60,7 +61,7 @@ def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
 
 
 def input_gradient(b, ct: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
-                   pads: tuple[int, int], stride: int = 1) -> None:
+                   pads: tuple[int, int], stride: int = 1, m: int | None = None) -> None:
     """``out`` (N, H, W, Cin) = the input gradient of the convolution with kernel ``w``,
     forward padding ``pads`` (top, left) and cotangent ``ct``: a convolution of ``ct`` with
     the kernel flipped in space and its channel axes swapped; with stride 2 one per phase of
@@ -68,10 +69,10 @@ def input_gradient(b, ct: np.ndarray, key: object, w: np.ndarray, out: np.ndarra
     kh = w.shape[0]
     n, h, wd, ci = out.shape
     co = ct.shape[3]
-    if stride == 1 and winograd_pipeline.adjoint(b, ct, w, out, pads):
+    if stride == 1 and winograd_pipeline.adjoint(b, ct, w, out, pads, m):
         return
     if stride == 1:
-        geo = winograd._stride1(kh, (h, wd))
+        geo = winograd._stride1(kh, (h, wd), m)
         u = np.empty((geo.blocks, co, ci), np.float32)
         flipped = w[::-1, ::-1].transpose(0, 1, 3, 2)
         in_pads = (kh - 1 - pads[0], 2 - pads[1])
@@ -110,11 +111,12 @@ def input_gradient(b, ct: np.ndarray, key: object, w: np.ndarray, out: np.ndarra
 
 
 def kernel_gradient(b, x: np.ndarray, key: object, ct: np.ndarray, out: np.ndarray,
-                    pads: tuple[int, int], stride: int = 1) -> None:
+                    pads: tuple[int, int], stride: int = 1, m: int | None = None) -> None:
     """``out`` (kh, kw, Cin, Cout) = the kernel gradient of ``conv(x, w)`` with cotangent
     ``ct``: ``G^T (V^T Z) G`` with the forward's input tiles ``V`` (per phase with stride 2)."""
     n, oh, ow, co = ct.shape
-    geo = winograd._stride1(out.shape[0], (oh, ow)) if stride == 1 else winograd._stride2((oh, ow))
+    geo = (winograd._stride1(out.shape[0], (oh, ow), m) if stride == 1
+           else winograd._stride2((oh, ow)))
     if winograd_pipeline.kernel_gradient(b, geo, x, key, ct, out, pads, stride):
         return
     v = winograd.input_tiles(b, x, key, geo, pads, stride=stride)

@@ -145,7 +145,7 @@ def forward(b, geo: winograd.Geometry, x: np.ndarray, key: object, pads: tuple[i
 
 
 def adjoint(b, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
-            pads: tuple[int, int]) -> bool:
+            pads: tuple[int, int], m: int | None = None) -> bool:
     """The stride-1 input gradient over the forward's tiles, where they are fewer than the
     tiles of the flipped convolution's output (a "valid" convolution: 11x11 outputs take 3x3
     tiles of 4, the 13x13 input gradient 4x4): ``dx = sum over tiles of B (Z U') B^T``, the
@@ -153,11 +153,12 @@ def adjoint(b, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
     with its channel axes swapped; per chunk of images on one thread (as :func:`forward`):
     the cotangent's transform and the products into scratch buffers of the thread, then the
     adjoint input transform adds each tile's window into the image (neighbouring windows
-    overlap). False where it does not apply (nothing added)."""
+    overlap); tiles of ``m`` (default ``winograd.tile_size()``'s). False where it does not
+    apply (nothing added)."""
     n, oh, ow, co = ct.shape
     kh, kw, ci, _ = w.shape
-    geo = winograd._stride1(kh, (oh, ow))
-    flipped = winograd._stride1(kh, out.shape[1:3])
+    geo = winograd._stride1(kh, (oh, ow), m)
+    flipped = winograd._stride1(kh, out.shape[1:3], m)
     lanes = 16 if ci % 16 == 0 and winograd._avx512() else 8
     opts = options.current()
     if (not opts.winograd_pipeline or not opts.winograd_adjoint or ci % lanes
