@@ -18,10 +18,15 @@ the same machine noise:
 
 Reported: the median over rounds of total rate together / rate alone (min-max beside it), and
 the rates, and the plans kiln's monitor sampled (by thread count: ``cpus.plan``). 1.0 means
-four copies do as much work as one alone. Frameworks: ``kiln``, ``kiln@base`` (the tree
-``$KILN_BENCH_BASELINE``), ``torch`` (its default threads: the CPUs) and ``torch1``
-(``torch.set_num_threads(1)`` in each copy). Workloads: any of ``bench_suite.py``'s (default
-``mlp_train`` and ``convnet_train``).
+four copies do as much work as one alone. That ratio is the product of two (:func:`split`):
+the work per CPU-second (each copy's process CPU time over its epochs, spinning included)
+together over alone, which is the framework's, and the CPUs the copies got together over
+those one got alone, which on a machine shared with other jobs is mostly the scheduler's (a
+session's processes share one autogroup's weight, however many run).
+
+Frameworks: ``kiln``, ``kiln@base`` (the tree ``$KILN_BENCH_BASELINE``), ``torch`` (its
+default threads: the CPUs) and ``torch1`` (``torch.set_num_threads(1)`` in each copy).
+Workloads: any of ``bench_suite.py``'s (default ``mlp_train`` and ``convnet_train``).
 """
 
 from __future__ import annotations
@@ -48,6 +53,21 @@ def work_in(spans: list[list[float]], samples: int, lo: float, hi: float) -> flo
         if inside > 0 and e > s:
             done += samples * inside / (e - s)
     return done
+
+
+def split(alone: dict, together: list[dict]) -> tuple[float, float]:
+    """(samples per CPU-second together / alone, CPUs used together / alone) from the replies
+    (``spans``, ``samples``, ``cpu``: process CPU seconds over the spans) of one copy alone and
+    of the copies at once, each over its whole run (their product is about the window's
+    ratio of :func:`total_rate`)."""
+    def per_cpu(runs: list[dict]) -> float:
+        return sum(r["samples"] * len(r["spans"]) for r in runs) / sum(r["cpu"] for r in runs)
+
+    def cpus(runs: list[dict]) -> float:
+        wall = max(r["spans"][-1][1] for r in runs) - min(r["spans"][0][0] for r in runs)
+        return sum(r["cpu"] for r in runs) / wall
+
+    return per_cpu(together) / per_cpu([alone]), cpus(together) / cpus([alone])
 
 
 def total_rate(runs: list[dict]) -> tuple[float, float]:
@@ -84,12 +104,14 @@ def worker(framework: str, workload: str) -> int:
             epochs, start = int(words[1]), float(words[2])
             while time.monotonic() < start:
                 time.sleep(min(0.01, max(0.0, start - time.monotonic())))
-            spans = []
+            spans, cpu = [], os.times()
             for _ in range(epochs):
                 s = time.monotonic()
                 case.epoch()
                 spans.append([s, time.monotonic()])
-            bench_cpu._reply({"spans": spans, "samples": case.samples, "plans": _plans()})
+            used = os.times()
+            bench_cpu._reply({"spans": spans, "samples": case.samples, "plans": _plans(),
+                              "cpu": used.user + used.system - cpu.user - cpu.system})
         elif words[:1] == ["done"]:
             bench_cpu._reply({"load": os.getloadavg()})
             return 0
@@ -122,13 +144,15 @@ def _start(workers: list[Any], epochs: int, delay: float = 0.3) -> list[dict]:
     return [w.ask() for w in workers]
 
 
-def _one(workers: list[Any], epochs: int, what: str) -> tuple[float, dict]:
-    """(samples / s, the plans copy 0 sampled) of copy 0 alone or of every copy at once."""
+def _one(workers: list[Any], epochs: int, what: str) -> tuple[float, dict, list[dict]]:
+    """(samples / s, the plans copy 0 sampled, the replies) of copy 0 alone or of every
+    copy at once."""
     if what == "alone":
         r = _start(workers[:1], epochs, 0.0)[0]
-        return r["samples"] * epochs / (r["spans"][-1][1] - r["spans"][0][0]), r["plans"]
+        return (r["samples"] * epochs / (r["spans"][-1][1] - r["spans"][0][0]), r["plans"],
+                [r])
     runs = _start(workers, epochs)
-    return total_rate(runs)[0], runs[0]["plans"]
+    return total_rate(runs)[0], runs[0]["plans"], runs
 
 
 def measure(frameworks: list[str], workload: str, copies: int, epochs: int, rounds: int,
@@ -141,8 +165,8 @@ def measure(frameworks: list[str], workload: str, copies: int, epochs: int, roun
     command = [sys.executable, os.path.abspath(__file__)]
     workers: dict[str, list[Worker]] = {}
     out = {f: {"framework": f, "workload": workload, "copies": copies} for f in frameworks}
-    got: dict[str, dict[str, list]] = {f: {"alone": [], "together": [], "ratio": []}
-                                       for f in frameworks}
+    got: dict[str, dict[str, list]] = {f: {"alone": [], "together": [], "ratio": [],
+                                           "per_cpu": [], "cpus": []} for f in frameworks}
     try:
         for f in frameworks:
             try:
@@ -158,19 +182,23 @@ def measure(frameworks: list[str], workload: str, copies: int, epochs: int, roun
         for i in range(rounds):
             for f in _order([f for f in frameworks if "error" not in out[f]], i):
                 try:
-                    rate, plans = {}, {}
+                    rate, plans, replies = {}, {}, {}
                     for what in _order(["alone", "together"], i):
                         time.sleep(settle)
-                        rate[what], plans[what] = _one(workers[f], epochs, what)
+                        rate[what], plans[what], replies[what] = _one(workers[f], epochs, what)
                 except (WorkerError, ValueError) as e:
                     out[f]["error"] = str(e)
                     continue
                 for k in ("alone", "together"):
                     got[f][k].append(rate[k])
                 got[f]["ratio"].append(rate["together"] / rate["alone"])
+                per_cpu, cpus = split(replies["alone"][0], replies["together"])
+                got[f]["per_cpu"].append(per_cpu)
+                got[f]["cpus"].append(cpus)
                 print(f"  {f:<9} {workload:<14} round {i + 1}/{rounds}: alone "
                       f"{rate['alone']:.0f}/s, {copies} together {rate['together']:.0f}/s, "
-                      f"ratio {got[f]['ratio'][-1]:.2f} (load {os.getloadavg()[0]:.2f}) "
+                      f"ratio {got[f]['ratio'][-1]:.2f} = per CPU-s {per_cpu:.2f} x CPUs "
+                      f"{cpus:.2f} (load {os.getloadavg()[0]:.2f}) "
                       f"kiln's plans (samples by threads) {plans}", file=sys.stderr, flush=True)
     finally:
         for ws in workers.values():
@@ -182,7 +210,9 @@ def measure(frameworks: list[str], workload: str, copies: int, epochs: int, roun
             out[f].update(alone_per_s=statistics.median(got[f]["alone"]),
                           together_per_s=statistics.median(got[f]["together"]),
                           ratio_median=statistics.median(r), ratio_min=min(r),
-                          ratio_max=max(r), rounds=len(r), loadavg=os.getloadavg())
+                          ratio_max=max(r), rounds=len(r), loadavg=os.getloadavg(),
+                          per_cpu_median=statistics.median(got[f]["per_cpu"]),
+                          cpus_median=statistics.median(got[f]["cpus"]))
     return [out[f] for f in frameworks]
 
 
@@ -192,16 +222,18 @@ def run(workloads: list[str], frameworks: list[str], copies: int, epochs: int,
     for w in workloads:
         results += measure(frameworks, w, copies, epochs, rounds)
     print(f"\n{'workload':<16}{'framework':<11}{'alone/s':>10}{f'{copies} at once/s':>16}"
-          f"{'total/alone (min-max)':>26}")
+          f"{'total/alone (min-max)':>26}{'per CPU-s':>11}{'CPUs':>7}")
     for r in results:
         if "error" in r:
             print(f"{r['workload']:<16}{r['framework']:<11}  error: {r['error']}")
             continue
         print(f"{r['workload']:<16}{r['framework']:<11}{r['alone_per_s']:>10.0f}"
               f"{r['together_per_s']:>16.0f}{r['ratio_median']:>12.2f}x "
-              f"({r['ratio_min']:.2f}-{r['ratio_max']:.2f})")
+              f"({r['ratio_min']:.2f}-{r['ratio_max']:.2f}){r['per_cpu_median']:>10.2f}x"
+              f"{r['cpus_median']:>6.2f}x")
     print(f"(total/alone: samples/s of {copies} copies at once over one copy alone, median "
-          f"over rounds; acceptance for kiln: >= 0.9x)")
+          f"over rounds; acceptance for kiln: >= 0.9x; about per CPU-s x CPUs: samples per "
+          f"CPU-second and CPUs used, together over alone)")
     for r in results:
         print("JSON " + json.dumps(r))
     return results

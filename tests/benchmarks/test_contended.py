@@ -32,6 +32,18 @@ def test_total_rate_over_the_window_all_copies_run_in():
     assert rate == pytest.approx(80.0)
 
 
+def test_the_ratio_splits_into_work_per_cpu_second_and_cpus_used():
+    """One copy alone: 300 samples in 1 s on 1.5 CPU-s (spinning included); four together:
+    300 samples each over 2 s on 1 CPU-s each (4 CPU-s in 2 s: 2 CPUs). Per CPU-s 300 / 200
+    = 1.5x, CPUs 2 / 1.5; their product is the rate's ratio, 600 / 300."""
+    alone = {"spans": [[0.0, 0.5], [0.5, 1.0]], "samples": 150, "cpu": 1.5}
+    together = [{"spans": [[0.0, 1.0], [1.0, 2.0]], "samples": 150, "cpu": 1.0}] * 4
+    per_cpu, cpus = contended.split(alone, together)
+    assert per_cpu == pytest.approx(1.5) and cpus == pytest.approx(4 / 3)
+    rate, _ = contended.total_rate(together)
+    assert per_cpu * cpus == pytest.approx(rate / 300)
+
+
 def test_copies_that_never_overlap_are_an_error():
     runs = [{"spans": [[0.0, 1.0]], "samples": 10}, {"spans": [[2.0, 3.0]], "samples": 10}]
     with pytest.raises(ValueError, match="the copies did not run at the same time"):

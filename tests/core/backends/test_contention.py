@@ -139,6 +139,81 @@ def test_failed_probes_are_spaced_out_and_a_held_probe_resets_the_spacing(monkey
     assert m.backoff == 2 * step
 
 
+WAIT_SHARES = [  # (ran, delay, window) -> share of the runnable time spent waiting
+    ("always runnable, waited half", (0.05, 0.05, 0.1), 0.5),
+    ("always runnable, never waited", (0.1, 0.0, 0.1), 0.0),
+    ("runnable 60% of the window, waited a third of it", (0.04, 0.02, 0.1), 1 / 3),
+    ("idle 2 s then 0.05 s running: unknown", (0.05, 0.0, 2.05), None),
+    ("idle 2 s then 0.05 s waiting half: unknown", (0.025, 0.025, 2.05), None),
+    ("no time passed", (0.0, 0.0, 0.0), None),
+]
+
+
+@pytest.mark.parametrize("args, want", [w[1:] for w in WAIT_SHARES],
+                         ids=[w[0] for w in WAIT_SHARES])
+def test_wait_share(args, want):
+    got = cpus.wait_share(*args)
+    assert got == want if want is None else got == pytest.approx(want)
+
+
+class _FakeHost:
+    """A caller's ``schedstat`` (time on a CPU, run delay) and the runnable others, advanced
+    by phases: ``run(seconds, share)`` (runnable throughout, waiting ``share`` of it, with
+    ``others`` rivals runnable) and ``idle(seconds)``."""
+
+    def __init__(self, monkeypatch, monitor):
+        self.t, self.ran, self.delay, self.others = 1.0, 0.0, 0.0, 0.0
+        monkeypatch.setattr(cpus, "_schedstat", lambda: (self.ran, self.delay))
+        monkeypatch.setattr(cpus, "affinity_cpus", lambda: 2)
+        monkeypatch.setattr(monitor, "_runnable_others", lambda capacity: self.others)
+
+    def run(self, seconds: float, share: float, others: float, m) -> list[int]:
+        self.others, seen = others, []
+        for _ in range(round(seconds / cpus.SAMPLE_S)):
+            self.t += cpus.SAMPLE_S
+            self.ran += (1 - share) * cpus.SAMPLE_S
+            self.delay += share * cpus.SAMPLE_S
+            seen.append(m.sample(self.t).threads)
+        return seen
+
+    def idle(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def test_back_from_idle_the_first_sample_follows_the_load_of_now(monkeypatch):
+    """bench_suite --contended's sequence: a copy alone on a quiet machine (2 threads), idle
+    while the harness settles, then started with three rivals at once (they wait 50% with one
+    thread each). The old wait share (run delay over the whole window, idle time included)
+    read the first window as free and kept 2 threads there, spinning; the window the caller
+    was mostly idle says nothing, the runnable count decides (1). Then the rivals end, the
+    copy idles and runs alone again: 2 threads at its first sample, not after the averaged
+    wait of the contended windows has decayed."""
+    monkeypatch.setenv("KILN_CONTENTION", "auto")
+    m = cpus.Monitor()
+    m.usable = (1e9, 2)
+    host = _FakeHost(monkeypatch, m)
+    assert host.run(1.0, 0.0, 0.0, m)[-1] == 2  # alone, quiet
+    host.idle(0.5)
+    together = host.run(1.0, 0.5, 3.0, m)
+    assert together == [1] * len(together)
+    assert m.current == Plan(1, False)
+    host.idle(0.5)
+    alone = host.run(1.0, 0.0, 0.0, m)
+    assert alone[0] == 2 and m.current == Plan(2, True)
+
+
+def test_a_busy_caller_keeps_its_averaged_wait(monkeypatch):
+    """Windows the caller was runnable throughout are averaged as before: on a machine where
+    it waits 40% it runs one thread, and one quiet window (20% averaged in) does not bring
+    the second thread back."""
+    monkeypatch.setenv("KILN_CONTENTION", "auto")
+    m = cpus.Monitor()
+    m.usable = (1e9, 2)
+    host = _FakeHost(monkeypatch, m)
+    assert host.run(1.0, 0.4, 3.0, m)[-1] == 1
+    assert host.run(0.1, 0.0, 0.0, m) == [1]
+
+
 def _square_parts(out: np.ndarray, x: np.ndarray, lo: int, hi: int, ran: list) -> None:
     out[lo:hi] = x[lo:hi] ** 2
     ran.append(threading.get_native_id())

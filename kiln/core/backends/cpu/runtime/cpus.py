@@ -9,10 +9,12 @@ nothing of the backend.
 Contention (issue 47). A split kernel's parts are fixed when its plan is made (their number is
 :func:`kernel_threads`, and so are the bits of a sum split over them); how they run is decided
 at run time by :func:`plan`, which samples the load at most every :data:`SAMPLE_S` seconds:
-the share of the last window the calling thread spent runnable but waiting for a CPU (its
-``schedstat`` run delay: it sees rivals of any priority, in any cgroup, and a CPU quota
-running out), and the runnable tasks not this process's (``/proc/loadavg``'s running count
-less its own threads in state R), which decides only where the run delay is unknown.
+the share of its runnable time in the last window the calling thread spent waiting for a CPU
+(its ``schedstat`` run delay over run time plus run delay, :func:`wait_share`: it sees rivals
+of any priority, in any cgroup, and a CPU quota running out), and the runnable tasks not this
+process's (``/proc/loadavg``'s running count less its own threads in state R), which decides
+only where the run delay is unknown: at the first sample and after a window the caller was
+mostly idle (the samples before it are then forgotten).
 :func:`policy` turns them into a :class:`Plan`: ``threads`` (1: every part of a split call
 runs on the caller, in order; the private OpenBLAS runs ``min(its threads, threads)``) and
 ``spin`` (workers spin after a part only with every usable CPU, else they sleep at once).
@@ -33,6 +35,7 @@ SAMPLE_S = 0.1   # the load is sampled at most this often (~60-150 us a sample)
 WAIT_HIGH = 0.25  # a caller runnable but not running this share of a window: one thread less
 WAIT_LOW = 0.05   # ... at most this share: one thread more may be tried
 PROBE_MAX_S = 6.4  # the longest time between two probes (failed probes double it)
+ACTIVE_MIN = 0.5  # a window the caller was runnable less than this share of says nothing
 MODES = ("auto", "off", "busy")
 
 
@@ -169,6 +172,19 @@ def policy(usable: int, capacity: int, others: float | None, waited: float | Non
     return Plan(threads, threads == usable > 1 and (waited is None or waited < WAIT_HIGH))
 
 
+def wait_share(ran: float, delay: float, window: float) -> float | None:
+    """The share of its runnable time the caller spent waiting for a CPU over a window of
+    ``window`` seconds in which it ran ``ran`` and waited ``delay`` seconds (its ``schedstat``'s
+    growth): ``delay / (ran + delay)``. None where it was runnable under :data:`ACTIVE_MIN` of
+    the window: a process back from idling (or sleeping on a lock, a worker, input) has not
+    met the load of now, and the share of the whole window would read a busy machine as free
+    (four copies started together would each try every CPU at once)."""
+    active = ran + delay
+    if window <= 0 or active <= 0 or active < ACTIVE_MIN * window:
+        return None
+    return min(1.0, max(0.0, delay / active))
+
+
 def _read_fd(path: str) -> bytes:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -210,7 +226,8 @@ class Monitor:
         self.previous: int | None = None
         self.others: float | None = None
         self.waited: float | None = None
-        self.last: tuple[int, float, float] | None = None  # thread, run delay s, time
+        self.idle = False  # the last window's caller was mostly not runnable (wait_share)
+        self.last: tuple[int, float, float, float] | None = None  # thread, ran, delay, time
         self.usable = (0.0, 1)  # (time read, CPUs)
         self.probe_at = 0.0  # no probe before this time
         self.backoff = 2 * SAMPLE_S
@@ -226,15 +243,16 @@ class Monitor:
         return max(0, running - _own_running()) * min(1.0, capacity / online)
 
     def _waited(self, now: float) -> float | None:
-        tid = _thread_id()
-        try:
-            delay = int(_read_fd("/proc/thread-self/schedstat").split()[1]) * 1e-9
-        except (OSError, IndexError, ValueError):
+        """The caller's :func:`wait_share` since the last sample (None: unknown)."""
+        tid, times = _thread_id(), _schedstat()
+        if times is None:
             return None
-        last, self.last = self.last, (tid, delay, now)
-        if last is None or last[0] != tid or now <= last[2]:
+        last, self.last = self.last, (tid, *times, now)
+        if last is None or last[0] != tid:
             return None
-        return min(1.0, max(0.0, (delay - last[1]) / (now - last[2])))
+        share = wait_share(times[0] - last[1], times[1] - last[2], now - last[3])
+        self.idle = share is None
+        return share
 
     def sample(self, now: float) -> Plan:
         from kiln import config
@@ -257,6 +275,9 @@ class Monitor:
     def _auto(self, now: float, usable: int) -> None:
         capacity = affinity_cpus()
         others, waited = self._runnable_others(capacity), self._waited(now)
+        if self.idle:  # back from idling: the samples before say nothing of now
+            self.others = self.waited = None
+            self.idle = False
         if others is not None:
             self.others = others if self.others is None else 0.5 * (self.others + others)
         if waited is not None:
@@ -275,6 +296,16 @@ class Monitor:
             self.backoff = 2 * SAMPLE_S
             self.probed = 0.0
         self.current = plan
+
+
+def _schedstat() -> tuple[float, float] | None:
+    """The calling thread's time on a CPU and time runnable but waiting for one, in seconds
+    (``/proc/thread-self/schedstat``), or None where there is none."""
+    try:
+        fields = _read_fd("/proc/thread-self/schedstat").split()
+        return int(fields[0]) * 1e-9, int(fields[1]) * 1e-9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _thread_id() -> int:
