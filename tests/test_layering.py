@@ -29,7 +29,8 @@ ORDER: list[set[str]] = [
     # "registry" (the one class registry) imports nothing from kiln: every package may use it.
     {"config", "registry"},
     {"core"},
-    {"ops", "tape"},
+    # "foreign" (kiln values given to JAX and TensorFlow: Variables as pytrees, tf conversion)
+    {"ops", "tape", "foreign"},
     # "eager" (the one eager path, compile-and-cache for layers, losses and metrics) is
     # placed with the small helper modules that layers build on.
     {"activations", "initializers", "regularizers", "constraints", "random_state", "eager",
