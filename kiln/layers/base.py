@@ -223,10 +223,6 @@ class Layer(StatelessLayerMixin):
         return found
 
     @property
-    def layers(self) -> list[Layer]:
-        return self._sublayers()
-
-    @property
     def trainable(self) -> bool:
         return self._trainable
 

@@ -367,6 +367,9 @@ class StandardizeMixin:
     def _split_specs(self, feeds: list[np.ndarray]) -> tuple[list, list]:
         """The target and sample-weight specs of a feed list (its x feeds come first)."""
         n_x = len(self._model_input_specs() or [])
+        # the x sizes of this batch: a step that cannot be traced for unknown sizes is traced
+        # for these (step_graphs.py, _with_static_inputs)
+        self.__dict__["_x_feed_dims"] = tuple(tuple(np.shape(a)[1:]) for a in feeds[:n_x])
         rest = feeds[n_x:]
         n_y = len(self._outputs or [])
         return self._specs_of(rest[:n_y]), self._specs_of(rest[n_y:])
