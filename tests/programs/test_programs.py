@@ -128,6 +128,17 @@ BOUNDS = {
     "p49_intro_to_keras_for_engineers.py": (r"Test accuracy: ([0-9.]+)", 0.0, 1.0),
     # 1 epoch of next-frame prediction: a binary cross-entropy below log(2)-ish
     "p51_conv_lstm.py": (r"val loss: ([0-9.e+-]+|nan)", 0.0, 1.0),
+    # p52-p56: 1-3 epochs on synthetic data of the originals' layouts
+    # binary cross-entropy of ratings scaled to [0, 1]: near log(2) after 1 epoch
+    "p52_collaborative_filtering_movielens.py": (r"val loss: ([0-9.e+-]+)", 0.0, 1.0),
+    # mean squared error in degrees F^2 of an LSTM that starts near 0 (temperatures ~70 F)
+    "p53_timeseries_forecasting_lstm_temperature.py": (r"val loss: ([0-9.e+-]+)", 0.0, 1e4),
+    # next-token cross-entropy over 2,000 tokens: below log(2000) + 1
+    "p54_text_generation_with_miniature_gpt.py": (r"final loss: ([0-9.e+-]+)", 0.0, 8.6),
+    "p55_pretrained_word_embeddings.py": (r"val acc: ([0-9.]+)", 0.0, 1.0),
+    # "0" or "not 0" after 15 steps (9 in 10 digits are not 0)
+    "p56_packaging_keras_models_for_wide_distribution.py": (
+        r"binary val accuracy: ([0-9.]+)", 0.5, 1.0),
 }
 
 
