@@ -128,3 +128,11 @@ def test_jax_imported_after_kiln_still_gets_variables_as_values():
                          env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "6.0"
+
+
+def test_a_tensorflow_value_in_a_kiln_computation_is_named():
+    tf = pytest.importorskip("tensorflow")
+    with pytest.raises(TypeError, match=r"received ResourceVariable \(a tensorflow value\): "
+                                        r"kiln's compiled graphs cannot use another "
+                                        r"framework's tensors or variables"):
+        kiln.ops.add(kiln.Input((2,)), tf.Variable([1.0, 2.0]))
