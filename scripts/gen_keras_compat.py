@@ -76,7 +76,7 @@ source and lists every adaptation. `tests/programs/test_programs.py` (slow) runs
 | p13 guides/understanding_masking_and_padding | yes | yes |
 | p14 guides/working_with_rnns (without the nested-cell section) | yes | yes |
 | p15 guides/transfer_learning (small base instead of Xception) | yes | yes |
-| p16 examples/keras_recipes/endpoint_layer_pattern (tf.keras version) | no: `Layer.add_metric` is missing (Keras 3 dropped it too); its `call()` then runs `tf.nn.softmax` on kiln tensors | no: Keras cannot infer `LogisticEndpoint.call()`'s output (`tf.nn` on JAX tensors) |
+| p16 examples/keras_recipes/endpoint_layer_pattern (tf.keras version) | no: `tf.nn.softmax` on kiln tensors in `LogisticEndpoint.call()` (kiln's error names the call and `kiln.ops.softmax`; the tf.keras-era `Layer.add_metric` before it works) | no: Keras cannot infer `LogisticEndpoint.call()`'s output (`tf.nn` on JAX tensors) |
 | p17 examples/keras_recipes/quasi_svm (tf.keras version) | yes (`layers.RandomFourierFeatures`, tf.keras 2.x's experimental layer) | no: no `RandomFourierFeatures` in Keras 3 |
 | p18 examples/nlp/bidirectional_lstm_imdb (tf.keras version) | yes | yes |
 | p19 examples/keras_recipes/subclassing_conv_layers (tf.keras version) | no: `tf.nn.moments` on the layer's kernel in `call()` (kiln's error names the call and `kiln.ops.moments`; `Conv2D.convolution_op` itself works) | no: Keras cannot build the model (`tf.nn` in `convolution_op`) |

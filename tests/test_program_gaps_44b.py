@@ -100,3 +100,52 @@ def test_only_models_have_layers():
     assert not hasattr(layers.Dense(2), "layers")
     model = kiln.Sequential([kiln.Input((2,)), layers.Dense(2)])
     assert [type(la).__name__ for la in model.layers] == ["Dense"]
+
+
+class _Endpoint(layers.Layer):
+    """keras.io's endpoint layer pattern (its tf.keras version), with kiln.ops.sigmoid."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.accuracy_fn = kiln.metrics.BinaryAccuracy(name="accuracy")
+
+    def call(self, logits, targets=None, sample_weight=None):
+        if targets is not None:
+            self.add_loss(kiln.losses.BinaryCrossentropy(from_logits=True)(
+                targets, logits, sample_weight))
+            self.add_metric(self.accuracy_fn(targets, logits, sample_weight))
+            self.add_metric(ops.mean(logits), name="mean_logit")
+        return ops.sigmoid(logits)
+
+
+def test_add_metric_and_a_layer_metric_are_in_the_logs():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(16, 3)).astype("float32")
+    t = (rng.random((16, 1)) > 0.5).astype("float32")
+    w = rng.random((16, 1)).astype("float32")
+    inputs, targets, weights = kiln.Input((3,)), kiln.Input((1,)), kiln.Input((1,))
+    dense = layers.Dense(1)
+    preds = _Endpoint()(dense(inputs), targets, weights)
+    model = kiln.Model([inputs, targets, weights], preds)
+    model.compile(kiln.optimizers.SGD(0.0))  # the weights stay: the oracle uses them
+    history = model.fit([x, t, w], epochs=1, batch_size=16, verbose=0)
+    kernel, bias = (np.asarray(v, np.float64) for v in dense.weights)
+    logits = x @ kernel + bias
+    right = ((logits > 0.5) == (t > 0.5)).astype(np.float64)
+    assert history.history["accuracy"][0] == pytest.approx(np.sum(right * w) / np.sum(w),
+                                                           rel=1e-5)
+    assert history.history["mean_logit"][0] == pytest.approx(logits.mean(), rel=1e-4)
+    logs = model.evaluate([x, t, w], batch_size=16, verbose=0, return_dict=True)
+    assert logs["mean_logit"] == pytest.approx(logits.mean(), rel=1e-4)
+
+
+def test_add_metric_of_a_tensor_needs_a_name():
+    class NoName(layers.Layer):
+        def call(self, x):
+            self.add_metric(ops.sum(x))
+            return x
+
+    with pytest.raises(ValueError, match="add_metric of a tensor needs a name"):
+        NoName()(kiln.Input((2,)))
+    with pytest.raises(ValueError, match="aggregation must be None or 'mean'"):
+        layers.Dense(1).add_metric(1.0, name="x", aggregation="sum")

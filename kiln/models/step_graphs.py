@@ -131,6 +131,14 @@ class StepGraphsMixin:
         if total is None:
             raise ValueError(f"{self.name}: no loss to compute; pass `loss` to compile() (or "
                              "add losses in call() with add_loss)")
+        # metrics updated inside the model's call() (a layer's Metric, add_metric): reported
+        # after the compiled ones, as Keras 3 lists its layers' metrics
+        layer_metrics = self.__dict__.setdefault("_layer_metrics", [])
+        for metric, nodes in ctx.metric_updates:
+            metric_slices.append((metric, len(stats), len(stats) + len(nodes)))
+            stats.extend(nodes)
+            if all(metric is not m for m in layer_metrics):
+                layer_metrics.append(metric)
         offset = 1 + len(out_losses)
         metric_slices = [(m, a + offset, b + offset) for m, a, b in metric_slices]
         return total, out_losses, trackers, stats, metric_slices
