@@ -45,7 +45,7 @@ def _unflatten(_aux: None, children: Any) -> Any:
 def _refuse_node(node: Node) -> Any:
     # a jax function given a symbolic kiln tensor (``jnp.sum(inputs)`` in a layer's call()):
     # the error names the jax call and the kiln.ops equivalent, as for TensorFlow's ops
-    Node.__array__(node)
+    getattr(Node, "__array__")(node)  # noqa: B009 (attached by kiln.core.ops)
 
 
 def register() -> bool:
@@ -81,7 +81,7 @@ def _in_layer_call() -> bool:
     context = sys.modules.get("kiln.layers.context")
     if context is not None and context.current() is not None:
         return True
-    frame = sys._getframe(2)
+    frame: Any = sys._getframe(2)
     while frame is not None:
         if frame.f_code.co_name == "__call__" and \
                 frame.f_code.co_filename.replace("\\", "/").endswith("kiln/layers/base.py"):
@@ -96,7 +96,7 @@ def _variable_tf_tensor(self: Variable, dtype: Any = None, name: Any = None) -> 
     TensorFlow call and its kiln.ops equivalent, since TensorFlow would freeze the value there
     as a constant (no gradient reaches the weight, updates are never seen)."""
     if _in_layer_call():
-        Node.__tf_tensor__(self.__kiln_node__(), dtype, name)  # raises the named error
+        getattr(Node, "__tf_tensor__")(self.__kiln_node__(), dtype, name)  # noqa: B009  # raises the named error
     return sys.modules["tensorflow"].convert_to_tensor(self.value, dtype=dtype, name=name)
 
 

@@ -8,7 +8,6 @@ from kiln.core import Node, canonical_dtype, placeholder
 from kiln.layers.base import HISTORY, CallRecord, Layer
 from kiln.layers.host_tensor import HostTensor, is_string_dtype
 
-
 #: Input dtypes kiln computes in a wider type (Keras' ``Input(dtype="uint8")`` for raw image
 #: bytes, which a Rescaling layer then scales): the values fed are converted exactly
 _WIDENED = {"uint8": "int32", "int8": "int32", "uint16": "int32", "int16": "int32",

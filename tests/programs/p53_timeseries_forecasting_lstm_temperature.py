@@ -21,7 +21,7 @@ Adaptations:
 - a final ``print`` of the validation loss (for the test's bound).
 """
 
-# ruff: noqa: I001, UP031, UP032, F811, E712, E402, E501  (kept as in the original text)
+# ruff: noqa: I001, UP031, UP032, F811, E712, E402, E501, F401  (kept as in the original text)
 
 import matplotlib
 

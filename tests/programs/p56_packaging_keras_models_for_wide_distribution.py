@@ -14,7 +14,7 @@ Adaptations:
 - final ``print``s of the validation accuracies (for the test's bound).
 """
 
-# ruff: noqa: I001, UP031, UP032, F811, E712, E402, E501, A001  (kept as in the original text)
+# ruff: noqa: I001, UP031, UP032, F811, E712, E402, E501, A001, B020  (kept as in the original text)
 
 import os
 
