@@ -66,6 +66,9 @@ ALLOWED_UPWARD: list[tuple[str, str, str]] = [
     # only when one of these two names is asked for.
     ("kiln.saving", "kiln.models", "kiln.saving.load_model/deserialize_model: lazy, registers "
      "the model classes"),
+    # tf.keras' Layer.add_metric(value, name=...) averages ``value`` in a metrics.Mean, created
+    # on the first call (inside the function: importing kiln.layers never loads metrics)
+    ("kiln.layers.base", "kiln.metrics", "Layer.add_metric: lazy, the Mean of a named value"),
 ]
 
 
