@@ -14,6 +14,9 @@ from typing import Any
 from kiln import config
 from kiln.capture import function  # kiln.core.function, and the @kiln.function decorator
 from kiln.core import Function, Graph, Node, TensorType, Variable, grad, placeholder
+from kiln.foreign import install as _install_foreign
+
+_install_foreign()  # kiln Variables in jax.jit and TensorFlow ops (kiln/foreign.py)
 
 Tensor = Node
 KerasTensor = Node  # Keras' name for a symbolic tensor

@@ -579,6 +579,7 @@ def _tf_tape_probe(self: Any) -> Any:
 
 
 Variable._should_act_as_resource_variable = property(_tf_tape_probe)  # type: ignore[attr-defined]
+
 TapeArray._should_act_as_resource_variable = property(_tf_tape_probe)  # type: ignore[attr-defined]
 
 

@@ -76,10 +76,10 @@ source and lists every adaptation. `tests/programs/test_programs.py` (slow) runs
 | p13 guides/understanding_masking_and_padding | yes | yes |
 | p14 guides/working_with_rnns (without the nested-cell section) | yes | yes |
 | p15 guides/transfer_learning (small base instead of Xception) | yes | yes |
-| p16 examples/keras_recipes/endpoint_layer_pattern (tf.keras version) | no: `Layer.add_metric` is missing (Keras 3 dropped it too) | no: Keras cannot infer `LogisticEndpoint.call()`'s output (`tf.nn` on JAX tensors) |
-| p17 examples/keras_recipes/quasi_svm (tf.keras version) | no: `layers.RandomFourierFeatures` is missing | no: no `RandomFourierFeatures` in Keras 3 |
+| p16 examples/keras_recipes/endpoint_layer_pattern (tf.keras version) | no: `tf.nn.softmax` on kiln tensors in `LogisticEndpoint.call()` (kiln's error names the call and `kiln.ops.softmax`; the tf.keras-era `Layer.add_metric` before it works) | no: Keras cannot infer `LogisticEndpoint.call()`'s output (`tf.nn` on JAX tensors) |
+| p17 examples/keras_recipes/quasi_svm (tf.keras version) | yes (`layers.RandomFourierFeatures`, tf.keras 2.x's experimental layer) | no: no `RandomFourierFeatures` in Keras 3 |
 | p18 examples/nlp/bidirectional_lstm_imdb (tf.keras version) | yes | yes |
-| p19 examples/keras_recipes/subclassing_conv_layers (tf.keras version) | no: `Conv2D.convolution_op` is missing (and the program calls `tf.nn` on the kernel) | no: Keras cannot build the model (`tf.nn` in `convolution_op`) |
+| p19 examples/keras_recipes/subclassing_conv_layers (tf.keras version) | no: `tf.nn.moments` on the layer's kernel in `call()` (kiln's error names the call and `kiln.ops.moments`; `Conv2D.convolution_op` itself works) | no: Keras cannot build the model (`tf.nn` in `convolution_op`) |
 | p20 examples/keras_recipes/trainer_pattern (tf.keras version) | no: `tf.GradientTape` over kiln tensors in `train_step` (`compiled_loss`/`compiled_metrics` work) | no: a TensorFlow-style `train_step(self, data)` |
 | p21 examples/nlp/addition_rnn (tf.keras version) | yes | yes |
 | p22 examples/vision/autoencoder (tf.keras version) | yes | yes |
@@ -87,7 +87,7 @@ source and lists every adaptation. `tests/programs/test_programs.py` (slow) runs
 | p24 examples/structured_data/imbalanced_classification | yes | yes |
 | p25 examples/timeseries/timeseries_anomaly_detection (tf.keras version) | yes | yes |
 | p26 examples/generative/lstm_character_level_text_generation (tf.keras version) | yes | yes |
-| p27 examples/keras_recipes/reproducibility_recipes | no: `float()` of an initializer's (1, 1) output ("only 0-dimensional arrays can be converted to Python scalars") | no: the same `float()` of a (1, 1) array |
+| p27 examples/keras_recipes/reproducibility_recipes | no: `float()` of an initializer's (1, 1) output ("only 0-dimensional arrays can be converted to Python scalars": NumPy 2.x refuses it; with that line as `float(x[0, 0])` the rest runs, its `tf.data` shuffle under `enable_op_determinism` included, since `set_random_seed` seeds TensorFlow too) | no: the same `float()` of a (1, 1) array (TensorFlow, JAX and NumPy backends) |
 | p28 examples/vision/mixup (tf.keras version; `tf.data` pipeline) | yes | yes |
 | p29 examples/vision/siamese_contrastive (tf.keras version) | no: `tf.math` on kiln symbolic tensors in a `Lambda` layer (kiln's error names `tf.math.square` and `kiln.ops.square`) | no: Keras cannot infer the `Lambda`'s output (`tf.math` on JAX tensors) |
 | p30 guides/writing_a_custom_training_loop_in_tensorflow (without the GAN section) | no: `tf.GradientTape` over kiln weights (kiln's error names `kiln.GradientTape`, which runs the same loop: p41) | yes (the guide selects the TensorFlow backend) |
@@ -103,26 +103,36 @@ source and lists every adaptation. `tests/programs/test_programs.py` (slow) runs
 | p40 examples/timeseries/timeseries_classification_transformer (tf.keras version, smaller) | yes | yes |
 | p41 guides/writing_a_training_loop_from_scratch (Keras 3, TensorFlow flavour with Keras names: `keras.GradientTape` around eager calls) | yes (the eager tape) | yes |
 | p42 examples/generative/pixelcnn (Keras 3, smaller) | yes (the masked-kernel `kernel.assign(kernel * mask)` in `call()`: discarded while the functional model is built, as in Keras' `StatelessScope`; the forward value inside `fit`, where the optimizer's update wins, as in Keras' JAX trainer) | yes |
-| p43 examples/vision/metric_learning (Keras 3, TensorFlow-backend flavour; `tf.GradientTape` -> `keras.GradientTape`) | no: the example's `Sequence` sets `self.num_batches`, a read-only property of Keras 3's `PyDataset` (and of kiln's) | no: the same `AttributeError` |
+| p43 examples/vision/metric_learning (Keras 3, TensorFlow-backend flavour; `tf.GradientTape` -> `keras.GradientTape`) | yes (a `PyDataset` subclass may set `self.num_batches`; the "loss" it logs stays 0, as in Keras 3, since its `train_step` uses `compiled_loss`) | no: the example's `Sequence` sets `self.num_batches`, a read-only property of Keras 3's `PyDataset` |
 | p44 examples/timeseries/lstm_vs_cnn_timeseries_classification (Keras 3) | yes | yes |
-| p45 examples/vision/mnist_moe (Keras 3 with `tf` ops, its first sections) | no: `tf.math.top_k` on kiln tensors in a layer's `call()` (kiln traces `call()` even for an eager call on concrete data; kiln's error names the call) | yes (Keras runs the eager call's `tf` ops on concrete values) |
+| p45 examples/vision/mnist_moe (Keras 3 with `tf` ops, its first sections) | yes (a user's layer called on concrete data runs its `call()` on the values, `tf` ops included, as Keras' eager mode) | yes (Keras runs the eager call's `tf` ops on concrete values) |
 | p46 examples/keras_recipes/debugging_tips (tf.keras version, tips 1-3) | no: `tf.nn.relu` on kiln tensors in a layer's `call()` (kiln's error names the call) | no: a TensorFlow-style `train_step(self, data)` |
 | p47 examples/vision/cct (Keras 3, smaller) | yes (`ops.broadcast_to(table, ops.shape(inputs))`: shapes holding run-time dimensions) | yes |
 | p48 examples/timeseries/timeseries_traffic_forecasting (Keras 3, TensorFlow backend) | no: `tf.gather` / `tf.math.unsorted_segment_mean` on kiln tensors in `GraphConv.call()` (kiln's error names the call) | yes (the program selects the TensorFlow backend) |
 | p49 guides/intro_to_keras_for_engineers (Keras 3) | yes (NumPy, PyTorch `DataLoader` and `tf.data` inputs) | yes |
-| p50 guides/keras_core/writing_a_custom_training_loop_in_jax | no: `jax.jit` of a step whose state holds the model's Variables ("Triggering __jax_array__() during abstractification is no longer supported"; with arrays in the state, kiln's `stateless_call`, `optimizer.stateless_apply` and `metric.stateless_update_state` run inside `jax.jit`) | no: the same error (JAX 0.10) |
+| p50 guides/keras_core/writing_a_custom_training_loop_in_jax | no: `jax.numpy.sum` on kiln symbolic tensors in a layer's `call()` (the guide's `add_loss` section; kiln's error names the call and `kiln.ops.sum`); its two `jax.jit` training loops before it run (kiln Variables enter `jax.jit` as their values) | no: `jax.jit` refuses the state's Variables ("Triggering __jax_array__() during abstractification is no longer supported", JAX 0.10) |
 | p51 examples/vision/conv_lstm (tf.keras version, smaller) | yes (`Conv3D` on videos of unknown length) | yes |
+| p52 examples/structured_data/collaborative_filtering_movielens (Keras 3) | yes | yes |
+| p53 examples/timeseries/timeseries_forecasting_with_lstm_for_temperature_prediction (tf.keras version; `tf.data` from `timeseries_dataset_from_array`) | yes | yes |
+| p54 examples/generative/text_generation_with_miniature_gpt (Keras 3, smaller; `tf.data` and `TextVectorization`) | yes (the causal mask's `ops.tile` by `ops.shape(x)[0]`; one target for `loss=[fn, None]`) | no: `ops.tile` with a tensor of repeats fails while Keras builds the model (TensorFlow backend, which the program selects) |
+| p55 examples/nlp/pretrained_word_embeddings (tf.keras version) | yes | no: `.numpy()` on a JAX array (with TensorFlow: its last `predict([["..."]])` of a nested list is refused) |
+| p56 examples/keras_recipes/packaging_keras_models_for_wide_distribution (Keras 3) | yes (`uint8` inputs computed in int32; the strided "same" convolutions over `(None, None, 1)` inputs are traced for the batch's sizes to train) | yes |
 
-p16-p51 follow the version of each file that the source index held (several are the
+p16-p56 follow the version of each file that the source index held (several are the
 tf.keras versions, which their docstrings name); a "no" quotes kiln's first failure, also
 listed in `KNOWN_GAPS` of `tests/programs/test_programs.py`, where those programs are strict
 xfails. Their Keras 3 column comes from `with_keras.py` with `KERAS_BACKEND=jax` (Keras
 3.15, where a program selects another backend itself, that one).
 p42-p51 were picked from keras.io programs kiln had not been run on before (issue 44): on
-their first run 2 of the 10 ran (p44, p49), now 5 do (Keras 3: 7); the fixes they led to are
+their first run 2 of the 10 ran (p44, p49), now 7 do (Keras 3: 7); the fixes they led to are
 symbolic assigns in `call()` (p42), `ops.reshape`/`ops.broadcast_to` with `ops.shape(x)[i]` in
-the shape (p47), `Conv3D` of unknown depth (p51) and the stateless optimizer/metric APIs inside
-`jax.jit` (p50, whose own failure Keras shares).
+the shape (p47), `Conv3D` of unknown depth (p51), a user layer's eager call running `call()`
+on the values (p45), the stateless optimizer/metric APIs inside `jax.jit` and kiln Variables
+as JAX pytrees (p50), a settable `PyDataset.num_batches` (p43).
+p52-p56 were picked the same way, one per area (structured data, time series, generative,
+NLP, recipes): on their first run 3 of the 5 ran (p52, p53, p55), now all 5 do (Keras 3: 3);
+the fixes: ops on `ops.shape(x)[i]` and `ops.tile` by it (p54), targets for a loss defined
+over some outputs (p54), narrow input dtypes and steps traced for the batch's sizes (p56).
 
 Not attempted, and why: examples/keras_recipes/sklearn_metric_callbacks (scikit-learn is
 not installed); examples/generative/conditional_gan (needs `tensorflow_docs` and `imageio`);

@@ -29,7 +29,8 @@ ORDER: list[set[str]] = [
     # "registry" (the one class registry) imports nothing from kiln: every package may use it.
     {"config", "registry"},
     {"core"},
-    {"ops", "tape"},
+    # "foreign" (kiln values given to JAX and TensorFlow: Variables as pytrees, tf conversion)
+    {"ops", "tape", "foreign"},
     # "eager" (the one eager path, compile-and-cache for layers, losses and metrics) is
     # placed with the small helper modules that layers build on.
     {"activations", "initializers", "regularizers", "constraints", "random_state", "eager",
@@ -65,6 +66,9 @@ ALLOWED_UPWARD: list[tuple[str, str, str]] = [
     # only when one of these two names is asked for.
     ("kiln.saving", "kiln.models", "kiln.saving.load_model/deserialize_model: lazy, registers "
      "the model classes"),
+    # tf.keras' Layer.add_metric(value, name=...) averages ``value`` in a metrics.Mean, created
+    # on the first call (inside the function: importing kiln.layers never loads metrics)
+    ("kiln.layers.base", "kiln.metrics", "Layer.add_metric: lazy, the Mean of a named value"),
 ]
 
 

@@ -45,6 +45,7 @@ from kiln.core.ops._rules import is_node as is_tensor
 from kiln.core.ops.collective import register_group
 from kiln.core.ops.source import constant, placeholder
 from kiln.core.variable import (
+    DISCARD_SYMBOLIC_ASSIGNS,
     EAGER_READS,
     Variable,
     VariableTrace,
@@ -65,4 +66,4 @@ __all__ = ["Graph", "Node", "TensorType", "HashableArray", "WeakIdentityDict",
            "depends_on", "rebuild", "canonical_dtype", "format_shape", "backend_for_device",
            "optimize", "register_group", "trace_variables", "VariableTrace",
            "discarding_symbolic_assigns",
-           "TENSOR_MASKS", "gc_paused", "EAGER_READS"]
+           "TENSOR_MASKS", "gc_paused", "EAGER_READS", "DISCARD_SYMBOLIC_ASSIGNS"]

@@ -252,3 +252,7 @@ __all__ += ["ContrastLimitedAdaptiveHistogramEqualization"]
 from kiln.layers.preprocessing.elastic import RandomElasticTransform  # noqa: E402
 
 __all__ += ["RandomElasticTransform"]
+# tf.keras 2.x's experimental RandomFourierFeatures (keras.io's Quasi-SVM example; not in Keras 3)
+from kiln.layers.kernelized import RandomFourierFeatures  # noqa: E402
+
+__all__ += ["RandomFourierFeatures"]

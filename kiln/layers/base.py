@@ -223,10 +223,6 @@ class Layer(StatelessLayerMixin):
         return found
 
     @property
-    def layers(self) -> list[Layer]:
-        return self._sublayers()
-
-    @property
     def trainable(self) -> bool:
         return self._trainable
 
@@ -343,6 +339,35 @@ class Layer(StatelessLayerMixin):
         ctx = current() or by_run()  # define-by-run (run_eagerly): the run collects them
         if ctx is not None:
             ctx.losses.append(loss)
+
+    def add_metric(self, value: Any, name: str | None = None,
+                   aggregation: str | None = None) -> None:
+        """tf.keras 2.x's ``Layer.add_metric`` (Keras 3 dropped it): reports the mean of
+        ``value`` over an epoch in ``fit``/``evaluate``'s logs under ``name``. Called with the
+        result of a Metric object (``self.add_metric(self.acc(y, p))``, no ``name``), that
+        metric, updated by the call, is reported under its own name.
+
+        Args:
+            value: a tensor computed in ``call`` (averaged over its elements and batches).
+            name: the log's name; required unless ``value`` is a Metric's result.
+            aggregation: None or ``"mean"`` (tf.keras' only values for a tensor).
+        """
+        if aggregation not in (None, "mean"):
+            raise ValueError(f"Layer '{self.name}': add_metric aggregation must be None or "
+                             f"'mean', received {aggregation!r}")
+        ctx = current()
+        if name is None:
+            if isinstance(value, Node):
+                raise ValueError(f"Layer '{self.name}': add_metric of a tensor needs a name, "
+                                 "e.g. self.add_metric(ops.sum(inputs), name='activation_sum')")
+            return  # a Metric's result: the Metric's own update is what gets reported
+        from kiln.metrics import Mean
+
+        added = self.__dict__.setdefault("_added_metrics", {})
+        if name not in added:
+            added[name] = Mean(name=name)
+        if ctx is not None or isinstance(value, Node):
+            added[name].update_state(value)
 
     def add_update(self, variable: Variable, value: Node) -> None:
         """Schedules ``variable <- value`` as part of the training step (e.g. moving means)."""

@@ -93,8 +93,16 @@ class _Conv(Layer):
                                         self.bias_regularizer)
         self.built = True
 
+    def convolution_op(self, inputs: Node, kernel: Any) -> Node:
+        """The convolution of ``inputs`` with ``kernel`` (no bias, no activation): Keras 3's
+        ``BaseConv.convolution_op``. ``call`` runs ``convolution_op(inputs, self.kernel)``, so a
+        subclass customizes the convolution by overriding it (a standardized kernel, say), or
+        calls it from its own ``call`` with a kernel of the layer's kernel shape."""
+        raise NotImplementedError(f"{type(self).__name__} has no convolution_op (Keras' "
+                                  "transposed convolutions have none either)")
+
     def _convolve(self, inputs: Node) -> Node:
-        raise NotImplementedError
+        return self.convolution_op(inputs, self.kernel)
 
     def call(self, inputs: Node) -> Node:
         out = self._convolve(inputs)
@@ -153,8 +161,8 @@ class Conv1D(_Conv):
     rank = 1
     paddings = ("valid", "same", "causal")
 
-    def _convolve(self, inputs: Node) -> Node:
-        return K.conv1d(inputs, self.kernel, strides=self.strides[0], padding=self.padding,
+    def convolution_op(self, inputs: Node, kernel: Any) -> Node:
+        return K.conv1d(inputs, kernel, strides=self.strides[0], padding=self.padding,
                         dilation_rate=self.dilation_rate[0], groups=self.groups)
 
 
@@ -199,8 +207,8 @@ class Conv2D(_Conv):
                  bias_constraint: Any = None, **kwargs: Any):
         super().__init__(**keras_args(locals()))
 
-    def _convolve(self, inputs: Node) -> Node:
-        return K.conv2d(inputs, self.kernel, strides=self.strides, padding=self.padding,
+    def convolution_op(self, inputs: Node, kernel: Any) -> Node:
+        return K.conv2d(inputs, kernel, strides=self.strides, padding=self.padding,
                         dilation_rate=self.dilation_rate, groups=self.groups)
 
 

@@ -51,8 +51,8 @@ class Conv3D(_Conv):
                  bias_constraint: Any = None, **kwargs: Any):
         super().__init__(**keras_args(locals()))
 
-    def _convolve(self, inputs: Node) -> Node:
-        return conv3d(f"Layer '{self.name}' (Conv3D)", inputs, self.kernel, self.strides,
+    def convolution_op(self, inputs: Node, kernel: Any) -> Node:
+        return conv3d(f"Layer '{self.name}' (Conv3D)", inputs, kernel, self.strides,
                       self.padding, self.dilation_rate, self.groups)
 
 

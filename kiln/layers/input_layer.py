@@ -8,6 +8,16 @@ from kiln.core import Node, canonical_dtype, placeholder
 from kiln.layers.base import HISTORY, CallRecord, Layer
 from kiln.layers.host_tensor import HostTensor, is_string_dtype
 
+#: Input dtypes kiln computes in a wider type (Keras' ``Input(dtype="uint8")`` for raw image
+#: bytes, which a Rescaling layer then scales): the values fed are converted exactly
+_WIDENED = {"uint8": "int32", "int8": "int32", "uint16": "int32", "int16": "int32",
+            "uint32": "int64", "float16": "float32", "bfloat16": "float32"}
+
+
+def _widened(dtype: Any) -> Any:
+    name = getattr(dtype, "name", dtype)
+    return _WIDENED.get(name, dtype) if isinstance(name, str) else dtype
+
 
 class InputLayer(Layer):
     """Holds the placeholder that feeds a model (``layer.output``).
@@ -57,8 +67,8 @@ class InputLayer(Layer):
             batch_shape = (batch_size,) + tuple(shape)
         batch_shape = tuple(None if d is None else int(d) for d in batch_shape)
         strings = is_string_dtype(dtype)
-        super().__init__(name=name, dtype=canonical_dtype(dtype) if dtype and not strings
-                         else None)
+        super().__init__(name=name, dtype=canonical_dtype(_widened(dtype)) if dtype and
+                         not strings else None)
         self.batch_shape = batch_shape
         self.output: Node | HostTensor
         if strings:  # strings never enter a kiln graph: a host-side input (host_tensor.py)

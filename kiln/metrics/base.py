@@ -25,7 +25,7 @@ import numpy as np
 import kiln.config
 import kiln.ops as K
 from kiln import eager as eager_path
-from kiln.core import Node
+from kiln.core import DISCARD_SYMBOLIC_ASSIGNS, Node
 from kiln.layers import context as trace_context
 from kiln.layers.base import get_mask
 from kiln.losses.base import (
@@ -172,11 +172,18 @@ class Metric:
             assert self._builtin_stats is not None
             recorder.append(list(self._builtin_stats(*args, sample_weight=sample_weight)))
             return
+        if len(args) == self.n_inputs + 1 and sample_weight is None:
+            *args, sample_weight = args  # Keras' update_state(y_true, y_pred, sample_weight)
         if len(args) != self.n_inputs:
             raise TypeError(f"{self.name}: update_state expects {self.n_inputs} arrays (and "
                             f"sample_weight=), received {len(args)}")
         if _symbolic(*args, sample_weight):
             ctx = trace_context.current()
+            if ctx is None and DISCARD_SYMBOLIC_ASSIGNS.get():
+                # a layer called on a functional model's symbolic inputs: Keras discards the
+                # update (its StatelessScope); the model's traced steps replay call() and
+                # record it there
+                return
             if ctx is None:
                 raise TypeError(f"{self.name}: update_state received symbolic tensors outside "
                                 "a traced step (a layer's call or a train_step traced by fit); "
@@ -203,10 +210,12 @@ class Metric:
 
     @property
     def variables(self) -> list[Any]:
-        """The state: the Variables of a Keras-style metric, else NumPy arrays."""
+        """The state: the Variables of a Keras-style metric; else, for a metric that keeps
+        NumPy state, a Variable per slot holding its current value, whose ``assign`` writes
+        the metric's state back."""
         if self._metric_variables:
             return list(self._metric_variables)
-        return [np.asarray(v) for v in self._state_values()]
+        return [stateful.StateVariable(self, i, v) for i, v in enumerate(self._state_values())]
 
     def _state_values(self) -> list[Any]:
         return [v.numpy() for v in self._metric_variables]
@@ -313,7 +322,9 @@ def weights_like(sample_weight: Node | None, values: Node) -> Node | None:
         return None
     sw = K.cast(sample_weight, values.dtype) if sample_weight.dtype != values.dtype else \
         sample_weight
-    values, sw = squeeze_or_expand_to_same_rank(values, sw)
+    # weights of the values' own shape: (batch, 1) weights of (batch,) values are squeezed
+    # (expanding the values instead, as Keras does, gives the same sums)
+    _, sw = squeeze_or_expand_to_same_rank(values, sw, expand_rank_1=False)
     while sw.ndim < values.ndim:
         sw = K.expand_dims(sw, -1)
     return K.broadcast_like(sw, values)

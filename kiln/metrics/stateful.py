@@ -22,6 +22,7 @@ import numpy as np
 
 import kiln.ops as K
 from kiln.core import Node, Variable, is_tensor, trace_variables
+from kiln.foreign import register_type as register_pytree_type
 
 
 class MetricVariable(Variable):
@@ -32,6 +33,30 @@ class MetricVariable(Variable):
     def __init__(self, value: Any, name: str, dtype: str, aggregation: str = "sum"):
         super().__init__(value, name=name, trainable=False, dtype=dtype)
         self.aggregation = aggregation
+
+
+class StateVariable(Variable):
+    """One slot of a built-in metric's state (kept as NumPy values) seen as a Variable, what
+    ``Metric.variables`` gives there as Keras' metrics give their Variables:
+    ``variable.assign(value)`` writes the metric's state (keras.io's JAX training loop writes
+    the state its jitted step returned back this way)."""
+
+    def __init__(self, metric: Any, index: int, value: Any):
+        value = np.asarray(value)
+        super().__init__(value, name=f"{metric.name}/state_{index}", trainable=False,
+                         dtype=value.dtype.name)
+        self._metric, self._index = metric, index
+
+    def assign(self, value: Any) -> Variable:
+        out = super().assign(value)
+        state = list(self._metric._state_values())
+        state[self._index] = np.asarray(self.value)
+        self._metric._set_state_values(state)
+        return out
+
+
+register_pytree_type(MetricVariable)
+register_pytree_type(StateVariable)
 
 
 def make_variable(owner: str, shape: Any, initializer: Any, dtype: Any, aggregation: str,

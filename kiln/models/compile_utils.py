@@ -232,6 +232,9 @@ class CompileMixin:
         for o in self._outputs or []:
             out.extend(o.metrics)
             out.extend(o.weighted_metrics)
+        # metrics updated in the model's call() (kiln/models/step_graphs.py)
+        out.extend(m for m in self.__dict__.get("_layer_metrics", ())
+                   if all(m is not k for k in out))
         return out
 
     @property

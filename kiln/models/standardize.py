@@ -138,9 +138,27 @@ class StandardizeMixin:
         return None if specs is None else [s.name for s in specs]
 
     def _standardize_y(self, y: Any) -> list[np.ndarray]:
+        y = self._targets_of_losses(y)
         flat, _ = flatten_data(y, self._model_output_structure(), self.output_names, "y",
                                self.name)
         return [self._as_array(a, "y") for a in flat]
+
+    def _targets_of_losses(self, y: Any) -> Any:
+        """Keras' targets for a loss defined over some outputs only (``loss=[fn, None]``):
+        ``y`` holds one array per output that has a loss, in order; the outputs without a loss
+        get an unused placeholder target (a zeros vector of the batch)."""
+        if y is None or isinstance(y, dict) or self._model_output_structure()[0] == "dict":
+            return y
+        given = [y] if not isinstance(y, list | tuple) else list(y)
+        losses = self._output_losses()
+        with_loss = [i for i, loss in enumerate(losses) if loss is not None]
+        if len(losses) < 2 or len(given) == len(losses) or len(given) != len(with_loss):
+            return y
+        rows = len(given[0]) if hasattr(given[0], "__len__") else 0
+        out: list = [np.zeros((rows,), kiln.config.floatx()) for _ in losses]
+        for i, a in zip(with_loss, given):
+            out[i] = a
+        return out
 
     def _standardize_sw(self, sample_weight: Any, n_outputs: int) -> list[np.ndarray] | None:
         if sample_weight is None:
@@ -349,6 +367,9 @@ class StandardizeMixin:
     def _split_specs(self, feeds: list[np.ndarray]) -> tuple[list, list]:
         """The target and sample-weight specs of a feed list (its x feeds come first)."""
         n_x = len(self._model_input_specs() or [])
+        # the x sizes of this batch: a step that cannot be traced for unknown sizes is traced
+        # for these (step_graphs.py, _with_static_inputs)
+        self.__dict__["_x_feed_dims"] = tuple(tuple(np.shape(a)[1:]) for a in feeds[:n_x])
         rest = feeds[n_x:]
         n_y = len(self._outputs or [])
         return self._specs_of(rest[:n_y]), self._specs_of(rest[n_y:])

@@ -74,7 +74,10 @@ class StepGraphsMixin:
                            ) -> tuple[list, list, list]:
         specs = self._model_input_specs()
         assert specs is not None
-        x_phs = [placeholder(s.shape, s.dtype, name=s.name) for s in specs]
+        static = self.__dict__.get("_x_static")
+        shapes = [s.shape if static is None else (s.shape[0],) + tuple(dims)
+                  for s, dims in zip(specs, static or [None] * len(specs))]
+        x_phs = [placeholder(shape, s.dtype, name=s.name) for shape, s in zip(shapes, specs)]
         names = self.output_names
         y_phs = [placeholder(s.shape, s.dtype, name=f"{names[i]}_target")
                  for i, s in enumerate(y_specs)]
@@ -128,6 +131,14 @@ class StepGraphsMixin:
         if total is None:
             raise ValueError(f"{self.name}: no loss to compute; pass `loss` to compile() (or "
                              "add losses in call() with add_loss)")
+        # metrics updated inside the model's call() (a layer's Metric, add_metric): reported
+        # after the compiled ones, as Keras 3 lists its layers' metrics
+        layer_metrics = self.__dict__.setdefault("_layer_metrics", [])
+        for metric, nodes in ctx.metric_updates:
+            metric_slices.append((metric, len(stats), len(stats) + len(nodes)))
+            stats.extend(nodes)
+            if all(metric is not m for m in layer_metrics):
+                layer_metrics.append(metric)
         offset = 1 + len(out_losses)
         metric_slices = [(m, a + offset, b + offset) for m, a, b in metric_slices]
         return total, out_losses, trackers, stats, metric_slices
@@ -135,12 +146,30 @@ class StepGraphsMixin:
     def _train_step(self, y_specs: list[TensorSpec], sw_specs: list[TensorSpec]) -> _Step:
         if self.run_eagerly:  # define-by-run (kiln/models/eager_loop.py)
             return self._eager_step("train", y_specs, sw_specs)
-        key = _signature(y_specs, sw_specs)
+        key = _signature(y_specs, sw_specs) + (self.__dict__.get("_x_static"),)
         step = self._train_fns.get(key)
         if step is not None:
             self.train_function = step.fn
             return step
-        return self._new_train_step(key, y_specs, sw_specs)
+        return self._with_static_inputs(self._new_train_step, key, y_specs, sw_specs)
+
+    def _with_static_inputs(self, build: Any, key: tuple, y_specs: list[TensorSpec],
+                            sw_specs: list[TensorSpec]) -> _Step:
+        """``build(key, ...)``; when the step cannot be traced for inputs of unknown sizes (the
+        gradient of a strided 'same' convolution over ``Input((None, None, 1))``), it is traced
+        for the sizes of the batch at hand, as TensorFlow traces a step for its batch's shapes
+        (batches of other sizes are then refused with the expected shape)."""
+        try:
+            return build(key, y_specs, sw_specs)
+        except ValueError as exc:
+            dims = self.__dict__.get("_x_feed_dims")
+            specs = self._model_input_specs() or []
+            if ("static" not in str(exc) or self.__dict__.get("_x_static") is not None
+                    or not dims or len(dims) != len(specs)
+                    or not any(None in s.shape[1:] for s in specs)):
+                raise
+            self.__dict__["_x_static"] = dims
+            return build(key[:-1] + (dims,), y_specs, sw_specs)
 
     @gc_paused()  # tracing, autodiff, compiling: no collector pauses (core/gc_pause.py)
     def _new_train_step(self, key: tuple, y_specs: list[TensorSpec],
@@ -196,12 +225,12 @@ class StepGraphsMixin:
     def _test_step(self, y_specs: list[TensorSpec], sw_specs: list[TensorSpec]) -> _Step:
         if self.run_eagerly:
             return self._eager_step("test", y_specs, sw_specs)
-        key = _signature(y_specs, sw_specs)
+        key = _signature(y_specs, sw_specs) + (self.__dict__.get("_x_static"),)
         step = self._test_fns.get(key)
         if step is not None:
             self.test_function = step.fn
             return step
-        return self._new_test_step(key, y_specs, sw_specs)
+        return self._with_static_inputs(self._new_test_step, key, y_specs, sw_specs)
 
     @gc_paused()
     def _new_test_step(self, key: tuple, y_specs: list[TensorSpec],

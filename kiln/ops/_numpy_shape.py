@@ -208,8 +208,16 @@ take_along_axis.__doc__ = ("``np.take_along_axis`` (negative indices wrap; broad
 
 
 def _tile(x, repeats):
+    from kiln.ops._shapes import SymbolicDim, static_entries
+
     x = _N(x)
-    reps = [int(repeats)] if isinstance(repeats, int | np.integer) else [int(r) for r in repeats]
+    entries = static_entries(repeats)
+    if entries is None:
+        raise ValueError(f"tile: repeats must be ints, or computed from ops.shape dimensions, "
+                         f"received {repeats!r}")
+    if builtins.any(isinstance(r, SymbolicDim) for r in entries):
+        return _tile_symbolic(x, entries)
+    reps = [int(r) for r in entries]
     if len(reps) > x.ndim:
         x = _G.reshape(x, (1,) * (len(reps) - x.ndim) + x.shape) if None not in x.shape else \
             _G.expand_dims(x, tuple(range(len(reps) - x.ndim)))
@@ -221,6 +229,38 @@ def _tile(x, repeats):
             x = _sl(x, axis, 0, 0)
         elif r > 1:
             x = _G.concatenate([x] * r, axis=axis)
+    return x
+
+
+def _tile_symbolic(x, reps):
+    """``tile`` with a repeat count known only at run time (``ops.shape(x)[0]``): along that
+    axis ``x`` is broadcast to ``count`` copies (a new axis), which a reshape merges."""
+    from kiln.ops._shapes import SymbolicDim, like_shape
+
+    if len(reps) > x.ndim:
+        x = _G.expand_dims(x, tuple(range(len(reps) - x.ndim)))
+    reps = [1] * (x.ndim - len(reps)) + list(reps)
+    for axis, r in enumerate(reps):
+        if not isinstance(r, SymbolicDim):
+            if r != 1:
+                x = _tile(x, [1] * axis + [r] + [1] * (x.ndim - axis - 1))
+            continue
+        if x.shape[axis] == 1:  # the batch axis of a (1, n, n) mask: a broadcast
+            target = tuple(r if a == axis else (d if d is not None else SymbolicDim(x, a))
+                           for a, d in enumerate(x.shape))
+            x = _G.broadcast_like(x, like_shape(target))
+            continue
+        grown = _G.expand_dims(x, (axis,))
+        target = tuple(r if a == axis else (d if d is not None else SymbolicDim(grown, a))
+                       for a, d in enumerate(grown.shape))
+        grown = _G.broadcast_like(grown, like_shape(target))
+        if builtins.any(d is None for d in x.shape):
+            raise ValueError(f"tile: a run-time repeat count along axis {axis} needs the "
+                             f"tensor's other dimensions known, received shape {x.shape}; "
+                             "a size-1 axis (a (1, n, n) mask tiled to the batch) is supported")
+        new_shape = list(x.shape)
+        new_shape[axis] = -1
+        x = _G.reshape(grown, tuple(new_shape))
     return x
 
 

@@ -32,6 +32,74 @@ class SymbolicDim:
         """The dimension as an int32 scalar tensor."""
         return _G.cast(_G.size_of(self.tensor, axis=self.axis), "int32")
 
+    def __kiln_node__(self):
+        # an op given the dimension itself (``ops.expand_dims(ops.shape(x)[0], -1)``, as
+        # Keras' causal-mask recipes write) computes with its run-time value
+        return self.as_tensor()
+
+
+def static_entries(value):
+    """The entries of a 1-D shape-like ``value`` (a list, an array, or an int tensor computed
+    from ``ops.shape`` dimensions: ``concatenate([expand_dims(shape(x)[0], -1), [1, 1]])``) as
+    ints and :class:`SymbolicDim`s, or None when they cannot be known before the step runs
+    (TensorFlow's ``constant_value_as_shape``, for reps and shapes given as tensors)."""
+    if isinstance(value, SymbolicDim):
+        return [value]
+    if isinstance(value, int | np.integer):
+        return [int(value)]
+    if isinstance(value, np.ndarray):
+        return [int(v) for v in value.reshape(-1)] if value.dtype.kind in "iu" else None
+    if isinstance(value, list | tuple):
+        out = []
+        for v in value:
+            got = _scalar_entry(v)
+            if got is None:
+                return None
+            out.append(got)
+        return out
+    node = _G.as_node(value) if is_symbolic(value) else None
+    if node is None or node.ndim > 1:
+        return None
+    if node.ndim == 0:
+        got = _scalar_entry(node)
+        return None if got is None else [got]
+    if node.op == "constant":
+        return static_entries(node.attrs["value"].array)
+    if node.op == "concatenate":
+        out = []
+        for part in node.inputs:
+            got = static_entries(part)
+            if got is None:
+                return None
+            out += got
+        return out
+    if node.op in ("expand_dims", "reshape", "cast") and node.inputs[0].ndim <= 1:
+        return static_entries(node.inputs[0])
+    return None
+
+
+def _one_element(node):
+    return builtins.all(d == 1 for d in node.shape)
+
+
+def _scalar_entry(value):
+    """An int or SymbolicDim for a scalar (a number, or ``size_of`` one axis, cast), or None."""
+    if isinstance(value, SymbolicDim):
+        return value
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if not isinstance(value, _G.Node):
+        return None
+    node = value
+    while node.op in ("cast", "reshape", "expand_dims") and _one_element(node.inputs[0]):
+        node = node.inputs[0]
+    if node.op == "constant" and node.attrs["value"].array.size == 1:
+        return int(node.attrs["value"].array.reshape(-1)[0])
+    if node.op == "size_of" and len(node.attrs["axis"]) == 1:
+        t, axis = node.inputs[0], node.attrs["axis"][0]
+        return SymbolicDim(t, axis) if t.shape[axis] is None else int(t.shape[axis])
+    return None
+
 
 def shape(x):
     """The shape of ``x`` as a tuple: ints, and :class:`SymbolicDim` for dimensions of a

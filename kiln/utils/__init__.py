@@ -4,6 +4,10 @@ extra) pictures of models and training."""
 
 from __future__ import annotations
 
+import sys
+
+import numpy as np
+
 from kiln.random_state import set_seed as _set_seed
 from kiln.saving import (
     get_custom_objects,
@@ -50,12 +54,22 @@ from kiln.utils.timeseries import timeseries_dataset_from_array
 def set_random_seed(seed: int) -> None:
     """Makes weight initialization, dropout and shuffling reproducible.
 
-    Two runs of the same script with the same seed give bit-identical weights.
+    Two runs of the same script with the same seed give bit-identical weights. Seeds Python's
+    and NumPy's global generators too, and, as Keras does, TensorFlow's global seed when
+    TensorFlow is loaded (``tf.data`` pipelines shuffle with it; with
+    ``tf.config.experimental.enable_op_determinism()`` they need it). kiln never imports
+    TensorFlow for this.
 
     Example:
         >>> kiln.utils.set_random_seed(42)
     """
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise ValueError("Expected `seed` argument to be an integer. Received: "
+                         f"seed={seed!r} (of type {type(seed)})")
     _set_seed(seed)
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and hasattr(tf, "random"):
+        tf.random.set_seed(int(seed))
 
 
 __all__ = ["set_random_seed", "plot_model", "plot_history", "pad_sequences", "to_categorical",

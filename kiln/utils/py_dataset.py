@@ -80,11 +80,24 @@ class PyDataset:
 
     @property
     def num_batches(self) -> int | None:
-        """``len(self)``, or None when the subclass defines no ``__len__``."""
+        """``len(self)``, or None when the subclass defines no ``__len__``; or the number a
+        subclass assigned (``self.num_batches = n`` in ``__init__``, as tf.keras-era
+        ``Sequence`` subclasses do: keras.io's metric-learning example)."""
+        if "_num_batches" in self.__dict__:
+            return self.__dict__["_num_batches"]
         try:
             return len(self)  # type: ignore[arg-type]
         except TypeError:
             return None
+
+    @num_batches.setter
+    def num_batches(self, value: int | None) -> None:
+        # Keras 3's property has no setter; a subclass that declares its size this way means
+        # what an overriding property would (the loops read ``num_batches`` or ``len``)
+        if value is not None and (isinstance(value, bool) or int(value) != value or value < 0):
+            raise ValueError(f"{type(self).__name__}.num_batches must be a non-negative int "
+                             f"or None, received {value!r}")
+        self.__dict__["_num_batches"] = None if value is None else int(value)
 
     def __getitem__(self, index: int) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must define __getitem__(index), "

@@ -105,7 +105,7 @@ def _library_call() -> tuple[str, str] | None:
     found = None
     while frame is not None:
         path = frame.f_code.co_filename.replace("\\", "/")
-        lib = next((name for name in ("tensorflow", "numpy", "jax", "torch")
+        lib = next((name for name in ("tensorflow", "jax", "torch", "numpy")
                     if f"/{name}/" in path), None)
         if lib is None:
             if found is not None:

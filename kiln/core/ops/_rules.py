@@ -118,6 +118,14 @@ def as_node(x: Any, dtype: str | None = None) -> Node:
                 raise TypeError(f"cannot convert {type(x).__name__} of dtype {arr.dtype} to a "
                                 "kiln tensor")
         return constant(arr.astype(np_dtype(dtype)))
+    library = type(x).__module__.split(".")[0]
+    if library in ("tensorflow", "jax", "jaxlib", "torch"):
+        # a value of another framework inside a kiln computation (a tf.Variable weight, the
+        # result of a tf op on a kiln Variable): it cannot join kiln's compiled graph
+        raise TypeError(f"expected a kiln tensor, Variable, NumPy array or number, received "
+                        f"{type(x).__name__} (a {library} value): kiln's compiled graphs "
+                        f"cannot use another framework's tensors or variables; create "
+                        f"weights with add_weight and compute with kiln.ops")
     raise TypeError(f"expected a kiln tensor, Variable, NumPy array or number, "
                     f"received {type(x).__name__}")
 
