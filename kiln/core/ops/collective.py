@@ -144,7 +144,7 @@ def _ref_wait(x: np.ndarray, *, group: str) -> np.ndarray:
     return np.array(x, copy=True, order="C")
 
 
-_SPLIT = ("inserted after autodiff by data parallelism (kiln.models.distributed), which "
+_SPLIT = ("inserted after autodiff by data parallelism (DataParallel with bucket_bytes), which "
           "buckets the gradients; differentiate through allreduce instead")
 register(OpDef("allreduce_start", COLLECTIVE, _infer_start, _ref, differentiable=False,
                nondiff_reason=_SPLIT, examples=_examples,
