@@ -180,14 +180,15 @@ class _FakeHost:
         self.t += seconds
 
 
-def test_back_from_idle_the_first_sample_follows_the_load_of_now(monkeypatch):
+def test_back_from_idle_the_plan_is_kept_one_window_then_follows_the_load(monkeypatch):
     """bench_suite --contended's sequence: a copy alone on a quiet machine (2 threads), idle
     while the harness settles, then started with three rivals at once (they wait 50% with one
-    thread each). The old wait share (run delay over the whole window, idle time included)
-    read the first window as free and kept 2 threads there, spinning; the window the caller
-    was mostly idle says nothing, the runnable count decides (1). Then the rivals end, the
-    copy idles and runs alone again: 2 threads at its first sample, not after the averaged
-    wait of the contended windows has decayed."""
+    thread each). The window the caller was mostly idle in says nothing (the old wait share,
+    run delay over the whole window, read it as free; the runnable count at a wake-up counts
+    the waker): the plan is kept for it, and the next window, run through at 50% wait, gives
+    one thread. Then the rivals end, the copy idles and runs alone again: its plan is kept one
+    window, and the averaged wait of the contended windows is forgotten, so the first window
+    run alone brings the second thread back."""
     monkeypatch.setenv("KILN_CONTENTION", "auto")
     m = cpus.Monitor()
     m.usable = (1e9, 2)
@@ -195,11 +196,27 @@ def test_back_from_idle_the_first_sample_follows_the_load_of_now(monkeypatch):
     assert host.run(1.0, 0.0, 0.0, m)[-1] == 2  # alone, quiet
     host.idle(0.5)
     together = host.run(1.0, 0.5, 3.0, m)
-    assert together == [1] * len(together)
+    assert together[0] == 2 and together[1:] == [1] * (len(together) - 1), together
     assert m.current == Plan(1, False)
     host.idle(0.5)
+    m.probe_at = 0.0  # the probe spacing of the contended phase is not this test's subject
     alone = host.run(1.0, 0.0, 0.0, m)
-    assert alone[0] == 2 and m.current == Plan(2, True)
+    assert alone[:2] == [1, 2] and m.current == Plan(2, True), alone
+
+
+def test_a_quiet_caller_back_from_idle_keeps_its_threads_whatever_the_runnable_count(
+        monkeypatch):
+    """A copy alone whose wake-up finds runnable tasks (its waker, its own workers: the
+    runnable count at that instant) keeps its two threads: only windows it ran through
+    decide."""
+    monkeypatch.setenv("KILN_CONTENTION", "auto")
+    m = cpus.Monitor()
+    m.usable = (1e9, 2)
+    host = _FakeHost(monkeypatch, m)
+    assert host.run(1.0, 0.0, 0.0, m)[-1] == 2
+    for _ in range(5):
+        host.idle(0.2)
+        assert host.run(0.2, 0.0, 1.5, m) == [2, 2]
 
 
 def test_a_busy_caller_keeps_its_averaged_wait(monkeypatch):

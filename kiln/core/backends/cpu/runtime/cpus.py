@@ -13,8 +13,8 @@ the share of its runnable time in the last window the calling thread spent waiti
 (its ``schedstat`` run delay over run time plus run delay, :func:`wait_share`: it sees rivals
 of any priority, in any cgroup, and a CPU quota running out), and the runnable tasks not this
 process's (``/proc/loadavg``'s running count less its own threads in state R), which decides
-only where the run delay is unknown: at the first sample and after a window the caller was
-mostly idle (the samples before it are then forgotten).
+only where the run delay is unknown: at the first sample. A window the caller was mostly idle
+in says nothing: the samples before it are forgotten and the plan is kept until the next.
 :func:`policy` turns them into a :class:`Plan`: ``threads`` (1: every part of a split call
 runs on the caller, in order; the private OpenBLAS runs ``min(its threads, threads)``) and
 ``spin`` (workers spin after a part only with every usable CPU, else they sleep at once).
@@ -275,9 +275,13 @@ class Monitor:
     def _auto(self, now: float, usable: int) -> None:
         capacity = affinity_cpus()
         others, waited = self._runnable_others(capacity), self._waited(now)
-        if self.idle:  # back from idling: the samples before say nothing of now
+        if self.idle:  # back from idling: the samples before say nothing of now, nor does
+            # this one (the runnable count at the moment a process wakes counts its waker and
+            # its own workers: on a quiet 2-core host it sent wide_mlp's epochs to one thread,
+            # 0.20-0.27 against 0.146 s); the plan stays until a window the caller ran through
             self.others = self.waited = None
             self.idle = False
+            return
         if others is not None:
             self.others = others if self.others is None else 0.5 * (self.others + others)
         if waited is not None:
