@@ -143,8 +143,9 @@ WAIT_SHARES = [  # (ran, delay, window) -> share of the runnable time spent wait
     ("always runnable, waited half", (0.05, 0.05, 0.1), 0.5),
     ("always runnable, never waited", (0.1, 0.0, 0.1), 0.0),
     ("runnable 60% of the window, waited a third of it", (0.04, 0.02, 0.1), 1 / 3),
-    ("idle 2 s then 0.05 s running: unknown", (0.05, 0.0, 2.05), None),
-    ("idle 2 s then 0.05 s waiting half: unknown", (0.025, 0.025, 2.05), None),
+    ("idle 2 s then 0.05 s running: the load of the burst", (0.05, 0.0, 2.05), 0.0),
+    ("idle 2 s then 0.05 s waiting half: the load of the burst", (0.025, 0.025, 2.05), 0.5),
+    ("runnable 5 ms of a window: too little to tell", (0.004, 0.001, 0.1), None),
     ("no time passed", (0.0, 0.0, 0.0), None),
 ]
 
@@ -180,15 +181,14 @@ class _FakeHost:
         self.t += seconds
 
 
-def test_back_from_idle_the_plan_is_kept_one_window_then_follows_the_load(monkeypatch):
+def test_back_from_idle_the_first_window_follows_the_load_of_its_burst(monkeypatch):
     """bench_suite --contended's sequence: a copy alone on a quiet machine (2 threads), idle
     while the harness settles, then started with three rivals at once (they wait 50% with one
-    thread each). The window the caller was mostly idle in says nothing (the old wait share,
-    run delay over the whole window, read it as free; the runnable count at a wake-up counts
-    the waker): the plan is kept for it, and the next window, run through at 50% wait, gives
-    one thread. Then the rivals end, the copy idles and runs alone again: its plan is kept one
-    window, and the averaged wait of the contended windows is forgotten, so the first window
-    run alone brings the second thread back."""
+    thread each). The old wait share (run delay over the whole window, idle time included)
+    read the first window as free; the share over the caller's runnable time sees the rivals
+    at once (1 thread), and the runnable count at the wake-up (which counts the waker) decides
+    nothing. Then the rivals end, the copy idles and runs alone again: the contended samples
+    are forgotten at the gap, its first window gives the second thread back."""
     monkeypatch.setenv("KILN_CONTENTION", "auto")
     m = cpus.Monitor()
     m.usable = (1e9, 2)
@@ -196,19 +196,19 @@ def test_back_from_idle_the_plan_is_kept_one_window_then_follows_the_load(monkey
     assert host.run(1.0, 0.0, 0.0, m)[-1] == 2  # alone, quiet
     host.idle(0.5)
     together = host.run(1.0, 0.5, 3.0, m)
-    assert together[0] == 2 and together[1:] == [1] * (len(together) - 1), together
+    assert together == [1] * len(together), together
     assert m.current == Plan(1, False)
     host.idle(0.5)
     m.probe_at = 0.0  # the probe spacing of the contended phase is not this test's subject
     alone = host.run(1.0, 0.0, 0.0, m)
-    assert alone[:2] == [1, 2] and m.current == Plan(2, True), alone
+    assert alone[0] == 2 and m.current == Plan(2, True), alone
 
 
-def test_a_quiet_caller_back_from_idle_keeps_its_threads_whatever_the_runnable_count(
-        monkeypatch):
-    """A copy alone whose wake-up finds runnable tasks (its waker, its own workers: the
-    runnable count at that instant) keeps its two threads: only windows it ran through
-    decide."""
+def test_short_bursts_between_idle_gaps_follow_their_own_load(monkeypatch):
+    """A copy alone whose wake-ups find runnable tasks (its waker, its own workers: the
+    runnable count at that instant) keeps its two threads; one on one thread (after a
+    contended phase) whose bursts are shorter than a sample's window gets the second back
+    from the bursts' own wait share; a burst too short to tell keeps the plan."""
     monkeypatch.setenv("KILN_CONTENTION", "auto")
     m = cpus.Monitor()
     m.usable = (1e9, 2)
@@ -217,6 +217,16 @@ def test_a_quiet_caller_back_from_idle_keeps_its_threads_whatever_the_runnable_c
     for _ in range(5):
         host.idle(0.2)
         assert host.run(0.2, 0.0, 1.5, m) == [2, 2]
+    assert host.run(1.0, 0.5, 3.0, m)[-1] == 1  # contended
+    m.probe_at = 0.0
+    host.idle(0.2)
+    host.t += 0.05  # a 0.05 s burst, quiet, inside a 0.3 s window
+    host.ran += 0.05
+    assert m.sample(host.t).threads == 2
+    host.idle(0.3)
+    host.t += 0.005  # a 5 ms burst: too little to tell
+    host.ran += 0.005
+    assert m.sample(host.t).threads == 2
 
 
 def test_a_busy_caller_keeps_its_averaged_wait(monkeypatch):

@@ -13,8 +13,8 @@ the share of its runnable time in the last window the calling thread spent waiti
 (its ``schedstat`` run delay over run time plus run delay, :func:`wait_share`: it sees rivals
 of any priority, in any cgroup, and a CPU quota running out), and the runnable tasks not this
 process's (``/proc/loadavg``'s running count less its own threads in state R), which decides
-only where the run delay is unknown: at the first sample. A window the caller was mostly idle
-in says nothing: the samples before it are forgotten and the plan is kept until the next.
+only where the run delay is unknown: at the first sample. After an idle gap the samples before
+it are forgotten and the window's own share decides; one too short to tell keeps the plan.
 :func:`policy` turns them into a :class:`Plan`: ``threads`` (1: every part of a split call
 runs on the caller, in order; the private OpenBLAS runs ``min(its threads, threads)``) and
 ``spin`` (workers spin after a part only with every usable CPU, else they sleep at once).
@@ -35,7 +35,8 @@ SAMPLE_S = 0.1   # the load is sampled at most this often (~60-150 us a sample)
 WAIT_HIGH = 0.25  # a caller runnable but not running this share of a window: one thread less
 WAIT_LOW = 0.05   # ... at most this share: one thread more may be tried
 PROBE_MAX_S = 6.4  # the longest time between two probes (failed probes double it)
-ACTIVE_MIN = 0.5  # a window the caller was runnable less than this share of says nothing
+ACTIVE_MIN_S = 0.01  # a window the caller was runnable less than this long says nothing
+GAP_SHARE = 0.5  # ... one it was runnable less than this share of follows an idle gap
 MODES = ("auto", "off", "busy")
 
 
@@ -173,14 +174,14 @@ def policy(usable: int, capacity: int, others: float | None, waited: float | Non
 
 
 def wait_share(ran: float, delay: float, window: float) -> float | None:
-    """The share of its runnable time the caller spent waiting for a CPU over a window of
-    ``window`` seconds in which it ran ``ran`` and waited ``delay`` seconds (its ``schedstat``'s
-    growth): ``delay / (ran + delay)``. None where it was runnable under :data:`ACTIVE_MIN` of
-    the window: a process back from idling (or sleeping on a lock, a worker, input) has not
-    met the load of now, and the share of the whole window would read a busy machine as free
-    (four copies started together would each try every CPU at once)."""
+    """The share of its runnable time the caller spent waiting for a CPU over a window in
+    which it ran ``ran`` and waited ``delay`` seconds (its ``schedstat``'s growth): ``delay /
+    (ran + delay)``, the load it met while it had work, whatever it idled meanwhile (the
+    share of the whole window would read a busy machine as free after an idle gap: four
+    copies started together would each try every CPU at once). None where it was runnable
+    under :data:`ACTIVE_MIN_S`: too little to tell."""
     active = ran + delay
-    if window <= 0 or active <= 0 or active < ACTIVE_MIN * window:
+    if window <= 0 or active <= 0 or active < ACTIVE_MIN_S:
         return None
     return min(1.0, max(0.0, delay / active))
 
@@ -226,7 +227,7 @@ class Monitor:
         self.previous: int | None = None
         self.others: float | None = None
         self.waited: float | None = None
-        self.idle = False  # the last window's caller was mostly not runnable (wait_share)
+        self.idle = False  # the caller was runnable under GAP_SHARE of the last window
         self.last: tuple[int, float, float, float] | None = None  # thread, ran, delay, time
         self.usable = (0.0, 1)  # (time read, CPUs)
         self.probe_at = 0.0  # no probe before this time
@@ -250,9 +251,9 @@ class Monitor:
         last, self.last = self.last, (tid, *times, now)
         if last is None or last[0] != tid:
             return None
-        share = wait_share(times[0] - last[1], times[1] - last[2], now - last[3])
-        self.idle = share is None
-        return share
+        ran, delay, window = times[0] - last[1], times[1] - last[2], now - last[3]
+        self.idle = ran + delay < GAP_SHARE * window
+        return wait_share(ran, delay, window)
 
     def sample(self, now: float) -> Plan:
         from kiln import config
@@ -275,13 +276,15 @@ class Monitor:
     def _auto(self, now: float, usable: int) -> None:
         capacity = affinity_cpus()
         others, waited = self._runnable_others(capacity), self._waited(now)
-        if self.idle:  # back from idling: the samples before say nothing of now, nor does
-            # this one (the runnable count at the moment a process wakes counts its waker and
-            # its own workers: on a quiet 2-core host it sent wide_mlp's epochs to one thread,
-            # 0.20-0.27 against 0.146 s); the plan stays until a window the caller ran through
+        if self.idle:  # back from an idle gap: the samples before it say nothing of now
             self.others = self.waited = None
             self.idle = False
-            return
+            if waited is None:  # nor does this window (too short): the plan stays. The
+                # runnable count at a wake-up counts the waker and the process's own workers:
+                # on a quiet 2-core host it sent wide_mlp's epochs to one thread (0.20-0.27
+                # against 0.146 s), and deep_mlp's short epochs never met a full window to
+                # probe two threads again in (0.075 against 0.058 s)
+                return
         if others is not None:
             self.others = others if self.others is None else 0.5 * (self.others + others)
         if waited is not None:
