@@ -69,6 +69,22 @@ def test_default_scale_config_and_errors():
         L.RandomFourierFeatures(4)(kiln.Input((4, 3)))
 
 
+def test_a_model_with_it_round_trips_through_a_keras_file(tmp_path):
+    """Saved and loaded (.keras): the random weights and the scale come back, so the
+    loaded model predicts the same numbers."""
+    kiln.utils.set_random_seed(3)
+    model = kiln.Sequential([kiln.Input((6,)), L.RandomFourierFeatures(16, scale=2.5),
+                             L.Dense(2)])
+    x = np.random.default_rng(0).normal(size=(5, 6)).astype("float32")
+    want = model.predict(x, verbose=0)
+    path = str(tmp_path / "rff.keras")
+    model.save(path)
+    again = kiln.models.load_model(path)
+    layer = again.layers[0]
+    assert isinstance(layer, L.RandomFourierFeatures) and layer.output_dim == 16
+    np.testing.assert_array_equal(again.predict(x, verbose=0), want)
+
+
 def _correlate2d(x, k):
     """'valid' cross-correlation, NHWC input, HWIO kernel."""
     kh, kw = k.shape[:2]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ import numpy as np
 from kiln.core.ir import Graph, Node, make_node
 from kiln.core.ir import rebuild as _rebuild_checked
 from kiln.core.ops.registry import COLLECTIVE, ELEMENTWISE, FUSED, RANDOM, REDUCE, get_op
+from kiln.core.scoped import scoped
 
 Rule = Callable[[Node], "Node | None"]
 
@@ -58,20 +59,13 @@ def options() -> PassOptions:
     return _scoped.get() or _DEFAULT
 
 
-@contextlib.contextmanager
-def using(opts: PassOptions) -> Iterator[PassOptions]:
+def using(opts: PassOptions) -> contextlib.AbstractContextManager[PassOptions]:
     """The passes in this thread read ``opts`` inside the block (restored after).
 
     Raises:
         TypeError: ``opts`` is not a :class:`PassOptions`.
     """
-    if not isinstance(opts, PassOptions):
-        raise TypeError(f"passes: expected a PassOptions, received {type(opts).__name__}")
-    token = _scoped.set(opts)
-    try:
-        yield opts
-    finally:
-        _scoped.reset(token)
+    return scoped(_scoped, opts, PassOptions, "passes")
 
 
 def kind_of(node: Node) -> str:

@@ -34,9 +34,10 @@ import contextvars
 import dataclasses
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from kiln.core.backends.cpu import target as _target
+from kiln.core.scoped import scoped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,18 +189,11 @@ def current() -> CpuOptions:
     return found
 
 
-@contextlib.contextmanager
-def use(opts: CpuOptions) -> Iterator[CpuOptions]:
+def use(opts: CpuOptions) -> contextlib.AbstractContextManager[CpuOptions]:
     """Kernel choices in this thread follow ``opts`` inside the block (other threads keep
     theirs); the options before are back after it, also on an error.
 
     Raises:
         TypeError: ``opts`` is not a :class:`CpuOptions`.
     """
-    if not isinstance(opts, CpuOptions):
-        raise TypeError(f"options.use: expected a CpuOptions, received {type(opts).__name__}")
-    token = _scoped.set(opts)
-    try:
-        yield opts
-    finally:
-        _scoped.reset(token)
+    return scoped(_scoped, opts, CpuOptions, "options.use")

@@ -140,3 +140,21 @@ def bias_relu_ir(f: Func, ty: str, lanes: int, x: str, bias: str | None, relu: b
         f.emit(f"{y} = select <{lanes} x i1> {neg}, {ty} zeroinitializer, {ty} {x}")
         x = y
     return x
+
+
+def splat_fma_ir(f: Func, ty: str, size: int, lanes: int, fma: str, index: str,
+                 bvals: list[str], accs: list[str]) -> None:
+    """One rank-1 step of a register-blocked product: ``a[index]`` (a ``ty`` scalar of
+    ``size`` bytes in ``%a``) broadcast over a vector of ``lanes`` and multiplied-added with
+    each of ``bvals`` into the accumulators ``accs`` (pointers to vectors), by ``fma``."""
+    vec = f"<{lanes} x {ty}>"
+    g, s, one, splat = f.tmp(), f.tmp(), f.tmp(), f.tmp()
+    f.emit(f"{g} = getelementptr inbounds {ty}, ptr %a, i64 {index}")
+    f.emit(f"{s} = load {ty}, ptr {g}, align {size}")
+    f.emit(f"{one} = insertelement {vec} poison, {ty} {s}, i64 0")
+    f.emit(f"{splat} = shufflevector {vec} {one}, {vec} poison, <{lanes} x i32> zeroinitializer")
+    for b, acc in zip(bvals, accs):
+        old, new = f.tmp(), f.tmp()
+        f.emit(f"{old} = load {vec}, ptr {acc}")
+        f.emit(f"{new} = call {vec} {fma}({vec} {splat}, {vec} {b}, {vec} {old})")
+        f.emit(f"store {vec} {new}, ptr {acc}")

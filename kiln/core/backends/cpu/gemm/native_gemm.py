@@ -19,7 +19,7 @@ checks); rows in blocks of ``R``, then one by one.
 
 from __future__ import annotations
 
-from kiln.core.backends.cpu.codegen.ir_kernel import _div, _Kernel, bias_relu_ir
+from kiln.core.backends.cpu.codegen.ir_kernel import _div, _Kernel, bias_relu_ir, splat_fma_ir
 from kiln.core.backends.cpu.codegen.llvm_expr import Val
 from kiln.core.backends.cpu.codegen.spec import CodegenError
 
@@ -128,17 +128,8 @@ def _block(f, vec: str, fma: str, lanes: int, rows: int, nv: int, r0: str, n0: s
     for v in range(nv):
         bvals.append(_load(f, vec, "%b", f.add(brow, str(v * lanes)), mask))
     for i in range(rows):
-        g, s, one, splat = f.tmp(), f.tmp(), f.tmp(), f.tmp()
-        f.emit(f"{g} = getelementptr inbounds float, ptr %a, i64 {f.add(arow[i], f.mul(t, sak))}")
-        f.emit(f"{s} = load float, ptr {g}, align 4")
-        f.emit(f"{one} = insertelement {vec} poison, float {s}, i64 0")
-        f.emit(f"{splat} = shufflevector {vec} {one}, {vec} poison, "
-               f"<{lanes} x i32> zeroinitializer")
-        for v in range(nv):
-            old, new = f.tmp(), f.tmp()
-            f.emit(f"{old} = load {vec}, ptr {accs[i][v]}")
-            f.emit(f"{new} = call {vec} {fma}({vec} {splat}, {vec} {bvals[v]}, {vec} {old})")
-            f.emit(f"store {vec} {new}, ptr {accs[i][v]}")
+        splat_fma_ir(f, "float", 4, lanes, fma, f.add(arow[i], f.mul(t, sak)), bvals,
+                     accs[i][:nv])
     f.end(t, lt)
     bvals = []
     for v in range(nv if bias else 0):

@@ -33,7 +33,7 @@ import numpy as np
 
 from kiln.core.backends.cpu import options, target
 from kiln.core.backends.cpu.codegen import native
-from kiln.core.backends.cpu.codegen.ir_kernel import _div, _Kernel, bias_relu_ir
+from kiln.core.backends.cpu.codegen.ir_kernel import _div, _Kernel, bias_relu_ir, splat_fma_ir
 from kiln.core.backends.cpu.codegen.llvm_expr import Val
 from kiln.core.backends.cpu.codegen.spec import CodegenError
 from kiln.core.backends.cpu.runtime import parts as workers
@@ -252,18 +252,8 @@ def _block(ctx: tuple, n0: str, nv: int, mask: str | None) -> None:
     brow = f.add(f.mul(t, sbr), n0)
     bvals = [_load(ctx, "%b", f.add(brow, str(v * lanes)), mask) for v in range(nv)]
     for i in range(rows):
-        g, s, one, splat = f.tmp(), f.tmp(), f.tmp(), f.tmp()
-        f.emit(f"{g} = getelementptr inbounds {ty}, ptr %a, i64 "
-               f"{f.add(f.mul(str(i), sar), f.mul(t, sak))}")
-        f.emit(f"{s} = load {ty}, ptr {g}, align {size}")
-        f.emit(f"{one} = insertelement {vec} poison, {ty} {s}, i64 0")
-        f.emit(f"{splat} = shufflevector {vec} {one}, {vec} poison, "
-               f"<{lanes} x i32> zeroinitializer")
-        for v in range(nv):
-            old, new = f.tmp(), f.tmp()
-            f.emit(f"{old} = load {vec}, ptr {accs[i][v]}")
-            f.emit(f"{new} = call {vec} {fma}({vec} {splat}, {vec} {bvals[v]}, {vec} {old})")
-            f.emit(f"store {vec} {new}, ptr {accs[i][v]}")
+        index = f.add(f.mul(str(i), sar), f.mul(t, sak))
+        splat_fma_ir(f, ty, size, lanes, fma, index, bvals, accs[i][:nv])
     f.end(t, lt)
     biases = [_load(ctx, "%bias", f.add(n0, str(v * lanes)), mask) if bias else None
               for v in range(nv)]
