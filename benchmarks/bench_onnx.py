@@ -8,6 +8,7 @@ each, after a warm-up, in an order that turns from one repetition to the next), 
 the same machine noise. Reported per workload: the
 median time per call of ``model.predict(x, batch_size=len(x), verbose=0)``, of
 ``model.predict_on_batch(x)`` (kiln's serving call, no batching loop or callbacks), of
+``model(x)``, of
 ``session.run`` (onnxruntime with its default threads), and the median of the per-repetition
 ratios kiln / onnxruntime (> 1: onnxruntime is faster); each as the median call of a
 repetition (a call the scheduler of a busy machine preempted for milliseconds counts once)
@@ -58,10 +59,11 @@ def per_call(fn, n: int) -> tuple[float, float]:
 
 
 def callables(model, sess, x) -> dict:
-    """The three calls timed: kiln's predict, kiln's predict_on_batch, onnxruntime's run."""
+    """The calls timed: kiln's predict, predict_on_batch and ``model(x)``, onnxruntime's run."""
     feed = {sess.get_inputs()[0].name: x}
     return {"predict": lambda: model.predict(x, batch_size=len(x), verbose=0),
             "predict_on_batch": lambda: model.predict_on_batch(x),
+            "call": lambda: model(x),
             "onnxruntime": lambda: sess.run(None, feed)}
 
 
@@ -94,7 +96,7 @@ def main(reps: int = 7, batches: tuple[int, ...] = (1, 1024)) -> list[dict]:
         for r in range(reps):
             # the order turns each repetition: what runs right after onnxruntime shares the
             # cores with its threads' spin-wait (and after kiln's, with kiln's)
-            for k in order[r % 3:] + order[:r % 3]:
+            for k in order[r % len(order):] + order[:r % len(order)]:
                 med, mean = per_call(fns[k], calls)
                 medians[k].append(med)
                 means[k].append(mean)
@@ -103,7 +105,7 @@ def main(reps: int = 7, batches: tuple[int, ...] = (1, 1024)) -> list[dict]:
         for k in fns:
             row[f"{k}_ms"] = statistics.median(medians[k]) * 1e3
             row[f"{k}_mean_ms"] = statistics.median(means[k]) * 1e3
-        for k in ("predict", "predict_on_batch"):  # per repetition, then their median
+        for k in ("predict", "predict_on_batch", "call"):  # per repetition, then their median
             for stat, t in (("", medians), ("_mean", means)):
                 row[f"{k}{stat}_over_ort"] = statistics.median(
                     a / b for a, b in zip(t[k], t["onnxruntime"]))
@@ -111,13 +113,14 @@ def main(reps: int = 7, batches: tuple[int, ...] = (1, 1024)) -> list[dict]:
     print(f"onnxruntime {ort.__version__}, kiln {kiln.__version__}, {os.cpu_count()} cores; "
           f"ms per call: the median call of each repetition, median over {reps} interleaved "
           f"repetitions (ratios per repetition, then their median; 'mean': of the means)")
-    print(f"{'model':<9}{'batch':>6}{'predict':>10}{'on_batch':>10}{'ort':>10}"
-          f"{'predict/ort':>13}{'on_batch/ort':>14}{'mean pr/ort':>13}{'mean ob/ort':>13}"
-          f"{'max|diff|':>11}")
+    print(f"{'model':<9}{'batch':>6}{'predict':>10}{'on_batch':>10}{'model(x)':>10}{'ort':>10}"
+          f"{'predict/ort':>13}{'on_batch/ort':>14}{'model(x)/ort':>14}{'mean pr/ort':>13}"
+          f"{'mean ob/ort':>13}{'max|diff|':>11}")
     for r in results:
         print(f"{r['model']:<9}{r['batch']:>6}{r['predict_ms']:>10.3f}"
-              f"{r['predict_on_batch_ms']:>10.3f}{r['onnxruntime_ms']:>10.3f}"
+              f"{r['predict_on_batch_ms']:>10.3f}{r['call_ms']:>10.3f}{r['onnxruntime_ms']:>10.3f}"
               f"{r['predict_over_ort']:>12.2f}x{r['predict_on_batch_over_ort']:>13.2f}x"
+              f"{r['call_over_ort']:>13.2f}x"
               f"{r['predict_mean_over_ort']:>12.2f}x{r['predict_on_batch_mean_over_ort']:>12.2f}x"
               f"{r['max_abs_diff']:>11.1e}")
     for r in results:

@@ -163,6 +163,23 @@ class Function:
             self.calls += 1
         return outs[0] if self._single else outs
 
+    def serve(self, x: np.ndarray) -> Any:
+        """``self(x)`` for one array ``x``: where this function has one input and no updates
+        and ``x`` has the input's dtype and sample shape, the program's thread-safe call
+        without :meth:`__call__`'s general feed handling (the serving call of
+        ``predict_on_batch`` and ``model(x)``: docs/architecture.md, "Threads"); else
+        :meth:`__call__`."""
+        run = self._run_copied
+        if run is None or len(self._feed_specs) != 1:
+            return self(x)
+        dt, skip, shape, _ = self._feed_specs[0]
+        if x.dtype != dt or x.shape[skip:] != shape or (skip and x.ndim != len(shape) + 1):
+            return self(x)
+        outs = run((x,))
+        with self._lock:
+            self.calls += 1
+        return outs[0] if self._single else outs
+
     def profile(self, *args: Any) -> Any:
         """Runs once and prints time per kernel (needs a backend with a profiler)."""
         if hasattr(self.program, "profile"):

@@ -534,7 +534,7 @@ class LoopsMixin:
         if entry is None:
             return None
         step, xd = entry[0], entry[1]
-        return step(x if x.dtype == xd else x.astype(xd))
+        return step.serve(x if x.dtype == xd else x.astype(xd))
 
     def _on_batch_result(self, return_dict: bool) -> Any:
         reader = self.__dict__.get("_batch_logs")  # a custom step's logs

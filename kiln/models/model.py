@@ -31,7 +31,7 @@ from kiln.layers.context import trace
 from kiln.layers.serialization import jsonable
 from kiln.models import eager_loop, snapshot
 from kiln.models.compat import ModelCompatMixin
-from kiln.models.data import TensorSpec, spec_from_shapes, structure_of
+from kiln.models.data import TensorSpec, pack, spec_from_shapes, structure_of
 from kiln.models.stateless import StatelessModelMixin
 from kiln.models.summary import print_summary
 from kiln.models.trainer import Trainer
@@ -193,6 +193,17 @@ class Model(ModelCompatMixin, StatelessModelMixin, Trainer, Layer):
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         was_built = self.built
         ctx = trace_context()
+        if type(inputs) is np.ndarray and was_built and ctx is None and not args \
+                and not kwargs:
+            # ``model(x)`` on one array (serving): Layer.__call__'s path for it (an array is
+            # neither symbolic nor a host tensor) to _call_eager's predict_on_batch, without
+            # the checks of structures; the cached predict step straight away where
+            # _call_eager would take predict_on_batch (inference, no tape, not eager)
+            if not (self.run_eagerly or by_run() is not None or kiln.tape.recording()):
+                outs = self._serve(inputs)
+                if outs is not None:
+                    return pack(outs, self._model_output_structure())
+            return self._call_eager(inputs)
         first_loss = len(ctx.losses) if ctx is not None else 0
         try:
             out = Layer.__call__(self, inputs, *args, **kwargs)

@@ -14,7 +14,7 @@ from conv_cases import conv_block, conv_block_reference
 from cpu_targets import AVX2, AVX512, cpu, set_cpu
 
 import kiln
-from kiln.core.backends.cpu import covered_ops, options
+from kiln.core.backends.cpu import covered_ops, options, target
 from kiln.core.ops import all_ops
 from kiln.core.ops.registry import KERNELS, SOURCE, apply
 
@@ -419,21 +419,25 @@ def test_a_conv1ds_bias_and_relu_are_its_epilogue_through_the_squeeze(length, ci
     (288, "conv2d_backprop_input", "float32", 64, "gemm"),
 ])
 def test_conv_method_choices(taps, op, dtype, cout, want, monkeypatch):
+    import dataclasses
+
     from kiln.core.backends.cpu.kernels.conv import conv
 
     with cpu(avx512=True):
         assert conv.conv_method(taps, op, dtype, cout) == want
-    with cpu(avx512=False):  # an AVX2 host: no tiles
+    with cpu(avx512=False):  # AVX2 with FMA: the tiles at 8 lanes
+        assert conv.conv_method(taps, op, dtype, cout) == want
+    plain = dataclasses.replace(target.process(), name="x86-64", features=frozenset())
+    with target.use(plain):  # no AVX2: no tiles
         assert conv.conv_method(taps, op, dtype, cout) == ("direct" if taps <= 16 and op != (
-        "conv2d_backprop_input") else "gemm")
+            "conv2d_backprop_input") else "gemm")
 
 
-def test_the_tiles_are_chosen_where_the_cpu_has_avx512():
-    from kiln.core.backends.cpu import target
+def test_the_tiles_are_chosen_where_the_cpu_has_avx512_or_avx2_with_fma():
     from kiln.core.backends.cpu.kernels.conv import conv
 
-    for features, tiled in ((AVX512, True), (AVX2, False), (frozenset(), False),
-                            (AVX512 - {"avx512vl"}, False)):
+    for features, tiled in ((AVX512, True), (AVX2, True), (frozenset(), False),
+                            (AVX512 - {"avx512vl"}, True), (AVX2 - {"fma"}, False)):
         with target.use(dataclasses.replace(target.process(), features=features)):
             assert (conv.conv_method(288, "conv2d", "float32", 32) == "tile") == tiled
 
@@ -483,4 +487,4 @@ def test_the_input_gradient_runs_as_a_forward_convolution_of_the_cotangent(kerne
     want = all_ops()["conv2d_backprop_input"].ref(ct.astype("float64"), w.astype("float64"),
                                                   input_shape=x_shape[1:], **attrs)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
-    assert ("conv2d_backprop_input:conv_tile" in _labels(f)) == avx512
+    assert ("conv2d_backprop_input:conv_tile" in _labels(f)) == target.current().tile_conv

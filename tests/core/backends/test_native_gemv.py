@@ -15,6 +15,7 @@ from step_recorder import StepRecorder
 import kiln
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import native_gemv
+from kiln.core.backends.cpu.runtime import parts as workers
 from kiln.core.backends.cpu.runtime import threads
 
 pytestmark = pytest.mark.skipif(not native.enabled(), reason="needs the native path")
@@ -87,24 +88,40 @@ def test_the_bias_and_relu_epilogue(m, n, dtype, avx512, relu, monkeypatch):
         assert (rows >= 0).all() and (rows == 0).any()
 
 
+@pytest.mark.parametrize("epilogue", [True, False])
+@pytest.mark.parametrize("m", [1, 3])
 @pytest.mark.parametrize("avx512", [True, False])
 @pytest.mark.parametrize("parts", [2, 3])
-def test_a_large_product_split_by_columns_gives_the_same_bits(parts, avx512, monkeypatch,
-                                                              cpu_options):
+def test_a_product_split_over_its_inner_dimension(parts, avx512, m, epilogue, monkeypatch,
+                                                  cpu_options):
+    """Split, each part takes a block of B's rows (part 0 into the output, the others into
+    buffers of their own), then one step adds them in order with the epilogue: the float64
+    product's values; the same bits on every engine (a busy machine runs the same parts in
+    order); NaN passes."""
     set_cpu(monkeypatch, avx512)
-    rng = np.random.default_rng(parts)
-    a = rng.normal(size=(2, 300)).astype(np.float32)
-    b = rng.normal(size=(300, 1000)).astype(np.float32)
+    rng = np.random.default_rng(parts * 10 + m)
+    a = rng.normal(size=(m, 300)).astype(np.float32)
+    a[-1, 7] = np.nan if m > 1 else a[-1, 7]
+    b = rng.normal(size=(300, 1000)).astype(np.float32)  # 1000 columns: a masked tail
     bias = rng.normal(size=1000).astype(np.float32)
-    one = np.empty((2, 1000), np.float32)
-    _run(a, b, one, epilogue=(bias, True))
+    ep = (bias, True) if epilogue else None
     monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
     cpu_options(gemv_split_work=0)
-    split = np.empty((2, 1000), np.float32)
-    steps = _run(a, b, split, epilogue=(bias, True))
-    assert getattr(steps[0][0], "parts", 1) == parts
-    np.testing.assert_array_equal(split, one)
-    np.testing.assert_allclose(split, _reference(a, b, bias, True), rtol=1e-5, atol=1e-4)
+    got = {}
+    for engine in ("serial", "spin", "portable"):
+        with workers.forced(engine):
+            out = np.full((m, 1000), -7.0, np.float32)
+            steps = _run(a, b, out, epilogue=ep)
+        assert [label for _, _, label in steps] == [
+            "test:gemv_parts", "test:gemv_sum" + ("_bias_relu" if epilogue else "")]
+        assert getattr(steps[0][0], "parts", 1) == parts
+        got[engine] = out
+    want = _reference(a, b, *(ep or ()))
+    np.testing.assert_allclose(got["serial"], want, rtol=1e-5, atol=1e-4)
+    if m > 1:
+        assert np.isnan(got["serial"][-1]).all()
+    np.testing.assert_array_equal(got["spin"], got["serial"])
+    np.testing.assert_array_equal(got["portable"], got["serial"])
 
 
 def test_a_strided_a_is_read_in_place():
@@ -173,10 +190,14 @@ def test_serving_batches_match_the_float64_forward(batch, avx512, monkeypatch):
     got = model.predict_on_batch(x)
     np.testing.assert_allclose(got, _forward(model, x), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(model(x)), _forward(model, x), rtol=1e-5, atol=1e-6)
-    labels = [s for s in _labels(model.predict_function, [x]) if s.startswith("matmul")]
+    every = _labels(model.predict_function, [x])
+    labels = [s for s in every if s.startswith("matmul")]
     if batch <= native_gemv.MAX_ROWS:
-        # the bias add (and ReLU) is each product's epilogue: three steps, no pass after
-        assert labels == ["matmul:gemv_bias_relu", "matmul:gemv_bias", "matmul:gemv_bias"]
+        # the bias add (and ReLU) is each product's epilogue (of its one step, or of the step
+        # adding its parts where it is split): no pass after
+        assert [s.replace("gemv_sum", "gemv") for s in labels if s != "matmul:gemv_parts"] \
+            == ["matmul:gemv_bias_relu", "matmul:gemv_bias", "matmul:gemv_bias"], labels
+        assert set(every) <= set(labels) | {"softmax:short_rows"}, every
     else:
         assert not any("gemv" in s for s in labels), labels
 

@@ -565,10 +565,11 @@ def test_a_label_out_of_range_in_a_short_row_is_an_index_error(cache):
 def test_a_small_convnet_step_runs_the_native_kernels_and_matches_the_reference(
         cache, monkeypatch, cpu_options):
     # conv (direct and im2col + GEMM) -> tiled max pooling, forward and gradients; Winograd
-    # (tests/core/backends/test_winograd.py) and the AVX-512 register tiles (an AVX2 CPU's
-    # choices; tests/core/backends/test_cpu_ops.py) off on any host
+    # (tests/core/backends/test_winograd.py) and the register tiles
+    # (tests/core/backends/test_cpu_ops.py) off on any host
     set_cpu(monkeypatch, avx512=False)
-    cpu_options(winograd_m=0, pool_unrolled=False)  # max_pool_ir, not the unrolled pooling
+    cpu_options(winograd_m=0, pool_unrolled=False,  # max_pool_ir, not the unrolled pooling
+                native_tile=False)
     rng = np.random.default_rng(7)
     x = rng.normal(size=(4, 12, 12, 1)).astype(np.float32)
     k1 = rng.normal(size=(3, 3, 1, 8)).astype(np.float32)

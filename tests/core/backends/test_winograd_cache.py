@@ -10,7 +10,7 @@ import pytest
 from cpu_targets import set_cpu
 
 import kiln
-from kiln.core.backends.cpu import options
+from kiln.core.backends.cpu import options, target
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.kernels.conv import winograd, winograd_cache
 
@@ -130,7 +130,7 @@ def test_a_predict_plan_takes_winograd_from_fewer_output_positions(avx512, monke
     set_cpu(monkeypatch, avx512)
     cpu_options(winograd_min_outputs=512, winograd_cached_min_outputs=200,
                 winograd_cached_min_outputs_no_tiles=100)
-    first = 5 if avx512 else 3
+    first = 5 if target.current().tile_conv else 3
     model = _model(1)
     model.compile(kiln.optimizers.SGD(0.1), "mse")
     x = np.random.default_rng(3).normal(size=(5, 9, 9, 8)).astype(np.float32)
@@ -142,3 +142,26 @@ def test_a_predict_plan_takes_winograd_from_fewer_output_positions(avx512, monke
     labels = [s.label for s in model.train_function.program.plan([x, y]).steps]
     assert "conv2d:winograd_kernel" not in labels and any(s.startswith("conv2d") for s in labels)
     _check(model, x, 1)
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_one_image_splits_the_products_over_the_points(workers, monkeypatch, cpu_options):
+    # a serving batch: the input transform, the products split over the transform's points,
+    # the output transform (winograd_pipeline._by_points); the same bits on every engine
+    from kiln.core.backends.cpu.runtime import parts, threads
+
+    monkeypatch.setattr(threads, "kernel_threads", lambda: workers)
+    cpu_options(winograd_point_split_work=0, winograd_cached_min_outputs=0,
+                winograd_cached_min_outputs_no_tiles=0)
+    x = np.random.default_rng(workers).normal(size=(1, 9, 9, 8)).astype(np.float32)
+    got = {}
+    for engine in ("serial", "spin", "portable"):
+        with parts.forced(engine):
+            model = _model(1)
+            _check(model, x, 1)
+            got[engine] = model.predict_on_batch(x)
+        labels = _labels(model, x)
+        assert {"conv2d:winograd_input", "conv2d:winograd_products",
+                "conv2d:winograd_output"} <= set(labels), labels
+    np.testing.assert_array_equal(got["spin"], got["serial"])
+    np.testing.assert_array_equal(got["portable"], got["serial"])

@@ -57,7 +57,7 @@ class CpuOptions:
     early_pack: bool = True  # a d @ W.T product's W.T packed once per step (kernels/linalg.py)
     # ---- products of <= 4 rows in plans without updates (gemm/native_gemv.py) ----
     native_gemv: bool = True  # kiln's own row-vector product kernel (serving)
-    gemv_split_work: int = 1 << 22  # multiply-adds from which its columns split over threads
+    gemv_split_work: int = 1 << 16  # multiply-adds from which its inner dimension splits
     gemv_stream_rows: int = 3  # rows up to which the streaming layout runs (AVX-512)
     gemv_stream_vectors: int = 4  # ... with at least this many vectors of columns
     # ---- BLAS (gemm/blas.py) ----
@@ -94,6 +94,8 @@ class CpuOptions:
     winograd_pipeline: bool = True  # the three stages as one pipeline over chunks of images
     winograd_pipeline_bytes: int = 1 << 20  # tile bytes per chunk of a pipeline
     winograd_pipeline_min_tiles: int = 64  # ... and at least this many tiles
+    winograd_point_split_work: int = 1 << 17  # products' multiply-adds from which fewer images
+    # than threads split over the transform's points (serving: winograd_pipeline.forward)
     winograd_partial_bytes: int = 3 << 19  # larger per-thread kernel-gradient partials: no pipeline
     winograd_adjoint: bool = True  # the input gradient over the forward's tiles where fewer
     winograd_cache: bool = True  # a predict plan transforms a kernel once per weight version

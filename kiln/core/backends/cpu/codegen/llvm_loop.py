@@ -467,4 +467,7 @@ def wrapper(name: str, n_args: int, errors: dict[int, tuple[str, str]] | None = 
               # kiln's own (numba's symbols share the process-wide table)
               "@kiln_py_none = external global i8"]
     lines += [f"@kiln_py_{kind}_error = external global i8" for kind in sorted(set(kinds.values()))]
+    if errors:  # the mark of a kernel returning a status (spin_pool.kernel_of: not for the
+        # trampolines, which drop it)
+        lines.append(f"@{name}_fails = constant i8 1")
     return lines

@@ -15,6 +15,10 @@ and ReLU were one more step and one more pass. Two ways to run the product, both
   accumulators in registers over the whole inner dimension (``V``: within half the
   registers, :func:`_vectors`), the epilogue applied before the one store.
 
+Over kiln's threads (from ``gemv_split_work`` multiply-adds) the product splits over its inner
+dimension, each part reading one contiguous block of ``B``'s rows, then one step adds the
+parts and applies the epilogue (:func:`_split_inner`, :func:`combine_ir`).
+
 The vector width is the target's (:attr:`kiln.core.backends.cpu.target.CpuTarget.vector_lanes`:
 512-bit vectors on AVX-512, 256-bit on AVX2); float32 and float64. One kernel holds the code
 for every ``M`` up to :data:`MAX_ROWS` and branches on it, so a plan at a new serving batch
@@ -41,8 +45,11 @@ from kiln.core.backends.cpu.runtime.parts import native_split
 
 # Rows of A up to which a product runs here (OpenBLAS's GEMM takes more rows).
 MAX_ROWS = 4
-# Multiply-adds from which the columns are split over kiln's threads: options.gemv_split_work
-# (serial.py then runs a small plan's parts on the caller's thread anyway); the kernel itself:
+# Multiply-adds from which the inner dimension is split over kiln's threads:
+# options.gemv_split_work (its own rule: serial.py leaves the split as it is). A Dense layer at
+# batch 1 in a native plan (runtime/native_plan.py), us, one thread / split in two (2-core
+# Zen 5): 64 x 64 0.27 / 0.40, 128 x 128 0.70 / 0.53, 256 x 256 2.0 / 1.37, 512 x 512
+# 8.6 / 4.1, 1024 x 512 19.1 / 9.3: from 2^16 multiply-adds. The kernel itself:
 # options.native_gemv.
 # Which kernel (:func:`streams`, options.gemv_stream_rows / gemv_stream_vectors). The MNIST
 # MLP's three products (784 x 512, 512 x 512, 512 x 10) one after the other, median us each,
@@ -108,15 +115,12 @@ def suits(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     return native.enabled()
 
 
-def _ranges(m: int, k: int, n: int, width: int) -> list[tuple[int, int]]:
-    """The column ranges of the kernel's parts: one where the product is under
-    ``gemv_split_work`` multiply-adds (options), else one per kiln thread at multiples of
-    ``width``."""
-    parts = workers.count(m * k * n, options.current().gemv_split_work)
-    if parts == 1 or n < 2 * width:
-        return [(0, n)]
-    cuts = [0] + [min(n, round(n * j / parts / width) * width) for j in range(1, parts)] + [n]
-    return [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
+def _ranges(m: int, k: int, n: int) -> list[tuple[int, int]]:
+    """The ranges of ``B``'s rows (the inner dimension) of the kernel's parts: the runtime's
+    split of the ``k`` rows (one range where the product is under ``gemv_split_work``
+    multiply-adds, options), one range where a part would have under :data:`UNROLL` rows."""
+    ranges = workers.split(k, work=m * k * n, min_work=options.current().gemv_split_work)
+    return ranges if min(hi - lo for lo, hi in ranges) >= UNROLL else [(0, k)]
 
 
 def kinds(n: int, width: int) -> tuple[tuple[str, int], ...]:
@@ -154,8 +158,101 @@ def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
         return gemv_ir(symbol, dt, width, n % width, plan, bias is not None, relu)
 
     tag = ("_bias_relu" if relu else "_bias") if bias is not None else ""
-    return native_split(b, name, make, arrays, p, ranges=_ranges(m, k, n, width * 8),
+    ranges = _ranges(m, k, n)
+    if len(ranges) > 1 and _split_inner(b, a, bm, out, bias, relu, ranges, width, tag):
+        return True
+    return native_split(b, name, make, arrays, p, ranges=[(0, n)],
                         label=f"{b.node.op}:gemv{tag}")
+
+
+def _split_inner(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray, bias: np.ndarray | None,
+                 relu: bool, ranges: list[tuple[int, int]], width: int, tag: str) -> bool:
+    """``out = relu?(a @ bm + bias)`` as two steps: the parts, each the product over its
+    range of ``B``'s rows (part 0 into ``out``, part ``j`` into a buffer of its own), then
+    one pass adding the parts in order and applying the epilogue (:func:`combine_ir`).
+
+    Split over the inner dimension, each part reads one contiguous block of ``B``: two
+    parts of a 784 x 512 float32 product took 6.8 us at once against 10.6 split over the
+    columns (each reading half of every row) and 14.1 on one thread, 1568 x 512 15.6
+    against 30.2 and 31.8 (2-core Zen 5, AVX-512; docs/performance.md, "Row-vector
+    products"). The parts are fixed with the plan, and a busy machine runs the same parts
+    in order: the same bits with any load (not with another thread count: the sums' order
+    follows the parts)."""
+    dtype = out.dtype.name
+    m, n = a.shape[0], bm.shape[1]
+    size = a.itemsize
+    sar, sak, sbr = a.strides[0] // size, a.strides[1] // size, bm.strides[0] // size
+    flat_a, flat_b = _flat(a), _flat(bm)
+    sums = [np.empty((m, n), out.dtype) for _ in ranges[1:]]
+    plan = kinds(n, width)
+    name = f"dense_gemv_l{width}t{n % width}_{''.join(f'{c}{v}' for c, v in plan)}"
+
+    def part(j: int, lo: int, hi: int) -> tuple:
+        dst = (out if j == 0 else sums[j - 1]).reshape(-1)
+        pa = flat_a[lo * sak:]
+        pb = flat_b[lo * sbr:(hi - 1) * sbr + n]
+        p = [dst.size, pa.size, pb.size, m, hi - lo, n, sar, sak, sbr, 0, n]
+        return dst, pa, pb, np.asarray(p, np.int64)
+
+    first = part(0, *ranges[0])
+    found = native.try_kernel(f"{name} {dtype}", first[:3], list(first[3]),
+                              lambda sym: gemv_ir(sym, dtype, width, n % width, plan))
+    arrays = [out.reshape(-1), *(x.reshape(-1) for x in sums)] + (
+        [bias] if bias is not None else [])
+    adds = native.try_kernel(
+        f"gemv_sum{len(sums)}{'b' if bias is not None else ''}{'r' if relu else ''}"
+        f"_l{width}t{n % width} {dtype}", arrays, [*(x.size for x in arrays), m, n, 0, n],
+        lambda sym: combine_ir(sym, dtype, width, n % width, len(sums), bias is not None,
+                               relu))
+    if found is None or adds is None:
+        return False
+    parts = [part(j, lo, hi) for j, (lo, hi) in enumerate(ranges)]
+    workers.add_parts(b, found[0], parts[0], ranges=ranges,
+                      vary=lambda j, lo, hi: dict(enumerate(parts[j])),
+                      label=f"{b.node.op}:gemv_parts", sized=True)
+    b.add(adds[0], adds[1], label=f"{b.node.op}:gemv_sum{tag}")
+    return True
+
+
+def combine_ir(symbol: str, dtype: str, lanes: int, tail: int, count: int, bias: bool,
+               relu: bool) -> str:
+    """``@symbol(c, s_1 .. s_count[, bias], p)``, ``p = [sizes, M, N, 0, N]``: ``C = relu?(C
+    + s_1 + ... + s_count + bias)`` over ``M x N`` C-contiguous arrays (the sums in order),
+    in vectors of ``lanes``, the last ``tail`` columns of each row in a masked one."""
+    if dtype not in _SCALAR:
+        raise CodegenError(f"native gemv: {dtype} not generated")
+    ty, suffix, size = _SCALAR[dtype]
+    k = _Kernel((1,) * (1 + count + bias), 2)
+    f = k.f
+    vec = f"<{lanes} x {ty}>"
+    m, nn = k.p
+    mask = _mask_ir(f, vec, lanes, suffix, tail)
+    ctx = (f, ty, vec, None, lanes, size)
+    full = f.mul(_div(f, nn, str(lanes)), str(lanes))
+    i, li = f.begin(m)
+    row = f.mul(i, nn)
+
+    def body(n0: str, msk: str | None) -> None:
+        at = f.add(row, n0)
+        x = _load(ctx, "%c", at, msk)
+        for j in range(count):
+            y, s_ = f.tmp(), _load(ctx, f"%s{j}", at, msk)
+            f.emit(f"{y} = fadd {vec} {x}, {s_}")
+            x = y
+        x = bias_relu_ir(f, vec, lanes, x, _load(ctx, "%bias", n0, msk) if bias else None,
+                         relu)
+        g = f.tmp()
+        f.emit(f"{g} = getelementptr inbounds {ty}, ptr %c, i64 {at}")
+        _store_ir(ctx, x, g, msk)
+
+    q, lq = f.begin(_div(f, full, str(lanes)))
+    body(f.mul(q, str(lanes)), None)
+    f.end(q, lq)
+    if mask is not None:
+        body(full, mask)
+    f.end(i, li)
+    names = ["c"] + [f"s{j}" for j in range(count)] + (["bias"] if bias else [])
+    return f.function(symbol, names + ["p"], noalias=True)
 
 
 def _flat(a: np.ndarray) -> np.ndarray:
@@ -181,14 +278,7 @@ def gemv_ir(symbol: str, dtype: str, lanes: int, tail: int, plan: tuple[tuple[st
     fma = f"@llvm.fma.v{lanes}{suffix}"
     f.declare.add(f"declare {vec} {fma}({vec}, {vec}, {vec})")
     m, kk, nn, sar, sak, sbr = k.p
-    mask = None
-    if tail:
-        f.declare.add(f"declare {vec} @llvm.masked.load.v{lanes}{suffix}.p0(ptr, i32, "
-                      f"<{lanes} x i1>, {vec})")
-        f.declare.add(f"declare void @llvm.masked.store.v{lanes}{suffix}.p0({vec}, ptr, i32, "
-                      f"<{lanes} x i1>)")
-        mask = "<" + ", ".join(f"i1 {'true' if e < tail else 'false'}"
-                               for e in range(lanes)) + ">"
+    mask = _mask_ir(f, vec, lanes, suffix, tail)
     for rows, (kind, param) in enumerate(plan, 1):
         # the code for M == rows, branched to
         same = f.tmp()
@@ -222,6 +312,29 @@ def _strips(k: _Kernel, ctx: tuple, vecs: int, mask: str | None) -> None:
         # a range ending at N leaves N % L columns: one masked vector (ceil division of the
         # rest by L: 0 or 1 blocks)
         columns(n_vec, c1, lanes, 1, mask)
+
+
+def _mask_ir(f, vec: str, lanes: int, suffix: str, tail: int) -> str | None:
+    """The mask of a row's last ``tail`` columns (their masked load and store declared), or
+    None where the rows hold whole vectors."""
+    if not tail:
+        return None
+    f.declare.add(f"declare {vec} @llvm.masked.load.v{lanes}{suffix}.p0(ptr, i32, "
+                  f"<{lanes} x i1>, {vec})")
+    f.declare.add(f"declare void @llvm.masked.store.v{lanes}{suffix}.p0({vec}, ptr, i32, "
+                  f"<{lanes} x i1>)")
+    return "<" + ", ".join(f"i1 {'true' if e < tail else 'false'}" for e in range(lanes)) + ">"
+
+
+def _store_ir(ctx: tuple, x: str, g: str, mask: str | None) -> None:
+    """Stores the vector ``x`` at the pointer ``g`` (its lanes under ``mask`` where given)."""
+    f, ty, vec, _, lanes, size, *_ = ctx
+    if mask is None:
+        f.emit(f"store {vec} {x}, ptr {g}, align {size}")
+    else:
+        suffix = "f32" if ty == "float" else "f64"
+        f.emit(f"call void @llvm.masked.store.v{lanes}{suffix}.p0({vec} {x}, ptr {g}, "
+               f"i32 {size}, <{lanes} x i1> {mask})")
 
 
 def _load(ctx: tuple, arr: str, index: str, mask: str | None) -> str:
@@ -265,12 +378,7 @@ def _block(ctx: tuple, n0: str, nv: int, mask: str | None) -> None:
             # C is C-contiguous: row i starts at i * N
             at = f.add(f.add(f.mul(str(i), nn), n0), str(v * lanes))
             f.emit(f"{g} = getelementptr inbounds {ty}, ptr %c, i64 {at}")
-            if mask is None:
-                f.emit(f"store {vec} {x}, ptr {g}, align {size}")
-            else:
-                suffix = "f32" if ty == "float" else "f64"
-                f.emit(f"call void @llvm.masked.store.v{lanes}{suffix}.p0({vec} {x}, ptr {g}, "
-                       f"i32 {size}, <{lanes} x i1> {mask})")
+            _store_ir(ctx, x, g, mask)
 
 
 def _stream(k: _Kernel, ctx: tuple, unroll: int, mask: str | None) -> None:
@@ -278,7 +386,6 @@ def _stream(k: _Kernel, ctx: tuple, unroll: int, mask: str | None) -> None:
     ``C``'s rows stay in the L1 cache and take ``unroll`` rows of ``B`` per pass,
     ``C[:, n] += sum_u A[:, t + u] * B[t + u, n]``, then the epilogue in one pass over ``C``."""
     f, ty, vec, fma, lanes, size, rows, kk, sar, sak, sbr, bias, relu, nn = ctx
-    suffix = "f32" if ty == "float" else "f64"
     c0, c1 = k.n0, k.n1
     n_vec = f.add(c0, f.mul(_div(f, k.sub(c1, c0), str(lanes)), str(lanes)))
     n_tail = _div(f, f.add(k.sub(c1, n_vec), str(lanes - 1)), str(lanes))  # 0 or 1
@@ -298,11 +405,7 @@ def _stream(k: _Kernel, ctx: tuple, unroll: int, mask: str | None) -> None:
         return g
 
     def store(x: str, g: str, m: str | None) -> None:
-        if m is None:
-            f.emit(f"store {vec} {x}, ptr {g}, align {size}")
-        else:
-            f.emit(f"call void @llvm.masked.store.v{lanes}{suffix}.p0({vec} {x}, ptr {g}, "
-                   f"i32 {size}, <{lanes} x i1> {m})")
+        _store_ir(ctx, x, g, m)
 
     def zero(n0: str, m: str | None) -> None:
         for i in range(rows):

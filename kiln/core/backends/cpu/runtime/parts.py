@@ -85,7 +85,8 @@ def split(n: int, *, work: int = 1, min_work: int = 0) -> list[tuple[int, int]]:
 def add_parts(b, entry: Callable, args: tuple, n: int = 0, *,
               ranges: Sequence[tuple[int, int]] | None = None, vary: Vary | None = None,
               sliced: Sequence[int] = (), work: int = 1, min_work: int = 0,
-              label: str | None = None, engine: str | None = None) -> list[tuple[int, int]]:
+              label: str | None = None, engine: str | None = None,
+              sized: bool = False) -> list[tuple[int, int]]:
     """Adds to the plan builder ``b`` the step running ``entry`` over the parts of its work:
     part ``k`` of the range ``lo..hi`` calls ``entry`` with the step's ``args`` changed at the
     indices of ``vary(k, lo, hi)`` (called once per part, here) and the arguments at the
@@ -96,7 +97,9 @@ def add_parts(b, entry: Callable, args: tuple, n: int = 0, *,
     the runtime runs on its engine. ``engine`` forces one (``"serial"``, ``"portable"`` or
     ``"spin"``: native kernels there, other entries on the portable workers), whatever the
     load (tests and benchmarks; else :func:`forced`'s); None lets the runtime choose.
-    Returns the ranges."""
+    ``sized``: the kernel sized its parts by its own measured rule (``ranges`` from its own
+    threshold), which the planner's rule for small kernels (``runtime/serial.py``) then
+    leaves alone. Returns the ranges."""
     engine = engine or (_forced[-1] if _forced else None)
     if engine is not None and engine not in ENGINES:
         raise ValueError(f"add_parts: engine {engine!r} is not one of {ENGINES}")
@@ -113,8 +116,8 @@ def add_parts(b, entry: Callable, args: tuple, n: int = 0, *,
     if len(ranges) == 1 and not cut:  # nothing to split: a plain step on every engine
         b.add(entry, _changed(args, changes[0]), label=label)
     else:
-        b.add(SplitCall(entry, len(ranges), _change(changes, size, ranges, cut), engine),
-              args, label=label)
+        b.add(SplitCall(entry, len(ranges), _change(changes, size, ranges, cut), engine,
+                        sized), args, label=label)
     return ranges
 
 

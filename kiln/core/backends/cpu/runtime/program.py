@@ -50,7 +50,7 @@ from kiln.core.backends.cpu.codegen.spec import REDUCE_OPS
 from kiln.core.backends.cpu.kernels.elementwise import build_group, build_loop
 from kiln.core.backends.cpu.lowering import lower
 from kiln.core.backends.cpu.registry import BUILDERS, build_reference
-from kiln.core.backends.cpu.runtime import poison
+from kiln.core.backends.cpu.runtime import native_plan, poison
 from kiln.core.backends.cpu.runtime.feeds import (
     FeedBinding,
     feed_binding,
@@ -92,6 +92,7 @@ class Plan:
     bindings: list[FeedBinding | None] = field(default_factory=list)
     written: list[tuple[int, int]] = field(default_factory=list)  # in-place Variable buffers
     busy: Any = field(default_factory=threading.Lock)  # held by the call running in it
+    native: Any = None  # every step in one native call (native_plan.py), or None
 
     def __post_init__(self) -> None:
         self.calls: list[tuple[Callable, tuple | list]] = [(s.fn, s.args) for s in self.steps]
@@ -105,7 +106,8 @@ class Plan:
 
     def valid(self) -> bool:
         for var, arr in self.var_checks:
-            if var.value is not arr:
+            # var.value, without the property's call where no device holds a newer copy
+            if (var._value if var._device_pull is None else var.value) is not arr:
                 return False
         return True
 
@@ -160,6 +162,10 @@ class Plan:
         return k > 0 and self._reach[k - 1] > lo
 
     def run(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+        native = self.native
+        if native is not None and native.accepts(feeds):
+            native(feeds)
+            return list(self.outputs)
         self._feed(feeds)
         if self.info.get("python"):
             # KILN_JIT=0: the kernels' NumPy scalar math warns where compiled code is silent
@@ -306,6 +312,8 @@ class PlanBuilder:
             # small kernels on the caller's thread (runtime/serial.py)
             self.info["serial_steps"] = serialize(plan, self.shape) \
                 if self.program.serial_small else 0
+            plan.native = native_plan.build(plan)
+            self.info["native_plan"] = plan.native is not None
         return plan
 
     def _build(self) -> Plan:
@@ -503,7 +511,7 @@ class CpuProgram:
         the executor uses it for functions without updates)."""
         if self._profile_env:
             return self.profile(feeds)
-        key = tuple([f.shape for f in feeds])
+        key = (feeds[0].shape,) if len(feeds) == 1 else tuple([f.shape for f in feeds])
         plan = self._plans.get(key)
         if plan is not None and plan.busy.acquire(blocking=False):
             try:

@@ -45,8 +45,10 @@ def serialize(plan: Any, shape_of: Callable) -> int:
     changed = 0
     for k, step in enumerate(plan.steps):
         node = step.node
-        if not isinstance(step.fn, SplitCall) or node is None or step.fn.engine is not None:
-            continue  # not split, or its engine forced (runtime.parts.add_parts)
+        if (not isinstance(step.fn, SplitCall) or node is None or step.fn.engine is not None
+                or step.fn.sized):
+            continue  # not split, its engine forced, or its parts sized by its kernel's own
+            # rule (runtime.parts.add_parts)
         if get_op(node.op).kind in (ELEMENTWISE, FUSED, REDUCE):
             continue  # generated loops: kernels/elementwise.py decides from bytes moved
         if not runs_serial(node, shape_of):

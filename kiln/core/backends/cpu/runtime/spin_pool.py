@@ -11,7 +11,9 @@ as any native kernel) holds:
 * ``@<sym>_worker(slot)``: a worker's whole life, entered once through ctypes (so without the
   GIL) from a daemon thread. It starts from the slot's ``done`` count (a part published
   before the thread runs is still new to it) and spins on its slot's sequence number for
-  :data:`SPIN_CYCLES` (``pause`` between reads, the time read from the cycle counter),
+  :data:`SPIN_CYCLES` (the time read from the cycle counter; ``pause`` between reads for
+  the first :data:`HOT_CYCLES`, ``sched_yield`` after: a caller's next step or serving call
+  finds it awake within a read, and a longer wait leaves the core to whoever needs it),
   runs each part published there (a trampoline and its argument vector) and publishes the
   part's number as done; after the spin it sleeps in ``futex(FUTEX_WAIT)`` on the sequence
   number. ``sleeping`` is set and the sequence number read again before it sleeps, and the
@@ -45,9 +47,15 @@ from kiln.core.backends.cpu import target
 from kiln.core.backends.cpu.codegen.spec import CodegenError
 from kiln.core.backends.cpu.runtime import cpus
 
+# the first ~20 us of a spin read with ``pause`` between reads, not ``sched_yield`` (a system
+# call: a part published meanwhile waited for it to return). Split 256 x 512 / 784 x 512
+# row-vector products, us: 4.9 / 10.5 yielding from the start, 3.9 / 8.7 so; the MLP at
+# batch 1 split 33 -> 24 us (2-core Zen 5; docs/performance.md, "Serving")
+HOT_CYCLES = 1 << 16
 SPIN_CYCLES = 1 << 20  # a worker's spin before it sleeps: ~0.3 ms at 3.5 GHz (threads.BLAS_TIMEOUT)
 MAX_ARRAYS = 16        # arrays per part a trampoline passes on
 SLOT = 64              # bytes per worker slot (one cache line)
+MAX_WORKERS = max(63, os.cpu_count() or 1)  # slots (a split call of more parts: Python pool)
 LOCK_OFFSET = 0        # the pool's first line: its lock word, and the park word
 PARK_OFFSET = 8
 # Linux x86-64 only (the futex syscall number 202 and ``pause`` below: target.SPIN_PLATFORMS),
@@ -103,11 +111,19 @@ def _ir(sym: str) -> str:
         "  %new0 = icmp ne i32 %s0, %last",
         "  br i1 %new0, label %run, label %pause",
         "pause:",
-        "  %yw = call i32 @sched_yield()",
         "  %t = call i64 @llvm.readcyclecounter()",
         "  %el = sub i64 %t, %t0",
         "  %more = icmp ult i64 %el, %limit",
-        "  br i1 %more, label %parked, label %sleep",
+        "  br i1 %more, label %hold, label %sleep",
+        "hold:",
+        f"  %hot = icmp ult i64 %el, {HOT_CYCLES}",
+        "  br i1 %hot, label %cpupause, label %yield",
+        "cpupause:",
+        "  call void @llvm.x86.sse2.pause()",
+        "  br label %parked",
+        "yield:",
+        "  %yw = call i32 @sched_yield()",
+        "  br label %parked",
         "parked:",
         "  %pk = load atomic i32, ptr %ppark monotonic, align 4",
         "  %stay = icmp eq i32 %pk, 0",
@@ -285,15 +301,21 @@ def _ir(sym: str) -> str:
         "call:",
         "  %ts = call ptr @PyEval_SaveThread()",
         f"  call void @{sym}_run(ptr %pool, i64 %parts, ptr %tramp, ptr %argvs)",
-        "  call void @PyEval_RestoreThread(ptr %ts)",
-        "  call void @Py_IncRef(ptr @kiln_py_none)",
-        "  ret ptr @kiln_py_none",
-        "bad:",
-        f"  call void @PyErr_SetString(ptr @kiln_py_type_error, ptr @{sym}_msg)",
-        "  ret ptr null",
-        "}",
+        *entry_end_ir(sym),
     ]
     return "\n".join(lines) + "\n"
+
+
+def entry_end_ir(sym: str) -> list[str]:
+    """The end of a ``_py`` entry that released the GIL into ``%ts``: the GIL taken back and
+    None returned; at ``bad:``, TypeError with the message ``@<sym>_msg``."""
+    return ["  call void @PyEval_RestoreThread(ptr %ts)",
+            "  call void @Py_IncRef(ptr @kiln_py_none)",
+            "  ret ptr @kiln_py_none",
+            "bad:",
+            f"  call void @PyErr_SetString(ptr @kiln_py_type_error, ptr @{sym}_msg)",
+            "  ret ptr null",
+            "}"]
 
 
 class SpinPool:
@@ -334,11 +356,12 @@ class SpinPool:
         if not native.enabled():
             return None
         try:
-            k = native.kernel(f"spin_pool v2 spin{SPIN_CYCLES} arrays{MAX_ARRAYS}", [], _ir)
+            k = native.kernel(f"spin_pool v3 spin{SPIN_CYCLES} hot{HOT_CYCLES} "
+                              f"arrays{MAX_ARRAYS}", [], _ir)
             entry = k.compile(())
             engine = native._state["engine"]
             addr = {n: engine.get_function_address(f"{k.name}_{n}")
-                    for n in ["worker"] + [f"call{i}" for i in range(1, MAX_ARRAYS + 1)]}
+                    for n in ["worker", "run"] + [f"call{i}" for i in range(1, MAX_ARRAYS + 1)]}
         except (CodegenError, RuntimeError, OSError) as exc:  # LLVM's errors: RuntimeError
             warnings.warn(f"kiln: the spin pool did not build ({exc}); native kernels' split "
                           "calls run on the Python pool (slower, the same results)",
@@ -352,9 +375,10 @@ class SpinPool:
         return {"entry": entry, "addr": addr,
                 "worker": ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addr["worker"])}
 
-    def _ready(self, parts: int) -> bool:
-        """Whether at least ``parts - 1`` workers run (started here where they do not)."""
-        if self.count >= parts - 1:
+    def ready(self, parts: int) -> bool:
+        """Whether at least ``parts - 1`` workers run (started here where they do not) and
+        the module is loaded."""
+        if self.count >= parts - 1 and self.module is not None:
             return True
         with self._lock:
             if not self.loaded:
@@ -363,7 +387,8 @@ class SpinPool:
             if self.module is None:
                 return False
             if self.memory is None:
-                lines = max(parts - 1, cpus.kernel_threads() - 1, 1) + 1
+                # every slot at once (a few KB): its workers start as calls need them
+                lines = max(parts - 1, cpus.kernel_threads() - 1, MAX_WORKERS) + 1
                 raw = np.zeros(SLOT * (lines + 1), np.uint8)
                 skip = (-raw.ctypes.data) % SLOT
                 self.memory = raw[skip:skip + SLOT * lines]
@@ -385,7 +410,7 @@ class SpinPool:
     def _start(self, slot: int) -> bool:
         """Starts the worker of ``slot`` (a daemon thread that enters the native loop through
         ctypes, which releases the GIL, and never comes back)."""
-        assert self.module is not None  # _ready loads the module before starting workers
+        assert self.module is not None  # ready() loads the module before starting workers
         worker = self.module["worker"]
         started = threading.Event()
         found: list[tuple[int, frozenset[int]]] = []
@@ -415,13 +440,22 @@ class SpinPool:
         *part0, *part1, ...)``; None where this pool cannot (off, not loaded, too many parts
         or arrays: the Python pool runs them)."""
         if (not ENABLED or not 1 <= arrays <= MAX_ARRAYS or parts < 2
-                or not self._ready(parts)):
+                or not self.ready(parts)):
             return None
-        # workers run (_ready), so the module and the shared memory are loaded
+        # workers run (ready()), so the module and the shared memory are loaded
         assert self.module is not None and self.memory is not None
         addr = self.module["addr"]
         return self.module["entry"], np.array(
             [self.memory.ctypes.data, parts, addr[f"call{arrays}"], kernel, arrays], np.int64)
+
+    def addresses(self, parts: int) -> dict[str, int] | None:
+        """The pool's memory (``"pool"``) and its functions' addresses (``"run"``: the
+        dispatcher; ``"call<n>"``: the trampolines) with the workers of ``parts`` parts
+        running, for :mod:`.native_plan`; None where this pool cannot run them."""
+        if not ENABLED or not self.ready(max(parts, 1)):
+            return None
+        assert self.module is not None and self.memory is not None
+        return {"pool": self.memory.ctypes.data, **self.module["addr"]}
 
     def park(self) -> None:
         """Sends spinning workers to sleep: a BLAS call follows, whose own threads would
@@ -453,7 +487,9 @@ if hasattr(os, "register_at_fork"):
 
 def kernel_of(entry: Any) -> tuple[int, int] | None:
     """``(address, arrays)`` of the kernel function behind a native kernel's entry point (its
-    ``_py`` builtin) and how many arrays it takes, or None where ``entry`` is not one."""
+    ``_py`` builtin) and how many arrays it takes, or None where ``entry`` is not one, or is
+    one whose kernel returns a status (an index out of range: only its entry point raises
+    the error; the trampolines here would drop it)."""
     from kiln.core.backends.cpu.codegen import native
 
     name = getattr(entry, "__name__", None)
@@ -462,6 +498,8 @@ def kernel_of(entry: Any) -> tuple[int, int] | None:
     for k in list(native._kernels.values()):
         if k.name == name:
             engine = native._state.get("engine")
-            addr = engine.get_function_address(name) if engine is not None else 0
+            if engine is None or engine.get_global_value_address(f"{name}_fails"):
+                return None  # (the mark of llvm_loop.wrapper's kernels with a status)
+            addr = engine.get_function_address(name)
             return (addr, len(k.dtypes)) if addr else None
     return None

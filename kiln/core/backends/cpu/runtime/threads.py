@@ -273,14 +273,15 @@ class SplitCall:
     (``"spin"``: a native kernel the pool cannot take raises; other entries run on
     :data:`POOL`, as they would unforced)."""
 
-    __slots__ = ("entry", "parts", "change", "engine", "_native", "_for")
+    __slots__ = ("entry", "parts", "change", "engine", "sized", "_native", "_for")
 
     def __init__(self, entry: Callable, parts: int, change: Callable[[tuple, int], tuple],
-                 engine: str | None = None):
+                 engine: str | None = None, sized: bool = False):
         self.entry = entry
         self.parts = parts
         self.change = change
         self.engine = engine
+        self.sized = sized  # its kernel chose the parts by its own rule (serial.py leaves it)
         self._native: Any = None  # (entry, header, generation, spin pool) for ``_for``
         self._for: Any = None
 

@@ -10,10 +10,11 @@ Convolutions run one of three ways, picked per op, dtype and shape (``conv_metho
   gradient is a GEMM followed by col2im (scatter-add). The im2col buffer of an input is
   computed once per step and shared by the forward convolution and the kernel gradient that
   read the same input.
-* ``"tile"`` (``target.current().tile_conv``: AVX-512 CPUs): a float32 forward convolution or
-  kernel gradient with at most 64 output channels runs ``native_tile``'s register-blocked
-  kernels, which read the (zero-padded) input in place (docs/architecture.md, "Register-tiled
-  convolutions"); a convolution into at most 4 channels from at least 8 runs its dot kernels
+* ``"tile"`` (``target.current().tile_conv``: AVX-512 or AVX2 + FMA): a float32 forward
+  convolution or kernel gradient with at most 64 output channels runs ``native_tile``'s
+  register-blocked kernels, which read the (zero-padded) input in place
+  (docs/architecture.md, "Register-tiled convolutions"); a convolution into at most 4
+  channels from at least 8 runs its dot kernels
   (vectors over the input channels).
 
 Grouped convolutions (``groups > 1``) run the kernels of ``native_groups.py`` /

@@ -19,8 +19,9 @@ from kiln.core.ir import Node
 # The cache: options.winograd_cache. Output positions from which a forward Winograd convolution pays
 # where its kernel is transformed once (a predict plan; options.winograd_min_outputs where it is
 # transformed at every call): options.winograd_cached_min_outputs(_no_tiles), 80 against the
-# register tiles (AVX-512: target.tile_conv), 25 (the fewest measured) against the direct loops
-# (AVX2). A Conv2D(64, 3) + ReLU on one image of C = 32 channels, median us a predict_on_batch,
+# register tiles (target.tile_conv), 25 (the fewest measured) against the direct loops
+# (a host without the tiles; measured as AVX2's before the tiles ran there). A Conv2D(64, 3)
+# + ReLU on one image of C = 32 channels, median us a predict_on_batch,
 # direct against Winograd, 2-core Zen 4 under load (AVX2: KILN_CPU=x86-64-v3): 25 positions 8.0 /
 # 13.1 (AVX2 16.9 / 15.2), 49: 12.2 / 13.2 (24.1 / 15.2), 81: 17.2 / 15.9 (33.9 / 19.3), 121: 22.4 /
 # 16.4 (45.8 / 19.7), 225: 34.3 / 23.8 (77.7 / 32.1); 13 x 13, 64 -> 64: 58.5 / 42.8 (113.3 / 58.1).

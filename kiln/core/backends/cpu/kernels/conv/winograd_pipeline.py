@@ -128,6 +128,9 @@ def forward(b, geo: winograd.Geometry, x: np.ndarray, key: object, pads: tuple[i
     per = winograd.chunk_images(geo.blocks, per_image, k_in + width)
     jobs = []
     parts = workers.split(n)
+    if len(parts) == 1 and n <= per and _by_points(b, geo, n * per_image, v, prod, flat_u,
+                                                   gemm, first_calls, last_calls):
+        return True
     for lo, hi in parts:
         part = []
         for n0 in range(lo, hi, per):
@@ -141,6 +144,35 @@ def forward(b, geo: winograd.Geometry, x: np.ndarray, key: object, pads: tuple[i
                         + [_chunk(t, n0, n1) for t in last_calls])
         jobs.append(part)
     _add_pipeline(b, jobs, parts)
+    return True
+
+
+def _by_points(b, geo: winograd.Geometry, m: int, v: winograd.Tiles, prod: winograd.Tiles,
+               flat_u: np.ndarray, gemm: Callable, first: list[tuple],
+               last: list[tuple]) -> bool:
+    """The forward of fewer images than kiln's threads (a serving batch): the input transform,
+    then the products split over the transform's points (each part the products of its
+    points, for every tile: no image to share out), then the output transform; False
+    (nothing added) where the products are under ``winograd_point_split_work``
+    multiply-adds (one part: the pipeline's one chunk does as well). The MNIST convnet's
+    32 -> 64 layer at batch 1 (9 tiles of F(4x4), 36 points of 9 x 32 x 64): its products
+    took 13 us of the call's 23 on one thread (docs/performance.md, "Serving")."""
+    k_in, width = v.view.shape[2], prod.view.shape[2]
+    points = workers.split(geo.blocks, work=m * k_in * width * geo.blocks,
+                           min_work=options.current().winograd_point_split_work)
+    if len(points) == 1:
+        return False
+    op = b.node.op
+    for t in first:
+        b.add(*_chunk(t, 0, m // (geo.th * geo.tw)), label=f"{op}:winograd_input")
+    head = [prod.flat.size, v.flat.size, flat_u.size, m, k_in, width, v.stride, k_in, 1,
+            k_in * width, width, prod.stride, width]
+    params = [np.array(head + [lo, hi], np.int64) for lo, hi in points]
+    workers.add_parts(b, gemm, (prod.flat, v.flat, flat_u, params[0]), ranges=points,
+                      vary=lambda k, lo, hi: {3: params[k]}, label=f"{op}:winograd_products",
+                      sized=True)
+    for t in last:
+        b.add(*_chunk(t, 0, m // (geo.th * geo.tw)), label=f"{op}:winograd_output")
     return True
 
 
