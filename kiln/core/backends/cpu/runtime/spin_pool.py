@@ -11,9 +11,8 @@ as any native kernel) holds:
 * ``@<sym>_worker(slot)``: a worker's whole life, entered once through ctypes (so without the
   GIL) from a daemon thread. It starts from the slot's ``done`` count (a part published
   before the thread runs is still new to it) and spins on its slot's sequence number for
-  :data:`SPIN_CYCLES` (the time read from the cycle counter; ``pause`` between reads for
-  the first :data:`HOT_CYCLES`, ``sched_yield`` after: a caller's next step or serving call
-  finds it awake within a read, and a longer wait leaves the core to whoever needs it),
+  :data:`SPIN_CYCLES` (the time read from the cycle counter, ``pause`` between reads, never
+  ``sched_yield``: :data:`SPIN_CYCLES`' comment),
   runs each part published there (a trampoline and its argument vector) and publishes the
   part's number as done; after the spin it sleeps in ``futex(FUTEX_WAIT)`` on the sequence
   number. ``sleeping`` is set and the sequence number read again before it sleeps, and the
@@ -47,14 +46,20 @@ from kiln.core.backends.cpu import target
 from kiln.core.backends.cpu.codegen.spec import CodegenError
 from kiln.core.backends.cpu.runtime import cpus
 
-# the first ~20 us of a spin read with ``pause`` between reads, not ``sched_yield`` (a system
-# call: a part published meanwhile waited for it to return). Split 256 x 512 / 784 x 512
-# row-vector products, us: 4.9 / 10.5 yielding from the start, 3.9 / 8.7 so; the MLP at
-# batch 1 split 33 -> 24 us (2-core Zen 5; docs/performance.md, "Serving")
-HOT_CYCLES = 1 << 16
+# A worker's spin reads its slot with ``pause`` between reads, never ``sched_yield``: a yield
+# hands the core to any runnable task, a ``nice 19`` job's included (Linux's EEVDF gives it a
+# whole slice, ~1-3 ms), and the part published meanwhile waits for it. Beside two niced
+# CPU-bound jobs (2-core Zen 5), samples/s: LeNet-5 8,458 yielding against 29,344 (30,348
+# alone), dilated Conv1D 808 against 4,993 (5,035); split 256 x 512 / 784 x 512 row-vector
+# products, quiet, us: 4.9 / 10.5 yielding, 3.9 / 8.7 pausing (docs/performance.md,
+# "Contention"). Where the CPUs are not all free the spin is 0 (place()): the worker sleeps in
+# futex at once and a wake-up preempts a lower-priority task.
 SPIN_CYCLES = 1 << 20  # a worker's spin before it sleeps: ~0.3 ms at 3.5 GHz (threads.BLAS_TIMEOUT)
 MAX_ARRAYS = 16        # arrays per part a trampoline passes on
 SLOT = 64              # bytes per worker slot (one cache line)
+# a caller waiting for a worker's part yields only after this many pauses (~1-4 ms: a worker
+# that lost its CPU, not one still computing; a yield hands the core to niced jobs too)
+POLL_PAUSES = 1 << 16
 MAX_WORKERS = max(63, os.cpu_count() or 1)  # slots (a split call of more parts: Python pool)
 LOCK_OFFSET = 0        # the pool's first line: its lock word, and the park word
 PARK_OFFSET = 8
@@ -116,13 +121,7 @@ def _ir(sym: str) -> str:
         "  %more = icmp ult i64 %el, %limit",
         "  br i1 %more, label %hold, label %sleep",
         "hold:",
-        f"  %hot = icmp ult i64 %el, {HOT_CYCLES}",
-        "  br i1 %hot, label %cpupause, label %yield",
-        "cpupause:",
         "  call void @llvm.x86.sse2.pause()",
-        "  br label %parked",
-        "yield:",
-        "  %yw = call i32 @sched_yield()",
         "  br label %parked",
         "parked:",
         "  %pk = load atomic i32, ptr %ppark monotonic, align 4",
@@ -215,7 +214,7 @@ def _ir(sym: str) -> str:
         "idle:",
         "  call void @llvm.x86.sse2.pause()",
         "  %n1 = add i64 %n, 1",
-        "  %long = icmp ugt i64 %n1, 4096",
+        f"  %long = icmp ugt i64 %n1, {POLL_PAUSES}",
         "  br i1 %long, label %yield, label %poll",
         "yield:",
         "  %y = call i32 @sched_yield()",
@@ -356,7 +355,7 @@ class SpinPool:
         if not native.enabled():
             return None
         try:
-            k = native.kernel(f"spin_pool v3 spin{SPIN_CYCLES} hot{HOT_CYCLES} "
+            k = native.kernel(f"spin_pool v4 spin{SPIN_CYCLES} poll{POLL_PAUSES} "
                               f"arrays{MAX_ARRAYS}", [], _ir)
             entry = k.compile(())
             engine = native._state["engine"]
