@@ -53,9 +53,15 @@ def _stack() -> list:
     return stack
 
 
+_OPEN = [0]  # tapes open in any thread: none (the serving case), and recording() is one read
+_OPEN_LOCK = threading.Lock()
+
+
 def recording() -> bool:
     """Whether an eager call on this thread should record itself (a tape is active and
     recording is not paused)."""
+    if not _OPEN[0]:
+        return False
     return bool(getattr(_LOCAL, "stack", None)) and not getattr(_LOCAL, "paused", 0)
 
 
@@ -267,13 +273,17 @@ class GradientTape:
         if self._used and not self.persistent:
             raise RuntimeError("GradientTape: a non-persistent tape was already used for "
                                "gradient(); make a new one")
-        _stack().append(self)
+        with _OPEN_LOCK:
+            _stack().append(self)
+            _OPEN[0] += 1
         return self
 
     def __exit__(self, *exc: Any) -> None:
         stack = _stack()
         if self in stack:
-            del stack[len(stack) - 1 - stack[::-1].index(self)]
+            with _OPEN_LOCK:
+                del stack[len(stack) - 1 - stack[::-1].index(self)]
+                _OPEN[0] -= 1
 
     def stop_recording(self) -> contextlib.AbstractContextManager:
         """A block whose eager calls are not recorded."""
