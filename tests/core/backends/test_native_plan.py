@@ -185,3 +185,13 @@ def test_model_call_on_an_array_is_the_serving_call():
     grads = tape.gradient(loss, model.trainable_weights)
     assert all(g is not None for g in grads)
     np.testing.assert_allclose(np.asarray(out), served, rtol=1e-6, atol=1e-6)
+
+
+def test_a_feed_read_in_place_keeps_the_python_loop():
+    # from bind_min_bytes the Python loop reads a feed in place; one native call would copy it
+    model = kiln.Sequential([kiln.layers.Input((300,)), kiln.layers.Dense(4)])
+    big = np.random.default_rng(8).normal(size=(64, 300)).astype(np.float32)  # 76,800 bytes
+    plan = _plan(model, big)
+    assert any(plan.bindings) and plan.native is None
+    w, b = (v.numpy().astype(np.float64) for v in model.layers[0].weights)
+    np.testing.assert_allclose(model.predict_on_batch(big), big @ w + b, rtol=1e-5, atol=1e-5)

@@ -17,9 +17,11 @@ the module's entry (:func:`_ir`) copies the feeds into the plan's feed buffers, 
 GIL once, runs every step (a split one through the spin pool's dispatcher, the same parts on
 the same workers as ``SplitCall``: the same bits) and takes the GIL back.
 
-Only where the spin engine runs (``spin_pool.ENABLED``, x86-64 Linux) and with every feed a
-C-contiguous array of the buffer's shape and dtype (:meth:`NativePlan.accepts`); otherwise, and
-for plans with any other step (a BLAS call, a numba kernel, NumPy), the Python loop runs.
+Only where the spin engine runs (``spin_pool.ENABLED``, x86-64 Linux), for plans whose feeds
+are all copied (under ``bind_min_bytes``: larger ones the Python loop reads in place), and
+with every feed a C-contiguous array of the buffer's shape and dtype
+(:meth:`NativePlan.accepts`); otherwise, and for plans with any other step (a BLAS call, a
+numba kernel, NumPy), the Python loop runs.
 """
 
 from __future__ import annotations
@@ -204,8 +206,9 @@ class NativePlan:
 def build(plan: Any) -> NativePlan | None:
     """The :class:`NativePlan` of a built plan (its entry points settled), or None where any
     step is not a native kernel taking only arrays, or the spin engine is off."""
-    if not spin_pool.ENABLED or not plan.calls:
-        return None
+    if not spin_pool.ENABLED or not plan.calls or any(plan.bindings or ()):
+        return None  # (a feed read in place, from options.bind_min_bytes: the Python loop
+        # binds it; copying it here cost mlp_predict's batches of 1,024 rows 14%)
     steps: list[tuple[int, int, int, int, list[list[np.ndarray]]]] = []
     most = 1
     for fn, args in plan.calls:

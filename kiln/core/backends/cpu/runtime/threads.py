@@ -213,6 +213,7 @@ class KernelPool:
         if len(calls) == 1 or (self.follow_load and follow_load and plan().threads == 1):
             in_order(calls)
             return
+        _park_spinning()  # this pool's workers need the cores the spin engine's may hold
         self._ensure(len(calls) - 1)
         cpu = current_cpu()
         if cpu >= 0 and cpu != self.placed_for:
@@ -261,6 +262,22 @@ if hasattr(os, "register_at_fork"):
 #: the engines a split call runs on (``runtime.parts.add_parts``' ``engine``): the caller
 #: alone, in order; ``KernelPool``'s portable Python workers; ``spin_pool``'s native workers
 ENGINES = ("serial", "portable", "spin")
+
+
+_PARK: list[Callable[[], None]] = []
+
+
+def _park_spinning() -> None:
+    """Sends the spin engine's workers that still spin after their last part (pausing for
+    up to ``spin_pool.SPIN_CYCLES``, never yielding) to sleep: this pool's Python workers
+    run next, on the same cores (the next split call on the spin engine wakes them). Conv1D's
+    training step, whose Winograd pipelines run here between split loops on the spin engine:
+    new/old 0.79-0.89x before (docs/performance.md, "Contention")."""
+    if not _PARK:
+        from kiln.core.backends.cpu.runtime import spin_pool
+
+        _PARK.append(spin_pool.POOL.park)
+    _PARK[0]()
 
 
 class SplitCall:
