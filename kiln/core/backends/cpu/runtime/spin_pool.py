@@ -54,7 +54,12 @@ from kiln.core.backends.cpu.runtime import cpus
 # products, quiet, us: 4.9 / 10.5 yielding, 3.9 / 8.7 pausing (docs/performance.md,
 # "Contention"). Where the CPUs are not all free the spin is 0 (place()): the worker sleeps in
 # futex at once and a wake-up preempts a lower-priority task.
-SPIN_CYCLES = 1 << 20  # a worker's spin before it sleeps: ~0.3 ms at 3.5 GHz (threads.BLAS_TIMEOUT)
+# a worker's spin before it sleeps: ~20 us at 3.5 GHz, enough for the next step of a plan or
+# the next serving call (a few us of Python between them). A longer pause-spin held a core the
+# caller's other threads wanted: mlp_predict (batches of 1,024) 0.78x with 2^20 (~0.3 ms)
+# against 2^16, LeNet-5 0.99x, conv1d 0.97x, mlp_train 0.92x (docs/performance.md,
+# "Contention")
+SPIN_CYCLES = 1 << 16
 MAX_ARRAYS = 16        # arrays per part a trampoline passes on
 SLOT = 64              # bytes per worker slot (one cache line)
 # a caller waiting for a worker's part yields only after this many pauses (~1-4 ms: a worker
