@@ -240,3 +240,20 @@ def test_one_kernel_serves_every_small_batch_and_training_stays_on_blas():
     model.train_on_batch(x[:2], y)
     labels = _labels(model.train_function, [x[:2], y])
     assert not any("gemv" in s for s in labels) and "matmul" in labels
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_a_strided_a_split_over_the_inner_dimension(parts, monkeypatch, cpu_options):
+    # each part reads its block of A's columns in place through A's strides
+    monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
+    cpu_options(gemv_split_work=0)
+    rng = np.random.default_rng(parts)
+    big = rng.normal(size=(8, 190)).astype(np.float32)
+    a = big[::2, 5:165]  # 4 rows, a row stride of 380 elements
+    at = np.asfortranarray(rng.normal(size=(3, 160)).astype(np.float32))  # column-major A
+    b = rng.normal(size=(160, 40)).astype(np.float32)
+    for x in (a, at):
+        out = np.full((len(x), 40), np.nan, np.float32)
+        steps = _run(x, b, out)
+        assert getattr(steps[0][0], "parts", 1) == parts
+        np.testing.assert_allclose(out, _reference(x, b), rtol=1e-5, atol=1e-4)
