@@ -163,6 +163,15 @@ def floatx():
     kiln.config.set_floatx(old)
 
 
+def _assert_float32_step_is_float64s(steps: dict, weights: list) -> None:
+    """Every variable's float32 update within 2e-4 relative of its float64 update."""
+    for k, (d32, d64) in enumerate(zip(steps["float32"], steps["float64"])):
+        size = np.linalg.norm(d64)
+        assert size > 0, f"weight {k} did not move"
+        rel = np.linalg.norm(d32 - d64) / size
+        assert rel <= 2e-4, f"weight {k} {weights[k].shape}: update off by {rel:.2e} relative"
+
+
 @pytest.mark.parametrize("vgg", [False, True], ids=["conv_bn", "vgg_style"])
 def test_a_float32_sgd_step_of_a_conv_bn_model_is_the_float64_one(vgg, floatx):
     """One SGD step (48 x 48 images, batch 32) in float32 against the same step in float64
@@ -185,11 +194,7 @@ def test_a_float32_sgd_step_of_a_conv_bn_model_is_the_float64_one(vgg, floatx):
         model.set_weights([w.astype(dtype) for w in weights])
         model.train_on_batch(x.astype(dtype), y)
         steps[dtype] = [w.astype(np.float64) - w0 for w, w0 in zip(model.get_weights(), weights)]
-    for k, (d32, d64) in enumerate(zip(steps["float32"], steps["float64"])):
-        size = np.linalg.norm(d64)
-        assert size > 0, f"weight {k} did not move"
-        rel = np.linalg.norm(d32 - d64) / size
-        assert rel <= 2e-4, f"weight {k} {weights[k].shape}: update off by {rel:.2e} relative"
+    _assert_float32_step_is_float64s(steps, weights)
 
 
 
@@ -237,11 +242,7 @@ def test_a_float32_sgd_step_through_relu_and_max_pool_is_the_float64_one(vgg, se
         model.set_weights([w.astype(dtype) for w in weights])
         model.train_on_batch(x.astype(dtype), y)
         steps[dtype] = [w.astype(np.float64) - w0 for w, w0 in zip(model.get_weights(), weights)]
-    for k, (d32, d64) in enumerate(zip(steps["float32"], steps["float64"])):
-        size = np.linalg.norm(d64)
-        assert size > 0, f"weight {k} did not move"
-        rel = np.linalg.norm(d32 - d64) / size
-        assert rel <= 2e-4, f"weight {k} {weights[k].shape}: update off by {rel:.2e} relative"
+    _assert_float32_step_is_float64s(steps, weights)
 
 
 # (KILN_WINOGRAD, register tiles on, the plan runs Winograd, bound in eps * sqrt(K))

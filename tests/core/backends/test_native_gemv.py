@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from cpu_targets import set_cpu
 from step_recorder import StepRecorder
+from test_native_matmul import _reference  # the float64 product, bias, kiln's ReLU
 
 import kiln
 from kiln.core.backends.cpu.codegen import native
@@ -22,15 +23,6 @@ pytestmark = pytest.mark.skipif(not native.enabled(), reason="needs the native p
 
 TOL = {"float32": dict(rtol=1e-5, atol=1e-5), "float64": dict(rtol=1e-12, atol=1e-12)}
 SHAPES = [(784, 512), (512, 10), (37, 100), (1, 64), (5, 3), (300, 1)]
-
-
-def _reference(a, b, bias=None, relu=False):
-    want = a.astype(np.float64) @ b.astype(np.float64)
-    if bias is not None:
-        want = want + bias.astype(np.float64)
-    if relu:
-        want = np.where(want <= 0, 0.0, want)  # NaN stays NaN
-    return want
 
 
 def _run(a, b, out, epilogue=None):

@@ -57,7 +57,7 @@ class CpuOptions:
     early_pack: bool = True  # a d @ W.T product's W.T packed once per step (kernels/linalg.py)
     # ---- products of <= 4 rows in plans without updates (gemm/native_gemv.py) ----
     native_gemv: bool = True  # kiln's own row-vector product kernel (serving)
-    gemv_split_work: int = 1 << 16  # multiply-adds from which its inner dimension splits
+    gemv_split_work: int = 1 << 18  # multiply-adds from which its inner dimension splits
     gemv_stream_rows: int = 3  # rows up to which the streaming layout runs (AVX-512)
     gemv_stream_vectors: int = 4  # ... with at least this many vectors of columns
     # ---- BLAS (gemm/blas.py) ----

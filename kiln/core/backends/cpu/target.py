@@ -107,12 +107,12 @@ class CpuTarget:
 
     @property
     def tile_conv(self) -> bool:
-        """Whether float32 convolutions with <= 64 outputs run the register tiles: AVX-512,
-        and AVX2 with FMA (8 lanes, 15 registers of accumulators and operands). On AVX2
-        (``KILN_CPU=x86-64-v3`` on a Zen 5) the tiles' training steps against the direct
-        loops and im2col + GEMM, ms: LeNet-5 4.7-5.1 / 6.5-7.3, dilated Conv1D 11.4-12.5 /
-        16.2-17.3, conv autoencoder 22.8 / 26.5-27.4, CIFAR CNN 30.0-30.8 / 31.7-32.6;
-        MNIST convnet batch-1 predict 26.6 / 45.5 us (docs/performance.md)."""
+        """Whether float32 convolutions with at most four vectors of outputs
+        (``conv.tile_channels``) run the register tiles: AVX-512, and AVX2 with FMA (8 lanes,
+        15 registers of accumulators and operands). On AVX2 (``KILN_CPU=x86-64-v3`` on a Zen 5,
+        benchmarks/bench_serving.py --modes tiles) training steps, tiles on / off, ms: LeNet-5
+        5.0 / 6.3, dilated Conv1D 14.3 / 15.8, conv autoencoder 23.8 / 26.3, CIFAR CNN 29.7 /
+        30.6; MNIST convnet batch-1 predict 26.6 / 45.5 us (docs/performance.md)."""
         return self.has_avx512 or {"avx2", "fma"} <= self.features
 
     @property

@@ -48,8 +48,10 @@ MAX_ROWS = 4
 # Multiply-adds from which the inner dimension is split over kiln's threads:
 # options.gemv_split_work (its own rule: serial.py leaves the split as it is). A Dense layer at
 # batch 1 in a native plan (runtime/native_plan.py), us, one thread / split in two (2-core
-# Zen 5): 64 x 64 0.27 / 0.40, 128 x 128 0.70 / 0.53, 256 x 256 2.0 / 1.37, 512 x 512
-# 8.6 / 4.1, 1024 x 512 19.1 / 9.3: from 2^16 multiply-adds. The kernel itself:
+# Zen 5; benchmarks/bench_serving.py --modes products): quiet, 128 x 128 0.70 / 0.53,
+# 256 x 256 2.0 / 1.37, 512 x 512 8.6 / 4.1, 1024 x 512 19.1 / 9.3; beside another CPU-bound
+# job, 128 x 128 1.10x, 256 x 256 1.08x, 512 x 512 0.91x, 784 x 512 0.47x: from 2^18
+# multiply-adds, where the split pays on a busy machine too. The kernel itself:
 # options.native_gemv.
 # Which kernel (:func:`streams`, options.gemv_stream_rows / gemv_stream_vectors). The MNIST
 # MLP's three products (784 x 512, 512 x 512, 512 x 10) one after the other, median us each,

@@ -26,6 +26,7 @@ numba kernel, NumPy), the Python loop runs.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -150,7 +151,10 @@ def _runner() -> Any:
     if not _entry:
         try:
             _entry.append(native.kernel("native plan v1", [], _ir).compile(()))
-        except (CodegenError, RuntimeError, OSError):  # LLVM's errors: RuntimeError
+        except (CodegenError, RuntimeError, OSError) as exc:  # LLVM's errors: RuntimeError
+            warnings.warn(f"kiln: the native plan runner did not build ({exc}); plans run "
+                          "their steps from Python (slower, the same results)",
+                          RuntimeWarning, stacklevel=2)
             _entry.append(None)
     return _entry[0]
 

@@ -101,9 +101,17 @@ def conv_method(taps: int, op: str = "conv2d", dtype: str = "float32",
     if op == "conv2d_backprop_input":
         return "gemm"
     if (target.current().tile_conv and options.current().native_tile and dtype == "float32"
-            and channels_out <= 64):
+            and channels_out <= tile_channels()):
         return "tile"
     return "direct" if taps <= options.current().conv_direct_max_taps else "gemm"
+
+
+def tile_channels() -> int:
+    """The most output channels the register tiles take: four vectors (64 with AVX-512, 32
+    with AVX2's 8 lanes: 64 there leave one pixel of 8 accumulators a block, one kernel load
+    per FMA; the dilated Conv1D's 64-channel layers trained 1.23x slower tiled, AVX2 via
+    ``KILN_CPU=x86-64-v3``, benchmarks/bench_serving.py --modes tiles)."""
+    return 4 * target.current().vector_lanes
 
 
 # ---- kernels ------------------------------------------------------------------------------------

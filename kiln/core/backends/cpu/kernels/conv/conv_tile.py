@@ -271,7 +271,8 @@ def input_as_forward(node: Node, w: np.ndarray, out: np.ndarray) -> bool:
     if not (options.current().input_as_forward and out.dtype == np.float32
             and tuple(node.attrs["strides"]) == (1, 1)):
         return False
-    if target.current().tile_conv and options.current().native_tile and w.shape[2] <= 64:
+    if (target.current().tile_conv and options.current().native_tile
+            and w.shape[2] <= conv.tile_channels()):
         return True
     return (tuple(node.attrs["dilation"]) == (1, 1) and 16 <= w.shape[2] <= 64
             and w.shape[3] <= 8)
