@@ -46,6 +46,7 @@ class CpuOptions:
 
     # ---- threads: small work on the caller's thread (lowering.py) ----
     serial_work: int = 1 << 22  # a hand-written kernel under this many multiply-adds runs serially
+    race: bool = True  # a plan's split steps spread or in order, as its calls measure (race.py)
     element_work: int = 8  # multiply-adds one element touched counts as (pooling, gathers ...)
     # ---- Dense products (gemm/native_matmul.py) ----
     native_matmul: bool = True  # kiln's own Dense product kernel (where the target has AVX-512)

@@ -22,20 +22,26 @@ are all copied (under ``bind_min_bytes``: larger ones the Python loop reads in p
 with every feed a C-contiguous array of the buffer's shape and dtype
 (:meth:`NativePlan.accepts`); otherwise, and for plans with any other step (a BLAS call, a
 numba kernel, NumPy), the Python loop runs.
+
+Its split steps run on the spin workers or all on the caller, whichever its calls measure
+faster here (``race.py``), and on the caller on a busy machine (``cpus.plan``).
 """
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.codegen.llvm_loop import DATA_OFFSET
 from kiln.core.backends.cpu.codegen.spec import CodegenError
 from kiln.core.backends.cpu.runtime import cpus, spin_pool
+from kiln.core.backends.cpu.runtime.race import SPREAD, Race
 from kiln.core.backends.cpu.runtime.serial import SerialParts
 from kiln.core.backends.cpu.runtime.threads import SplitCall
 
@@ -167,10 +173,11 @@ class NativePlan:
     """A plan's steps as one native call: ``plan(feeds)`` after :meth:`accepts`."""
 
     __slots__ = ("entry", "schedule", "ordered", "rows", "buffers", "specs", "workers",
-                 "_keep")
+                 "race", "_keep")
 
     def __init__(self, entry: Any, schedule: np.ndarray, rows: np.ndarray,
-                 buffers: list[np.ndarray], workers: int, keep: list[np.ndarray]):
+                 buffers: list[np.ndarray], workers: int, keep: list[np.ndarray],
+                 race: bool = True):
         self.entry = entry
         self.schedule = schedule  # split steps on the workers
         self.ordered = schedule.copy()  # every part on the caller, in order (a busy machine)
@@ -179,6 +186,7 @@ class NativePlan:
         self.buffers = buffers
         self.specs = [(b.dtype, b.shape, b.strides) for b in buffers]
         self.workers = workers  # the spin workers its split steps need (0: none split)
+        self.race = Race() if race else None  # split steps spread or in order: the faster
         self._keep = keep  # every array whose pointer the schedule holds
 
     def accepts(self, feeds: Sequence[Any]) -> bool:
@@ -193,18 +201,35 @@ class NativePlan:
         return True
 
     def __call__(self, feeds: Sequence[np.ndarray]) -> None:
-        schedule = self.schedule
-        if self.workers:
-            pool = spin_pool.POOL
-            if cpus.plan().threads == 1:  # a busy machine: the caller runs every part
-                schedule = self.ordered
-            elif pool.count < self.workers and not pool.ready(self.workers + 1):
-                schedule = self.ordered  # (a forked child whose workers cannot start)
-            else:
+        if not self.workers:
+            self.entry(self.ordered, *feeds)
+            return
+        pool = spin_pool.POOL
+        if cpus.plan().threads == 1:  # a busy machine: the caller runs every part
+            self.entry(self.ordered, *feeds)
+            return
+        if pool.count < self.workers and not pool.ready(self.workers + 1):
+            self.entry(self.ordered, *feeds)  # (a forked child whose workers cannot start)
+            return
+        race = self.race
+        if race is None:
+            pool.place()
+            self.entry(self.schedule, *feeds)
+            return
+        way = race.way()
+        if race.settled is not None:
+            if way == SPREAD:
                 pool.place()
-        else:
-            schedule = self.ordered
-        self.entry(schedule, *feeds)
+                self.entry(self.schedule, *feeds)
+            else:
+                self.entry(self.ordered, *feeds)
+            return
+        if way == SPREAD:
+            pool.place()
+        clock = time.perf_counter_ns
+        t0 = clock()
+        self.entry(self.schedule if way == SPREAD else self.ordered, *feeds)
+        race.record(way, clock() - t0)
 
 
 def build(plan: Any) -> NativePlan | None:
@@ -266,4 +291,5 @@ def build(plan: Any) -> NativePlan | None:
             at += arrays + 1
         s = HEADER + FEED * len(buffers) + STEP * t
         schedule[s:s + STEP] = (parts, ordered, addresses[f"call{arrays}"], base + 8 * table)
-    return NativePlan(runner, schedule, rows, buffers, most - 1, keep)
+    return NativePlan(runner, schedule, rows, buffers, most - 1, keep,
+                      options.current().race)

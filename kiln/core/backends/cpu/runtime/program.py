@@ -50,7 +50,7 @@ from kiln.core.backends.cpu.codegen.spec import REDUCE_OPS
 from kiln.core.backends.cpu.kernels.elementwise import build_group, build_loop
 from kiln.core.backends.cpu.lowering import lower
 from kiln.core.backends.cpu.registry import BUILDERS, build_reference
-from kiln.core.backends.cpu.runtime import native_plan, poison
+from kiln.core.backends.cpu.runtime import native_plan, poison, race
 from kiln.core.backends.cpu.runtime.feeds import (
     FeedBinding,
     feed_binding,
@@ -93,6 +93,7 @@ class Plan:
     written: list[tuple[int, int]] = field(default_factory=list)  # in-place Variable buffers
     busy: Any = field(default_factory=threading.Lock)  # held by the call running in it
     native: Any = None  # every step in one native call (native_plan.py), or None
+    loop: Any = None  # its split steps spread or in order, as measured (race.py), or None
 
     def __post_init__(self) -> None:
         self.calls: list[tuple[Callable, tuple | list]] = [(s.fn, s.args) for s in self.steps]
@@ -172,6 +173,8 @@ class Plan:
             with np.errstate(all="ignore"):
                 for fn, args in self.calls:
                     fn(*args)
+        elif self.loop is not None:
+            self.loop.run(self.calls)
         else:
             for fn, args in self.calls:
                 fn(*args)
@@ -313,6 +316,7 @@ class PlanBuilder:
             self.info["serial_steps"] = serialize(plan, self.shape) \
                 if self.program.serial_small else 0
             plan.native = native_plan.build(plan)
+            plan.loop = race.loop_for(plan.calls, options.current().race)
             self.info["native_plan"] = plan.native is not None
         return plan
 
