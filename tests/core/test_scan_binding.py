@@ -71,3 +71,22 @@ def test_p51_conv_lstm_trains_finite_with_uninitialised_memory_poisoned(monkeypa
 
 if __name__ == "__main__":
     pytest.main([__file__, "-q"])
+
+
+@pytest.mark.parametrize("width", [1, 3, 64])
+def test_scalar_steps_are_bound_to_views_not_copies(width):
+    # a map whose steps read or write one scalar each (``xs[t]``, ``ys[t]`` of 1-D arrays):
+    # the bound arguments must view the scan's arrays. ``a[t]`` of a 1-D array is a NumPy
+    # scalar, a copy: each step's sum was written into it and lost (the result was whatever
+    # memory held: 1e+28, 0, 2e-10), and a step input kept its first call's value
+    import kiln.ops as K
+
+    p = kiln.placeholder((6, width))
+    sums = kiln.function([p], K.map(lambda r: K.sum(r * r), p))
+    q = kiln.placeholder((6,))
+    doubled = kiln.function([q], K.map(lambda v: v * 2.0 + 1.0, q))
+    for seed in range(3):  # new values each call: bound arguments built once per plan
+        x = np.random.default_rng(seed).normal(size=(6, width)).astype(np.float32)
+        np.testing.assert_allclose(sums(x), (x.astype(np.float64) ** 2).sum(1), rtol=1e-5)
+        v = x[:, 0].copy()
+        np.testing.assert_allclose(doubled(v), v * 2.0 + 1.0, rtol=1e-6)

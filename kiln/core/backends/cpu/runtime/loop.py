@@ -136,13 +136,15 @@ def build_scan(b, node) -> None:
         if refs is not None:
             calls.bind(refs, consts[j])
     per_step = []
-    for t in order:
+    for t in order:  # (``a[t, ...]``: a view even where ``a`` is 1-D; ``a[t]`` would be a
+        # NumPy scalar there, a copy: a step's output written into it was lost, and a step
+        # input bound to it kept the value of the plan's first call)
         for k, refs in enumerate(x_refs):
             if refs is not None:
-                calls.bind(refs, seqs[k][t])
+                calls.bind(refs, seqs[k][t, ...])
         for k, refs in enumerate(y_refs):
             if refs is not None:
-                calls.bind(refs, ys[k][t])
+                calls.bind(refs, ys[k][t, ...])
         per_step.append((t, calls.frozen()))
     # a new carry that is a view of a feed buffer (a carry passed through, two carries
     # swapped) is staged, so that no carry is overwritten before it is read
@@ -163,11 +165,11 @@ def build_scan(b, node) -> None:
         with np.errstate(all="ignore" if python else "warn"):
             for t, step_calls in per_step:
                 for k in copied_x:
-                    np.copyto(x_in[k], seqs[k][t])
+                    np.copyto(x_in[k], seqs[k][t, ...])
                 for fn, args in step_calls:
                     fn(*args)
                 for k in copied_y:
-                    np.copyto(ys[k][t], y_out[k])
+                    np.copyto(ys[k][t, ...], y_out[k])
                 for k in range(nc):
                     held = stage[k]
                     if held is not None:
