@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.core import aligned
 from kiln.core.ir import Node, canonical_dtype
 
 _counter = itertools.count()
@@ -133,8 +134,9 @@ class Variable:
         if dtype is None:
             dtype = "float32" if arr.dtype.kind == "f" else canonical_dtype(arr.dtype)
         self.dtype = canonical_dtype(dtype)
-        # C order always: compiled programs read a Variable through its flat buffer
-        self._value = np.array(arr, dtype=self.dtype, copy=True, order="C")
+        # C order always: compiled programs read a Variable through its flat buffer; its
+        # first element starts a cache line (kiln/core/aligned.py)
+        self._value = aligned.copy(arr, self.dtype)
         self.name = name or f"variable_{next(_counter)}"
         self.trainable = trainable
         self._node: Node | None = None

@@ -142,6 +142,47 @@ def test_the_bias_and_relu_epilogue(relu, n, parts, monkeypatch, cpu_options):
         assert (out[:, 3] == -np.inf).all()
 
 
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("m, k, n", [(131, 100, 272), (257, 64, 10), (130, 33, 1024),
+                                     (150, 17, 5), (128, 784, 512)])
+@pytest.mark.parametrize("parts", [1, 2])
+def test_inner_blocks_give_the_one_blocks_bits(m, k, n, parts, relu, monkeypatch, cpu_options):
+    # the sums kept in C between blocks of the inner dimension are the float32 values the
+    # registers held: the same bits as one block, whatever the block (one longer than k, a
+    # last block of one, blocks of 16), with the epilogue (NaN, infinities) after the last
+    monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
+    rng = np.random.default_rng(m + k + n)
+    a = rng.normal(size=(m, k)).astype(np.float32)
+    b = rng.normal(size=(k, n)).astype(np.float32)
+    bias = rng.normal(size=n).astype(np.float32)
+    bias[:3] = np.nan, np.inf, -np.inf
+    outs = {}
+    for block in (0, k - 1, 16, 7):
+        if block < 1 and outs:
+            continue
+        cpu_options(matmul_serial_work=0, matmul_inner_block=block)
+        out = np.full((m, n), np.nan, np.float32)
+        _run(a, b, out, epilogue=(bias, relu))
+        outs[block] = out
+        assert (native_matmul._inner(k, False, False, False) > 0) == (0 < block < k)
+    want = _reference(a, b, bias, relu)
+    np.testing.assert_allclose(outs[0], want, rtol=1e-5, atol=1e-4 * np.sqrt(k))
+    for block, out in outs.items():
+        np.testing.assert_array_equal(out, outs[0], err_msg=f"inner blocks of {block}")
+
+
+def test_inner_blocks_are_not_used_where_an_epilogue_reads_c(cpu_options):
+    cpu_options(matmul_inner_block=16)
+    assert native_matmul._inner(100, False, False, False) == 16
+    assert native_matmul._inner(16, False, False, False) == 0  # one block: none
+    for flags in ((True, False, False), (True, True, False), (False, False, True)):
+        assert native_matmul._inner(100, *flags) == 0
+    from kiln.core.backends.cpu.codegen.spec import CodegenError
+    from kiln.core.backends.cpu.gemm import native_gemm
+    with pytest.raises(CodegenError, match="inner blocks"):
+        native_gemm.matmul_ir("x", "float32", 16, 4, 4, 64, update=True, inner=16)
+
+
 def test_the_products_it_leaves_to_blas():
     suits = native_matmul.suits
     rng = np.random.default_rng(6)

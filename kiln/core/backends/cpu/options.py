@@ -54,6 +54,7 @@ class CpuOptions:
     matmul_max_inner: int = 1024  # a longer contracted dimension: not the native product
     matmul_serial_work: int = 1 << 22  # multiply-adds under which one thread runs the product
     matmul_column_rows: int = 512  # products of fewer rows split by their columns
+    matmul_inner_block: int = 256  # a longer inner dimension runs in blocks this long (0: never)
     transpose_split: int = 1 << 16  # elements from which a native transpose is split over threads
     early_pack: bool = True  # a d @ W.T product's W.T packed once per step (kernels/linalg.py)
     # ---- products of <= 4 rows in plans without updates (gemm/native_gemv.py) ----

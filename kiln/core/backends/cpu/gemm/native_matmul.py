@@ -94,23 +94,33 @@ def _block(n: int) -> tuple[int, int]:
     return NARROW_BLOCK if n < LANES else BLOCK
 
 
+def _inner(k: int, update: bool, apply: bool, gate: bool) -> int:
+    """The inner dimension's block (``native_gemm.matmul_ir``'s ``inner``; 0: one block):
+    ``options.CpuOptions.matmul_inner_block`` where ``k`` is longer and no epilogue reads
+    ``C``."""
+    block = options.current().matmul_inner_block
+    return block if 0 < block < k and not (update or apply or gate) else 0
+
+
 def _make(n: int, bias: bool, relu: bool, update: bool, apply: bool,
-          gate: bool) -> Callable[[str, str], str]:
+          gate: bool, inner: int = 0) -> Callable[[str, str], str]:
     rows, vecs = _block(n)
     tail = n % LANES
 
     def make(symbol: str, dtype: str) -> str:
         return native_gemm.matmul_ir(symbol, dtype, LANES, rows, vecs, CHUNK, tail, bias=bias,
-                                     relu=relu, update=update, apply=apply, gate=gate)
+                                     relu=relu, update=update, apply=apply, gate=gate,
+                                     inner=inner)
 
     return make
 
 
-def _name(n: int, bias: bool, relu: bool, update: bool, apply: bool, gate: bool) -> str:
+def _name(n: int, bias: bool, relu: bool, update: bool, apply: bool, gate: bool,
+          inner: int = 0) -> str:
     rows, vecs = _block(n)
     return (f"dense_matmul_l{LANES}r{rows}v{vecs}c{CHUNK}t{n % LANES}{'b' if bias else ''}"
             f"{'r' if relu else ''}{'u' if update else ''}{'w' if apply else ''}"
-            f"{'g' if gate else ''}")
+            f"{'g' if gate else ''}{f'k{inner}' if inner else ''}")
 
 
 def _ranges(m: int, k: int, n: int, update: bool = False,
@@ -211,7 +221,8 @@ def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
     tag += "_gate" if gate is not None else ""
     n = out.shape[1]
     flags = (bias is not None, relu, update is not None, apply, gate is not None)
-    return native_split(b, _name(n, *flags), _make(n, *flags), arrays, p,
+    inner = _inner(depth, *flags[2:])
+    return native_split(b, _name(n, *flags, inner), _make(n, *flags, inner), arrays, p,
                                ranges=ranges, label=f"{b.node.op}:dense{tag}")
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from kiln import config
+from kiln.core import aligned
 
 
 def enabled() -> bool:
@@ -20,8 +21,9 @@ def enabled() -> bool:
 
 
 def empty(shape: Any, dtype: Any) -> np.ndarray:
-    """``np.empty(shape, dtype)``, filled with 0xFF bytes under ``KILN_POISON=1``."""
-    out = np.empty(shape, dtype)
+    """``np.empty(shape, dtype)`` starting a cache line (``kiln.core.aligned``), filled with
+    0xFF bytes under ``KILN_POISON=1``."""
+    out = aligned.empty(shape, dtype)
     if out.size and enabled():
         out.reshape(-1).view(np.uint8).fill(0xFF)
     return out

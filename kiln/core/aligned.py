@@ -1,0 +1,39 @@
+"""Host arrays whose first element starts a cache line (docs/architecture.md, "Planning").
+
+NumPy's arrays start where ``malloc`` puts them: a large one 16 bytes past a page, a small
+one at any multiple of 16. A kernel's 64-byte vector loads from such an array then straddle
+two cache lines one time in one (AVX-512) or two (AVX2); the Dense kernel's loads of a
+784 x 512 weight matrix did so at every row. kiln allocates what it owns this way: the
+Variables' values (``Variable.__init__``) and a CPU plan's buffers (``runtime/poison.py``).
+A user's arrays (feeds) are read where they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+ALIGN = 64  # bytes: a cache line, and an AVX-512 vector
+
+
+def empty(shape: Any, dtype: Any, align: int = ALIGN) -> np.ndarray:
+    """``np.empty(shape, dtype)`` whose data start at a multiple of ``align`` bytes (a view
+    of a slightly larger byte buffer, which it keeps alive); plain ``np.empty`` for object,
+    string and other non-numeric dtypes."""
+    dtype = np.dtype(dtype)
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+    if dtype.kind not in "biufcmM" or dtype.hasobject:
+        return np.empty(shape, dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + align, np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def copy(value: Any, dtype: Any) -> np.ndarray:
+    """A C-ordered copy of ``value`` as ``dtype`` in an :func:`empty` array."""
+    src = np.asarray(value, dtype=dtype)
+    out = empty(src.shape, src.dtype)
+    np.copyto(out, src, casting="unsafe")
+    return out

@@ -1,0 +1,58 @@
+"""Host arrays starting a cache line (kiln/core/aligned.py): the Variables' values and a CPU
+plan's buffers. Oracles: the data pointer's remainder, NumPy's own arrays' values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.core import aligned
+from kiln.core.backends.cpu.runtime import poison
+
+
+def _offset(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0] % aligned.ALIGN
+
+
+@pytest.mark.parametrize("shape", [(), 0, 1, 7, (3, 5), (784, 512), (2, 0, 3)])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "int64", "bool",
+                                   "complex64", "float16"])
+def test_empty_starts_a_cache_line(shape, dtype):
+    for _ in range(4):  # several allocations: malloc's offsets vary
+        a = aligned.empty(shape, dtype)
+        assert a.shape == np.empty(shape).shape and a.dtype == np.dtype(dtype)
+        assert a.flags.c_contiguous and a.flags.writeable
+        if a.size:
+            assert _offset(a) == 0
+            a[...] = 1
+            assert (a == 1).all()
+
+
+def test_non_numeric_dtypes_are_plain_arrays():
+    a = aligned.empty((3,), object)
+    assert a.dtype == object and a.shape == (3,)
+    s = aligned.copy(np.array(["a", "bc"]), "<U2")
+    assert s.tolist() == ["a", "bc"]
+
+
+def test_copy_converts_like_numpy():
+    src = [[1.5, -2.25], [3.0, 4.0]]
+    got = aligned.copy(src, "float32")
+    np.testing.assert_array_equal(got, np.array(src, np.float32))
+    assert got.dtype == np.float32 and _offset(got) == 0
+    f = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+    got = aligned.copy(f, "float64")
+    assert got.flags.c_contiguous and np.array_equal(got, f)
+    got[0, 0] = 99.0
+    assert f[0, 0] == 0.0  # a copy
+
+
+def test_variables_and_plan_buffers_start_a_cache_line():
+    for shape in [(784, 512), (512,), (10,), (3, 3, 1, 32)]:
+        v = kiln.Variable(np.ones(shape))
+        assert _offset(v.value) == 0 and v.value.dtype == np.float32
+        np.testing.assert_array_equal(v.numpy(), np.ones(shape, np.float32))
+    assert _offset(poison.empty((1000, 3), np.float32)) == 0
+    model = kiln.Sequential([kiln.layers.Input((20,)), kiln.layers.Dense(24)])
+    assert all(_offset(w.value) == 0 for w in model.weights)
