@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.codegen import jit, native
 from kiln.core.backends.cpu.kernels.nn.native_nn import (
     SHORT_ROW,
@@ -26,6 +27,7 @@ from kiln.core.backends.cpu.kernels.nn.native_nn import (
     sparse_xent_short_ir,
 )
 from kiln.core.backends.cpu.registry import build_reference, builder
+from kiln.core.backends.cpu.runtime import parts as workers
 from kiln.core.ir import Node
 
 
@@ -61,6 +63,25 @@ def _prq(shape: tuple, axis: int) -> tuple[int, int, int]:
             int(np.prod(shape[axis + 1:], dtype=np.int64)))
 
 
+ROW_WORK = 16  # multiply-adds an element of a softmax row counts as (its exp: a polynomial)
+
+
+def _rows(b, found: tuple, rows: int, r: int, label: str) -> None:
+    """A row kernel ``(o, x, p = [P, R])`` over the runtime's parts of its rows, each part
+    its rows of ``o`` and ``x`` and its own ``P`` (``runtime/parts.py``); one part under
+    ``serial_work``. The attention scores of a transformer block (32 x 4 heads x 64 rows of
+    64) took 983 us on one thread (docs/performance.md, "Softmax rows")."""
+    entry, args = found  # (o and x flat: a part's rows are its range of elements)
+    ranges = workers.split(rows, work=rows * r * ROW_WORK,
+                           min_work=options.current().serial_work)
+    if len(ranges) == 1:
+        b.add(entry, args, label=label)
+        return
+    workers.add_parts(b, entry, tuple(args), ranges=[(lo * r, hi * r) for lo, hi in ranges],
+                      sliced=(0, 1), label=label, sized=True,
+                      vary=lambda k, lo, hi: {2: np.array([(hi - lo) // r, r], np.int64)})
+
+
 @builder("softmax", "log_softmax")
 def build_softmax(b, node: Node) -> None:
     shape = b.shape(node)
@@ -77,12 +98,12 @@ def build_softmax(b, node: Node) -> None:
             found = native.try_kernel(f"softmax_short{r} {dt} log={log}", args[:2],
                                       [p_, r], lambda s: softmax_short_ir(s, dt, log, r))
             if found is not None:
-                b.add(*found, label=f"{node.op}:short_rows")
+                _rows(b, found, p_, r, f"{node.op}:short_rows")
                 return
         found = native.try_kernel(f"softmax_rows {dt} log={log}", args[:2], [p_, r],
                                   lambda s: softmax_rows_ir(s, dt, log))
         if found is not None:
-            b.add(*found)
+            _rows(b, found, p_, r, node.op)
             return
     args = (out.reshape(p_, r, q), x.reshape(p_, r, q), p)
     b.add(jit.load_function(softmax_kernel).specialize(args), args)
