@@ -6,7 +6,7 @@ A native plan (``native_plan.py``) runs each split step's parts either on the sp
 so the same bits. Which is faster is not a property of the kernel: on the 2-core Zen 5 test
 host the MNIST convnet's batch-1 call took 35 us spread, on a 2-core Xeon (Emerald Rapids,
 KVM) 56-58 us spread against 36-39 us in order, its Winograd products split over two
-threads taking longer than on one (docs/performance.md, "Serving"). A threshold tuned on one
+threads taking longer than on one (docs/performance.md, "Another host"). A threshold tuned on one
 host is wrong on the other, so each plan races the two ways: blocks of :data:`BLOCK` calls
 of each way, :data:`ROUNDS` times (the first call of a block is not counted: it meets the
 other way's state, workers still spinning or asleep), then the way with the lower median

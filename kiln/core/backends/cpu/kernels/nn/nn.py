@@ -70,7 +70,8 @@ def _rows(b, found: tuple, rows: int, r: int, label: str) -> None:
     """A row kernel ``(o, x, p = [P, R])`` over the runtime's parts of its rows, each part
     its rows of ``o`` and ``x`` and its own ``P`` (``runtime/parts.py``); one part under
     ``serial_work``. The attention scores of a transformer block (32 x 4 heads x 64 rows of
-    64) took 983 us on one thread (docs/performance.md, "Softmax rows")."""
+    64) took 983 us on one thread (docs/performance.md, "The same host: aligned arrays,
+    inner blocks, split softmax rows")."""
     entry, args = found  # (o and x flat: a part's rows are its range of elements)
     ranges = workers.split(rows, work=rows * r * ROW_WORK,
                            min_work=options.current().serial_work)
