@@ -1,5 +1,5 @@
-"""Which of a native plan's two ways to run its split steps is faster on this machine, now:
-measured on the plan's own calls (docs/architecture.md, "Threads"; issue 47: serving).
+"""Which of a plan's two ways to run its split steps is faster on this machine, now: measured
+on the plan's own calls (docs/architecture.md, "Threads"; issue 47: serving).
 
 A native plan (``native_plan.py``) runs each split step's parts either on the spin workers
 (way :data:`SPREAD`) or all on the caller, in order (way :data:`ORDERED`): the same parts,
