@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cpu_targets import set_cpu
+from in_threads import run_in_threads
 from step_recorder import StepRecorder
 
 import kiln
@@ -260,7 +261,6 @@ def test_a_batch_under_128_rows_and_a_training_step_with_a_small_product_stay_on
 def test_threads_predicting_at_once_get_the_serial_results():
     # each call takes a plan of its own (spares: docs/architecture.md "Threads"), its kernel
     # parts on the shared pool
-    import threading
 
     model = _mlp()
     rng = np.random.default_rng(9)
@@ -275,11 +275,7 @@ def test_threads_predicting_at_once_get_the_serial_results():
             if not np.array_equal(model.predict_on_batch(xs[v]), wants[v]):
                 bad.append((k, j))
 
-    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_in_threads(work)
     assert not bad
 
 

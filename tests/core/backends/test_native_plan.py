@@ -6,10 +6,10 @@ threads, a forked child, and ``model(x)``'s serving path."""
 from __future__ import annotations
 
 import os
-import threading
 
 import numpy as np
 import pytest
+from in_threads import run_in_threads
 from test_spin_pool import _in_child
 
 import kiln
@@ -144,11 +144,7 @@ def test_threads_calling_at_once_get_their_own_answers(cpu_options, monkeypatch)
                 errors.append(f"thread {k}: {got} != {want[k]}")
                 return
 
-    ts = [threading.Thread(target=serve, args=(k,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_in_threads(serve)
     assert not errors, errors[:2]
 
 

@@ -10,6 +10,7 @@ import threading
 import numpy as np
 import pytest
 from cpu_targets import set_cpu
+from in_threads import run_in_threads
 
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import native_matmul
@@ -121,12 +122,7 @@ def test_concurrent_callers_get_their_own_results():
                 errors.append(f"thread {t}, call {i}")
                 return
 
-    ts = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(120)
-    assert not any(t.is_alive() for t in ts), "a split call hung"
+    run_in_threads(work)
     assert not errors, errors
 
 

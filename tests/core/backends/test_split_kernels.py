@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import pytest
+from in_threads import run_in_threads
 
 import kiln
 import kiln.ops as K
@@ -125,11 +126,7 @@ def test_concurrent_split_calls_each_get_all_their_parts():
         for rep in range(50):
             threads.POOL.run([(fill, (2 * t + k % 2, rep + t)) for k in range(2)])
 
-    ts = [threading.Thread(target=caller, args=(t,)) for t in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_in_threads(caller)
     np.testing.assert_array_equal(out[:, 0], [49, 49, 50, 50, 51, 51, 52, 52])
 
 
