@@ -28,7 +28,9 @@ AVX512_HOST = ("znver4", {**AVX2_HOST[1], **dict.fromkeys(
                                          ("skylake-avx512", True), ("znver4", True)])
 def test_a_named_cpus_features_decide_the_kernels(cpu, avx512):
     t = target.build(cpu, host=AVX512_HOST)
-    assert (t.name, t.source, t.llvm_features) == (cpu, "KILN_CPU", "")
+    assert (t.name, t.source) == (cpu, "KILN_CPU")
+    # AVX-512 targets' loops use full-width vectors (Intel's cores prefer 256 bits in LLVM)
+    assert t.llvm_features == (target.FULL_WIDTH if avx512 else "")
     assert {"avx", "avx2", "fma"} <= t.features  # every one of these has AVX2 and FMA
     assert t.has_avx512 == t.native_matmul == avx512
     assert t.tile_conv  # AVX-512, or AVX2 with FMA
@@ -57,8 +59,9 @@ def test_the_host_target_takes_the_hosts_name_and_features(monkeypatch):
     assert (t.name, t.source) == ("znver3", "host")
     assert t.features == {"sse4.2", "avx", "avx2", "fma"}
     assert "+avx2" in t.llvm_features.split(",") and "-avx512f" in t.llvm_features.split(",")
-    assert not t.has_avx512
-    assert target.build(host=AVX512_HOST).has_avx512
+    assert not t.has_avx512 and target.FULL_WIDTH not in t.llvm_features
+    wide = target.build(host=AVX512_HOST)
+    assert wide.has_avx512 and wide.llvm_features.split(",")[-1] == target.FULL_WIDTH
 
 
 @pytest.mark.parametrize("system, machine, blas, spin, private", [
@@ -165,3 +168,46 @@ def test_the_compile_report_names_the_target():
     f = kiln.function([x], kiln.ops.exp(x), backend="cpu")
     np.testing.assert_allclose(f(np.zeros((2, 4), np.float32)), np.ones((2, 4)))
     assert target.current().describe() in str(f.report)
+
+
+_LOOP = """
+define void @add(ptr noalias %a, ptr noalias %b, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%j, %loop]
+  %pa = getelementptr float, ptr %a, i64 %i
+  %pb = getelementptr float, ptr %b, i64 %i
+  %x = load float, ptr %pa
+  %y = load float, ptr %pb
+  %s = fadd float %x, %y
+  store float %s, ptr %pa
+  %j = add i64 %i, 1
+  %c = icmp slt i64 %j, %n
+  br i1 %c, label %loop, label %done
+done:
+  ret void
+}
+"""
+
+
+@needs_x86
+@pytest.mark.parametrize("cpu", ["skylake-avx512", "sapphirerapids", "znver4"])
+def test_avx512_targets_vectorize_loops_at_full_width(cpu):
+    # Intel's AVX-512 cores prefer 256-bit vectors in LLVM's vectorizers: kiln's target
+    # features turn that off, so a generated loop runs 16 float32 lanes (zmm) on them
+    llvm = target._llvm()
+    if "not a recognized processor" in target._asm(llvm, cpu, "define void @f() {\n  ret void\n}\n",
+                                                    "+64bit")[1]:
+        pytest.skip(f"this LLVM does not know {cpu}")
+    features = target.build(cpu, host=("any", dict.fromkeys(target.cpu_features(cpu), True)))
+    tm = llvm.Target.from_default_triple().create_target_machine(
+        cpu=cpu, features=features.llvm_features, opt=3)
+    mod = llvm.parse_assembly(_LOOP)
+    mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    llvm.create_pass_builder(tm, pto).getModulePassManager().run(
+        mod, llvm.create_pass_builder(tm, pto))
+    asm = tm.emit_assembly(mod)
+    assert "zmm" in asm, f"{cpu}: the loop was not vectorized at 512 bits"

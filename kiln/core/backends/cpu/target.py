@@ -61,6 +61,14 @@ _X86_PROBES = (
     ("avx512cd", "<16 x i32>", "%r = call <16 x i32> @llvm.ctlz.v16i32(<16 x i32> %a, i1 false)",
      r"vplzcntd"),
 )
+#: LLVM's tuning for Intel's AVX-512 server cores (Skylake-X to Emerald Rapids) prefers
+#: 256-bit vectors in the loops its vectorizers write (Skylake's frequency drop under 512-bit
+#: code); AMD's Zen 4/5 has no such preference. kiln's product kernels use 512-bit vectors
+#: anyway, so its generated loops on such a core ran half width for nothing: on a 2-core
+#: Emerald Rapids, 8,192 x 64 float32 elements, us, 256 / 512 bits: exp 383 / 240, softmax
+#: rows 427 / 295, GELU 1,108 / 678 (benchmarks/bench_kernels.py; docs/performance.md,
+#: "Full-width loops on Intel's AVX-512 cores"). The same code on every AVX-512 target.
+FULL_WIDTH = "-prefer-256-bit"
 _AVX512 = ("avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl")
 # KILN_BLAS's values (blas.py: auto, numpy, or an OpenBLAS core it knows)
 _BLAS_SETTINGS = ("auto", "numpy", "skylakex", "cooperlake", "haswell", "zen", "sandybridge")
@@ -77,8 +85,9 @@ class CpuTarget:
     Attributes:
         name: the LLVM cpu name (``znver3``, ``x86-64-v3`` ...).
         features: the enabled features kiln knows of (LLVM's names, no ``+``).
-        llvm_features: the feature string of the target machine ("" where the cpu name alone
-            decides: a ``KILN_CPU`` target).
+        llvm_features: the feature string of the target machine (the host's features; for a
+            ``KILN_CPU`` target only what kiln adds to the cpu name: :data:`FULL_WIDTH` on
+            AVX-512).
         source: ``"host"`` or ``"KILN_CPU"``.
         system, machine: ``sys.platform`` and ``platform.machine()`` when it was built.
         spin_engine: whether split native calls run on the spinning workers.
@@ -243,6 +252,8 @@ def build(cpu: str | None = None, host: tuple[str, dict[str, bool]] | None = Non
             raise TargetError(f"KILN_CPU={cpu!r} needs {', '.join(missing)}, which this host's "
                               f"CPU ({host_name}) lacks: its code would not run here")
         name, llvm_features, source = cpu, "", "KILN_CPU"
+    if all(f in features for f in _AVX512) and machine in ("x86_64", "amd64"):
+        llvm_features = ",".join(filter(None, (llvm_features, FULL_WIDTH)))
     linux = system.startswith("linux")
     spin = (_os(system), machine) in SPIN_PLATFORMS and config.env_flag("KILN_SPIN_POOL", True)
     numpy_blas = _numpy_blas() if numpy_blas is None else numpy_blas

@@ -46,6 +46,38 @@ def gemm_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int,
     m, kk, n, sab, sar, sak, sbb, sbk, scb, scr = k.p
     bi, lb = f.begin(k.n1, k.n0)
     base = (f.mul(bi, sab), f.mul(bi, sbb), f.mul(bi, scb))
+    _tiles(k, vec, fma, lanes, rows, vecs, base, (m, kk, n, sar, sak, sbk, scr), accumulate)
+    f.end(bi, lb)
+    return f.function(symbol, ["c", "a", "b", "p"], noalias=True)
+
+
+def batched_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int) -> str:
+    """The module of ``@symbol``: ``C[i, j] = A[i, j] @ B[i, j]`` over two batch axes
+    (``j < H``: an attention's heads, whose matrices sit inside each sample's rows, so no one
+    stride reaches them all), each product as :func:`gemm_ir`'s. Arguments ``(c, a, b, p)``,
+    ``p = [c size, a size, b size, M, K, N, H, a_i, a_j, a_row, a_inner, b_i, b_j, b_inner,
+    c_i, c_j, c_row, p0, p1]`` (strides in elements; ``B`` and ``C`` unit-stride along the
+    columns, ``N`` a multiple of ``L``): the products ``p0 <= i * H + j < p1``."""
+    k, vec, fma = _start("batched", dtype, lanes, n_p=14)
+    f = k.f
+    m, kk, n, nh, sai, saj, sar, sak, sbi, sbj, sbk, sci, scj, scr = k.p
+    q, lq = f.begin(k.n1, k.n0)
+    i = _div(f, q, nh)
+    j = k.sub(q, f.mul(i, nh))
+    base = tuple(f.add(f.mul(i, si), f.mul(j, sj))
+                 for si, sj in ((sai, saj), (sbi, sbj), (sci, scj)))
+    _tiles(k, vec, fma, lanes, rows, vecs, base, (m, kk, n, sar, sak, sbk, scr))
+    f.end(q, lq)
+    return f.function(symbol, ["c", "a", "b", "p"], noalias=True)
+
+
+def _tiles(k: _Kernel, vec: str, fma: str, lanes: int, rows: int, vecs: int, base: tuple,
+           geo: tuple, accumulate: bool = False) -> None:
+    """One product ``C = A @ B`` at the element offsets ``base`` (of A, B, C), ``geo = (M, K,
+    N, a_row, a_inner, b_inner, c_row)``: the columns in blocks of ``V L`` (then ``L``), each
+    over the rows in blocks of ``R`` (then one by one)."""
+    f = k.f
+    m, kk, n, sar, sak, sbk, scr = geo
     wide = lanes * vecs
     n_wide = f.mul(_div(f, n, str(wide)), str(wide))
     m_full = f.mul(_div(f, m, str(rows)), str(rows))
@@ -54,8 +86,8 @@ def gemm_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int,
         q, lq = f.begin(_div(f, k.sub(stop, start), str(width)))
         n0 = f.add(start, f.mul(q, str(width)))
         r, lr = f.begin(_div(f, m_full, str(rows)))
-        _block(f, vec, fma, lanes, rows, nv, f.mul(r, str(rows)), n0, base, (kk, sar, sak, sbk,
-                                                                              scr), accumulate)
+        _block(f, vec, fma, lanes, rows, nv, f.mul(r, str(rows)), n0, base,
+               (kk, sar, sak, sbk, scr), accumulate)
         f.end(r, lr)
         r1, lr1 = f.begin(m, m_full)
         _block(f, vec, fma, lanes, 1, nv, r1, n0, base, (kk, sar, sak, sbk, scr), accumulate)
@@ -64,8 +96,6 @@ def gemm_ir(symbol: str, dtype: str, lanes: int, rows: int, vecs: int,
 
     columns("0", n_wide, wide, vecs)
     columns(n_wide, n, lanes, 1)
-    f.end(bi, lb)
-    return f.function(symbol, ["c", "a", "b", "p"], noalias=True)
 
 
 def _block(f, vec: str, fma: str, lanes: int, rows: int, nv: int, r0: str, n0: str,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from kiln.core.backends.cpu import options
-from kiln.core.backends.cpu.gemm import blas, native_matmul
+from kiln.core.backends.cpu.gemm import blas, native_batched, native_matmul
 from kiln.core.ir import Node
 
 # ---- kiln's GEMMs, one at a time ---------------------------------------------------------------
@@ -202,8 +202,8 @@ def products_native(b) -> bool:
                 if xn.ndim == 2 and yn.ndim == 2 and 1 in (xn.shape[1], yn.shape[1]):
                     continue  # the outer product and matrix-vector loops: no BLAS
                 x, y, out = operands(b, node)
-                known = x.ndim == 2 and y.ndim == 2 and native_matmul.suits(x, y, out,
-                                                                           packed=True)
+                known = (native_batched.suits(x, y, out) if x.ndim >= 3 else
+                         y.ndim == 2 and native_matmul.suits(x, y, out, packed=True))
             if not known:
                 break
         b.cache["products_native"] = known

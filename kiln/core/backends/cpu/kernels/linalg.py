@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.core.backends.cpu import options
-from kiln.core.backends.cpu.gemm import products
+from kiln.core.backends.cpu.gemm import native_batched, products
 from kiln.core.backends.cpu.kernels.elementwise import Operand, emit_loop
 from kiln.core.backends.cpu.registry import builder
 from kiln.core.ir import Node
@@ -43,6 +43,8 @@ def build_matmul(b, node: Node) -> None:
     if x.ndim == 2 and y.ndim == 2 and products.products_native(b) and dense(b, node, x, y, out):
         return
     if x.ndim == 2 and y.ndim == 2 and few_rows(b, node, x, y, out):
+        return
+    if x.ndim >= 3 and native_batched.add(b, x, y, out, spread=products.products_native(b)):
         return
     b.add(products.MatmulCall(), (x, y, out))
 

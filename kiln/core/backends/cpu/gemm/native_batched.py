@@ -1,0 +1,119 @@
+"""Batches of small float32 products ``C[..] = A[..] @ B[..]`` with batch axes (an attention
+layer's ``q k^T`` and ``p v`` per sample and head, and their gradients) on kiln's
+register-blocked kernel (``native_gemm.batched_ir``), split over kiln's threads by products
+(docs/architecture.md, "Dense products").
+
+Before it, such a product with two batch axes went to ``np.matmul``, which OpenBLAS cannot
+take as one batch (the heads of ``(B, T, N, H)`` viewed as ``(B, N, T, H)`` have no single
+batch stride) and runs one product at a time on one thread: the transformer encoder of the
+suite (64 x 16 x 64 and 64 x 64 x 16 products, 128 a call) spent 180-320 us a call there, 1.5
+ms of its 13 ms step per block, where MKL's ``torch.bmm`` takes ~60 us (2-core Emerald
+Rapids; docs/performance.md, "Batched products").
+
+:func:`add` takes the product where ``B`` is unit-stride along its columns (else it is first
+copied so: a ``k^T`` view), ``C`` too, the columns a multiple of the vector's lanes and the
+batch axes the same on all three (no broadcasting), foldable into at most two strides.
+``A`` is read in place through its strides (a ``p^T`` view is no copy). Each product is
+computed by one thread in one order: the same bits however many threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from kiln.core.backends.cpu import options, target
+from kiln.core.backends.cpu.codegen import native
+from kiln.core.backends.cpu.gemm import native_gemm
+from kiln.core.backends.cpu.gemm.native_matmul import _flat
+from kiln.core.backends.cpu.runtime.parts import native_split
+
+# accumulators a block keeps in registers (of 32 vector registers with AVX-512, 16 without:
+# the rest hold B's vectors and a broadcast), and the widest block in vectors
+ACCUMULATORS = {16: 24, 8: 12}
+MAX_VECS = 4
+
+
+def block(m: int, n_vecs: int, lanes: int) -> tuple[int, int]:
+    """(rows, vectors) of a block: as many vectors as the columns have (at most
+    :data:`MAX_VECS`), and the tallest block the accumulators allow that divides ``m`` (rows
+    past the last block run one at a time, a single chain of FMAs each), at least 2."""
+    vecs = max(1, min(n_vecs, MAX_VECS))
+    tallest = max(1, ACCUMULATORS.get(lanes, 12) // vecs)
+    for rows in range(min(tallest, m), 1, -1):
+        if m % rows == 0:
+            return rows, vecs
+    return tallest, vecs
+
+
+def _levels(batch: tuple[int, ...], strides: list[tuple[int, ...]]) -> list[tuple] | None:
+    """The batch axes folded into at most two ``(size, (stride of each array))`` levels
+    (an axis folds into the one before it where every array's stride there is its size times
+    this axis' stride), or None where more remain."""
+    levels: list[tuple[int, tuple[int, ...]]] = []
+    for d, size in enumerate(batch):
+        here = tuple(s[d] for s in strides)
+        if size == 1:
+            continue
+        if levels and all(prev == size * st for prev, st in zip(levels[-1][1], here)):
+            levels[-1] = (levels[-1][0] * size, here)
+        else:
+            levels.append((size, here))
+    if len(levels) > 2:
+        return None
+    while len(levels) < 2:
+        levels.insert(0, (1, tuple(0 for _ in strides)))
+    return levels
+
+
+def suits(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> bool:
+    """Whether ``out = x @ y`` (batched: ``x.ndim >= 3``) runs on the kernel (see the module
+    docstring)."""
+    lanes, opts = target.current().vector_lanes, options.current()
+    arrays = (x, y, out)
+    if (not opts.native_batched or not native.enabled() or x.ndim < 3
+            or not x.ndim == y.ndim == out.ndim
+            or any(a.dtype != np.float32 for a in arrays)
+            or not x.shape[:-2] == y.shape[:-2] == out.shape[:-2]
+            or any(a.size == 0 or min(a.strides) < 0 for a in arrays)
+            or out.strides[-1] != 4 or y.shape[-1] % lanes
+            or max(*x.shape[-2:], y.shape[-1]) > opts.batched_max_edge):
+        return False
+    st = [tuple(s // 4 for s in a.strides[:-2]) for a in arrays]
+    return _levels(x.shape[:-2], st) is not None  # y laid out anew keeps its levels' count
+
+
+def add(b, x: np.ndarray, y: np.ndarray, out: np.ndarray, spread: bool = True) -> bool:
+    """Adds ``out = x @ y`` on the kernel where it :func:`suits`, split over kiln's threads
+    by products where ``spread`` (the caller's plan calls no BLAS: OpenBLAS's threads spin
+    for a while after each call, ``threads.BLAS_TIMEOUT``, on the core kiln's second thread
+    would take; the transformer encoder's ``p v`` took 490-520 us split right after a BLAS
+    product, 130-150 us elsewhere in the same step), else on the caller's thread. False
+    where it does not take it or does not build: the caller then runs
+    ``products.MatmulCall``."""
+    if not suits(x, y, out):
+        return False
+    lanes = target.current().vector_lanes
+    (m, k), n = x.shape[-2:], y.shape[-1]
+    if y.strides[-1] != 4:  # a transposed view (k^T): laid out for the kernel first
+        packed = np.empty(y.shape, np.float32)
+        b.add(np.copyto, (packed, y), label=f"{b.node.op}:pack")
+        y = packed
+    st = [tuple(s // 4 for s in a.strides) for a in (x, y, out)]
+    levels = _levels(x.shape[:-2], [s[:-2] for s in st])
+    assert levels is not None  # suits checked the same strides (y's pack keeps its count)
+    (outer, (ai, bi, ci)), (heads, (aj, bj, cj)) = levels
+    rows, vecs = block(m, n // lanes, lanes)
+    p = [m, k, n, heads, ai, aj, st[0][-2], st[0][-1], bi, bj, st[1][-2], ci, cj, st[2][-2]]
+    items = outer * heads
+    return native_split(b, f"batched_l{lanes}r{rows}v{vecs}", _make(lanes, rows, vecs),
+                        (_flat(out), _flat(x), _flat(y)), p, n=items,
+                        ranges=None if spread else [(0, items)],
+                        work=items * m * n * k, label=f"{b.node.op}:batched")
+
+
+def _make(lanes: int, rows: int, vecs: int) -> Callable[[str, str], str]:
+    def make(symbol: str, dtype: str) -> str:
+        return native_gemm.batched_ir(symbol, dtype, lanes, rows, vecs)
+    return make

@@ -1,0 +1,170 @@
+"""Batched small products on kiln's register-blocked kernel (gemm/native_batched.py) against
+the float64 product: one and two batch axes (an attention's samples and heads as strided
+views), a transposed ``B`` laid out first, a transposed ``A`` read in place, row tails and
+column blocks of 1-5 vectors, 16 and 8 lanes, one part or several (the same bits); the
+products it leaves to ``MatmulCall``; a plan that calls BLAS runs it on the caller's thread;
+and MultiHeadAttention trained on it against the reference backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cpu_targets import set_cpu
+from step_recorder import StepRecorder
+
+import kiln
+import kiln.ops as K
+from kiln.core.backends.cpu.codegen import native
+from kiln.core.backends.cpu.gemm import native_batched
+from kiln.core.backends.cpu.runtime import threads
+from kiln.core.backends.cpu.runtime.threads import SplitCall
+
+pytestmark = pytest.mark.skipif(not native.enabled(), reason="needs the native path")
+
+
+def _run(x, y, spread=True):
+    out = np.full(np.broadcast_shapes(x.shape[:-2], y.shape[:-2]) + (x.shape[-2], y.shape[-1]),
+                  np.nan, np.float32)
+    rec = StepRecorder()
+    assert native_batched.add(rec, x, y, out, spread=spread)
+    assert rec.steps[-1][2] == "test:batched"
+    rec.run()
+    return out, rec
+
+
+def _check(x, y, out):
+    want = np.matmul(x.astype(np.float64), y.astype(np.float64))
+    k = x.shape[-1]
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+
+
+# (batch, M, K, N): row tails (37, 5 rows), N of 1 to 5 vectors, K of 1 and 200
+SHAPES = [((6,), 64, 16, 64), ((5,), 37, 9, 16), ((3,), 5, 200, 80), ((2, 3), 20, 1, 48),
+          ((4,), 64, 64, 32)]
+
+
+@pytest.mark.parametrize("avx512", [True, False])
+@pytest.mark.parametrize("parts", [1, 2, 3])
+@pytest.mark.parametrize("batch, m, k, n", SHAPES)
+def test_contiguous_batches_match_the_float64_product(avx512, parts, batch, m, k, n,
+                                                      monkeypatch):
+    set_cpu(monkeypatch, avx512)
+    monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
+    lanes = 16 if avx512 else 8
+    n = n // lanes * lanes or lanes
+    rng = np.random.default_rng(m * k + n)
+    x = rng.normal(size=(*batch, m, k)).astype(np.float32)
+    y = rng.normal(size=(*batch, k, n)).astype(np.float32)
+    out, _ = _run(x, y)
+    _check(x, y, out)
+
+
+def _heads(rng, b=3, t=32, h=4, d=16):
+    """q, k (b, t, h, d) arrays: the layout of an attention layer's projections."""
+    return (rng.normal(size=(b, t, h, d)).astype(np.float32) for _ in range(2))
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_attention_views_two_batch_axes(parts, monkeypatch):
+    set_cpu(monkeypatch, True)
+    monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
+    rng = np.random.default_rng(1)
+    q, k = _heads(rng)
+    # q k^T per sample and head: B is k^T (unit stride along the inner axis): laid out first
+    scores, rec = _run(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 3, 1))
+    assert [s[2] for s in rec.steps] == ["test:pack", "test:batched"]
+    _check(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 3, 1), scores)
+    # p v with p contiguous and v a view; then p^T v (A transposed: read in place)
+    p = rng.normal(size=(3, 4, 32, 32)).astype(np.float32)
+    for a in (p, p.transpose(0, 1, 3, 2)):
+        got, rec = _run(a, q.transpose(0, 2, 1, 3))
+        assert len(rec.steps) == 1
+        _check(a, q.transpose(0, 2, 1, 3), got)
+
+
+def test_one_part_or_two_give_the_same_bits(monkeypatch):
+    set_cpu(monkeypatch, True)
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(7, 3, 40, 33)).astype(np.float32)
+    y = rng.normal(size=(7, 3, 33, 64)).astype(np.float32)
+    outs = []
+    for parts in (1, 2, 3):
+        monkeypatch.setattr(threads, "kernel_threads", lambda parts=parts: parts)
+        out, rec = _run(x, y)
+        assert isinstance(rec.steps[-1][0], SplitCall) == (parts > 1)
+        outs.append(out)
+    assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
+    serial, rec = _run(x, y, spread=False)  # a plan with BLAS calls: the caller's thread
+    assert not isinstance(rec.steps[-1][0], SplitCall) and np.array_equal(serial, outs[0])
+
+
+def test_the_products_it_leaves(monkeypatch):
+    set_cpu(monkeypatch, True)
+    rng = np.random.default_rng(3)
+
+    def arr(*shape, dtype=np.float32):
+        return rng.normal(size=shape).astype(dtype)
+
+    out = np.empty((4, 8, 16), np.float32)
+    assert native_batched.suits(arr(4, 8, 5), arr(4, 5, 16), out)
+    assert not native_batched.suits(arr(4, 8, 5), arr(4, 5, 20), np.empty((4, 8, 20),
+                                                                           np.float32))
+    assert not native_batched.suits(arr(8, 5), arr(5, 16), out[0])           # 2-D
+    assert not native_batched.suits(arr(1, 8, 5), arr(4, 5, 16), out)        # broadcast
+    assert not native_batched.suits(arr(4, 8, 5, dtype=np.float64),
+                                    arr(4, 5, 16, dtype=np.float64), out.astype(np.float64))
+    big = arr(2, 300, 4)
+    assert not native_batched.suits(big, arr(2, 4, 16), np.empty((2, 300, 16), np.float32))
+    # three batch axes of x that no stride folds (its first two swapped)
+    x = arr(3, 2, 4, 8, 5).transpose(1, 0, 2, 3, 4)
+    y = arr(2, 3, 4, 5, 16)
+    assert not native_batched.suits(x, y, np.empty((2, 3, 4, 8, 16), np.float32))
+    assert native_batched.suits(x.copy(), y, np.empty((2, 3, 4, 8, 16), np.float32))
+
+
+@pytest.mark.parametrize("m, vecs, lanes, block", [
+    (64, 4, 16, (4, 4)), (64, 1, 16, (16, 1)), (64, 2, 16, (8, 2)), (37, 1, 16, (24, 1)),
+    (30, 1, 8, (10, 1)), (64, 9, 16, (4, 4))])
+def test_block_shapes(m, vecs, lanes, block):
+    # the tallest block of at most 24 (16 lanes) / 12 (8 lanes) accumulators dividing m
+    assert native_batched.block(m, vecs, lanes) == block
+
+
+def _attention_model():
+    kiln.utils.set_random_seed(0)
+    inputs = kiln.Input((16, 32))
+    x = kiln.layers.MultiHeadAttention(4, 16)(inputs, inputs)
+    outputs = kiln.layers.Dense(3)(kiln.layers.GlobalAveragePooling1D()(x))
+    return kiln.Model(inputs, outputs)
+
+
+def test_multi_head_attention_trains_on_it_as_on_the_reference_backend(monkeypatch):
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(8, 16, 32)).astype(np.float32)
+    y = rng.normal(size=(8, 3)).astype(np.float32)
+    losses, weights = [], []
+    for backend in ("cpu", "reference"):
+        monkeypatch.setenv("KILN_BACKEND", backend)
+        model = _attention_model()
+        model.compile(kiln.optimizers.SGD(0.1), "mse")
+        losses.append(model.fit(x, y, batch_size=8, epochs=3, verbose=0).history["loss"])
+        weights.append([w.numpy() for w in model.weights])
+        if backend == "cpu":
+            labels = [s.label for s in model.train_function.program.plan([x, y]).steps]
+            assert sum(label == "matmul:batched" for label in labels) == 6, labels
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
+    for a, b in zip(*weights):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
+
+
+def test_a_plan_calling_blas_runs_it_on_the_callers_thread(monkeypatch):
+    monkeypatch.setattr(threads, "kernel_threads", lambda: 2)
+    px, py = kiln.placeholder((64, 48)), kiln.placeholder((6, 16, 16))
+    w = np.random.default_rng(5).normal(size=(48, 48)).astype(np.float32)
+    # a (64 x 48) @ (48 x 48) product that native_matmul does not take: BLAS's
+    fn = kiln.function([px, py], [K.matmul(px, K.constant(w)), K.matmul(py, py)])
+    feeds = [np.ones((64, 48), np.float32), np.ones((6, 16, 16), np.float32)]
+    plan = fn.program.plan(feeds)
+    step = next(s for s in plan.steps if s.label == "matmul:batched")
+    assert not isinstance(step.fn, SplitCall)
+    np.testing.assert_allclose(fn(*feeds)[1], np.full((6, 16, 16), 16.0))
