@@ -109,7 +109,6 @@ def test_the_products_it_leaves(monkeypatch):
     assert native_batched.suits(arr(4, 8, 5), arr(4, 5, 16), out)
     assert not native_batched.suits(arr(4, 8, 5), arr(4, 5, 20), np.empty((4, 8, 20),
                                                                            np.float32))
-    assert not native_batched.suits(arr(8, 5), arr(5, 16), out[0])           # 2-D
     assert not native_batched.suits(arr(1, 8, 5), arr(4, 5, 16), out)        # broadcast
     assert not native_batched.suits(arr(4, 8, 5, dtype=np.float64),
                                     arr(4, 5, 16, dtype=np.float64), out.astype(np.float64))
@@ -120,6 +119,34 @@ def test_the_products_it_leaves(monkeypatch):
     y = arr(2, 3, 4, 5, 16)
     assert not native_batched.suits(x, y, np.empty((2, 3, 4, 8, 16), np.float32))
     assert native_batched.suits(x.copy(), y, np.empty((2, 3, 4, 8, 16), np.float32))
+
+
+@pytest.mark.parametrize("avx512", [True, False])
+@pytest.mark.parametrize("parts", [1, 2])
+@pytest.mark.parametrize("m, k, n, a_t, b_t", [
+    (2048, 64, 64, False, False),  # a transformer's projection: 32 products of 64 rows
+    (64, 300, 48, True, False),    # a kernel gradient x.T @ d: A read transposed, 2 x 32 rows
+    (37, 5, 16, False, False),     # 37 rows: one product
+    (96, 64, 32, False, True),     # d @ W.T: B laid out first
+])
+def test_2d_products_cut_into_batches_of_rows(avx512, parts, m, k, n, a_t, b_t, monkeypatch):
+    set_cpu(monkeypatch, avx512)
+    monkeypatch.setattr(threads, "kernel_threads", lambda: parts)
+    rng = np.random.default_rng(m + k)
+    x = rng.normal(size=(k, m)).astype(np.float32).T if a_t else rng.normal(
+        size=(m, k)).astype(np.float32)
+    y = rng.normal(size=(n, k)).astype(np.float32).T if b_t else rng.normal(
+        size=(k, n)).astype(np.float32)
+    out, rec = _run(x, y)
+    assert ("test:pack" in [s[2] for s in rec.steps]) == b_t
+    _check(x, y, out)
+
+
+@pytest.mark.parametrize("m, rows", [(2048, 64), (64, 32), (32, 16), (96, 48), (37, 37),
+                                     (8, 4), (7, 7), (1, 1)])
+def test_chunk_rows(m, rows):
+    # the largest divisor up to 64 and half the rows (two products at least), 4 or more
+    assert native_batched.chunk(m) == rows
 
 
 @pytest.mark.parametrize("m, vecs, lanes, block", [
@@ -151,20 +178,43 @@ def test_multi_head_attention_trains_on_it_as_on_the_reference_backend(monkeypat
         weights.append([w.numpy() for w in model.weights])
         if backend == "cpu":
             labels = [s.label for s in model.train_function.program.plan([x, y]).steps]
-            assert sum(label == "matmul:batched" for label in labels) == 6, labels
+            # the attention's six products per step at least (and the projections')
+            assert sum(label == "matmul:batched" for label in labels) >= 6, labels
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
     for a, b in zip(*weights):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
 
 
+def _plan_steps(fn, feeds):
+    return {s.label: s for s in fn.program.plan(feeds).steps}
+
+
 def test_a_plan_calling_blas_runs_it_on_the_callers_thread(monkeypatch):
     monkeypatch.setattr(threads, "kernel_threads", lambda: 2)
-    px, py = kiln.placeholder((64, 48)), kiln.placeholder((6, 16, 16))
-    w = np.random.default_rng(5).normal(size=(48, 48)).astype(np.float32)
-    # a (64 x 48) @ (48 x 48) product that native_matmul does not take: BLAS's
+    px, py = kiln.placeholder((1024, 64)), kiln.placeholder((6, 16, 16))
+    w = np.random.default_rng(5).normal(size=(64, 40)).astype(np.float32)
+    # 40 columns (not whole vectors), 2.6 M multiply-adds: BLAS's product, on its threads
     fn = kiln.function([px, py], [K.matmul(px, K.constant(w)), K.matmul(py, py)])
-    feeds = [np.ones((64, 48), np.float32), np.ones((6, 16, 16), np.float32)]
-    plan = fn.program.plan(feeds)
-    step = next(s for s in plan.steps if s.label == "matmul:batched")
-    assert not isinstance(step.fn, SplitCall)
+    feeds = [np.ones((1024, 64), np.float32), np.ones((6, 16, 16), np.float32)]
+    steps = _plan_steps(fn, feeds)
+    assert "matmul" in steps and not isinstance(steps["matmul:batched"].fn, SplitCall)
     np.testing.assert_allclose(fn(*feeds)[1], np.full((6, 16, 16), 16.0))
+
+
+@pytest.mark.parametrize("head_columns, blas", [(3, False), (40, True)])
+def test_a_small_head_product_leaves_a_plan_free_of_blas(head_columns, blas, monkeypatch):
+    # a batch of products on the kernel, then a head of 120 rows: with 3 columns (23,040
+    # multiply-adds, under 4 x 65,536) NumPy's OpenBLAS computes it on the calling thread (no
+    # threads to spin), so the plan's kernels split; with 40 (307,200) BLAS's threads wake:
+    # the batch then runs on the caller's thread
+    monkeypatch.setattr(threads, "kernel_threads", lambda: 2)
+    rng = np.random.default_rng(6)
+    px = kiln.placeholder((120, 4, 64, 64))
+    w = rng.normal(size=(64, head_columns)).astype(np.float32)
+    fn = kiln.function([px], K.matmul(K.mean(K.matmul(px, px), axis=(1, 2)), K.constant(w)))
+    x = rng.normal(size=(120, 4, 64, 64)).astype(np.float32)
+    steps = _plan_steps(fn, [x])
+    assert isinstance(steps["matmul:batched"].fn, SplitCall) == (not blas)
+    x64 = x.astype(np.float64)
+    want = np.matmul(x64, x64).mean(axis=(1, 2)) @ w
+    np.testing.assert_allclose(fn(x), want, rtol=1e-4, atol=1e-4)

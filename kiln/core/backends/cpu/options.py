@@ -59,7 +59,9 @@ class CpuOptions:
     early_pack: bool = True  # a d @ W.T product's W.T packed once per step (kernels/linalg.py)
     # ---- batched products with small matrices (gemm/native_batched.py) ----
     native_batched: bool = True  # kiln's kernel for batches of products (an attention's heads)
-    batched_max_edge: int = 256  # a larger M, K or N: the batch stays OpenBLAS's / NumPy's
+    batched_max_edge: int = 256  # a larger M or N: the batch stays OpenBLAS's / NumPy's
+    batched_max_inner: int = 2048  # ... or a longer inner dimension K
+    batched_max_work: int = 1 << 23  # ... or more multiply-adds a product (no cache blocking)
     # ---- products of <= 4 rows in plans without updates (gemm/native_gemv.py) ----
     native_gemv: bool = True  # kiln's own row-vector product kernel (serving)
     gemv_split_work: int = 1 << 18  # multiply-adds from which its inner dimension splits

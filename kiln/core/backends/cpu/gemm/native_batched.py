@@ -1,20 +1,25 @@
 """Batches of small float32 products ``C[..] = A[..] @ B[..]`` with batch axes (an attention
-layer's ``q k^T`` and ``p v`` per sample and head, and their gradients) on kiln's
-register-blocked kernel (``native_gemm.batched_ir``), split over kiln's threads by products
-(docs/architecture.md, "Dense products").
+layer's ``q k^T`` and ``p v`` per sample and head, and their gradients), and the 2-D products
+of plans whose every product is kiln's, on kiln's register-blocked kernel
+(``native_gemm.batched_ir``), split over kiln's threads by products (docs/architecture.md,
+"Dense products"; measurements in docs/performance.md, "Batched products").
 
-Before it, such a product with two batch axes went to ``np.matmul``, which OpenBLAS cannot
-take as one batch (the heads of ``(B, T, N, H)`` viewed as ``(B, N, T, H)`` have no single
-batch stride) and runs one product at a time on one thread: the transformer encoder of the
-suite (64 x 16 x 64 and 64 x 64 x 16 products, 128 a call) spent 180-320 us a call there, 1.5
-ms of its 13 ms step per block, where MKL's ``torch.bmm`` takes ~60 us (2-core Emerald
-Rapids; docs/performance.md, "Batched products").
+Before it, a product with two batch axes went to ``np.matmul``: OpenBLAS cannot take it as
+one batch (the heads of ``(B, T, N, H)`` viewed as ``(B, N, T, H)`` have no single batch
+stride), and NumPy ran one product at a time on one thread. The suite's transformer encoder
+(64 x 16 x 64 and 64 x 64 x 16 products, 128 a call) spent 180-320 us a call there, 1.5 ms
+of its 13 ms step per block, where MKL's ``torch.bmm`` takes ~60 us (2-core Emerald Rapids).
 
-:func:`add` takes the product where ``B`` is unit-stride along its columns (else it is first
-copied so: a ``k^T`` view), ``C`` too, the columns a multiple of the vector's lanes and the
-batch axes the same on all three (no broadcasting), foldable into at most two strides.
-``A`` is read in place through its strides (a ``p^T`` view is no copy). Each product is
-computed by one thread in one order: the same bits however many threads.
+:func:`suits` takes a product where ``B`` is unit-stride along its columns (else it is first
+copied so: a ``k^T`` or ``W^T`` view), ``C`` too, the columns a multiple of the vector's
+lanes, the batch axes the same on all three (no broadcasting) and foldable into at most two
+strides, each product at most ``batched_max_edge`` rows and columns, ``batched_max_inner``
+deep and ``batched_max_work`` multiply-adds (``options.CpuOptions``: the kernel has no cache
+blocking; past those OpenBLAS's packing wins: (4096 x 128)^T @ (4096 x 128) 0.48x, (1024 x
+4096) @ (4096 x 256) 0.23x its speed). A 2-D product is cut into a batch of :func:`chunk`
+rows of ``A`` sharing ``B`` (batch stride 0). ``A`` is read in place through its strides (a
+``p^T`` or ``x^T`` view is no copy). Each product is computed by one thread in one order:
+the same bits however many threads.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from kiln.core.backends.cpu.runtime.parts import native_split
 # the rest hold B's vectors and a broadcast), and the widest block in vectors
 ACCUMULATORS = {16: 24, 8: 12}
 MAX_VECS = 4
+CHUNK = 64  # rows of a 2-D product's A per product of its batch (:func:`chunk`)
 
 
 def block(m: int, n_vecs: int, lanes: int) -> tuple[int, int]:
@@ -67,21 +73,50 @@ def _levels(batch: tuple[int, ...], strides: list[tuple[int, ...]]) -> list[tupl
     return levels
 
 
+def chunk(m: int) -> int:
+    """Rows of a 2-D product's ``A`` per product of the batch it is cut into: the largest
+    divisor of ``m`` up to :data:`CHUNK` and half of ``m`` (two parts at least), 4 or more;
+    else ``m`` (one product)."""
+    for d in range(min(CHUNK, m // 2), 3, -1):
+        if m % d == 0:
+            return d
+    return m
+
+
+def _as_batch(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> tuple:
+    """A 2-D product ``out = x @ y`` as a batch: ``x`` and ``out`` cut into :func:`chunk`
+    rows each, ``y`` the same for every product (batch stride 0); batches unchanged."""
+    if x.ndim != 2:
+        return x, y, out
+    m, c = x.shape[0], chunk(x.shape[0])
+
+    def cut(a: np.ndarray) -> np.ndarray:
+        return np.lib.stride_tricks.as_strided(
+            a, (m // c, c, a.shape[1]), (c * a.strides[0], *a.strides), writeable=a is out)
+
+    return cut(x), np.lib.stride_tricks.as_strided(y, (m // c, *y.shape), (0, *y.strides),
+                                                   writeable=False), cut(out)
+
+
 def suits(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> bool:
-    """Whether ``out = x @ y`` (batched: ``x.ndim >= 3``) runs on the kernel (see the module
-    docstring)."""
+    """Whether ``out = x @ y`` runs on the kernel (see the module docstring): a batch, or a
+    2-D product (``linalg`` asks only in plans without BLAS calls)."""
     lanes, opts = target.current().vector_lanes, options.current()
     arrays = (x, y, out)
-    if (not opts.native_batched or not native.enabled() or x.ndim < 3
+    if (not opts.native_batched or not native.enabled() or x.ndim < 2
             or not x.ndim == y.ndim == out.ndim
             or any(a.dtype != np.float32 for a in arrays)
             or not x.shape[:-2] == y.shape[:-2] == out.shape[:-2]
             or any(a.size == 0 or min(a.strides) < 0 for a in arrays)
             or out.strides[-1] != 4 or y.shape[-1] % lanes
-            or max(*x.shape[-2:], y.shape[-1]) > opts.batched_max_edge):
+            or max(x.shape[-2] if x.ndim > 2 else chunk(x.shape[0]), y.shape[-1])
+            > opts.batched_max_edge or x.shape[-1] > opts.batched_max_inner):
         return False
-    st = [tuple(s // 4 for s in a.strides[:-2]) for a in arrays]
-    return _levels(x.shape[:-2], st) is not None  # y laid out anew keeps its levels' count
+    xb, yb, ob = _as_batch(x, y, out)
+    if xb.shape[-2] * xb.shape[-1] * yb.shape[-1] > opts.batched_max_work:
+        return False
+    st = [tuple(s // 4 for s in a.strides[:-2]) for a in (xb, yb, ob)]
+    return _levels(xb.shape[:-2], st) is not None  # y laid out anew keeps its levels' count
 
 
 def add(b, x: np.ndarray, y: np.ndarray, out: np.ndarray, spread: bool = True) -> bool:
@@ -95,11 +130,12 @@ def add(b, x: np.ndarray, y: np.ndarray, out: np.ndarray, spread: bool = True) -
     if not suits(x, y, out):
         return False
     lanes = target.current().vector_lanes
-    (m, k), n = x.shape[-2:], y.shape[-1]
-    if y.strides[-1] != 4:  # a transposed view (k^T): laid out for the kernel first
+    if y.strides[-1] != 4:  # a transposed view (k^T, W^T): laid out for the kernel first
         packed = np.empty(y.shape, np.float32)
         b.add(np.copyto, (packed, y), label=f"{b.node.op}:pack")
         y = packed
+    x, y, out = _as_batch(x, y, out)
+    (m, k), n = x.shape[-2:], y.shape[-1]
     st = [tuple(s // 4 for s in a.strides) for a in (x, y, out)]
     levels = _levels(x.shape[:-2], [s[:-2] for s in st])
     assert levels is not None  # suits checked the same strides (y's pack keeps its count)

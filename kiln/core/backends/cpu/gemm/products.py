@@ -187,8 +187,10 @@ def products_native(b) -> bool:
     (``threads.BLAS_TIMEOUT``), and a kernel on kiln's threads in that window shares a core
     with the spin: in an MLP training step whose input gradients and updates stayed
     OpenBLAS's, running only the forward products on the kernel made the step 1.2x slower.
-    A plan that calls no BLAS (a Dense stack's ``predict`` and training step) has no such
-    spin (docs/architecture.md, "Dense products")."""
+    A plan that calls no BLAS (a Dense stack's ``predict`` and training step, a transformer
+    block's, whose batches and 2-D products take ``native_batched``) has no such spin
+    (docs/architecture.md, "Dense products"); a product too small to wake BLAS's threads
+    (:func:`few_threads`: a classifier head) does not count."""
     known = b.cache.get("products_native")
     if known is None:
         known = True
@@ -202,12 +204,24 @@ def products_native(b) -> bool:
                 if xn.ndim == 2 and yn.ndim == 2 and 1 in (xn.shape[1], yn.shape[1]):
                     continue  # the outer product and matrix-vector loops: no BLAS
                 x, y, out = operands(b, node)
-                known = (native_batched.suits(x, y, out) if x.ndim >= 3 else
-                         y.ndim == 2 and native_matmul.suits(x, y, out, packed=True))
+                if x.ndim == 2 and y.ndim == 2 and few_threads(x, y):
+                    continue
+                known = native_batched.suits(x, y, out) or (
+                    x.ndim == y.ndim == 2 and native_matmul.suits(x, y, out, packed=True))
             if not known:
                 break
         b.cache["products_native"] = known
     return known
+
+
+def few_threads(x: Any, y: Any) -> bool:
+    """Whether the 2-D product ``x @ y`` is too small to wake BLAS's threads: under
+    ``blas_placed_min_work`` multiply-adds it runs on ``np.matmul`` (:func:`blas.prepare`),
+    and NumPy's OpenBLAS computes a product of under 4 x 65,536 multiply-adds on the calling
+    thread (its ``GEMM_MULTITHREAD_THRESHOLD``): a classifier head's, beside a transformer's
+    products on kiln's kernel."""
+    work = x.shape[0] * x.shape[1] * y.shape[1]
+    return work < min(options.current().blas_placed_min_work, 4 * 65536)
 
 
 def operands(b, node: Node) -> tuple:

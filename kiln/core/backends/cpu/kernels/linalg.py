@@ -44,7 +44,10 @@ def build_matmul(b, node: Node) -> None:
         return
     if x.ndim == 2 and y.ndim == 2 and few_rows(b, node, x, y, out):
         return
-    if x.ndim >= 3 and native_batched.add(b, x, y, out, spread=products.products_native(b)):
+    # batches on the register-blocked kernel in any plan (split in plans without BLAS
+    # calls), 2-D products there only in plans whose every product is kiln's
+    native = products.products_native(b)
+    if (x.ndim >= 3 or native) and native_batched.add(b, x, y, out, spread=native):
         return
     b.add(products.MatmulCall(), (x, y, out))
 
