@@ -351,3 +351,35 @@ def test_move_off_narrows_a_threads_cpus_and_reports_a_gone_one():
         time.sleep(0.01)
     if len(_ALLOWED) >= 2:  # the thread has ended: reported, so that its owner finds anew
         assert not threads.move_off([(tids[0], frozenset(_ALLOWED))], min(_ALLOWED))
+
+
+def test_row_reductions_split_like_plain_loops_in_a_plan_without_blas(monkeypatch, cpu_options):
+    # a softmax gradient's row sums (each part reduces whole rows: nothing to combine) split
+    # from spin_min_bytes as a plain loop does; a reduction over the split axis (a bias
+    # gradient's column sums) keeps parallel_min_bytes: its partials need a combining step
+    from kiln.core.backends.cpu.runtime import parts
+    from kiln.core.backends.cpu.runtime.threads import SplitCall
+
+    if parts.engine() != "spin":
+        pytest.skip("the spin engine's threshold (x86-64 Linux)")
+    cpu_options(spin_min_bytes=0, serial_work=0, race=False)
+    rng = np.random.default_rng(2)
+    p, g = (rng.random((96, 40)).astype("float32") for _ in range(2))
+    pp, pg = kiln.placeholder(p.shape), kiln.placeholder(g.shape)
+    rows = pp * (pg - K.sum(pg * pp, axis=-1, keepdims=True))
+    cols = K.sum(pg * pp, axis=0)
+    results = {}
+    for n in (1, 2):
+        monkeypatch.setenv("KILN_NUM_THREADS", str(n))
+        for name, out in (("rows", rows), ("cols", cols)):
+            f = kiln.function([pp, pg], out)
+            results[name, n] = f(p, g)
+            (step, *_) = _plan_steps(f)
+            assert step.label == "fused[mul,sum]"
+            assert isinstance(step.fn, SplitCall) == (n == 2 and name == "rows")
+    for name in ("rows", "cols"):
+        assert np.array_equal(results[name, 1], results[name, 2])
+    p64, g64 = p.astype(np.float64), g.astype(np.float64)
+    np.testing.assert_allclose(results["rows", 2], p64 * (g64 - (g64 * p64).sum(-1, keepdims=True)),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(results["cols", 2], (g64 * p64).sum(0), rtol=1e-5)

@@ -270,9 +270,10 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
     d = nest.padded
     ranges = [(0, 1)]
     if d < nest.rank and nest.sizes[d] > 1 and workers.count() > 1:
+        disjoint = red is None or nest.strides[0][d] != 0  # (a row reduction's parts too)
         ranges = workers.split(nest.sizes[d],
                                work=size * _bytes_per_element(out, extras, ins, classes),
-                               min_work=_min_bytes(b, kernel, red is None))
+                               min_work=_min_bytes(b, kernel, disjoint))
     if len(ranges) > 1:
         parts = [_part(p, nest.rank, len(ins), len(extras), d, lo, hi, red is not None,
                        len(reductions)) for lo, hi in ranges]
@@ -290,10 +291,12 @@ def emit_loop(b, program: tuple, ins: list[Operand], out: Operand, name: str,
 
 def _min_bytes(b, kernel, plain: bool) -> int:
     """The bytes a loop moves from which its threads split it: ``spin_min_bytes`` for a
-    native loop without a reduction in a plan without BLAS calls (its parts go to the spin
-    pool: a trivial kernel split in two takes 4.0 us a call there, its two parts one after
-    the other 2.7; and no OpenBLAS thread spins on the other core:
-    ``gemm.products.products_native``), else ``parallel_min_bytes`` (options.CpuOptions)."""
+    native loop whose parts write disjoint outputs (``plain``: no reduction, or one along
+    the other axes, a softmax gradient's or a layer norm's rows: no partials to combine) in
+    a plan without BLAS calls (its parts go to the spin pool: a trivial kernel split in two
+    takes 4.0 us a call there, its two parts one after the other 2.7; and no OpenBLAS thread
+    spins on the other core: ``gemm.products.products_native``), else
+    ``parallel_min_bytes`` (options.CpuOptions)."""
     opts = options.current()
     if (plain and workers.engine() == "spin" and isinstance(kernel, native.NativeKernel)
             and products.products_native(b)):
