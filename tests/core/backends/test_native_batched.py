@@ -142,11 +142,36 @@ def test_2d_products_cut_into_batches_of_rows(avx512, parts, m, k, n, a_t, b_t, 
     _check(x, y, out)
 
 
-@pytest.mark.parametrize("m, rows", [(2048, 64), (64, 32), (32, 16), (96, 48), (37, 37),
-                                     (8, 4), (7, 7), (1, 1)])
-def test_chunk_rows(m, rows):
-    # the largest divisor up to 64 and half the rows (two products at least), 4 or more
-    assert native_batched.chunk(m) == rows
+@pytest.mark.parametrize("m, block, rows", [
+    (2048, 4, 64), (64, 4, 32), (32, 16, 16), (96, 16, 48), (300, 4, 60), (300, 8, 60),
+    (320, 16, 64),
+    (37, 4, 37), (8, 4, 4), (7, 4, 7), (1, 4, 1)])
+def test_chunk_rows(m, block, rows):
+    # the largest divisor up to 64 and half the rows (two products at least), 4 or more, a
+    # multiple of the block's rows where one is
+    assert native_batched.chunk(m, block) == rows
+
+
+def test_a_2d_products_kernel_does_not_depend_on_its_rows(monkeypatch):
+    # a new batch size must not compile a new kernel: the block is the columns' choice
+    names = []
+    real = native_batched.native_split
+
+    def record(b, name, *args, **kwargs):
+        names.append(name)
+        return real(b, name, *args, **kwargs)
+
+    monkeypatch.setattr(native_batched, "native_split", record)
+    for avx512 in (True, False):
+        set_cpu(monkeypatch, avx512)
+        lanes = 16 if avx512 else 8
+        del names[:]
+        for m in (16, 20, 64, 300, 301, 2048):
+            x = np.random.default_rng(m).normal(size=(m, 6)).astype(np.float32)
+            y = np.ones((6, 2 * lanes), np.float32)
+            out, _ = _run(x, y)
+            _check(x, y, out)
+        assert len(set(names)) == 1, names
 
 
 @pytest.mark.parametrize("m, vecs, lanes, block", [
@@ -192,8 +217,8 @@ def _plan_steps(fn, feeds):
 def test_a_plan_calling_blas_runs_it_on_the_callers_thread(monkeypatch):
     monkeypatch.setattr(threads, "kernel_threads", lambda: 2)
     px, py = kiln.placeholder((1024, 64)), kiln.placeholder((6, 16, 16))
-    w = np.random.default_rng(5).normal(size=(64, 40)).astype(np.float32)
-    # 40 columns (not whole vectors), 2.6 M multiply-adds: BLAS's product, on its threads
+    w = np.random.default_rng(5).normal(size=(64, 36)).astype(np.float32)
+    # 36 columns (not whole vectors of 8 or 16), 2.4 M multiply-adds: BLAS's, on its threads
     fn = kiln.function([px, py], [K.matmul(px, K.constant(w)), K.matmul(py, py)])
     feeds = [np.ones((1024, 64), np.float32), np.ones((6, 16, 16), np.float32)]
     steps = _plan_steps(fn, feeds)
@@ -201,11 +226,11 @@ def test_a_plan_calling_blas_runs_it_on_the_callers_thread(monkeypatch):
     np.testing.assert_allclose(fn(*feeds)[1], np.full((6, 16, 16), 16.0))
 
 
-@pytest.mark.parametrize("head_columns, blas", [(3, False), (40, True)])
+@pytest.mark.parametrize("head_columns, blas", [(3, False), (36, True)])
 def test_a_small_head_product_leaves_a_plan_free_of_blas(head_columns, blas, monkeypatch):
     # a batch of products on the kernel, then a head of 120 rows: with 3 columns (23,040
     # multiply-adds, under 4 x 65,536) NumPy's OpenBLAS computes it on the calling thread (no
-    # threads to spin), so the plan's kernels split; with 40 (307,200) BLAS's threads wake:
+    # threads to spin), so the plan's kernels split; with 36 (276,480) BLAS's threads wake:
     # the batch then runs on the caller's thread
     monkeypatch.setattr(threads, "kernel_threads", lambda: 2)
     rng = np.random.default_rng(6)

@@ -73,14 +73,21 @@ def _levels(batch: tuple[int, ...], strides: list[tuple[int, ...]]) -> list[tupl
     return levels
 
 
-def chunk(m: int) -> int:
+def block_2d(n_vecs: int, lanes: int) -> tuple[int, int]:
+    """(rows, vectors) of a 2-D product's block: fixed by its columns alone (16 accumulators
+    with AVX-512, 8 without), never by its rows, so that a new batch size compiles no new
+    kernel (``test_cpu_jit.py``)."""
+    vecs = max(1, min(n_vecs, MAX_VECS))
+    return max(1, (16 if lanes == 16 else 8) // vecs), vecs
+
+
+def chunk(m: int, rows: int = 1) -> int:
     """Rows of a 2-D product's ``A`` per product of the batch it is cut into: the largest
-    divisor of ``m`` up to :data:`CHUNK` and half of ``m`` (two parts at least), 4 or more;
+    divisor of ``m`` up to :data:`CHUNK` and half of ``m`` (two parts at least), 4 or more,
+    a multiple of the block's ``rows`` where one is (else its last rows run one at a time);
     else ``m`` (one product)."""
-    for d in range(min(CHUNK, m // 2), 3, -1):
-        if m % d == 0:
-            return d
-    return m
+    found = [d for d in range(min(CHUNK, m // 2), 3, -1) if m % d == 0]
+    return next((d for d in found if d % rows == 0), found[0] if found else m)
 
 
 def _as_batch(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> tuple:
@@ -88,7 +95,9 @@ def _as_batch(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> tuple:
     rows each, ``y`` the same for every product (batch stride 0); batches unchanged."""
     if x.ndim != 2:
         return x, y, out
-    m, c = x.shape[0], chunk(x.shape[0])
+    m = x.shape[0]
+    c = chunk(m, block_2d(y.shape[1] // target.current().vector_lanes,
+                          target.current().vector_lanes)[0])
 
     def cut(a: np.ndarray) -> np.ndarray:
         return np.lib.stride_tricks.as_strided(
@@ -109,10 +118,11 @@ def suits(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> bool:
             or not x.shape[:-2] == y.shape[:-2] == out.shape[:-2]
             or any(a.size == 0 or min(a.strides) < 0 for a in arrays)
             or out.strides[-1] != 4 or y.shape[-1] % lanes
-            or max(x.shape[-2] if x.ndim > 2 else chunk(x.shape[0]), y.shape[-1])
-            > opts.batched_max_edge or x.shape[-1] > opts.batched_max_inner):
+            or y.shape[-1] > opts.batched_max_edge or x.shape[-1] > opts.batched_max_inner):
         return False
     xb, yb, ob = _as_batch(x, y, out)
+    if xb.shape[-2] > opts.batched_max_edge:
+        return False
     if xb.shape[-2] * xb.shape[-1] * yb.shape[-1] > opts.batched_max_work:
         return False
     st = [tuple(s // 4 for s in a.strides[:-2]) for a in (xb, yb, ob)]
@@ -134,13 +144,14 @@ def add(b, x: np.ndarray, y: np.ndarray, out: np.ndarray, spread: bool = True) -
         packed = np.empty(y.shape, np.float32)
         b.add(np.copyto, (packed, y), label=f"{b.node.op}:pack")
         y = packed
+    flat = x.ndim == 2
     x, y, out = _as_batch(x, y, out)
     (m, k), n = x.shape[-2:], y.shape[-1]
     st = [tuple(s // 4 for s in a.strides) for a in (x, y, out)]
     levels = _levels(x.shape[:-2], [s[:-2] for s in st])
     assert levels is not None  # suits checked the same strides (y's pack keeps its count)
     (outer, (ai, bi, ci)), (heads, (aj, bj, cj)) = levels
-    rows, vecs = block(m, n // lanes, lanes)
+    rows, vecs = block_2d(n // lanes, lanes) if flat else block(m, n // lanes, lanes)
     p = [m, k, n, heads, ai, aj, st[0][-2], st[0][-1], bi, bj, st[1][-2], ci, cj, st[2][-2]]
     items = outer * heads
     return native_split(b, f"batched_l{lanes}r{rows}v{vecs}", _make(lanes, rows, vecs),
