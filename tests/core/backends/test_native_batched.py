@@ -174,12 +174,19 @@ def test_a_2d_products_kernel_does_not_depend_on_its_rows(monkeypatch):
         assert len(set(names)) == 1, names
 
 
-@pytest.mark.parametrize("m, vecs, lanes, block", [
-    (64, 4, 16, (4, 4)), (64, 1, 16, (16, 1)), (64, 2, 16, (8, 2)), (37, 1, 16, (24, 1)),
-    (30, 1, 8, (10, 1)), (64, 9, 16, (4, 4))])
-def test_block_shapes(m, vecs, lanes, block):
-    # the tallest block of at most 24 (16 lanes) / 12 (8 lanes) accumulators dividing m
-    assert native_batched.block(m, vecs, lanes) == block
+@pytest.mark.parametrize("vecs, lanes, block", [
+    (4, 16, (4, 4)), (1, 16, (16, 1)), (2, 16, (8, 2)), (9, 16, (4, 4)), (1, 8, (8, 1)),
+    (2, 8, (4, 2))])
+def test_block_shapes(vecs, lanes, block):
+    # 16 accumulators of 32 registers (AVX-512), 8 of 16 (AVX2): the columns' choice alone
+    assert native_batched.block(vecs, lanes) == block
+
+
+def test_overlapping_operands_are_left_to_matmul_call(monkeypatch):
+    set_cpu(monkeypatch, True)
+    buf = np.random.default_rng(8).normal(size=(4, 16, 16)).astype(np.float32)
+    assert not native_batched.suits(buf, buf, buf)  # out is an operand
+    assert native_batched.suits(buf, buf, np.empty_like(buf))
 
 
 def _attention_model():

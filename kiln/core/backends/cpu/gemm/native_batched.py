@@ -36,21 +36,9 @@ from kiln.core.backends.cpu.runtime.parts import native_split
 
 # accumulators a block keeps in registers (of 32 vector registers with AVX-512, 16 without:
 # the rest hold B's vectors and a broadcast), and the widest block in vectors
-ACCUMULATORS = {16: 24, 8: 12}
+ACCUMULATORS = {16: 16, 8: 8}
 MAX_VECS = 4
 CHUNK = 64  # rows of a 2-D product's A per product of its batch (:func:`chunk`)
-
-
-def block(m: int, n_vecs: int, lanes: int) -> tuple[int, int]:
-    """(rows, vectors) of a block: as many vectors as the columns have (at most
-    :data:`MAX_VECS`), and the tallest block the accumulators allow that divides ``m`` (rows
-    past the last block run one at a time, a single chain of FMAs each), at least 2."""
-    vecs = max(1, min(n_vecs, MAX_VECS))
-    tallest = max(1, ACCUMULATORS.get(lanes, 12) // vecs)
-    for rows in range(min(tallest, m), 1, -1):
-        if m % rows == 0:
-            return rows, vecs
-    return tallest, vecs
 
 
 def _levels(batch: tuple[int, ...], strides: list[tuple[int, ...]]) -> list[tuple] | None:
@@ -73,12 +61,14 @@ def _levels(batch: tuple[int, ...], strides: list[tuple[int, ...]]) -> list[tupl
     return levels
 
 
-def block_2d(n_vecs: int, lanes: int) -> tuple[int, int]:
-    """(rows, vectors) of a 2-D product's block: fixed by its columns alone (16 accumulators
-    with AVX-512, 8 without), never by its rows, so that a new batch size compiles no new
-    kernel (``test_cpu_jit.py``)."""
+def block(n_vecs: int, lanes: int) -> tuple[int, int]:
+    """(rows, vectors) of a block: as many vectors as the columns have (at most
+    :data:`MAX_VECS`) and rows for :data:`ACCUMULATORS` accumulators; fixed by the columns
+    alone, never by the rows, so that a new batch size compiles no new kernel
+    (``test_cpu_jit.py``; rows past the last block run one at a time, a single chain of FMAs
+    each: :func:`chunk` cuts a 2-D product's rows into multiples of the block)."""
     vecs = max(1, min(n_vecs, MAX_VECS))
-    return max(1, (16 if lanes == 16 else 8) // vecs), vecs
+    return max(1, ACCUMULATORS.get(lanes, 8) // vecs), vecs
 
 
 def chunk(m: int, rows: int = 1) -> int:
@@ -96,8 +86,8 @@ def _as_batch(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> tuple:
     if x.ndim != 2:
         return x, y, out
     m = x.shape[0]
-    c = chunk(m, block_2d(y.shape[1] // target.current().vector_lanes,
-                          target.current().vector_lanes)[0])
+    lanes = target.current().vector_lanes
+    c = chunk(m, block(y.shape[1] // lanes, lanes)[0])
 
     def cut(a: np.ndarray) -> np.ndarray:
         return np.lib.stride_tricks.as_strided(
@@ -117,8 +107,10 @@ def suits(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> bool:
             or any(a.dtype != np.float32 for a in arrays)
             or not x.shape[:-2] == y.shape[:-2] == out.shape[:-2]
             or any(a.size == 0 or min(a.strides) < 0 for a in arrays)
-            or out.strides[-1] != 4 or y.shape[-1] % lanes
+            or not out.flags.c_contiguous or y.shape[-1] % lanes
             or y.shape[-1] > opts.batched_max_edge or x.shape[-1] > opts.batched_max_inner):
+        return False
+    if np.shares_memory(out, x) or np.shares_memory(out, y):
         return False
     xb, yb, ob = _as_batch(x, y, out)
     if xb.shape[-2] > opts.batched_max_edge:
@@ -140,24 +132,29 @@ def add(b, x: np.ndarray, y: np.ndarray, out: np.ndarray, spread: bool = True) -
     if not suits(x, y, out):
         return False
     lanes = target.current().vector_lanes
+    source = packed = None
     if y.strides[-1] != 4:  # a transposed view (k^T, W^T): laid out for the kernel first
-        packed = np.empty(y.shape, np.float32)
-        b.add(np.copyto, (packed, y), label=f"{b.node.op}:pack")
-        y = packed
-    flat = x.ndim == 2
+        source = y
+        y = packed = np.empty(y.shape, np.float32)
     x, y, out = _as_batch(x, y, out)
     (m, k), n = x.shape[-2:], y.shape[-1]
     st = [tuple(s // 4 for s in a.strides) for a in (x, y, out)]
     levels = _levels(x.shape[:-2], [s[:-2] for s in st])
     assert levels is not None  # suits checked the same strides (y's pack keeps its count)
     (outer, (ai, bi, ci)), (heads, (aj, bj, cj)) = levels
-    rows, vecs = block_2d(n // lanes, lanes) if flat else block(m, n // lanes, lanes)
+    rows, vecs = block(n // lanes, lanes)
     p = [m, k, n, heads, ai, aj, st[0][-2], st[0][-1], bi, bj, st[1][-2], ci, cj, st[2][-2]]
     items = outer * heads
-    return native_split(b, f"batched_l{lanes}r{rows}v{vecs}", _make(lanes, rows, vecs),
+    at = len(b.steps)
+    if not native_split(b, f"batched_l{lanes}r{rows}v{vecs}", _make(lanes, rows, vecs),
                         (_flat(out), _flat(x), _flat(y)), p, n=items,
                         ranges=None if spread else [(0, items)],
-                        work=items * m * n * k, label=f"{b.node.op}:batched")
+                        work=items * m * n * k, label=f"{b.node.op}:batched"):
+        return False  # nothing added: the caller's MatmulCall reads the view itself
+    if packed is not None:  # the layout step goes before the product, once it is known to run
+        b.add(np.copyto, (packed, source), label=f"{b.node.op}:pack")
+        b.steps.insert(at, b.steps.pop())
+    return True
 
 
 def _make(lanes: int, rows: int, vecs: int) -> Callable[[str, str], str]:
