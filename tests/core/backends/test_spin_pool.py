@@ -266,3 +266,83 @@ def test_a_waiting_worker_never_yields_its_core():
     assert "syscall(i64 202" in worker  # futex wait after the spin
     assert f"icmp ugt i64 %n1, {spin_pool.POLL_PAUSES}" in caller
     assert spin_pool.POLL_PAUSES >= 1 << 16
+
+
+def _argv_rows(fn: threads.SplitCall, args: tuple, module: dict):
+    """The ctypes argument rows of the step's parts for the dispatcher (kernel address, then
+    the part's arrays' data pointers) and the trampoline for their count."""
+    import ctypes
+
+    addr, n = spin_pool.kernel_of(fn.entry)
+    rows = [(ctypes.c_void_p * (n + 1))(addr, *[x.ctypes.data for x in fn.change(args, k)])
+            for k in range(fn.parts)]
+    argvs = (ctypes.c_void_p * len(rows))(*[ctypes.addressof(r) for r in rows])
+    return rows, argvs, module["addr"][f"call{n}"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_parts_no_worker_claims_run_on_the_caller():
+    # a worker that does not get a core (another process's threads hold them) must not hold
+    # up the call: the caller runs every part no worker claimed. Here a pool's memory with
+    # no worker at all: the dispatcher runs every part itself, instead of waiting forever
+    import ctypes
+
+    fn, args, a, b, out = _product(seed=8)
+    fn(*args)
+    _serial(fn, args)
+    ref = out.copy()
+    module = spin_pool.POOL.module
+    lines = fn.parts + 1
+    raw = np.zeros((lines + 1) * spin_pool.SLOT, np.uint8)
+    pool = raw.ctypes.data + (-raw.ctypes.data) % spin_pool.SLOT
+    rows, argvs, tramp = _argv_rows(fn, args, module)
+    run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                           ctypes.c_void_p)(module["addr"]["run"])
+    fields = ctypes.c_int32 * 4  # seq, done, sleeping, taken
+
+    def child() -> bool:
+        out[:] = np.nan
+        run(pool, fn.parts, tramp, argvs)
+        slots = [list(fields.from_address(pool + k * spin_pool.SLOT))
+                 for k in range(1, fn.parts)]
+        return np.array_equal(out, ref) and all(s == [1, 1, 0, 1] for s in slots)
+
+    assert fn.parts >= 2
+    _in_child(child, 30, "a split call waited for a worker that never came")
+
+
+def test_a_worker_skips_a_part_the_caller_took_and_runs_the_next():
+    # the caller took part 1 (``taken`` is its number): the worker must not run it again,
+    # and must still run the part published after it
+    import ctypes
+    import time
+
+    fn, args, a, b, out = _product(seed=9)
+    fn(*args)
+    module = spin_pool.POOL.module
+    rows, argvs, tramp = _argv_rows(fn, args, module)
+    raw = np.zeros(3 * spin_pool.SLOT, np.uint8)
+    slot = raw.ctypes.data + (-raw.ctypes.data) % spin_pool.SLOT
+    c_int64 = ctypes.c_int64
+    c_int64.from_address(slot + spin_pool._FN).value = tramp
+    c_int64.from_address(slot + spin_pool._ARG).value = ctypes.addressof(rows[1])
+    c_int64.from_address(slot + spin_pool._SPIN).value = 1 << 16
+    c_int64.from_address(slot + spin_pool._POOL).value = slot
+    state = (ctypes.c_int32 * 4).from_address(slot)  # seq, done, sleeping, taken
+    cols = slice(*[int(v) for v in fn.change(args, 1)[-1][-2:]])
+    out[:] = np.nan
+    state[3] = 1  # taken by the caller ...
+    state[0] = 1  # ... as part 1 was published
+    threading.Thread(target=module["worker"], args=(slot,), daemon=True).start()
+    _LEAKED.append((raw, rows, argvs))
+    time.sleep(0.05)
+    assert np.isnan(out[:, cols]).all() and state[1] == 0, "the worker ran a taken part"
+    state[0] = 2  # the next part: untaken (``taken`` is its predecessor); the worker may
+    # sleep by now: woken as the dispatcher does (futex wake, x86-64 Linux's number 202)
+    ctypes.CDLL(None).syscall(202, ctypes.c_void_p(slot), 129, 1)
+    deadline = time.monotonic() + 30
+    while state[1] != 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert state[1] == 2 and state[3] == 2, "the worker missed the part after a taken one"
+    np.testing.assert_allclose(out[:, cols], (a.astype(np.float64) @ b)[:, cols], rtol=1e-4,
+                               atol=1e-4)

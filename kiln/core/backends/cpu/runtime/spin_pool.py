@@ -23,7 +23,11 @@ as any native kernel) holds:
   per part), then each part's arrays. It reads the arrays' data pointers, releases the GIL,
   takes the pool (a compare-and-swap on its lock word: a pool in use by another thread makes
   this caller run every part itself, in order), publishes parts 1.. to the workers, runs part
-  0, waits for the others (spinning; ``sched_yield`` after a while), and releases the pool.
+  0, then every part no worker has claimed yet (a worker claims a part by moving its slot's
+  ``taken`` from the part's predecessor to its number, a compare-and-swap the caller makes
+  too: each part runs once), waits for the claimed ones (spinning; ``sched_yield`` after a
+  while), and releases the pool. A worker that does not get a core (other processes' threads
+  hold them, or it sleeps and is slow to wake) so holds up nothing but its claimed part.
 * ``@<sym>_call<n>(argv)``: trampolines calling ``argv[0](argv[1], ..., argv[n])``, the
   kernels' own signature (``void @kernel(ptr, ...)``: only pointers, :mod:`..codegen.llvm_loop`).
 
@@ -73,9 +77,9 @@ PARK_OFFSET = 8
 # Python workers run the parts (runtime.parts.engine() says which)
 ENABLED = target.process().spin_engine
 
-# slot fields (byte offsets): i32 seq, i32 done, i32 sleeping, ptr trampoline, ptr argv,
-# i64 spin cycles, ptr pool
-_SEQ, _DONE, _SLEEPING, _FN, _ARG, _SPIN, _POOL = 0, 4, 8, 16, 24, 32, 40
+# slot fields (byte offsets): i32 seq, i32 done, i32 sleeping, i32 taken, ptr trampoline,
+# ptr argv, i64 spin cycles, ptr pool
+_SEQ, _DONE, _SLEEPING, _TAKEN, _FN, _ARG, _SPIN, _POOL = 0, 4, 8, 12, 16, 24, 32, 40
 
 
 def _ir(sym: str) -> str:
@@ -103,6 +107,7 @@ def _ir(sym: str) -> str:
         f"  %parg = getelementptr inbounds i8, ptr %slot, i64 {_ARG}",
         f"  %pspin = getelementptr inbounds i8, ptr %slot, i64 {_SPIN}",
         f"  %ppool = getelementptr inbounds i8, ptr %slot, i64 {_POOL}",
+        f"  %ptaken = getelementptr inbounds i8, ptr %slot, i64 {_TAKEN}",
         "  %pool = load ptr, ptr %ppool, align 8",
         f"  %ppark = getelementptr inbounds i8, ptr %pool, i64 {PARK_OFFSET}",
         # the parts already run: ``done`` (equal to the sequence number while no part is in
@@ -112,7 +117,7 @@ def _ir(sym: str) -> str:
         "  %first = load atomic i32, ptr %pdone acquire, align 4",
         "  br label %wait",
         "wait:",
-        "  %last = phi i32 [ %first, %entry ], [ %s, %run ], [ %last, %woke ]",
+        "  %last = phi i32 [ %first, %entry ], [ %s, %run ], [ %s, %work ], [ %last, %woke ]",
         "  %t0 = call i64 @llvm.readcyclecounter()",
         "  %limit = load i64, ptr %pspin, align 8",
         "  br label %spin",
@@ -146,6 +151,13 @@ def _ir(sym: str) -> str:
         "  br label %wait",
         "run:",
         "  %s = phi i32 [ %s0, %spin ]",
+        # the part is claimed (``taken`` from its predecessor to its number), or the caller
+        # took it while this worker was away (then ``taken`` is already ``%s``: nothing to do)
+        "  %prev = sub i32 %s, 1",
+        "  %cl = cmpxchg ptr %ptaken, i32 %prev, i32 %s acq_rel monotonic, align 4",
+        "  %mine = extractvalue { i32, i1 } %cl, 1",
+        "  br i1 %mine, label %work, label %wait",
+        "work:",
         "  %fn = load ptr, ptr %pfn, align 8",
         "  %arg = load ptr, ptr %parg, align 8",
         "  call void %fn(ptr %arg)",
@@ -200,9 +212,36 @@ def _ir(sym: str) -> str:
         "own:",
         "  %a0 = load ptr, ptr %argvs, align 8",
         "  call void %fn(ptr %a0)",
+        "  br label %steal",
+        # the parts no worker claimed yet (its core taken by another thread, asleep and not
+        # yet woken) run here, in order: the same parts, the same bits
+        "steal:",
+        "  %q = phi i64 [ 1, %own ], [ %q1, %kept ]",
+        "  %qmore = icmp ult i64 %q, %parts",
+        "  br i1 %qmore, label %try, label %collect0",
+        "try:",
+        f"  %qoff = mul i64 %q, {SLOT}",
+        "  %qslot = getelementptr inbounds i8, ptr %pool, i64 %qoff",
+        f"  %qtaken = getelementptr inbounds i8, ptr %qslot, i64 {_TAKEN}",
+        "  %qseq = load atomic i32, ptr %qslot monotonic, align 4",
+        "  %qprev = sub i32 %qseq, 1",
+        "  %qcl = cmpxchg ptr %qtaken, i32 %qprev, i32 %qseq acq_rel monotonic, align 4",
+        "  %qmine = extractvalue { i32, i1 } %qcl, 1",
+        "  br i1 %qmine, label %self, label %kept",
+        "self:",
+        "  %gq = getelementptr inbounds ptr, ptr %argvs, i64 %q",
+        "  %aq = load ptr, ptr %gq, align 8",
+        "  call void %fn(ptr %aq)",
+        f"  %qdone = getelementptr inbounds i8, ptr %qslot, i64 {_DONE}",
+        "  store atomic i32 %qseq, ptr %qdone release, align 4",
+        "  br label %kept",
+        "kept:",
+        "  %q1 = add i64 %q, 1",
+        "  br label %steal",
+        "collect0:",
         "  br label %collect",
         "collect:",
-        "  %i = phi i64 [ 1, %own ], [ %i1, %arrived ]",
+        "  %i = phi i64 [ 1, %collect0 ], [ %i1, %arrived ]",
         "  %cmore = icmp ult i64 %i, %parts",
         "  br i1 %cmore, label %await, label %release",
         "await:",
@@ -360,7 +399,7 @@ class SpinPool:
         if not native.enabled():
             return None
         try:
-            k = native.kernel(f"spin_pool v4 spin{SPIN_CYCLES} poll{POLL_PAUSES} "
+            k = native.kernel(f"spin_pool v5 spin{SPIN_CYCLES} poll{POLL_PAUSES} "
                               f"arrays{MAX_ARRAYS}", [], _ir)
             entry = k.compile(())
             engine = native._state["engine"]
