@@ -68,3 +68,35 @@ def test_models_train_to_the_same_bits_with_poisoned_buffers(name, shape, make, 
     for a, b in zip(w0, w1):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(p0, p1)
+
+
+@pytest.mark.parametrize("case", ["pad", "pad_value", "slice_grad", "slice_grad_strided",
+                                  "slice_grad_empty"])
+def test_pad_and_slice_grad_write_every_element_of_a_poisoned_buffer(case, monkeypatch):
+    # their kernels fill only the borders around the box they copy: a border missed would
+    # leave NaN here (the buffer starts poisoned), or an earlier step's values in a reused one
+    from kiln.core.ops.registry import apply
+
+    monkeypatch.setenv("KILN_POISON", "1")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 5, 4)).astype(np.float32)
+    ph = kiln.placeholder(x.shape, "float32")
+    if case.startswith("pad"):
+        pads, value = ((1, 2), (0, 3), (2, 0)), (1.5 if case == "pad_value" else 0.0)
+        node = apply("pad", ph, pads=pads, value=value)
+        want = np.pad(x, pads, constant_values=value)
+    else:
+        spec = {"slice_grad": ((1, 3, 1), (None, None, 1), (1, -1, 1)),
+                "slice_grad_strided": ((0, None, 2), (4, 0, -2), (None, None, 1)),
+                "slice_grad_empty": ((2, 1, 1), (None, None, 1), (None, None, 1))}[case]
+        sl = tuple(slice(*s) for s in spec)
+        ct = rng.normal(size=x[sl].shape).astype(np.float32)
+        ct_ph = kiln.placeholder(ct.shape, "float32")
+        node = apply("slice_grad", ct_ph, ph, spec=spec)
+        want = np.zeros_like(x)
+        want[sl] = ct
+    fn = kiln.function([ph] if case.startswith("pad") else [ct_ph, ph], node, backend="cpu",
+                       optimize=False)
+    feeds = [x] if case.startswith("pad") else [ct, x]
+    for _ in range(2):  # a second run over the first's values
+        np.testing.assert_array_equal(fn(*feeds), want)

@@ -58,12 +58,16 @@ from kiln.core.backends.cpu.runtime import cpus
 # products, quiet, us: 4.9 / 10.5 yielding, 3.9 / 8.7 pausing (docs/performance.md,
 # "Contention"). Where the CPUs are not all free the spin is 0 (place()): the worker sleeps in
 # futex at once and a wake-up preempts a lower-priority task.
-# a worker's spin before it sleeps: ~20 us at 3.5 GHz, enough for the next step of a plan or
-# the next serving call (a few us of Python between them). A longer pause-spin held a core the
-# caller's other threads wanted: mlp_predict (batches of 1,024) 0.78x with 2^20 (~0.3 ms)
-# against 2^16, LeNet-5 0.99x, conv1d 0.97x, mlp_train 0.92x (docs/performance.md,
-# "Contention")
-SPIN_CYCLES = 1 << 16
+# a worker's spin before it sleeps: 2^18 cycles, ~75-100 us (the cycle counter runs at the
+# CPU's base clock), enough for the next step of a plan, a serial copy between two split
+# steps included (a causal Conv1D's pad), or the next serving call. 2^20 (~0.3 ms) held a
+# core the caller's other threads wanted before the portable pool parked spinning workers
+# (mlp_predict 0.78x against 2^16 then, another host); 2^16 (~20 us) let workers fall
+# asleep in a plan's serial steps and each split step after one paid a futex wake-up:
+# against 2^18, 2-core Zen 4, interleaved: dilated Conv1D 0.96x, transformer 0.96x, CIFAR
+# CNN 0.98x, Conv1D 1.03x, the MLPs 0.98-1.01x; four copies at once the same totals
+# (docs/performance.md, "Contention"). Where the CPUs are not all free the spin is 0.
+SPIN_CYCLES = 1 << 18
 MAX_ARRAYS = 16        # arrays per part a trampoline passes on
 SLOT = 64              # bytes per worker slot (one cache line)
 # a caller waiting for a worker's part yields only after this many pauses (~1-4 ms: a worker

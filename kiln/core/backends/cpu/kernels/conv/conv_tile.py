@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.core import aligned
 from kiln.core.backends.cpu import options, target
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.kernels.conv import conv, native_tile
@@ -31,7 +32,7 @@ def padded(b, x_node: Node, x: np.ndarray, k: tuple[int, int], attrs: dict) -> n
     key = ("padded", id(x_node), pt, pb, pl, pr)
     found = b.cache.get(key)
     if found is None:
-        found = np.zeros((n, h + pt + pb, wd + pl + pr, ci), x.dtype)
+        found = aligned.zeros((n, h + pt + pb, wd + pl + pr, ci), x.dtype)
         inner = found[:, pt:pt + h, pl:pl + wd]
         # the borders stay zero: only the interior is written, split over kiln's threads
         # (NumPy's copy releases the GIL); the parts are sliced from the step's arguments, so
@@ -64,7 +65,7 @@ def native_forward(b, out: np.ndarray, x: np.ndarray, w2d: np.ndarray, geometry:
     rows, vecs = native_tile.block_shape(16, co, width=out.shape[2])
     pads = []
     if vecs * 16 != co:
-        wide = np.zeros((taps, vecs * 16), w2d.dtype)
+        wide = aligned.zeros((taps, vecs * 16), w2d.dtype)
         pads.append((wide[:, :co], w2d))
         w2d = wide
     arrays: tuple[np.ndarray, ...] = (out, x, w2d)
@@ -191,7 +192,7 @@ def native_dot_forward(b, node: Node, x: np.ndarray, w: np.ndarray, out: np.ndar
     kh, kw, ci, co = w.shape
     x = padded(b, node.inputs[0], x, (kh, kw), node.attrs)
     cvecs = -(-ci // 16)
-    wt = np.zeros((co, kh * kw, cvecs * 16), np.float32)
+    wt = aligned.zeros((co, kh * kw, cvecs * 16), np.float32)
     strides, off = dot_geometry(x, node, (kh, kw))
     ow = out.shape[2]
     rows = -(-ow // -(-ow // min(8, ow)))
@@ -293,13 +294,13 @@ def input_gradient_tile(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.nd
                                        node.attrs["padding"])
     top, bottom = (kh - 1) * dh - pt, (kh - 1) * dh - pb
     left, right = (kw - 1) * dw - pl, (kw - 1) * dw - pr
-    padded = np.zeros((n, oh + top + bottom, ow + left + right, co), ct.dtype)
+    padded = aligned.zeros((n, oh + top + bottom, ow + left + right, co), ct.dtype)
     b.add(np.copyto, (padded[:, top:top + oh, left:left + ow], ct), label=f"{node.op}:pad")
     flip = np.empty((kh, kw, co, ci), w.dtype)
     b.add(np.copyto, (flip, w[::-1, ::-1].transpose(0, 1, 3, 2)), label=f"{node.op}:flip")
     if native_forward(b, out, padded, flip.reshape(kh * kw * co, ci), (1, 1, dh, dw, kh, kw)):
         return
-    w64 = np.zeros((kh * kw * co, 64), w.dtype)
+    w64 = aligned.zeros((kh * kw * co, 64), w.dtype)
     b.add(np.copyto, (w64[:, :ci], flip.reshape(kh * kw * co, ci)), label=f"{node.op}:pad_kernel")
     conv.call_numba(b, conv.conv_tile64_kernel, out, padded, w64,
                     np.array([1, 1, dh, dw, kh, kw], np.int64), n=out.shape[0] * out.shape[1],

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.core import aligned
 from kiln.core.backends.cpu import options, target
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.codegen.ir_kernel import _div, _Kernel
@@ -60,10 +61,10 @@ def input_gradient(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.ndarray
     if min(top, bottom, left, right) < 0:
         return False
     hp, wp = oh + top + bottom, ow + left + right
-    padded = np.zeros((n, hp, wp, co), np.float32)
+    padded = aligned.zeros((n, hp, wp, co), np.float32)
     cvecs = -(-co // LANES)
     kk = kh * kw
-    wt = np.zeros((ci, kk, cvecs * LANES), np.float32)
+    wt = aligned.zeros((ci, kk, cvecs * LANES), np.float32)
     rows = block_rows(wd, ci, cvecs)
     strides = [hp * wp * co, wp * co, co]
     off = [(a * dh * wp + bb * dw) * co for a in range(kh) for bb in range(kw)]
