@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kiln.core import aligned
 from kiln.core.backends.cpu import options, target
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import native_gemm
@@ -135,7 +136,7 @@ def add(b, x: np.ndarray, y: np.ndarray, out: np.ndarray, spread: bool = True) -
     source = packed = None
     if y.strides[-1] != 4:  # a transposed view (k^T, W^T): laid out for the kernel first
         source = y
-        y = packed = np.empty(y.shape, np.float32)
+        y = packed = aligned.empty(y.shape, np.float32)
     x, y, out = _as_batch(x, y, out)
     (m, k), n = x.shape[-2:], y.shape[-1]
     st = [tuple(s // 4 for s in a.strides) for a in (x, y, out)]

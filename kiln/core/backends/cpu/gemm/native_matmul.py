@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kiln.core import aligned
 from kiln.core.backends.cpu import options, target
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import native_gemm
@@ -207,7 +208,7 @@ def add(b, a: np.ndarray, bm: np.ndarray, out: np.ndarray,
                 or any(np.shares_memory(x, y) for x in (g, t) for y in (a, bm))):
             return False
     if not (bm.strides[1] == 4 and bm.strides[0] >= 4 * bm.shape[1]):
-        packed = np.empty(bm.shape, np.float32)
+        packed = aligned.empty(bm.shape, np.float32)
         if not add_transpose(b, bm.T, packed):
             return False
         if pack_at is not None:

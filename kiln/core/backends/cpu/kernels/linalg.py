@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.core import aligned
 from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.gemm import native_batched, products
 from kiln.core.backends.cpu.kernels.elementwise import Operand, emit_loop
@@ -251,7 +252,7 @@ def _pack_early(b, readers: list[Node], w: np.ndarray) -> bool:
     at = _after_first_read(b, w)
     if at is None:
         return False
-    packed = np.empty(w.shape[::-1], w.dtype)
+    packed = aligned.empty(w.shape[::-1], w.dtype)
     if not native_matmul.add_transpose(b, w, packed):
         return False
     b.steps.insert(at, b.steps.pop())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.core import aligned
 from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.gemm import products
 from kiln.core.backends.cpu.kernels.conv import (
@@ -37,7 +38,7 @@ def _cols(b, x_node: Node, k: tuple[int, int], oh: int, ow: int, p: np.ndarray) 
         return cached
     x = b.contiguous(x_node)
     n, h, w, c = x.shape
-    cols = np.empty((n, oh, ow, k[0], k[1], c), x.dtype)
+    cols = aligned.empty((n, oh, ow, k[0], k[1], c), x.dtype)
     conv._call(b, "im2col_kernel", cols.reshape(n, oh, ow, k[0], k[1] * c),
                x.reshape(n, h, w * c), np.append(p, c).astype(np.int64))
     b.cache[key] = cols
@@ -170,7 +171,7 @@ def build_conv2d_input(b, node: Node) -> None:
         return
     n = ct.shape[0]
     kk = k[0] * k[1] * w.shape[2]
-    cols = np.empty((n, oh, ow, k[0], k[1], w.shape[2]), w.dtype)
+    cols = aligned.empty((n, oh, ow, k[0], k[1], w.shape[2]), w.dtype)
     b.add(products.MatmulCall(),
           (ct.reshape(-1, w.shape[3]), w.reshape(kk, -1).T, cols.reshape(-1, kk)),
           label="conv2d_backprop_input:gemm")

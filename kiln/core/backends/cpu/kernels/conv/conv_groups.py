@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln.core import aligned
 from kiln.core.backends.cpu.kernels.conv import native_blocked, native_groups
 from kiln.core.backends.cpu.kernels.conv.conv import _call, _call_summed, _conv_params
 from kiln.core.backends.cpu.runtime import parts as workers
@@ -153,7 +154,7 @@ def _input_by_phases(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.ndarr
             flipped = np.empty((th, tw, cog, groups * cig), w.dtype)
             b.add(_flip_groups, (w[rh::sh, rw::sw], flipped, groups),
                   label=f"{node.op}:phase_flip")
-            scratch = np.empty((n, nh, nw, groups * cig), out.dtype)
+            scratch = aligned.empty((n, nh, nw, groups * cig), out.dtype)
             p = np.array([1, 1, 1, 1, th - 1 - qh, tw - 1 - qw, groups], np.int64)
             _grouped_call(b, kernel, scratch, ct, flipped, p)
             b.add(_scatter, (target, scratch), label=f"{node.op}:phase_scatter")

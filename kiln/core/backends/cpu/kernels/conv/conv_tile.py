@@ -225,7 +225,7 @@ def native_dot_filter(b, node: Node, x: np.ndarray, ct: np.ndarray, out: np.ndar
     per = max(1, options.current().filter_chunk // ow)
     ranges = workers.split(-(-(n * oh) // per))
     strides, off = dot_geometry(x, node, (kh, kw))
-    total = np.empty((kk, co, cvecs * 16), np.float32)
+    total = aligned.empty((kk, co, cvecs * 16), np.float32)
     parts = np.empty((len(ranges), *total.shape), np.float32) if len(ranges) > 1 else None
     name = f"conv_dot_filter_r{rows}v{cvecs}i{ci}o{co}t{tail}"
 
@@ -296,7 +296,7 @@ def input_gradient_tile(b, node: Node, ct: np.ndarray, w: np.ndarray, out: np.nd
     left, right = (kw - 1) * dw - pl, (kw - 1) * dw - pr
     padded = aligned.zeros((n, oh + top + bottom, ow + left + right, co), ct.dtype)
     b.add(np.copyto, (padded[:, top:top + oh, left:left + ow], ct), label=f"{node.op}:pad")
-    flip = np.empty((kh, kw, co, ci), w.dtype)
+    flip = aligned.empty((kh, kw, co, ci), w.dtype)
     b.add(np.copyto, (flip, w[::-1, ::-1].transpose(0, 1, 3, 2)), label=f"{node.op}:flip")
     if native_forward(b, out, padded, flip.reshape(kh * kw * co, ci), (1, 1, dh, dw, kh, kw)):
         return

@@ -31,6 +31,7 @@ from fractions import Fraction
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from kiln.core import aligned
 from kiln.core.backends.cpu import options, target
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import native_gemm
@@ -139,7 +140,7 @@ class Tiles:
 
     def __init__(self, blocks: int, tiles: int, channels: int):
         self.stride = block_stride(tiles, channels)
-        self.flat = np.empty(blocks * self.stride, np.float32)
+        self.flat = aligned.empty(blocks * self.stride, np.float32)
         self.view = as_strided(self.flat, (blocks, tiles, channels),
                                (self.stride * 4, channels * 4, 4), writeable=True)
 

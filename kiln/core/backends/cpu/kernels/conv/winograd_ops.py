@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kiln.core import aligned
 from kiln.core.backends.cpu.kernels.conv import (
     conv_tile,
     winograd,
@@ -42,11 +43,11 @@ def convolve(b, x: np.ndarray, key: object, w: np.ndarray, out: np.ndarray,
     kernel: tuple[Callable, tuple, np.ndarray]  # (transform, its arguments, its result)
     if stride == 1:
         geo = winograd._stride1(w.shape[0], (oh, ow), m)
-        u = np.empty((geo.blocks, ci, co), np.float32)
+        u = aligned.empty((geo.blocks, ci, co), np.float32)
         kernel = (geo.kernel_transform, (w, u), u)
     else:
         geo = winograd._stride2((oh, ow))
-        u = np.empty((geo.blocks, 4 * ci, co), np.float32)
+        u = aligned.empty((geo.blocks, 4 * ci, co), np.float32)
         kernel = (winograd._phases_transform, (geo, w, u, False), u)
     # weights the plan only reads (predict): transformed once per version (winograd_cache)
     kernel = (winograd_cache.once(b, b.node.inputs[1], w, kernel[0]), *kernel[1:])
@@ -73,7 +74,7 @@ def input_gradient(b, ct: np.ndarray, key: object, w: np.ndarray, out: np.ndarra
         return
     if stride == 1:
         geo = winograd._stride1(kh, (h, wd), m)
-        u = np.empty((geo.blocks, co, ci), np.float32)
+        u = aligned.empty((geo.blocks, co, ci), np.float32)
         flipped = w[::-1, ::-1].transpose(0, 1, 3, 2)
         in_pads = (kh - 1 - pads[0], 2 - pads[1])
         kernel = (geo.kernel_transform, (flipped, u), u)
@@ -91,7 +92,7 @@ def input_gradient(b, ct: np.ndarray, key: object, w: np.ndarray, out: np.ndarra
     first = (pads[0] // 2, pads[1] // 2)
     last = ((h - 1 + pads[0]) // 2, (wd - 1 + pads[1]) // 2)
     geo = winograd._stride2((last[0] - first[0] + 1, last[1] - first[1] + 1))
-    u = np.empty((geo.blocks, co, 4 * ci), np.float32)
+    u = aligned.empty((geo.blocks, co, 4 * ci), np.float32)
     outputs = [((pads[0] - vr - 2 * first[0], pads[1] - vc - 2 * first[1]), 2,
                 (4 * ci, k * ci)) for k, (vr, vc) in enumerate(winograd.PHASES)]
     if _pipelined(b, ct, w, out, lambda dst, epi: winograd_pipeline.forward(
@@ -122,7 +123,7 @@ def kernel_gradient(b, x: np.ndarray, key: object, ct: np.ndarray, out: np.ndarr
     v = winograd.input_tiles(b, x, key, geo, pads, stride=stride)
     z = winograd.Tiles(geo.blocks, v.view.shape[1], co)
     geo.transform(b, "gradient", (z.flat, ct, np.zeros(co, np.float32)), (0, 0), z, n)
-    du = np.empty((geo.blocks, v.view.shape[2], co), np.float32)
+    du = aligned.empty((geo.blocks, v.view.shape[2], co), np.float32)
     winograd.products(b, (v.flat, v.view.transpose(0, 2, 1)), (z.flat, z.view), du)
     if stride == 1:
         b.add(geo.kernel_untransform, (du, out), label=f"{b.node.op}:winograd_kernel")

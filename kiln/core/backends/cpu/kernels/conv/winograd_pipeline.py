@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kiln.core import aligned
 from kiln.core.backends.cpu import options
 from kiln.core.backends.cpu.codegen import native
 from kiln.core.backends.cpu.gemm import native_gemm
@@ -202,7 +203,7 @@ def adjoint(b, ct: np.ndarray, w: np.ndarray, out: np.ndarray,
     zs = [winograd.Tiles(geo.blocks, min(per, hi - lo) * per_image, co) for lo, hi in parts]
     dvs = [winograd.Tiles(geo.blocks, min(per, hi - lo) * per_image, ci) for lo, hi in parts]
     zeros = np.zeros(co, np.float32)
-    ut = np.empty((geo.blocks, co, ci), np.float32)
+    ut = aligned.empty((geo.blocks, co, ci), np.float32)
     flat_u = ut.reshape(-1)
     gemm = _gemm_call(lanes, 0, (dvs[0].flat, zs[0].flat, flat_u))
     grads = [_transform_call(geo, "gradient", (z.flat, ct, zeros), z, (0, 0),
@@ -263,7 +264,7 @@ def kernel_gradient(b, geo: winograd.Geometry, x: np.ndarray, key: object, ct: n
     parts = workers.split(n)
     scratch = [winograd.Tiles(geo.blocks, min(per, hi - lo) * per_image, co) for lo, hi in parts]
     zeros = np.zeros(co, np.float32)
-    du_parts = np.empty((len(parts), geo.blocks, k_in, co), np.float32)
+    du_parts = aligned.empty((len(parts), geo.blocks, k_in, co), np.float32)
     inputs: list[list] = [[] for _ in parts]
     vs = [v] * len(parts)
     if v is None:
@@ -304,7 +305,7 @@ def kernel_gradient(b, geo: winograd.Geometry, x: np.ndarray, key: object, ct: n
     _add_pipeline(b, jobs, parts)
     du = du_parts[0]
     if len(parts) > 1:
-        du = np.empty(du_parts.shape[1:], np.float32)
+        du = aligned.empty(du_parts.shape[1:], np.float32)
         b.add(np.add.reduce, (du_parts, 0, None, du), label=f"{b.node.op}:sum_parts")
     if stride == 1:
         b.add(geo.kernel_untransform, (du, out), label=f"{b.node.op}:winograd_kernel")
