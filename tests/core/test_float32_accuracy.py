@@ -214,6 +214,31 @@ def _relu_pool(vgg: bool) -> kiln.Sequential:
     return kiln.Sequential(ls + [layers.Flatten(), layers.Dense(10)])
 
 
+def _max_pool_margin(model: kiln.Sequential, x: np.ndarray) -> float:
+    """The smallest gap, relative to the window's maximum, between the two largest values of
+    a max-pooling window whose maximum is positive, over every window of every MaxPooling2D
+    of ``model`` run forward in training mode (BatchNormalization on the batch's statistics)
+    on ``x``. Where it is under float32's forward error, which value the pool routes the
+    gradient to is float32's rounding, not the model: the float64 step routes it elsewhere
+    (vgg_relu_pool_f2 seed 1 on one thread: two values 0.41857722 and 0.41857731 in float32,
+    0.41857725 both on two threads, and the kernel gradient of the first layer 1.6e-3 off)."""
+    worst = np.inf
+    h = x
+    for layer in model.layers:
+        before = h
+        h = layer(h, training=True) if isinstance(layer, layers.BatchNormalization) else layer(h)
+        if isinstance(layer, layers.MaxPooling2D):
+            v = np.asarray(before, np.float64)
+            n, hh, ww, c = v.shape
+            win = v[:, :hh // 2 * 2, :ww // 2 * 2].reshape(n, hh // 2, 2, ww // 2, 2, c)
+            win = np.sort(win.transpose(0, 1, 3, 5, 2, 4).reshape(-1, 4), axis=1)
+            live = win[:, -1] > 0  # a zero maximum: ReLU's gradient there is zero anyway
+            if live.any():
+                worst = min(worst, float(np.min((win[live, -1] - win[live, -2])
+                                                / win[live, -1])))
+    return worst
+
+
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("vgg", [False, True], ids=["conv_bn_relu_pool", "vgg_relu_pool_f2"])
 def test_a_float32_sgd_step_through_relu_and_max_pool_is_the_float64_one(vgg, seed, floatx,
@@ -225,13 +250,28 @@ def test_a_float32_sgd_step_through_relu_and_max_pool_is_the_float64_one(vgg, se
     (``winograd_training_forward_m=2``): with F(4x4) forward convolutions its seeds 1 and 3
     were off by 7.0e-3 and 9.2e-3 (Lavin's points; masks flipped), seed 0 by 2.8e-3 (0, +-3/2,
     +-2/3, the default); with F(2x2) (or without Winograd) all ten seeds of
-    benchmarks/bench_accuracy.py --float32-step are within 1e-5."""
+    benchmarks/bench_accuracy.py --float32-step are within 1e-5. Inputs with a max-pool
+    window whose two largest values are within 1e-6 of each other (relative) are drawn
+    again: there the float32 and float64 steps may route that window's gradient to
+    different pixels, each right for its own rounding (``_max_pool_margin``)."""
     if vgg:
         cpu_options(winograd_training_forward_m=2)
     kiln.utils.set_random_seed(seed)
     weights = [w.astype(np.float32).astype(np.float64) for w in _relu_pool(vgg).get_weights()]
     rng = np.random.default_rng(seed)
-    x = (rng.standard_normal((32, 48, 48, 3)) + 0.5).astype(np.float32)
+    floatx("float64")
+    reference = _relu_pool(vgg)
+    reference.set_weights(weights)
+    # inputs with no max-pool window tied within float32's error: the float32 forward's
+    # values are within ~3e-7 relative of float64's here (1 and 2 threads); of the VGG-style
+    # model's five seeds (~410,000 live windows each) one window, seed 1's, has its two
+    # largest values within 1e-6 (7.5e-7), three more within 3e-6
+    for _ in range(8):
+        x = (rng.standard_normal((32, 48, 48, 3)) + 0.5).astype(np.float32)
+        if _max_pool_margin(reference, x.astype(np.float64)) > 1e-6:
+            break
+    else:
+        pytest.fail("eight draws with a max-pool window tied within 1e-6")
     y = rng.integers(0, 10, 32)
     steps = {}
     for dtype in ("float64", "float32"):
