@@ -4,8 +4,10 @@ NumPy's arrays start where ``malloc`` puts them: a large one 16 bytes past a pag
 one at any multiple of 16. A kernel's 64-byte vector loads from such an array then straddle
 two cache lines one time in one (AVX-512) or two (AVX2); the Dense kernel's loads of a
 784 x 512 weight matrix did so at every row. kiln allocates what it owns this way: the
-Variables' values (``Variable.__init__``) and a CPU plan's buffers (``runtime/poison.py``).
-A user's arrays (feeds) are read where they are.
+Variables' values (``Variable.__init__``), a CPU plan's buffers (``runtime/poison.py``) and
+the kernels' own scratch and layouts (padded inputs, im2col columns, Winograd tiles, packed
+weights): a copy between two arrays at different offsets in their cache lines runs slower
+(:func:`zeros`). A user's arrays (feeds) are read where they are.
 """
 
 from __future__ import annotations
