@@ -56,3 +56,12 @@ def test_variables_and_plan_buffers_start_a_cache_line():
     assert _offset(poison.empty((1000, 3), np.float32)) == 0
     model = kiln.Sequential([kiln.layers.Input((20,)), kiln.layers.Dense(24)])
     assert all(_offset(w.value) == 0 for w in model.weights)
+
+
+@pytest.mark.parametrize("shape,dtype", [((7, 33, 5), np.float32), ((1000,), np.float64),
+                                         ((0, 3), np.int32)])
+def test_zeros_are_zero_and_start_a_cache_line(shape, dtype):
+    a = aligned.zeros(shape, dtype)
+    assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+    assert a.size == 0 or a.ctypes.data % aligned.ALIGN == 0
+    np.testing.assert_array_equal(a, np.zeros(shape, dtype))

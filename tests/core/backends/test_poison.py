@@ -79,15 +79,16 @@ def test_pad_and_slice_grad_write_every_element_of_a_poisoned_buffer(case, monke
 
     monkeypatch.setenv("KILN_POISON", "1")
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(3, 5, 4)).astype(np.float32)
+    # large enough that the kernels fill the borders alone (movement._BORDER_MIN_BYTES)
+    x = rng.normal(size=(30, 50, 40)).astype(np.float32)
     ph = kiln.placeholder(x.shape, "float32")
     if case.startswith("pad"):
         pads, value = ((1, 2), (0, 3), (2, 0)), (1.5 if case == "pad_value" else 0.0)
         node = apply("pad", ph, pads=pads, value=value)
         want = np.pad(x, pads, constant_values=value)
     else:
-        spec = {"slice_grad": ((1, 3, 1), (None, None, 1), (1, -1, 1)),
-                "slice_grad_strided": ((0, None, 2), (4, 0, -2), (None, None, 1)),
+        spec = {"slice_grad": ((1, 23, 1), (None, None, 1), (1, -1, 1)),
+                "slice_grad_strided": ((0, None, 2), (40, 0, -2), (None, None, 1)),
                 "slice_grad_empty": ((2, 1, 1), (None, None, 1), (None, None, 1))}[case]
         sl = tuple(slice(*s) for s in spec)
         ct = rng.normal(size=x[sl].shape).astype(np.float32)
@@ -98,5 +99,8 @@ def test_pad_and_slice_grad_write_every_element_of_a_poisoned_buffer(case, monke
     fn = kiln.function([ph] if case.startswith("pad") else [ct_ph, ph], node, backend="cpu",
                        optimize=False)
     feeds = [x] if case.startswith("pad") else [ct, x]
+    from kiln.core.backends.cpu.kernels import movement
+
+    assert x.nbytes >= movement._BORDER_MIN_BYTES
     for _ in range(2):  # a second run over the first's values
         np.testing.assert_array_equal(fn(*feeds), want)
