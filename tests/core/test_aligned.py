@@ -65,3 +65,51 @@ def test_zeros_are_zero_and_start_a_cache_line(shape, dtype):
     assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
     assert a.size == 0 or a.ctypes.data % aligned.ALIGN == 0
     np.testing.assert_array_equal(a, np.zeros(shape, dtype))
+
+
+def _vma_flags(address: int) -> list[str]:
+    """The ``VmFlags`` of the mapping holding ``address`` (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.parametrize("nbytes", [aligned.HUGE_MIN, aligned.HUGE_MIN + 12,
+                                    3 * aligned.HUGE_PAGE + 4100])
+def test_large_arrays_start_a_huge_page(nbytes):
+    for _ in range(3):
+        a = aligned.empty(nbytes // 4, np.float32)
+        assert a.__array_interface__["data"][0] % aligned.HUGE_PAGE == 0
+        a[...] = np.arange(a.size, dtype=np.float32)
+        assert a[-1] == a.size - 1 and a.flags.c_contiguous
+    small = aligned.empty(aligned.HUGE_MIN // 4 - 16, np.float32)
+    assert _offset(small) == 0  # smaller ones: a cache line only
+
+
+def _thp_madvise() -> bool:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return "[never]" not in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _thp_madvise(), reason="no transparent huge pages on this kernel")
+def test_a_large_array_lies_in_a_mapping_advised_for_huge_pages():
+    """The smallest array starting a huge page (2 MiB) lies in a byte buffer of 4 MiB or
+    more, which NumPy advises for huge pages (``hg``) where its hint is on; a small one's
+    mapping is not."""
+    core = getattr(np, "_core", None) or np.core
+    if not core.multiarray._get_madvise_hugepage():
+        pytest.skip("NumPy's huge page hint is off (NUMPY_MADVISE_HUGEPAGE=0)")
+    a = aligned.empty(aligned.HUGE_MIN // 4, np.float32)
+    assert "hg" in _vma_flags(a.__array_interface__["data"][0])
+    b = aligned.empty(1000, np.float32)
+    assert "hg" not in _vma_flags(b.__array_interface__["data"][0])
