@@ -104,12 +104,10 @@ def _thp_madvise() -> bool:
 @pytest.mark.skipif(not _thp_madvise(), reason="no transparent huge pages on this kernel")
 def test_a_large_array_lies_in_a_mapping_advised_for_huge_pages():
     """The smallest array starting a huge page (2 MiB) lies in a byte buffer of 4 MiB or
-    more, which NumPy advises for huge pages (``hg``) where its hint is on; a small one's
-    mapping is not."""
+    more, which NumPy advises for huge pages (``hg``) where its hint is on. (A small array's
+    mapping may carry the flag too: malloc can place it where a freed large buffer was.)"""
     core = getattr(np, "_core", None) or np.core
     if not core.multiarray._get_madvise_hugepage():
         pytest.skip("NumPy's huge page hint is off (NUMPY_MADVISE_HUGEPAGE=0)")
     a = aligned.empty(aligned.HUGE_MIN // 4, np.float32)
     assert "hg" in _vma_flags(a.__array_interface__["data"][0])
-    b = aligned.empty(1000, np.float32)
-    assert "hg" not in _vma_flags(b.__array_interface__["data"][0])
