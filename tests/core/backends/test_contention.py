@@ -290,6 +290,10 @@ def test_the_private_openblas_runs_on_the_callers_thread_when_busy(monkeypatch):
         pytest.skip("no private OpenBLAS with threads here")
     a = np.random.default_rng(1).standard_normal((300, 300)).astype(np.float32)
     out = np.empty_like(a)
+    # as many usable CPUs as the library has threads, whatever this host's affinity, quota
+    # or KILN_NUM_THREADS (with one, "off" would run one thread too)
+    monkeypatch.setattr(cpus, "usable_cpus", lambda: lib.threads)
+    monkeypatch.setattr(cpus.MONITOR, "usable", (0.0, 0))
     try:
         for mode, want in (("busy", 1), ("off", lib.threads)):
             monkeypatch.setenv("KILN_CONTENTION", mode)

@@ -151,6 +151,9 @@ def test_threads_calling_at_once_get_their_own_answers(cpu_options, monkeypatch)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
 def test_a_forked_child_serves_with_its_own_workers(cpu_options, monkeypatch):
     monkeypatch.setattr(threads, "kernel_threads", lambda: 2)
+    # two free CPUs whatever this host has (with one usable, the caller runs every part and
+    # starts no worker: right there, but not what this test is about)
+    monkeypatch.setattr(cpus, "plan", lambda: cpus.Plan(threads=2, spin=True))
     cpu_options(gemv_split_work=0)
     model = _mlp(6)
     x = np.random.default_rng(6).normal(size=(1, 300)).astype(np.float32)
